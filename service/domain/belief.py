@@ -1,0 +1,272 @@
+"""The belief: typed, scoped, versioned state about a user or team (paper §2).
+
+This model is the contract for every write. It normalises what it can (names, aliases, scopes,
+timestamps) and rejects what it cannot with a precise error. It loads the paper's seed records as
+they are: ``_id`` becomes ``id`` and ``user_id`` becomes ``owner_id``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from service.domain import scopes as scope_rules
+
+MAX_ALIASES = 25
+MAX_ALIAS_CHARS = 100
+MAX_NAME_CHARS = 120
+MAX_CONTENT_CHARS = 8000
+MAX_WHY_CHARS = 2000
+MAX_CHANGE_LOG = 200
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+class BeliefType(str, Enum):
+    PREFERENCE = "preference"
+    DECISION = "decision"
+    ENTITY = "entity"
+    OPEN_QUESTION = "open_question"
+    RELATION = "relation"
+
+
+class Subtype(str, Enum):
+    EXPERTISE = "expertise"
+    STYLE = "style"
+
+
+class EpistemicStatus(str, Enum):
+    ACTIVE = "active"
+    INFERRED = "inferred"
+    EXPLORATORY = "exploratory"
+    SUPERSEDED = "superseded"
+
+
+class ExpertiseDepth(str, Enum):
+    LEARNING = "learning"
+    WORKING = "working"
+    DEEP = "deep"
+    EXPERT = "expert"
+
+
+class Lifecycle(str, Enum):
+    """Derived, indexed state: only ``live`` beliefs are ever injected."""
+
+    LIVE = "live"
+    SUPERSEDED = "superseded"
+    RESOLVED = "resolved"
+    RETRACTED = "retracted"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_belief_id() -> str:
+    return f"b-{uuid.uuid4().hex}"
+
+
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_NON_WORD = re.compile(r"[^a-z0-9]+")
+
+
+def normalize_canonical_name(value: str) -> str:
+    """``Redis Cache`` / ``redisCache`` / ``redis-cache`` -> ``redis_cache``."""
+    snake = _CAMEL_BOUNDARY.sub("_", value.strip())
+    snake = _NON_WORD.sub("_", snake.lower()).strip("_")
+    return snake
+
+
+def normalize_alias(value: str) -> str:
+    """Aliases are lower-cased, trimmed and whitespace-collapsed; punctuation is kept because
+    the analyzers turn ``react.js`` or ``allkeys-lru`` into their word forms themselves."""
+    return " ".join(value.strip().lower().split())
+
+
+def normalize_aliases(values: list[str], *, cap: int | None = MAX_ALIASES) -> list[str]:
+    out: list[str] = []
+    for raw in values:
+        alias = normalize_alias(raw)
+        if alias and alias not in out:
+            out.append(alias)
+    if cap is not None and len(out) > cap:
+        raise ValueError(f"at most {cap} aliases are allowed, got {len(out)}")
+    return out
+
+
+def content_fingerprint(content: str) -> str:
+    """Hash of the normalised content: equal fingerprints mean the same stated fact."""
+    normal = " ".join(content.lower().split()).rstrip(".!")
+    return hashlib.sha256(normal.encode()).hexdigest()
+
+
+def _as_utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Provenance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = Field(None, max_length=200)
+    turn_id: str | None = Field(None, max_length=200)
+    source_model: str | None = Field(None, max_length=200)
+    author: str | None = Field(None, max_length=200)
+    extracted_at: datetime | None = None
+
+    _utc = field_validator("extracted_at")(_as_utc)
+
+
+class ChangeLogEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    changed_at: datetime
+    trigger: str = Field(..., min_length=1, max_length=200)
+    actor: str | None = Field(None, max_length=200)
+    previous_content: str | None = Field(None, max_length=MAX_CONTENT_CHARS)
+    previous_epistemic_status: EpistemicStatus | None = None
+    previous_confidence: float | None = Field(None, ge=0.0, le=1.0)
+    changed_by_session: str | None = Field(None, max_length=200)
+    changed_by_turn: str | None = Field(None, max_length=200)
+    note: str | None = Field(None, max_length=2000)
+
+    _utc = field_validator("changed_at")(_as_utc)
+
+
+BeliefId = Annotated[str, Field(pattern=ID_RE.pattern)]
+
+
+class Belief(BaseModel):
+    """A stored belief. ``tenant_id`` always comes from the caller's credentials."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=False)
+
+    id: BeliefId = Field(
+        default_factory=new_belief_id, validation_alias=AliasChoices("id", "_id")
+    )
+    tenant_id: str = Field(..., min_length=1, max_length=128)
+    owner_id: str = Field(
+        ..., min_length=1, max_length=128, validation_alias=AliasChoices("owner_id", "user_id")
+    )
+    type: BeliefType
+    subtype: Subtype | None = None
+    canonical_name: str = Field(..., min_length=1, max_length=MAX_NAME_CHARS)
+    aliases: list[str] = Field(default_factory=list)
+    content: str = Field(..., min_length=1, max_length=MAX_CONTENT_CHARS)
+    why_it_matters: str = Field("", max_length=MAX_WHY_CHARS)
+    scope: list[str] = Field(..., min_length=1)
+    epistemic_status: EpistemicStatus = EpistemicStatus.ACTIVE
+    confidence: float = Field(0.8, ge=0.0, le=1.0)
+    pinned: bool = False
+    user_edited: bool = False
+    reinforcement_count: int = Field(0, ge=0)
+    last_reinforced_at: datetime | None = None
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    resolved_at: datetime | None = None
+    retracted_at: datetime | None = None
+    participants: list[BeliefId] = Field(default_factory=list, max_length=16)
+    expertise_domain: str | None = Field(None, max_length=200)
+    expertise_depth: ExpertiseDepth | None = None
+    compaction_note: str | None = Field(None, max_length=2000)
+    provenance: Provenance = Field(default_factory=Provenance)
+    change_log: list[ChangeLogEntry] = Field(default_factory=list, max_length=MAX_CHANGE_LOG)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    version: int = Field(1, ge=1)
+
+    @field_validator("canonical_name")
+    @classmethod
+    def _snake_case(cls, value: str) -> str:
+        name = normalize_canonical_name(value)
+        if not name:
+            raise ValueError("canonical_name must contain at least one letter or digit")
+        return name
+
+    @field_validator("aliases")
+    @classmethod
+    def _aliases(cls, values: list[str]) -> list[str]:
+        for raw in values:
+            if len(raw) > MAX_ALIAS_CHARS:
+                raise ValueError(f"alias longer than {MAX_ALIAS_CHARS} characters: {raw[:40]!r}…")
+        return normalize_aliases(values)
+
+    @field_validator("scope")
+    @classmethod
+    def _scopes(cls, values: list[str]) -> list[str]:
+        return scope_rules.normalize_scopes(values)
+
+    @field_validator("content", "why_it_matters")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        return value.strip()
+
+    @field_validator(
+        "last_reinforced_at", "resolved_at", "retracted_at", "created_at", "updated_at"
+    )
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return _as_utc(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Belief:
+        if self.subtype is not None and self.type is not BeliefType.PREFERENCE:
+            raise ValueError("subtype (expertise | style) is only valid on preference beliefs")
+        if self.participants and self.type is not BeliefType.RELATION:
+            raise ValueError("participants are only valid on relation beliefs")
+        if self.type is BeliefType.RELATION and len(self.participants) < 2:
+            raise ValueError("a relation must link at least two participants (belief ids)")
+        if self.resolved_at is not None and self.type is not BeliefType.OPEN_QUESTION:
+            raise ValueError("resolved_at is only valid on open_question beliefs")
+        if self.superseded_by is not None and self.epistemic_status is not EpistemicStatus.SUPERSEDED:
+            raise ValueError("a belief with superseded_by must have epistemic_status 'superseded'")
+        if self.id in self.participants:
+            raise ValueError("a relation cannot link itself")
+        return self
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        if self.retracted_at is not None:
+            return Lifecycle.RETRACTED
+        if self.superseded_by is not None or self.epistemic_status is EpistemicStatus.SUPERSEDED:
+            return Lifecycle.SUPERSEDED
+        if self.resolved_at is not None:
+            return Lifecycle.RESOLVED
+        return Lifecycle.LIVE
+
+    @property
+    def is_live(self) -> bool:
+        return self.lifecycle is Lifecycle.LIVE
+
+    def to_document(self) -> dict[str, Any]:
+        """The OpenSearch source: the model plus derived, indexed fields."""
+        doc = self.model_dump(mode="json")
+        doc["lifecycle"] = self.lifecycle.value
+        doc["content_hash"] = content_fingerprint(self.content)
+        return doc
+
+    @classmethod
+    def from_document(cls, source: dict[str, Any]) -> Belief:
+        data = {k: v for k, v in source.items() if k not in ("lifecycle", "content_hash")}
+        return cls.model_validate(data)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], *, tenant_id: str) -> Belief:
+        """Load an external record (the paper's seed format or our export). The tenant always
+        comes from the caller, never from the record."""
+        data = dict(record)
+        data.pop("tenant_id", None)
+        return cls.model_validate({**data, "tenant_id": tenant_id})

@@ -1,0 +1,96 @@
+"""The single error hierarchy. Every failure the service reports carries a stable code.
+
+Services and the storage layer raise these; the HTTP layer renders them once (one JSON shape).
+Nothing below the API layer knows about HTTP beyond the status hint each code carries.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+
+class ErrorCode(str, Enum):
+    """Stable machine-readable codes, each with the HTTP status it maps to."""
+
+    VALIDATION_ERROR = "validation_error"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    FORBIDDEN = "forbidden"
+    UNAUTHENTICATED = "unauthenticated"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    RATE_LIMITED = "rate_limited"
+    MODEL_NOT_SUPPORTED = "model_not_supported"
+    UPSTREAM_ERROR = "upstream_error"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    STORE_UNAVAILABLE = "store_unavailable"
+    INTERNAL = "internal_error"
+
+    @property
+    def http_status(self) -> int:
+        return _STATUS[self]
+
+
+_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.VALIDATION_ERROR: 422,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.MODEL_NOT_SUPPORTED: 422,
+    ErrorCode.UPSTREAM_ERROR: 502,
+    ErrorCode.UPSTREAM_TIMEOUT: 504,
+    ErrorCode.STORE_UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
+}
+
+
+class TenureError(Exception):
+    """Base of every error the service raises on purpose."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str, *, details: Any = None, code: ErrorCode | None = None):
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        if code is not None:
+            self.code = code
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code.value, "message": self.message}
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+class ValidationFailed(TenureError):
+    code = ErrorCode.VALIDATION_ERROR
+
+
+class NotFound(TenureError):
+    code = ErrorCode.NOT_FOUND
+
+
+class Conflict(TenureError):
+    code = ErrorCode.CONFLICT
+
+
+class Forbidden(TenureError):
+    code = ErrorCode.FORBIDDEN
+
+
+class Unauthenticated(TenureError):
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class StoreUnavailable(TenureError):
+    """OpenSearch (or Redis) cannot be reached; callers should retry later."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+
+    def __init__(self, message: str, *, retry_after_s: int = 5, details: Any = None):
+        super().__init__(message, details=details)
+        self.retry_after_s = retry_after_s

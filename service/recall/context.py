@@ -1,0 +1,171 @@
+"""The context builder: (principal, session scopes, query, budget) -> the four tiers (paper §5.2).
+
+1. persona prelude    universal preferences, rendered (§5.4)
+2. pinned facts       pinned, in scope (or the owner's user-edited ones from any personal scope)
+3. relevant beliefs   alias-weighted BM25 over names/aliases, >= min_score, filling what pinned left
+4. open questions     pinned open questions in scope (never text-searched)
+plus one hop of relation expansion: a relation hit brings in the beliefs it links, under the same
+filters; a linked open question joins tier 4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.config import RecallDefaults
+from service.domain.belief import Belief, BeliefType, Subtype
+from service.domain.principal import Principal
+from service.recall.persona import render_persona
+from service.recall.query import CleanQuery, clean_query
+from service.storage.access import ScopeView
+from service.storage.beliefs import BeliefStore, ClauseMatch, ScoredBelief
+
+
+class RecallBudget(BaseModel):
+    """Per-request caps; anything unset falls back to the deployment's defaults."""
+
+    max_beliefs: int | None = Field(None, ge=0, le=200, alias="maxBeliefs")
+    max_pinned_facts: int | None = Field(None, ge=0, le=100, alias="maxPinnedFacts")
+    max_questions: int | None = Field(None, ge=0, le=100, alias="maxQuestions")
+    max_chars_per_belief: int | None = Field(None, ge=40, le=10_000, alias="maxCharsPerBelief")
+    max_persona_chars: int | None = Field(None, ge=0, le=10_000, alias="maxPersonaChars")
+    min_score: float | None = Field(None, ge=0.0, le=1000.0, alias="minScore")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def resolve(self, defaults: RecallDefaults) -> RecallDefaults:
+        values = defaults.model_dump()
+        values.update({k: v for k, v in self.model_dump().items() if v is not None})
+        return RecallDefaults.model_validate(values)
+
+
+@dataclass(frozen=True)
+class TierEntry:
+    belief: Belief
+    score: float | None = None
+    clauses: tuple[ClauseMatch, ...] = ()
+    via_relation: str | None = None
+
+
+@dataclass
+class RecallResult:
+    scopes: list[str]
+    query: CleanQuery
+    persona: str | None
+    pinned: list[TierEntry]
+    relevant: list[TierEntry]
+    questions: list[TierEntry]
+    truncated: bool = False
+    notes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pinned_ids(self) -> list[str]:
+        return [e.belief.id for e in self.pinned]
+
+    @property
+    def relevant_ids(self) -> list[str]:
+        return [e.belief.id for e in self.relevant]
+
+    @property
+    def question_ids(self) -> list[str]:
+        return [e.belief.id for e in self.questions]
+
+    @property
+    def injected_ids(self) -> list[str]:
+        return self.pinned_ids + self.relevant_ids + self.question_ids
+
+
+class ContextBuilder:
+    def __init__(self, store: BeliefStore, defaults: RecallDefaults):
+        self.store = store
+        self.defaults = defaults
+
+    def build(
+        self,
+        principal: Principal,
+        scopes: list[str],
+        message: str,
+        budget: RecallBudget | None = None,
+        *,
+        explain: bool = False,
+        search_clauses: list[dict[str, Any]] | None = None,
+    ) -> RecallResult:
+        limits = (budget or RecallBudget()).resolve(self.defaults)
+        view = ScopeView.session(scopes)
+        query = clean_query(message, max_chars=limits.max_query_chars)
+        hits = self.store.recall_candidates(
+            principal,
+            view,
+            query.text,
+            max_relevant=limits.max_beliefs,
+            max_pinned=limits.max_pinned_facts,
+            max_questions=limits.max_questions,
+            min_score=limits.min_score,
+            explain=explain,
+            clauses=search_clauses,
+        )
+        relevant = [TierEntry(h.belief, h.score, h.clauses) for h in hits.relevant]
+        questions = [TierEntry(b) for b in hits.questions]
+        self._expand_relations(principal, view, hits.relevant, relevant, questions, limits.max_questions)
+
+        pinned_ids = {b.id for b in hits.pinned}
+        notes: list[dict[str, Any]] = []
+        if explain:
+            notes += [
+                {"id": e.belief.id, "tier": "relevant", "outcome": "deduplicated: already pinned"}
+                for e in relevant
+                if e.belief.id in pinned_ids
+            ]
+        relevant = [e for e in relevant if e.belief.id not in pinned_ids]
+        combined = [TierEntry(b) for b in hits.pinned] + relevant
+        truncated = len(combined) > limits.max_beliefs
+        kept = combined[: limits.max_beliefs]
+        if explain and truncated:
+            notes += [
+                {"id": e.belief.id, "tier": "pinned" if e.score is None else "relevant", "outcome": "evicted: budget max_beliefs"}
+                for e in combined[limits.max_beliefs :]
+            ]
+        n_pinned = min(len(hits.pinned), len(kept))
+        return RecallResult(
+            scopes=list(view.labels or []),
+            query=query,
+            persona=render_persona(hits.persona, max_chars=limits.max_persona_chars),
+            pinned=kept[:n_pinned],
+            relevant=kept[n_pinned:],
+            questions=questions,
+            truncated=truncated,
+            notes=notes,
+        )
+
+    def _expand_relations(
+        self,
+        principal: Principal,
+        view: ScopeView,
+        hits: list[ScoredBelief],
+        relevant: list[TierEntry],
+        questions: list[TierEntry],
+        max_questions: int,
+    ) -> None:
+        """One hop: beliefs linked by a relation hit join the relevant tier (questions join tier 4)."""
+        relations = [h for h in hits if h.belief.type is BeliefType.RELATION]
+        if not relations:
+            return
+        wanted = [pid for r in relations for pid in r.belief.participants]
+        linked = {b.id: b for b in self.store.get_many(principal, wanted, view=view, live_only=True)}
+        seen = {e.belief.id for e in relevant} | {e.belief.id for e in questions}
+        for relation in relations:
+            for pid in relation.belief.participants:
+                belief = linked.get(pid)
+                if belief is None or belief.id in seen or belief.subtype is Subtype.EXPERTISE:
+                    continue
+                seen.add(belief.id)
+                if belief.type is BeliefType.OPEN_QUESTION:
+                    if len(questions) < max_questions:
+                        questions.append(TierEntry(belief, via_relation=relation.belief.id))
+                else:
+                    relevant.append(
+                        TierEntry(belief, relation.score, (ClauseMatch("relation", relation.score, relation.belief.id),), relation.belief.id)
+                    )

@@ -1,0 +1,108 @@
+"""THE chokepoint: every OpenSearch query over tenant data gets its filters from here.
+
+Nothing else in the code base may build a tenant, owner or scope filter. The rules:
+- a tenant's data is only ever read with a ``term`` on ``tenant_id`` from the principal;
+- personal scopes (``user:*``, ``domain:*``) are visible to their owner only;
+- shared scopes (``project:*``, ``team:*``) are visible to whoever holds the grant, owner or not;
+- a scope the principal asked for but holds no grant to silently contributes nothing.
+Everything is built from the :class:`Principal` (verified credentials) and never from a request body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.domain import scopes as scope_rules
+from service.domain.principal import Principal
+
+MATCH_NONE: dict[str, Any] = {"match_none": {}}
+
+
+@dataclass(frozen=True)
+class ScopeView:
+    """Which scopes a query may see. ``labels=None`` means every scope the principal can see."""
+
+    labels: tuple[str, ...] | None
+
+    @classmethod
+    def session(cls, labels: Sequence[str]) -> ScopeView:
+        """A session's scope list, expanded to parent domains. Empty means 'no scope set'."""
+        if not labels:
+            return cls(None)
+        return cls(tuple(scope_rules.expand_hierarchy(scope_rules.normalize_scopes(labels))))
+
+    @classmethod
+    def everything(cls) -> ScopeView:
+        return cls(None)
+
+
+def tenant_filter(principal: Principal) -> dict[str, Any]:
+    return {"term": {"tenant_id": principal.tenant_id}}
+
+
+def visibility_filter(principal: Principal, view: ScopeView) -> dict[str, Any]:
+    """Owner/grant/scope clause for ``principal`` under ``view`` (tenant not included)."""
+    grants = sorted(principal.shared_grants)
+    if view.labels is None:
+        personal_clause: dict[str, Any] = {"term": {"owner_id": principal.user_id}}
+        shared = grants
+        personal_ok = True
+    else:
+        personal = [s for s in view.labels if scope_rules.is_personal(s)]
+        shared = [s for s in view.labels if scope_rules.is_shared(s) and s in principal.shared_grants]
+        personal_ok = bool(personal)
+        personal_clause = {
+            "bool": {"filter": [{"term": {"owner_id": principal.user_id}}, {"terms": {"scope": personal}}]}
+        }
+    should: list[dict[str, Any]] = []
+    if personal_ok:
+        should.append(personal_clause)
+    if shared:
+        should.append({"terms": {"scope": shared}})
+    if not should:
+        return MATCH_NONE
+    return {"bool": {"should": should, "minimum_should_match": 1}}
+
+
+def access_filters(
+    principal: Principal, view: ScopeView, *, tenant_wide: bool = False
+) -> list[dict[str, Any]]:
+    """The filter list every tenant-data query starts from.
+
+    ``tenant_wide`` (admins only: audit, erase, export) drops the owner/scope clause but never the
+    tenant term; asking for it without the admin role yields a filter that matches nothing.
+    """
+    if tenant_wide:
+        return [tenant_filter(principal)] if principal.is_admin else [MATCH_NONE]
+    return [tenant_filter(principal), visibility_filter(principal, view)]
+
+
+def owned_by(principal: Principal) -> dict[str, Any]:
+    """Restrict further to the principal's own beliefs (used with the user-edited pinned rule)."""
+    return {"term": {"owner_id": principal.user_id}}
+
+
+def routing(principal: Principal) -> str:
+    """Shard routing key: a tenant's beliefs live on one shard of the shared index."""
+    return principal.tenant_id
+
+
+def cross_scope_pinned_filter(principal: Principal) -> dict[str, Any]:
+    """The paper's one exception to scope walls: the owner's *user-edited* pinned beliefs in a
+    personal scope surface in every session of that owner (never someone else's, never shared)."""
+    return {
+        "bool": {
+            "filter": [
+                {"term": {"owner_id": principal.user_id}},
+                {"term": {"user_edited": True}},
+                {
+                    "bool": {
+                        "should": [{"prefix": {"scope": "domain:"}}, {"prefix": {"scope": "user:"}}],
+                        "minimum_should_match": 1,
+                    }
+                },
+            ]
+        }
+    }

@@ -1,0 +1,254 @@
+"""All OpenSearch access for beliefs. The only module that sends belief queries.
+
+Every read takes a :class:`Principal` and gets its tenant/owner/scope filters from
+:mod:`service.storage.access`; every write is routed by tenant. Documents are keyed
+``<tenant>:<belief id>`` so client-given ids (the paper's ``b-redis-code``) never collide across
+tenants.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from opensearchpy import OpenSearch, helpers
+
+from service.domain.belief import Belief
+from service.domain.principal import Principal
+from service.errors import Conflict, NotFound, ValidationFailed
+from service.storage import access, queries
+from service.storage.access import ScopeView
+from service.storage.client import translate_errors
+from service.storage.templates import BELIEFS
+
+Refresh = Literal["true", "false", "wait_for"]
+
+
+def doc_id(tenant_id: str, belief_id: str) -> str:
+    return f"{tenant_id}:{belief_id}"
+
+
+@dataclass(frozen=True)
+class ClauseMatch:
+    """One reason a belief surfaced: which field clause matched, which whole unit, with what score."""
+
+    clause: str
+    score: float | None = None  # per-clause scores need explain=True; names alone are free
+    term: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoredBelief:
+    belief: Belief
+    score: float
+    clauses: tuple[ClauseMatch, ...] = ()
+
+
+@dataclass
+class RecallHits:
+    """Raw tier candidates from one multi-search round trip."""
+
+    persona: list[Belief] = field(default_factory=list)
+    pinned: list[Belief] = field(default_factory=list)
+    relevant: list[ScoredBelief] = field(default_factory=list)
+    questions: list[Belief] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    written: list[str]
+    failed: dict[str, str]
+
+
+_WEIGHT_RE = re.compile(r"^weight\(([\w.]+):(.+?) in \d+\)")
+
+
+def _explained_clauses(explanation: dict[str, Any]) -> tuple[ClauseMatch, ...]:
+    """Flatten a Lucene explanation into (field, whole unit, score) leaves."""
+    out: list[ClauseMatch] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        match = _WEIGHT_RE.match(node.get("description", ""))
+        if match:
+            out.append(ClauseMatch(clause=match.group(1), term=match.group(2), score=float(node["value"])))
+            return
+        for child in node.get("details", []):
+            walk(child)
+
+    walk(explanation)
+    return tuple(out)
+
+
+def _named_clauses(hit: dict[str, Any]) -> tuple[ClauseMatch, ...]:
+    matched = hit.get("matched_queries") or []
+    if isinstance(matched, dict):
+        return tuple(ClauseMatch(clause=k, score=float(v)) for k, v in sorted(matched.items()))
+    return tuple(ClauseMatch(clause=name) for name in sorted(matched))
+
+
+class BeliefStore:
+    def __init__(self, client: OpenSearch, namespace: str):
+        self.client = client
+        self.namespace = namespace
+        self.alias = BELIEFS.alias(namespace)
+
+    # ---------------------------------------------------------------- writes
+
+    def put(self, belief: Belief, *, refresh: Refresh = "wait_for", create_only: bool = False) -> None:
+        """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id."""
+        with translate_errors("store a belief"):
+            try:
+                self.client.index(
+                    index=self.alias,
+                    id=doc_id(belief.tenant_id, belief.id),
+                    body=belief.to_document(),
+                    routing=belief.tenant_id,
+                    refresh=refresh,
+                    op_type="create" if create_only else "index",
+                )
+            except Exception as exc:  # opensearch-py raises ConflictError (409) for create_only
+                if getattr(exc, "status_code", None) == 409:
+                    raise Conflict(f"belief {belief.id!r} already exists") from exc
+                raise
+
+    def put_many(self, beliefs: Sequence[Belief], *, refresh: Refresh = "wait_for", create_only: bool = False) -> WriteResult:
+        actions = (
+            {
+                "_op_type": "create" if create_only else "index",
+                "_index": self.alias,
+                "_id": doc_id(b.tenant_id, b.id),
+                "_routing": b.tenant_id,
+                "_source": b.to_document(),
+            }
+            for b in beliefs
+        )
+        written: list[str] = []
+        failed: dict[str, str] = {}
+        with translate_errors("store beliefs"):
+            for ok, item in helpers.streaming_bulk(
+                self.client, actions, chunk_size=1000, raise_on_error=False, raise_on_exception=False, max_retries=2
+            ):
+                info = next(iter(item.values()))
+                belief_id = str(info.get("_id", "")).split(":", 1)[-1]
+                if ok:
+                    written.append(belief_id)
+                else:
+                    err = info.get("error")
+                    failed[belief_id] = err.get("reason", str(err)) if isinstance(err, dict) else str(err)
+            if refresh != "false" and beliefs:
+                self.client.indices.refresh(index=self.alias)
+        return WriteResult(written=written, failed=failed)
+
+    def replace(self, belief: Belief, *, if_seq_no: int, if_primary_term: int, refresh: Refresh = "wait_for") -> None:
+        """Optimistic update: fails with Conflict if someone changed the belief meanwhile."""
+        with translate_errors("update a belief"):
+            try:
+                self.client.index(
+                    index=self.alias,
+                    id=doc_id(belief.tenant_id, belief.id),
+                    body=belief.to_document(),
+                    routing=belief.tenant_id,
+                    refresh=refresh,
+                    if_seq_no=if_seq_no,
+                    if_primary_term=if_primary_term,
+                )
+            except Exception as exc:
+                if getattr(exc, "status_code", None) == 409:
+                    raise Conflict(f"belief {belief.id!r} was changed concurrently; retry") from exc
+                raise
+
+    # ----------------------------------------------------------------- reads
+
+    def _search(self, principal: Principal, body: dict[str, Any], action: str) -> dict[str, Any]:
+        with translate_errors(action):
+            result: dict[str, Any] = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+        return result
+
+    def get(self, principal: Principal, belief_id: str, *, view: ScopeView | None = None, tenant_wide: bool = False) -> Belief:
+        """One belief the principal may see, whatever its lifecycle. Another user's or tenant's
+        belief is indistinguishable from a missing one (no existence oracle)."""
+        found = self.get_versioned(principal, belief_id, view=view, tenant_wide=tenant_wide)
+        return found[0]
+
+    def get_versioned(
+        self, principal: Principal, belief_id: str, *, view: ScopeView | None = None, tenant_wide: bool = False
+    ) -> tuple[Belief, int, int]:
+        filters = access.access_filters(principal, view or ScopeView.everything(), tenant_wide=tenant_wide)
+        body = queries.by_ids_body(filters, [belief_id], live_only=False)
+        body["seq_no_primary_term"] = True
+        hits = self._search(principal, body, "read a belief")["hits"]["hits"]
+        if not hits:
+            raise NotFound(f"belief {belief_id!r} not found")
+        hit = hits[0]
+        return Belief.from_document(hit["_source"]), int(hit["_seq_no"]), int(hit["_primary_term"])
+
+    def get_many(
+        self, principal: Principal, ids: Iterable[str], *, view: ScopeView | None = None, live_only: bool = True
+    ) -> list[Belief]:
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return []
+        filters = access.access_filters(principal, view or ScopeView.everything())
+        body = queries.by_ids_body(filters, wanted, live_only=live_only)
+        hits = self._search(principal, body, "read beliefs")["hits"]["hits"]
+        by_id = {b.id: b for b in (Belief.from_document(h["_source"]) for h in hits)}
+        return [by_id[i] for i in wanted if i in by_id]
+
+    def recall_candidates(
+        self,
+        principal: Principal,
+        view: ScopeView,
+        text: str,
+        *,
+        max_relevant: int,
+        max_pinned: int,
+        max_questions: int,
+        min_score: float,
+        explain: bool = False,
+        clauses: list[dict[str, Any]] | None = None,
+    ) -> RecallHits:
+        """All four tiers in one ``_msearch`` round trip (the recall hot path)."""
+        filters = access.access_filters(principal, view)
+        persona_filters = access.access_filters(principal, ScopeView(("user:universal",)))
+        bodies: list[tuple[str, dict[str, Any]]] = [
+            ("persona", queries.persona_body(persona_filters)),
+            ("pinned", queries.pinned_body(filters, access.cross_scope_pinned_filter(principal), size=max_pinned)),
+            ("questions", queries.open_questions_body(filters, size=max_questions)),
+        ]
+        if text and max_relevant > 0:
+            bodies.append(
+                (
+                    "relevant",
+                    queries.relevant_body(filters, text, size=max_relevant, min_score=min_score, explain=explain, clauses=clauses),
+                )
+            )
+        lines: list[dict[str, Any]] = []
+        for _, body in bodies:
+            lines.append({"index": self.alias, "routing": access.routing(principal)})
+            lines.append(body)
+        with translate_errors("recall beliefs"):
+            response = self.client.msearch(body=lines)
+        hits = RecallHits()
+        for (tier, _), result in zip(bodies, response["responses"], strict=True):
+            if "error" in result:
+                raise ValidationFailed(f"recall query for tier {tier} failed", details=result["error"])
+            rows = result["hits"]["hits"]
+            if tier == "relevant":
+                hits.relevant = [self._scored(row, explain) for row in rows]
+            else:
+                setattr(hits, tier, [Belief.from_document(row["_source"]) for row in rows])
+        return hits
+
+    @staticmethod
+    def _scored(row: dict[str, Any], explain: bool) -> ScoredBelief:
+        clauses = _explained_clauses(row["_explanation"]) if explain and "_explanation" in row else _named_clauses(row)
+        score = row.get("_score")
+        if score is None:
+            score = row["sort"][0]
+        return ScoredBelief(belief=Belief.from_document(row["_source"]), score=float(score), clauses=clauses)
+
+    def refresh(self) -> None:
+        with translate_errors("refresh"):
+            self.client.indices.refresh(index=self.alias)

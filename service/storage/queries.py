@@ -1,0 +1,167 @@
+"""Query bodies for belief recall. Pure functions: filters come in from :mod:`access`.
+
+Boost constants follow the paper's Atlas Search query (§3.4); each is a named constant with the
+reason it has the weight it has. Because the search fields use the ``boolean`` similarity, a hit's
+score is the sum of ``boost x fuzzy factor`` over the whole units it matched: 14 for a canonical
+name or a multi-word alias, 5 for a single-word alias (x0.8-0.95 when matched with one edit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.domain import scopes as scope_rules
+from service.domain.belief import BeliefType, Lifecycle, Subtype
+
+# A canonical name is the belief's own deliberate name; matching it whole is the strongest
+# evidence there is that the query is about this belief.
+CANONICAL_BOOST = 14.0
+# The same, for multi-word canonical names matched by a 2-3 word shingle of the query
+# (stop-words removed first, so "the error handling" still reaches error_handling).
+CANONICAL_PHRASE_BOOST = 14.0
+# Single-word aliases are loose handles (abbreviations, counter-signals like "mongoose", generic
+# words like "error"): worth enough to clear MIN_SCORE alone, never enough to outrank a name.
+ALIAS_WORD_BOOST = 5.0
+# A multi-word alias matched whole ("class hierarchies", "allkeys-lru") is as specific as a name.
+ALIAS_PHRASE_BOOST = 14.0
+# One edit for terms of 3+ characters, exact below; the first two characters must match (prefix
+# guard), so k9s never reaches k8s and mango never reaches mongo.
+FUZZINESS = "AUTO:3,10000"
+PREFIX_LENGTH = 2
+MAX_FUZZY_EXPANSIONS = 20
+
+CLAUSES = ("canonical_name", "canonical_name.phrase", "aliases", "aliases.shingle")
+
+LIVE = {"term": {"lifecycle": Lifecycle.LIVE.value}}
+_SOURCE_EXCLUDES = ["change_log"]
+
+
+def relevance_clauses(text: str, *, fuzzy: bool = True, use_aliases: bool = True) -> list[dict[str, Any]]:
+    def word(field: str, boost: float) -> dict[str, Any]:
+        body: dict[str, Any] = {"query": text, "boost": boost, "_name": field}
+        if fuzzy:
+            body.update(fuzziness=FUZZINESS, prefix_length=PREFIX_LENGTH, max_expansions=MAX_FUZZY_EXPANSIONS)
+        return {"match": {field: body}}
+
+    def phrase(field: str, boost: float) -> dict[str, Any]:
+        return {"match": {field: {"query": text, "boost": boost, "_name": field}}}
+
+    clauses = [word("canonical_name", CANONICAL_BOOST), phrase("canonical_name.phrase", CANONICAL_PHRASE_BOOST)]
+    if use_aliases:
+        clauses += [word("aliases", ALIAS_WORD_BOOST), phrase("aliases.shingle", ALIAS_PHRASE_BOOST)]
+    return clauses
+
+
+def relevant_body(
+    filters: list[dict[str, Any]],
+    text: str,
+    *,
+    size: int,
+    min_score: float,
+    exclude_ids: list[str] | None = None,
+    explain: bool = False,
+    clauses: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Text search over names and aliases only. Open questions and expertise never come back
+    here (they have their own tiers), nor does anything that is not live."""
+    must_not: list[dict[str, Any]] = [
+        {"term": {"type": BeliefType.OPEN_QUESTION.value}},
+        {"term": {"subtype": Subtype.EXPERTISE.value}},
+    ]
+    if exclude_ids:
+        must_not.append({"terms": {"id": exclude_ids}})
+    return {
+        "size": size,
+        "min_score": min_score,
+        "track_total_hits": False,
+        "explain": explain,
+        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "query": {
+            "bool": {
+                "filter": [*filters, LIVE],
+                "must_not": must_not,
+                "should": clauses if clauses is not None else relevance_clauses(text),
+                "minimum_should_match": 1,
+            }
+        },
+        "sort": ["_score", {"last_reinforced_at": {"order": "desc", "missing": "_last"}}, {"id": "asc"}],
+    }
+
+
+def pinned_body(filters: list[dict[str, Any]], cross_scope: dict[str, Any], *, size: int) -> dict[str, Any]:
+    """Pinned facts: live, pinned, never open questions, never universal (that is the persona's
+    job); in the session's scopes, or the owner's user-edited ones from any personal scope."""
+    tenant, visibility = filters[0], filters[1:]
+    return {
+        "size": size,
+        "track_total_hits": False,
+        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "query": {
+            "bool": {
+                "filter": [
+                    tenant,
+                    LIVE,
+                    {"term": {"pinned": True}},
+                    {"bool": {"should": [*visibility, cross_scope], "minimum_should_match": 1}},
+                ],
+                "must_not": [
+                    {"term": {"type": BeliefType.OPEN_QUESTION.value}},
+                    {"terms": {"scope": list(scope_rules.UNIVERSAL_LABELS)}},
+                ],
+            }
+        },
+        "sort": [
+            {"user_edited": {"order": "desc"}},
+            {"last_reinforced_at": {"order": "desc", "missing": "_last"}},
+            {"id": "asc"},
+        ],
+    }
+
+
+def open_questions_body(filters: list[dict[str, Any]], *, size: int) -> dict[str, Any]:
+    """Pinned, live open questions in the session's scopes. Never text-searched."""
+    return {
+        "size": size,
+        "track_total_hits": False,
+        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "query": {
+            "bool": {
+                "filter": [*filters, LIVE, {"term": {"pinned": True}}, {"term": {"type": BeliefType.OPEN_QUESTION.value}}],
+            }
+        },
+        "sort": [{"last_reinforced_at": {"order": "desc", "missing": "_last"}}, {"id": "asc"}],
+    }
+
+
+def persona_body(filters: list[dict[str, Any]], *, size: int = 80) -> dict[str, Any]:
+    """Universal preferences of the owner (filters already restrict to user:universal)."""
+    return {
+        "size": size,
+        "track_total_hits": False,
+        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "query": {
+            "bool": {
+                "filter": [
+                    *filters,
+                    LIVE,
+                    {"term": {"type": BeliefType.PREFERENCE.value}},
+                    {"terms": {"epistemic_status": ["active", "inferred"]}},
+                ]
+            }
+        },
+        "sort": [
+            {"pinned": {"order": "desc"}},
+            {"reinforcement_count": {"order": "desc"}},
+            {"last_reinforced_at": {"order": "desc", "missing": "_last"}},
+            {"id": "asc"},
+        ],
+    }
+
+
+def by_ids_body(filters: list[dict[str, Any]], ids: list[str], *, live_only: bool) -> dict[str, Any]:
+    extra = [LIVE] if live_only else []
+    return {
+        "size": len(ids),
+        "track_total_hits": False,
+        "query": {"bool": {"filter": [*filters, *extra, {"terms": {"id": ids}}]}},
+    }

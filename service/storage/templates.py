@@ -1,0 +1,117 @@
+"""Index templates from ``index_templates/``: applied idempotently, indices behind aliases.
+
+Names (``ns`` is ``settings.opensearch_namespace``):
+- component templates ``tenure-<name>-v<version>`` (shared by all namespaces; content-addressed by version)
+- index template ``<ns>-beliefs-v<version>`` matching ``<ns>-beliefs-*``
+- write alias ``<ns>-beliefs`` -> concrete ``<ns>-beliefs-000001`` (a reindex creates ``-000002`` and swaps)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "index_templates"
+
+
+@dataclass(frozen=True)
+class IndexFamily:
+    """One family of indices (beliefs, audit, ...) defined by an index template file."""
+
+    name: str
+
+    def alias(self, namespace: str) -> str:
+        return f"{namespace}-{self.name}"
+
+    def concrete(self, namespace: str, generation: int = 1) -> str:
+        return f"{self.alias(namespace)}-{generation:06d}"
+
+
+BELIEFS = IndexFamily("beliefs")
+
+
+def load_json(relative: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((TEMPLATE_DIR / relative).read_text())
+    return data
+
+
+def component_name(file_stem: str) -> str:
+    return f"{file_stem}-v{load_json(f'component/{file_stem}.json')['version']}"
+
+
+def index_template_body(family: IndexFamily, namespace: str) -> dict[str, Any]:
+    body = load_json(f"index/tenure-{family.name}.json")
+    body["index_patterns"] = [p.replace("{namespace}", namespace) for p in body["index_patterns"]]
+    return body
+
+
+def expected_mapping(family: IndexFamily) -> dict[str, Any]:
+    """The mapping an index of ``family`` must have: the union of its component templates."""
+    body = index_template_body(family, "x")
+    properties: dict[str, Any] = {}
+    dynamic: Any = None
+    for name in body["composed_of"]:
+        stem = name.rsplit("-v", 1)[0]
+        mappings = load_json(f"component/{stem}.json")["template"].get("mappings", {})
+        properties.update(mappings.get("properties", {}))
+        dynamic = mappings.get("dynamic", dynamic)
+    out: dict[str, Any] = {"properties": properties}
+    if dynamic is not None:
+        out["dynamic"] = dynamic
+    return out
+
+
+def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFamily, ...] = (BELIEFS,)) -> None:
+    """Put component and index templates, then make sure each family's alias exists.
+
+    Safe to run on every start-up and from several processes at once.
+    """
+    for path in sorted((TEMPLATE_DIR / "component").glob("*.json")):
+        client.cluster.put_component_template(name=component_name(path.stem), body=load_json(f"component/{path.name}"))
+    for family in families:
+        client.indices.put_index_template(
+            name=f"{family.alias(namespace)}-v{load_json(f'index/tenure-{family.name}.json')['version']}",
+            body=index_template_body(family, namespace),
+        )
+        ensure_alias(client, family, namespace)
+
+
+def ensure_alias(client: OpenSearch, family: IndexFamily, namespace: str) -> str:
+    alias = family.alias(namespace)
+    if client.indices.exists_alias(name=alias):
+        return alias
+    index = family.concrete(namespace)
+    try:
+        client.indices.create(index=index, body={"aliases": {alias: {"is_write_index": True}}})
+    except os_exc.RequestError as exc:
+        if "resource_already_exists_exception" not in str(exc.error):
+            raise
+    client.cluster.health(index=index, wait_for_status="yellow", request_timeout=35)
+    return alias
+
+
+def swap_alias(client: OpenSearch, family: IndexFamily, namespace: str, new_generation: int) -> str:
+    """Reindex the family into a new generation and point the alias at it atomically."""
+    alias = family.alias(namespace)
+    current = list(client.indices.get_alias(name=alias).keys())
+    target = family.concrete(namespace, new_generation)
+    client.indices.create(index=target)
+    client.reindex(body={"source": {"index": alias}, "dest": {"index": target}}, refresh=True, wait_for_completion=True)
+    actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in current]
+    actions.append({"add": {"index": target, "alias": alias, "is_write_index": True}})
+    client.indices.update_aliases(body={"actions": actions})
+    return target
+
+
+def drop_namespace(client: OpenSearch, namespace: str, families: tuple[IndexFamily, ...] = (BELIEFS,)) -> None:
+    """Delete a namespace's indices and index templates (tests and eval runs only)."""
+    for family in families:
+        client.indices.delete(index=f"{family.alias(namespace)}-*", ignore=[404])
+        client.indices.delete_index_template(
+            name=f"{family.alias(namespace)}-v{load_json(f'index/tenure-{family.name}.json')['version']}", ignore=[404]
+        )
