@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install everything this project needs on a fresh machine of its kind (Debian, Python 3.11,
+# OpenJDK 17, Maven): redis-server from apt, the Python virtualenv, the OpenSearch node jars from
+# Maven Central. Idempotent and quick when nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "setup: installing redis-server (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  # the package starts a system service on :6379; our stack runs its own servers
+  (systemctl disable --now redis-server >/dev/null 2>&1 || service redis-server stop >/dev/null 2>&1 || true)
+fi
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
+  echo "setup: installing Python dependencies into .venv"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e ".[dev,evals]"
+  echo "$stamp" > .venv/.installed
+fi
+
+bash deploy/opensearch/build.sh

@@ -1,0 +1,88 @@
+"""Session fixtures: a real OpenSearch node and a real Redis server for the whole test run.
+
+By default both are started fresh (free ports, throw-away dirs) and stopped at the end. During
+development, point ``TENURE_TEST_OPENSEARCH_URL`` / ``TENURE_TEST_REDIS_URL`` at running servers
+to skip the ~20 s start-up; every session still gets its own index namespace and Redis DB keys.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opensearchpy import OpenSearch
+
+from deploy.devstack import Service, start_opensearch, start_redis
+from service.config import Settings
+from service.domain.principal import Principal
+from service.storage.beliefs import BeliefStore
+from service.storage.client import build_client
+from service.storage.templates import apply_templates, drop_namespace
+
+
+@pytest.fixture(scope="session")
+def opensearch_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("TENURE_TEST_OPENSEARCH_URL")
+    if external:
+        yield external
+        return
+    svc: Service = start_opensearch(Path(tmp_path_factory.mktemp("opensearch")) / "home")
+    try:
+        yield svc.url
+    finally:
+        svc.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("TENURE_TEST_REDIS_URL")
+    if external:
+        yield external
+        return
+    svc = start_redis(Path(tmp_path_factory.mktemp("redis")) / "home")
+    try:
+        yield svc.url
+    finally:
+        svc.stop()
+
+
+@pytest.fixture(scope="session")
+def namespace() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def settings(opensearch_url: str, redis_url: str, namespace: str) -> Settings:
+    return Settings(opensearch_url=opensearch_url, redis_url=redis_url, opensearch_namespace=namespace)
+
+
+@pytest.fixture(scope="session")
+def os_client(settings: Settings) -> Iterator[OpenSearch]:
+    client = build_client(settings)
+    apply_templates(client, settings.opensearch_namespace)
+    try:
+        yield client
+    finally:
+        drop_namespace(client, settings.opensearch_namespace)
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def store(os_client: OpenSearch, settings: Settings) -> BeliefStore:
+    return BeliefStore(os_client, settings.opensearch_namespace)
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A fresh tenant per test: tests share one index, as tenants do in production."""
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def principal(tenant_id: str, user_id: str, *, projects: tuple[str, ...] = (), teams: tuple[str, ...] = (), admin: bool = False) -> Principal:
+    from service.domain.principal import Role
+
+    roles = frozenset({Role.MEMBER, Role.ADMIN}) if admin else frozenset({Role.MEMBER})
+    return Principal(tenant_id=tenant_id, user_id=user_id, roles=roles, projects=frozenset(projects), teams=frozenset(teams))
