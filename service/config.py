@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -25,6 +25,91 @@ class RecallDefaults(BaseSettings):
     # A single whole-alias hit (boost 5) clears it, partial/weak evidence does not (paper: minScore 3).
     min_score: float = Field(3.0, ge=0.0)
     max_query_chars: int = Field(1000, ge=16, le=20_000)
+
+
+class TierFamily(BaseModel):
+    """One model family of the tier gate (paper §4.3): detect regex, version floor, tier."""
+
+    name: str
+    detect: str
+    floor: str | None = None  # "4.5"; None means every version of the family is verified
+    tier: int = 2
+
+
+def _paper_tier_table() -> list[TierFamily]:
+    return [
+        TierFamily(name="claude", detect=r"^claude-", floor="4.5", tier=2),
+        TierFamily(name="bedrock-claude", detect=r"^(?:us\.|eu\.|ap\.)?anthropic\.claude", floor="4.5", tier=2),
+        TierFamily(name="bedrock-nova-pro", detect=r"^(?:us\.|eu\.|ap\.)?amazon\.nova-pro", tier=2),
+        TierFamily(name="gpt", detect=r"^gpt-", floor="4.4", tier=2),
+        TierFamily(name="openai-o-series", detect=r"^o[3-9]", tier=1),
+    ]
+
+
+class TenantLoopOverride(BaseModel):
+    """Per-tenant switches of the memory loop; unset fields fall back to the global values."""
+
+    extraction_enabled: bool | None = None
+    upstream_base_url: str | None = None
+    upstream_api_key: SecretStr | None = None
+
+
+class MemoryLoopSettings(BaseSettings):
+    """Proxy, extraction, merge policy and compaction (paper §4-§6 defaults)."""
+
+    model_config = SettingsConfigDict(env_prefix="TENURE_LOOP_", extra="ignore")
+
+    upstream_base_url: str | None = None  # OpenAI-compatible, e.g. https://api.openai.com/v1
+    upstream_api_key: SecretStr | None = None
+    upstream_timeout_s: float = Field(120.0, gt=0)
+    upstream_connect_timeout_s: float = Field(5.0, gt=0)
+    extraction_enabled: bool = True
+    strict_model_tiers: bool = True
+    tier_families: list[TierFamily] = Field(default_factory=_paper_tier_table)
+    tenants: dict[str, TenantLoopOverride] = Field(default_factory=dict)
+    # merge policy (BeliefMerger defaults)
+    min_insert_confidence: float = Field(0.35, ge=0.0, le=1.0)
+    conflict_confidence_margin: float = Field(0.15, ge=0.0, le=1.0)
+    inferred_promotion_count: int = Field(5, ge=1)
+    inferred_promotion_age_s: int = Field(48 * 3600, ge=0)
+    # flywheel: a medium-confidence alias candidate seen in this many distinct turns is applied
+    alias_candidate_min_sightings: int = Field(2, ge=1)
+    # sidecar limits
+    sidecar_max_chars: int = Field(32_000, ge=1000)
+    # turn records
+    max_turn_message_chars: int = Field(200_000, ge=1000)
+    # compaction (paper §5.1)
+    compaction_llm_base_url: str | None = None
+    compaction_llm_api_key: SecretStr | None = None
+    compaction_llm_model: str | None = None
+    compaction_interval_s: int = Field(1800, ge=10)
+    compaction_threshold_preference: int = Field(15, ge=2)
+    compaction_threshold_expertise: int = Field(8, ge=2)
+    compaction_threshold_entity: int = Field(25, ge=2)
+    compaction_threshold_decision: int = Field(20, ge=2)
+    compaction_cooldown_s: int = Field(12 * 3600, ge=0)
+    # sweep of turns whose extraction never completed
+    sweep_interval_s: int = Field(60, ge=1)
+    sweep_stale_after_s: int = Field(120, ge=1)
+    max_extraction_attempts: int = Field(3, ge=1)
+
+    def for_tenant(self, tenant_id: str) -> TenantLoopOverride:
+        return self.tenants.get(tenant_id) or TenantLoopOverride()
+
+
+class CelerySettings(BaseSettings):
+    """Worker limits. The broker visibility timeout must exceed the longest hard time limit."""
+
+    model_config = SettingsConfigDict(env_prefix="TENURE_CELERY_", extra="ignore")
+
+    heavy_soft_time_limit_s: int = Field(240, ge=1)
+    heavy_time_limit_s: int = Field(300, ge=2)
+    cheap_soft_time_limit_s: int = Field(20, ge=1)
+    cheap_time_limit_s: int = Field(30, ge=2)
+    task_expires_s: int = Field(6 * 3600, ge=60)
+    visibility_timeout_s: int = Field(3600, ge=60)
+    max_retries: int = Field(5, ge=0)
+    queue_prefix: str = "tenure"
 
 
 class Settings(BaseSettings):
@@ -46,6 +131,8 @@ class Settings(BaseSettings):
     celery_broker_url: str | None = None
 
     recall: RecallDefaults = Field(default_factory=RecallDefaults)
+    loop: MemoryLoopSettings = Field(default_factory=MemoryLoopSettings)
+    celery: CelerySettings = Field(default_factory=CelerySettings)
 
     @property
     def broker_url(self) -> str:
