@@ -106,3 +106,13 @@ def cross_scope_pinned_filter(principal: Principal) -> dict[str, Any]:
             ]
         }
     }
+    return [tenant_filter(principal)] if principal.is_admin else [MATCH_NONE]
+
+
+def maintenance_filters() -> list[dict[str, Any]]:
+    """Cross-tenant scans for scheduled maintenance only (the extraction sweep, the compaction
+    planner). They have no principal: they may only return *keys* (tenant, owner, ids, counts)
+    that are then processed one tenant at a time through principal-based filters; they never
+    return belief or turn content to any caller. Deliberately empty: the caller's narrowing
+    clauses are the whole query."""
+    return []
