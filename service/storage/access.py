@@ -106,7 +106,6 @@ def cross_scope_pinned_filter(principal: Principal) -> dict[str, Any]:
             ]
         }
     }
-    return [tenant_filter(principal)] if principal.is_admin else [MATCH_NONE]
 
 
 def maintenance_filters() -> list[dict[str, Any]]:
