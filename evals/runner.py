@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from service.beliefs.service import add_aliases
 from service.domain.belief import Belief
 from service.domain.principal import Principal
 from service.recall.context import ContextBuilder, RecallBudget
+from service.recall.query import clean_query
 from service.storage.beliefs import BeliefStore
 from evals.cases import CaseSet
 from evals.judge import Tiers, Verdict, judge, mean
@@ -27,17 +28,40 @@ class Backend(Protocol):
     def recall(self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None) -> Tiers: ...
 
 
-class ContextBackend:
-    """Our recall, exactly as the service runs it (optionally with swapped search clauses)."""
+ClauseFactory = Callable[[str], list[dict[str, Any]]]
 
-    def __init__(self, builder: ContextBuilder, name: str = "bm25", explain: bool = False):
+
+class ContextBackend:
+    """Our recall, exactly as the service runs it (optionally with swapped search clauses).
+
+    Ablations pass ``clauses`` (built from the cleaned query text, replacing the relevance
+    clauses) and/or ``min_score`` (overriding the score threshold of every query).
+    """
+
+    def __init__(
+        self,
+        builder: ContextBuilder,
+        name: str = "bm25",
+        explain: bool = False,
+        *,
+        clauses: ClauseFactory | None = None,
+        min_score: float | None = None,
+    ):
         self.builder = builder
         self.name = name
         self.explain = explain
+        self.clauses = clauses
+        self.min_score = min_score
 
     def recall(self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None) -> Tiers:
         started = time.perf_counter()
-        result = self.builder.build(principal, scopes, query, budget, explain=self.explain)
+        search_clauses = None
+        if self.min_score is not None:
+            budget = (budget or RecallBudget()).model_copy(update={"min_score": self.min_score})
+        if self.clauses is not None:
+            limits = (budget or RecallBudget()).resolve(self.builder.defaults)
+            search_clauses = self.clauses(clean_query(query, max_chars=limits.max_query_chars).text)
+        result = self.builder.build(principal, scopes, query, budget, explain=self.explain, search_clauses=search_clauses)
         elapsed = (time.perf_counter() - started) * 1000
         return Tiers(
             persona=result.persona,
