@@ -18,6 +18,12 @@ from service.domain import scopes as scope_rules
 from service.domain.principal import Principal
 
 MATCH_NONE: dict[str, Any] = {"match_none": {}}
+_ANY_PERSONAL_SCOPE: dict[str, Any] = {
+    "bool": {
+        "should": [{"prefix": {"scope": f"{kind}:"}} for kind in scope_rules.PERSONAL_KINDS],
+        "minimum_should_match": 1,
+    }
+}
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,10 @@ def visibility_filter(principal: Principal, view: ScopeView) -> dict[str, Any]:
     """Owner/grant/scope clause for ``principal`` under ``view`` (tenant not included)."""
     grants = sorted(principal.shared_grants)
     if view.labels is None:
-        personal_clause: dict[str, Any] = {"term": {"owner_id": principal.user_id}}
+        # every personal scope of the owner; a shared-scope belief needs a grant even for its author
+        personal_clause: dict[str, Any] = {
+            "bool": {"filter": [{"term": {"owner_id": principal.user_id}}, _ANY_PERSONAL_SCOPE]}
+        }
         shared = grants
         personal_ok = True
     else:
@@ -97,15 +106,16 @@ def cross_scope_pinned_filter(principal: Principal) -> dict[str, Any]:
             "filter": [
                 {"term": {"owner_id": principal.user_id}},
                 {"term": {"user_edited": True}},
-                {
-                    "bool": {
-                        "should": [{"prefix": {"scope": "domain:"}}, {"prefix": {"scope": "user:"}}],
-                        "minimum_should_match": 1,
-                    }
-                },
+                _ANY_PERSONAL_SCOPE,
             ]
         }
     }
+
+
+def admin_filters(principal: Principal) -> list[dict[str, Any]]:
+    """Tenant-wide records an admin may read (audit events, users, keys): only the admin's own
+    tenant, and nothing at all for a member."""
+    return [tenant_filter(principal)] if principal.is_admin else [MATCH_NONE]
 
 
 def maintenance_filters() -> list[dict[str, Any]]:

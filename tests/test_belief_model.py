@@ -1,0 +1,87 @@
+"""The belief model: loads the paper's seed as is, normalises, and rejects bad input precisely."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from evals.cases import PAPER_DIR
+from service.domain.belief import Belief, Lifecycle, normalize_canonical_name
+
+SEED: list[dict[str, Any]] = json.loads((PAPER_DIR / "beliefs.seed.json").read_text())
+
+
+def base(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "tenant_id": "acme", "owner_id": "ana", "type": "preference", "canonical_name": "language_typescript",
+        "aliases": ["TypeScript", "TS"], "content": "Writes TypeScript in strict mode.",
+        "why_it_matters": "Shapes code examples toward strict TypeScript.", "scope": ["domain:code"],
+    }
+    data.update(overrides)
+    return data
+
+
+def errors_of(**overrides: Any) -> list[tuple[str, str]]:
+    with pytest.raises(ValidationError) as info:
+        Belief.model_validate(base(**overrides))
+    return [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in info.value.errors()]
+
+
+def test_the_whole_seed_loads_as_is() -> None:
+    beliefs = [Belief.from_record(r, tenant_id="paper") for r in SEED]
+    assert len(beliefs) == 29
+    by_id = {b.id: b for b in beliefs}
+    assert by_id["b-other-user-leak-check"].owner_id == "other-user"
+    assert by_id["b-mongo-raw-driver"].aliases == ["mongodb", "mongo", "moongoose"]
+    assert by_id["b-linting-v0"].lifecycle is Lifecycle.SUPERSEDED
+    assert by_id["b-hosting-resolved"].lifecycle is Lifecycle.RESOLVED
+    assert {b.tenant_id for b in beliefs} == {"paper"}
+
+
+def test_tenant_in_a_record_is_ignored_in_favour_of_the_callers() -> None:
+    record = {**SEED[0], "tenant_id": "someone-else"}
+    assert Belief.from_record(record, tenant_id="mine").tenant_id == "mine"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("Redis Cache", "redis_cache"), ("redisCache", "redis_cache"), ("  ci-pipeline ", "ci_pipeline"), ("MongoDB__raw", "mongo_db_raw")],
+)
+def test_canonical_names_become_snake_case(raw: str, expected: str) -> None:
+    assert normalize_canonical_name(raw) == expected
+
+
+def test_aliases_are_normalised_and_deduplicated() -> None:
+    belief = Belief.model_validate(base(aliases=[" TS ", "ts", "Type  Script", ""]))
+    assert belief.aliases == ["ts", "type script"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "fragment"),
+    [
+        ({"confidence": 1.5}, "confidence", "less than or equal to 1"),
+        ({"type": "opinion"}, "type", "Input should be"),
+        ({"scope": ["galaxy:far"]}, "scope", "invalid scope label"),
+        ({"scope": []}, "scope", "at least 1"),
+        ({"aliases": [f"a{i}" for i in range(26)]}, "aliases", "at most 25 aliases"),
+        ({"canonical_name": "!!!"}, "canonical_name", "at least one letter or digit"),
+        ({"content": ""}, "content", "at least 1 character"),
+        ({"type": "entity", "subtype": "style"}, "", "subtype"),
+        ({"type": "relation"}, "", "at least two participants"),
+        ({"id": "bad id with spaces"}, "id", "pattern"),
+        ({"colour": "blue"}, "colour", "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_input_gets_a_precise_error(overrides: dict[str, Any], field: str, fragment: str) -> None:
+    errors = errors_of(**overrides)
+    assert any(loc == field and fragment in msg for loc, msg in errors), errors
+
+
+def test_document_round_trip_keeps_everything() -> None:
+    belief = Belief.from_record(SEED[5], tenant_id="paper")
+    doc = belief.to_document()
+    assert doc["lifecycle"] == "live" and len(doc["content_hash"]) == 64
+    assert Belief.from_document(doc) == belief
