@@ -19,7 +19,7 @@ _FILE_REF = re.compile(
 _STACK_LINE = re.compile(r"^\s+at\s.*$", re.MULTILINE)
 _URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+", re.IGNORECASE)
 _PATH = re.compile(
-    r"(?<!\S)(?:(?:~|\.{1,2})?/[\w.@-]+(?:/[\w.@-]*)*|[\w.@-]+(?:/[\w.@-]+){2,}|[\w.@-]+/[\w.@-]+\.[a-z]{1,5})(?!\S)"
+    r"(?<!\S)(?:(?:~|\.{1,2})?/[\w.@-]+(?:/[\w.@-]*)*|[\w.@-]+(?:/[\w.@-]+){2,}|[\w.@-]+/[\w.@-]+\.[a-z]{1,5})(?=[?!.,;:]*(?:\s|$))"
 )
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _HEADER = re.compile(r"^\s{0,3}#{1,6}\s*", re.MULTILINE)
