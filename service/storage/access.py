@@ -118,10 +118,10 @@ def admin_filters(principal: Principal) -> list[dict[str, Any]]:
     return [tenant_filter(principal)] if principal.is_admin else [MATCH_NONE]
 
 
-def maintenance_filters() -> list[dict[str, Any]]:
+def maintenance_filters(tenant_id: str | None = None) -> list[dict[str, Any]]:
     """Cross-tenant scans for scheduled maintenance only (the extraction sweep, the compaction
     planner). They have no principal: they may only return *keys* (tenant, owner, ids, counts)
     that are then processed one tenant at a time through principal-based filters; they never
-    return belief or turn content to any caller. Deliberately empty: the caller's narrowing
-    clauses are the whole query."""
-    return []
+    return belief or turn content to any caller. ``tenant_id`` narrows a scan to one tenant
+    (an admin's trigger); otherwise the caller's narrowing clauses are the whole query."""
+    return [] if tenant_id is None else [{"term": {"tenant_id": tenant_id}}]
