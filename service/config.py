@@ -7,6 +7,7 @@ Read from the environment with the ``TENURE_`` prefix (and an optional ``.env``)
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -25,6 +26,42 @@ class RecallDefaults(BaseSettings):
     # A single whole-alias hit (boost 5) clears it, partial/weak evidence does not (paper: minScore 3).
     min_score: float = Field(3.0, ge=0.0)
     max_query_chars: int = Field(1000, ge=16, le=20_000)
+
+
+class AuthSettings(BaseSettings):
+    """Credential verification (service/auth). Production: RS256/ES256 against a JWKS; development:
+    HS256 with a shared secret. API keys are HMAC-hashed with ``api_key_pepper``."""
+
+    model_config = SettingsConfigDict(env_prefix="TENURE_AUTH_", extra="ignore")
+
+    jwt_issuer: str = "tenure"
+    jwt_audience: str = "tenure-api"
+    # Only these algorithms are ever accepted; "none" can never be configured in.
+    jwt_algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"])
+    jwks_url: str | None = None
+    jwks_file: str | None = None
+    jwks_cache_s: int = Field(300, ge=0, le=86_400)
+    # Development only: enables HS256 tokens (and the dev-token endpoint) when set.
+    jwt_hs256_secret: SecretStr | None = None
+    jwt_leeway_s: int = Field(30, ge=0, le=600)
+    dev_token_ttl_s: int = Field(3600, ge=60, le=30 * 86_400)
+    api_key_pepper: SecretStr = SecretStr("tenure-dev-pepper-change-me")
+    # Verified keys are cached in-process this long: the upper bound on revocation delay in
+    # processes other than the one that handled the revoke.
+    api_key_cache_s: float = Field(5.0, ge=0.0, le=60.0)
+    # last_used_at is written at most this often per key (one Redis SET NX gates it).
+    last_used_interval_s: int = Field(60, ge=1, le=86_400)
+
+
+class ApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TENURE_API_", extra="ignore")
+
+    max_body_bytes: int = Field(1_000_000, ge=1024, le=100_000_000)
+    max_import_records: int = Field(5000, ge=1, le=100_000)
+    retry_after_s: int = Field(5, ge=1, le=600)
+    # Refresh policy of API writes: "wait_for" (default) makes a write visible to the next read
+    # without forcing a refresh; "true" forces one (tests, tiny deployments).
+    write_refresh: Literal["true", "wait_for"] = "wait_for"
 
 
 class TierFamily(BaseModel):
@@ -133,6 +170,8 @@ class Settings(BaseSettings):
     recall: RecallDefaults = Field(default_factory=RecallDefaults)
     loop: MemoryLoopSettings = Field(default_factory=MemoryLoopSettings)
     celery: CelerySettings = Field(default_factory=CelerySettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     @property
     def broker_url(self) -> str:

@@ -15,6 +15,7 @@ class ErrorCode(str, Enum):
 
     VALIDATION_ERROR = "validation_error"
     NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
     CONFLICT = "conflict"
     FORBIDDEN = "forbidden"
     UNAUTHENTICATED = "unauthenticated"
@@ -34,6 +35,7 @@ class ErrorCode(str, Enum):
 _STATUS: dict[ErrorCode, int] = {
     ErrorCode.VALIDATION_ERROR: 422,
     ErrorCode.NOT_FOUND: 404,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.CONFLICT: 409,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.UNAUTHENTICATED: 401,

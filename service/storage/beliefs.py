@@ -18,7 +18,7 @@ from opensearchpy import OpenSearch, helpers
 from service.domain.belief import Belief
 from service.domain.principal import Principal
 from service.errors import Conflict, NotFound, ValidationFailed
-from service.storage import access, queries
+from service.storage import access, cursor, queries
 from service.storage.access import ScopeView
 from service.storage.client import translate_errors
 from service.storage.templates import BELIEFS
@@ -252,3 +252,77 @@ class BeliefStore:
     def refresh(self) -> None:
         with translate_errors("refresh"):
             self.client.indices.refresh(index=self.alias)
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """Narrowing for list/export (never access: that comes from the principal)."""
+
+    types: tuple[str, ...] = ()
+    lifecycle: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    pinned: bool | None = None
+    text: str | None = None
+    owner_id: str | None = None
+
+    def clauses(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self.types:
+            out.append({"terms": {"type": list(self.types)}})
+        if self.lifecycle:
+            out.append({"terms": {"lifecycle": list(self.lifecycle)}})
+        if self.scopes:
+            out.append({"terms": {"scope": list(self.scopes)}})
+        if self.pinned is not None:
+            out.append({"term": {"pinned": self.pinned}})
+        if self.owner_id is not None:
+            out.append({"term": {"owner_id": self.owner_id}})
+        return out
+
+
+def _page(
+    store: BeliefStore, principal: Principal, filters: list[dict[str, Any]], narrow: ListFilter,
+    size: int, after: str | None, include_change_log: bool,
+) -> tuple[list[Belief], str | None]:
+    search_after = cursor.decode(after, arity=2)
+    body = queries.list_body(
+        filters,
+        narrow.clauses(),
+        text=narrow.text,
+        size=size,
+        search_after=search_after,
+        include_change_log=include_change_log,
+    )
+    hits = store._search(principal, body, "list beliefs")["hits"]["hits"]
+    beliefs = [Belief.from_document(h["_source"]) for h in hits]
+    return beliefs, (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
+
+
+def list_page(
+    store: BeliefStore, principal: Principal, narrow: ListFilter, *, size: int, after: str | None,
+    view: ScopeView | None = None, tenant_wide: bool = False, include_change_log: bool = False,
+) -> tuple[list[Belief], str | None]:
+    """One page of the beliefs ``principal`` may see (or, for an admin with ``tenant_wide``, the
+    whole tenant's), with the cursor of the next page (None at the end)."""
+    view = view or ScopeView.everything()
+    filters = access.access_filters(principal, view, tenant_wide=tenant_wide)
+    return _page(store, principal, filters, narrow, size, after, include_change_log)
+
+
+def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) -> list[str]:
+    """Hard-delete the given beliefs of the principal's tenant (admin erase); returns those removed.
+    The documents are addressed by ``<tenant>:<id>`` from the principal, so another tenant's are out
+    of reach by construction."""
+    removed: list[str] = []
+    with translate_errors("erase beliefs"):
+        for belief_id in belief_ids:
+            try:
+                store.client.delete(
+                    index=store.alias, id=doc_id(principal.tenant_id, belief_id),
+                    routing=access.routing(principal), refresh="wait_for",
+                )
+                removed.append(belief_id)
+            except Exception as exc:
+                if getattr(exc, "status_code", None) != 404:
+                    raise
+    return removed

@@ -165,3 +165,32 @@ def by_ids_body(filters: list[dict[str, Any]], ids: list[str], *, live_only: boo
         "track_total_hits": False,
         "query": {"bool": {"filter": [*filters, *extra, {"terms": {"id": ids}}]}},
     }
+
+
+LIST_SORT: list[dict[str, Any]] = [{"created_at": {"order": "asc"}}, {"id": {"order": "asc"}}]
+
+
+def list_body(
+    filters: list[dict[str, Any]],
+    narrowing: list[dict[str, Any]],
+    *,
+    text: str | None,
+    size: int,
+    search_after: list[Any] | None,
+    include_change_log: bool = False,
+) -> dict[str, Any]:
+    """A page of beliefs in a stable order (created_at, id) for cursor pagination. ``text``
+    narrows to beliefs whose names or aliases match it (the same analyzers as recall, no fuzz)."""
+    query: dict[str, Any] = {"bool": {"filter": [*filters, *narrowing]}}
+    if text:
+        query["bool"]["must"] = [
+            {"multi_match": {"query": text, "fields": list(CLAUSES)}}
+        ]
+    body: dict[str, Any] = {
+        "size": size, "track_total_hits": False, "query": query, "sort": LIST_SORT
+    }
+    if not include_change_log:
+        body["_source"] = {"excludes": _SOURCE_EXCLUDES}
+    if search_after is not None:
+        body["search_after"] = search_after
+    return body

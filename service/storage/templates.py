@@ -33,6 +33,9 @@ class IndexFamily:
 
 
 BELIEFS = IndexFamily("beliefs")
+AUDIT = IndexFamily("audit")
+ACCOUNTS = IndexFamily("accounts")
+ALL_FAMILIES = (BELIEFS, AUDIT, ACCOUNTS)
 
 
 def load_json(relative: str) -> dict[str, Any]:

@@ -1,0 +1,78 @@
+"""The FastAPI application.
+
+``create_app(settings)`` wires everything once: the lifespan opens OpenSearch and Redis, applies the
+index templates idempotently and builds the shared :class:`Services`; routers are included from one
+list (:data:`ROUTERS`, plus ``extra_routers``) so other features plug in without touching this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import redis
+from fastapi import APIRouter, FastAPI
+
+from service.api.errors import RequestContextMiddleware, install_error_handlers
+from service.api.routes import admin, audit, beliefs, health, recall
+from service.api.state import Services, ensure_indices
+from service.config import Settings, get_settings
+from service.errors import TenureError
+from service.storage.client import build_client
+
+ROUTERS: list[APIRouter] = [
+    health.router,
+    beliefs.router,
+    recall.router,
+    admin.router,
+    audit.router,
+]
+
+DESCRIPTION = """Shared, typed belief memory for LLM work.
+
+Authenticate with `Authorization: Bearer <credential>`: an API key (`tnr_...`, issued by an admin)
+or a JWT. Every error has the shape `{"error": {"code", "message", "details", "request_id"}}`.
+"""
+
+
+def create_app(
+    settings: Settings | None = None, *, extra_routers: Sequence[APIRouter] = ()
+) -> FastAPI:
+    config = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = build_client(config)
+        redis_client = redis.Redis.from_url(
+            config.redis_url, socket_timeout=5, socket_connect_timeout=2
+        )
+        services = Services.build(config, client, redis_client)
+        app.state.services = services
+        app.state.indices_ready = ensure_indices(services)
+        try:
+            yield
+        finally:
+            client.close()
+            redis_client.close()
+
+    app = FastAPI(
+        title="Tenure team service",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        responses={
+            401: {"description": "Missing or invalid credentials"},
+            422: {"description": "Invalid request"},
+            503: {
+                "description": "A backing store is unavailable; retry after the Retry-After delay"
+            },
+        },
+    )
+    install_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=config.api.max_body_bytes)
+    for router in (*ROUTERS, *extra_routers):
+        app.include_router(router)
+    return app
+
+
+__all__ = ["ROUTERS", "TenureError", "create_app"]

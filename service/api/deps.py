@@ -1,0 +1,132 @@
+"""Typed request dependencies. Routes declare what they need in their signature:
+
+    def handler(principal: CurrentPrincipal, beliefs: BeliefsDep) -> ...
+
+``CurrentPrincipal`` authenticates the bearer credential (API key or JWT); ``AdminPrincipal``
+further
+requires the admin role of the principal's tenant; ``CurrentActor`` adds the request id and session
+for the audit trail. A route without one of them is public, and that is visible in its signature.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.api.errors import request_id_of
+from service.api.state import Services
+from service.auth.authenticator import Identity
+from service.beliefs.api_service import Actor, BeliefService
+from service.config import Settings
+from service.domain.principal import Principal
+from service.errors import Forbidden, Unauthenticated, ValidationFailed
+from service.provisioning.service import ProvisioningService
+from service.recall.service import RecallService
+from service.storage.audit import AuditStore
+from service.storage.beliefs import BeliefStore
+
+bearer_scheme = HTTPBearer(
+    scheme_name="BearerAuth",
+    bearerFormat="JWT or tnr_<key id>_<secret> API key",
+    description=(
+        "An API key issued by an admin, or a JWT (RS256/ES256 via JWKS; HS256 in development)."
+    ),
+    auto_error=False,
+)
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def get_settings(services: ServicesDep) -> Settings:
+    return services.settings
+
+
+def get_store(services: ServicesDep) -> BeliefStore:
+    return services.store
+
+
+def get_beliefs(services: ServicesDep) -> BeliefService:
+    return services.beliefs
+
+
+def get_recall(services: ServicesDep) -> RecallService:
+    return services.recall
+
+
+def get_audit(services: ServicesDep) -> AuditStore:
+    return services.audit
+
+
+def get_provisioning(services: ServicesDep) -> ProvisioningService:
+    return services.provisioning
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[BeliefStore, Depends(get_store)]
+BeliefsDep = Annotated[BeliefService, Depends(get_beliefs)]
+RecallDep = Annotated[RecallService, Depends(get_recall)]
+AuditDep = Annotated[AuditStore, Depends(get_audit)]
+ProvisioningDep = Annotated[ProvisioningService, Depends(get_provisioning)]
+
+
+def current_identity(
+    request: Request,
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Identity:
+    if credentials is None or not credentials.credentials:
+        raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
+    identity = services.authenticator.authenticate(credentials.credentials)
+    request.state.identity = identity
+    return identity
+
+
+CurrentIdentity = Annotated[Identity, Depends(current_identity)]
+
+
+def current_principal(identity: CurrentIdentity) -> Principal:
+    return identity.principal
+
+
+CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+
+
+def admin_principal(principal: CurrentPrincipal) -> Principal:
+    if not principal.is_admin:
+        raise Forbidden("this operation needs the admin role")
+    return principal
+
+
+AdminPrincipal = Annotated[Principal, Depends(admin_principal)]
+
+SESSION_HEADER = "X-Tenure-Session"
+
+
+def current_actor(
+    request: Request,
+    identity: CurrentIdentity,
+    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
+) -> Actor:
+    if session is not None and not session.strip():
+        raise ValidationFailed(
+            "empty session id",
+            details=[{"loc": ["header", SESSION_HEADER], "msg": "must not be blank"}],
+        )
+    return Actor(
+        principal=identity.principal,
+        kind=identity.kind,
+        credential_id=identity.credential_id,
+        request_id=request_id_of(request),
+        session_id=session,
+    )
+
+
+CurrentActor = Annotated[Actor, Depends(current_actor)]

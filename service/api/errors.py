@@ -1,0 +1,198 @@
+"""One JSON error shape for every failure, rendered here and nowhere else:
+
+    {"error": {"code": "<stable code>", "message": "...", "details": ..., "request_id": "..."}}
+
+Also the request-id and body-size middleware (pure ASGI, so streaming bodies are counted as they
+arrive and a lying or missing Content-Length cannot get past the limit).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from typing import Any
+
+import redis
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from opensearchpy import exceptions as os_exc
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import ErrorCode, StoreUnavailable, TenureError
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class PayloadTooLarge(TenureError):
+    code = ErrorCode.PAYLOAD_TOO_LARGE
+
+
+def request_id_of(request: Request) -> str | None:
+    value = getattr(request.state, "request_id", None)
+    return value if isinstance(value, str) else None
+
+
+def error_body(
+    code: ErrorCode, message: str, details: Any, request_id: str | None
+) -> dict[str, Any]:
+    return {
+        "error": {
+            "code": code.value,
+            "message": message,
+            "details": details,
+            "request_id": request_id,
+        }
+    }
+
+
+def _respond(
+    request: Request,
+    status: int,
+    code: ErrorCode,
+    message: str,
+    details: Any = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        error_body(code, message, details, request_id_of(request)),
+        status_code=status,
+        headers=headers,
+    )
+
+
+async def _tenure_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, TenureError)
+    headers: dict[str, str] = {}
+    if exc.code is ErrorCode.UNAUTHENTICATED:
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, StoreUnavailable):
+        headers["Retry-After"] = str(exc.retry_after_s)
+    if exc.code.http_status >= 500:
+        log.warning("request %s failed: %s", request_id_of(request), exc.message)
+    return _respond(request, exc.code.http_status, exc.code, exc.message, exc.details, headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = [
+        {
+            "loc": list(err.get("loc", ())),
+            "msg": str(err.get("msg", "")),
+            "type": str(err.get("type", "")),
+        }
+        for err in exc.errors()
+    ]
+    where = ", ".join(".".join(str(p) for p in d["loc"]) for d in details[:5])
+    return _respond(request, 422, ErrorCode.VALIDATION_ERROR, f"invalid request: {where}", details)
+
+
+_HTTP_CODES = {
+    401: ErrorCode.UNAUTHENTICATED,
+    403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    409: ErrorCode.CONFLICT,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+    429: ErrorCode.RATE_LIMITED,
+}
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Framework-raised errors (unknown route, wrong method, malformed JSON body...)."""
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    code = _HTTP_CODES.get(
+        status, ErrorCode.VALIDATION_ERROR if status < 500 else ErrorCode.INTERNAL
+    )
+    message = exc.detail if isinstance(exc.detail, str) else code.value.replace("_", " ")
+    if status == 404 and message == "Not Found":
+        message = f"no route for {request.method} {request.url.path}"
+    headers = dict(exc.headers or {})
+    return _respond(request, status, code, message, None, headers)
+
+
+async def _store_down(request: Request, exc: Exception) -> JSONResponse:
+    """A client error from a store that escaped translation: still a retryable 503, never a 500."""
+    return await _tenure_error(
+        request, StoreUnavailable(f"a backing store is unavailable ({type(exc).__name__})")
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error in request %s", request_id_of(request), exc_info=exc)
+    return _respond(
+        request, 500, ErrorCode.INTERNAL, "internal error; quote the request id when reporting it"
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(TenureError, _tenure_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(os_exc.ConnectionError, _store_down)
+    app.add_exception_handler(redis.ConnectionError, _store_down)
+    app.add_exception_handler(redis.TimeoutError, _store_down)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+class RequestContextMiddleware:
+    """Assigns the request id (the caller's X-Request-ID if well-formed, else a fresh one), echoes
+    it on the response, and enforces the body size limit while the body streams in."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
+        given = headers.get(REQUEST_ID_HEADER.lower(), "")
+        request_id = given if _REQUEST_ID_RE.match(given) else f"req-{uuid.uuid4().hex}"
+        scope.setdefault("state", {})["request_id"] = request_id
+        limit = self.max_body_bytes
+
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            body = error_body(
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"request body exceeds {limit} bytes",
+                {"limit": limit},
+                request_id,
+            )
+            response = JSONResponse(body, status_code=413, headers={REQUEST_ID_HEADER: request_id})
+            await response(scope, receive, send)
+            return
+
+        received = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise PayloadTooLarge(
+                        f"request body exceeds {limit} bytes", details={"limit": limit}
+                    )
+            return message
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [
+                    *message["headers"],
+                    (REQUEST_ID_HEADER.lower().encode(), request_id.encode()),
+                ]
+            await send(message)
+
+        await self.app(scope, counting_receive, send_with_id)

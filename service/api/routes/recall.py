@@ -1,0 +1,125 @@
+"""POST /v1/recall: the four tiers plus the rendered injection block, with an injection receipt."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from service.api.deps import CurrentActor, RecallDep
+from service.domain import scopes as scope_rules
+from service.domain.belief import BeliefType, EpistemicStatus
+from service.recall.context import RecallBudget, TierEntry
+
+router = APIRouter(prefix="/v1", tags=["recall"])
+
+
+class RecallIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scopes: list[str] = Field(
+        default_factory=list,
+        max_length=scope_rules.MAX_SCOPES,
+        description="The session's scope labels",
+    )
+    query: str = Field(
+        "", max_length=20_000, description="The user's message (or any text to recall for)"
+    )
+    session_id: str | None = Field(None, min_length=1, max_length=200)
+    budget: RecallBudget | None = None
+    explain: bool = Field(False, description="Add per-clause scores and why beliefs were filtered")
+
+    @field_validator("scopes")
+    @classmethod
+    def _scopes(cls, values: list[str]) -> list[str]:
+        return scope_rules.normalize_scopes(values)
+
+
+class Clause(BaseModel):
+    clause: str
+    term: str | None = None
+    score: float | None = None
+
+
+class TierItem(BaseModel):
+    id: str
+    canonical_name: str
+    type: BeliefType
+    scope: list[str]
+    content: str
+    why_it_matters: str
+    epistemic_status: EpistemicStatus
+    confidence: float
+    score: float | None = None
+    clauses: list[Clause] = Field(default_factory=list)
+    via_relation: str | None = None
+
+
+class Tiers(BaseModel):
+    pinned: list[TierItem]
+    relevant: list[TierItem]
+    questions: list[TierItem]
+
+
+class Injection(BaseModel):
+    beliefs: str = Field(description="Stable part: instructions, persona, pinned facts (cacheable)")
+    dynamic: str = Field(description="Query-surfaced beliefs and open questions")
+    text: str = Field(description="Both parts joined: what goes into the system prompt")
+
+
+class RecallOut(BaseModel):
+    scopes: list[str]
+    query: str
+    persona: str | None
+    tiers: Tiers
+    injected_ids: list[str]
+    truncated: bool
+    injection: Injection
+    receipt_id: str = Field(description="The audit event recording this injection")
+    explain: list[dict[str, Any]] | None = None
+
+
+def _item(entry: TierEntry) -> TierItem:
+    b = entry.belief
+    return TierItem(
+        id=b.id,
+        canonical_name=b.canonical_name,
+        type=b.type,
+        scope=b.scope,
+        content=b.content,
+        why_it_matters=b.why_it_matters,
+        epistemic_status=b.epistemic_status,
+        confidence=b.confidence,
+        score=entry.score,
+        clauses=[Clause(clause=c.clause, term=c.term, score=c.score) for c in entry.clauses],
+        via_relation=entry.via_relation,
+    )
+
+
+@router.post(
+    "/recall", response_model=RecallOut, summary="Recall the four tiers and the injection block"
+)
+def recall(body: RecallIn, actor: CurrentActor, service: RecallDep) -> RecallOut:
+    if body.session_id:
+        actor = replace(actor, session_id=body.session_id)
+    done = service.recall(actor, body.scopes, body.query, budget=body.budget, explain=body.explain)
+    r = done.result
+    return RecallOut(
+        scopes=r.scopes,
+        query=r.query.text,
+        persona=r.persona,
+        tiers=Tiers(
+            pinned=[_item(e) for e in r.pinned],
+            relevant=[_item(e) for e in r.relevant],
+            questions=[_item(e) for e in r.questions],
+        ),
+        injected_ids=r.injected_ids,
+        truncated=r.truncated,
+        injection=Injection(
+            beliefs=done.block.beliefs, dynamic=done.block.dynamic, text=done.block.text
+        ),
+        receipt_id=done.receipt_id,
+        explain=r.notes if body.explain else None,
+    )

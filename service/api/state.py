@@ -1,0 +1,88 @@
+"""The objects the app lifespan builds once and every request shares."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from opensearchpy import OpenSearch
+from redis import Redis
+
+from service.auth.authenticator import Authenticator
+from service.auth.tokens import TokenVerifier
+from service.beliefs.api_service import BeliefService
+from service.config import Settings
+from service.errors import StoreUnavailable
+from service.provisioning.service import ProvisioningService
+from service.recall.cache import RenderCache
+from service.recall.context import ContextBuilder
+from service.recall.service import RecallService
+from service.storage.accounts import AccountStore
+from service.storage.audit import AuditStore
+from service.storage.beliefs import BeliefStore
+from service.storage.client import translate_errors
+from service.storage.templates import ALL_FAMILIES, apply_templates
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    opensearch: OpenSearch
+    redis: Redis[bytes]
+    store: BeliefStore
+    audit: AuditStore
+    accounts: AccountStore
+    verifier: TokenVerifier
+    authenticator: Authenticator
+    beliefs: BeliefService
+    recall: RecallService
+    provisioning: ProvisioningService
+    render_cache: RenderCache
+
+    @classmethod
+    def build(cls, settings: Settings, client: OpenSearch, redis_client: Redis[bytes]) -> Services:
+        ns = settings.opensearch_namespace
+        store = BeliefStore(client, ns)
+        audit = AuditStore(client, ns)
+        accounts = AccountStore(client, ns)
+        verifier = TokenVerifier(settings.auth)
+        authenticator = Authenticator(settings.auth, accounts, verifier, redis_client, ns)
+        render_cache = RenderCache(redis_client, ns)
+        return cls(
+            settings=settings,
+            opensearch=client,
+            redis=redis_client,
+            store=store,
+            audit=audit,
+            accounts=accounts,
+            verifier=verifier,
+            authenticator=authenticator,
+            beliefs=BeliefService(
+                store,
+                audit,
+                render_cache,
+                max_import=settings.api.max_import_records,
+                refresh=settings.api.write_refresh,
+            ),
+            recall=RecallService(ContextBuilder(store, settings.recall), audit),
+            provisioning=ProvisioningService(
+                accounts, audit, verifier, authenticator, settings.auth
+            ),
+            render_cache=render_cache,
+        )
+
+
+def ensure_indices(services: Services) -> bool:
+    """Apply templates and aliases; False (not raised) when OpenSearch is down, so the process
+    still starts, /healthz answers and /readyz reports the store as unreachable."""
+    try:
+        with translate_errors("apply index templates"):
+            apply_templates(
+                services.opensearch, services.settings.opensearch_namespace, ALL_FAMILIES
+            )
+    except StoreUnavailable as exc:
+        log.warning("index templates not applied yet: %s", exc.message)
+        return False
+    return True

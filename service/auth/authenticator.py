@@ -1,0 +1,129 @@
+"""Bearer credential -> :class:`Identity` (a principal plus what authenticated it).
+
+Two credential kinds share the ``Authorization: Bearer`` header: API keys (``tnr_...``) and JWTs.
+
+API key revocation bound: a verified key is cached in-process for ``api_key_cache_s`` (default 5 s).
+The process that handles a revoke drops its cache entry at once; every other process stops accepting
+the key within that bound. Tenant/user disablement and grant changes follow the same bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import redis
+
+from service.auth import keys
+from service.auth.tokens import TokenVerifier, principal_from_claims
+from service.config import AuthSettings
+from service.domain.accounts import effective_principal
+from service.domain.belief import utcnow
+from service.domain.principal import Principal
+from service.errors import NotFound, StoreUnavailable, Unauthenticated
+from service.storage.accounts import AccountStore
+
+log = logging.getLogger(__name__)
+
+CredentialKind = Literal["api_key", "jwt"]
+
+
+@dataclass(frozen=True)
+class Identity:
+    principal: Principal
+    kind: CredentialKind
+    credential_id: str | None = None  # the key id for API keys, the jti (if any) for JWTs
+
+
+@dataclass(frozen=True)
+class _Cached:
+    until: float
+    key_hash: str
+    identity: Identity
+
+
+class Authenticator:
+    def __init__(
+        self,
+        settings: AuthSettings,
+        accounts: AccountStore,
+        verifier: TokenVerifier,
+        redis_client: redis.Redis[bytes],
+        namespace: str,
+    ):
+        self.settings = settings
+        self.accounts = accounts
+        self.verifier = verifier
+        self.redis = redis_client
+        self.namespace = namespace
+        self._cache: dict[str, _Cached] = {}
+        self._lock = threading.Lock()
+
+    def authenticate(self, token: str) -> Identity:
+        if keys.looks_like_key(token):
+            return self._api_key(token)
+        claims = self.verifier.verify(token)
+        jti = claims.get("jti")
+        return Identity(principal_from_claims(claims), "jwt", jti if isinstance(jti, str) else None)
+
+    def forget_key(self, key_id: str) -> None:
+        with self._lock:
+            self._cache.pop(key_id, None)
+
+    # ------------------------------------------------------------- API keys
+
+    def _api_key(self, token: str) -> Identity:
+        key_id = keys.parse_key_id(token)
+        if key_id is None:
+            raise Unauthenticated("malformed API key")
+        pepper = self.settings.api_key_pepper.get_secret_value()
+        with self._lock:
+            cached = self._cache.get(key_id)
+        if (
+            cached
+            and cached.until > time.monotonic()
+            and keys.matches(token, cached.key_hash, pepper)
+        ):
+            return cached.identity
+        identity, key_hash = self._load_key(key_id, token, pepper)
+        if self.settings.api_key_cache_s > 0:
+            with self._lock:
+                self._cache[key_id] = _Cached(
+                    time.monotonic() + self.settings.api_key_cache_s, key_hash, identity
+                )
+        self._touch(key_id)
+        return identity
+
+    def _load_key(self, key_id: str, token: str, pepper: str) -> tuple[Identity, str]:
+        rejected = Unauthenticated("invalid or revoked API key")
+        try:
+            record = self.accounts.get_key(key_id)
+            if not keys.matches(token, record.key_hash, pepper):
+                raise rejected
+            if record.revoked_at is not None or (
+                record.expires_at is not None and record.expires_at <= utcnow()
+            ):
+                raise rejected
+            user = self.accounts.get_user(record.tenant_id, record.user_id)
+            tenant = self.accounts.get_tenant(record.tenant_id)
+        except NotFound as exc:
+            raise rejected from exc
+        if user.disabled or tenant.disabled:
+            raise rejected
+        principal = effective_principal(user, record)
+        return Identity(principal, "api_key", key_id), record.key_hash
+
+    def _touch(self, key_id: str) -> None:
+        """Write last_used_at at most once per interval per key, across all processes: a Redis
+        SET NX with expiry elects the one request that writes."""
+        gate = f"{self.namespace}:key-used:{key_id}"
+        try:
+            if not self.redis.set(gate, "1", nx=True, ex=self.settings.last_used_interval_s):
+                return
+            self.accounts.touch_key(key_id, utcnow())
+        except (redis.RedisError, StoreUnavailable) as exc:
+            # Last-used is bookkeeping: never fail an authenticated request over it.
+            log.warning("could not record API key use for %s: %s", key_id, exc)

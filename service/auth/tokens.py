@@ -1,0 +1,171 @@
+"""Bearer JWT verification with authlib JOSE, and development token issuance.
+
+Algorithms are pinned twice: the :class:`JsonWebToken` instance only knows the configured ones
+(``none`` is never among them), and the key is chosen by the header's algorithm *family*: an HS256
+token is only ever checked against the configured HMAC secret, an RS256/ES256 token only against
+JWKS keys of the matching type. That closes the classic confusion attack (an HS256 token "signed"
+with the public RSA key).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from authlib.jose import JsonWebKey, JsonWebToken, KeySet
+from authlib.jose.errors import JoseError
+
+from service.config import AuthSettings
+from service.domain.principal import Principal, Role
+from service.errors import Unauthenticated
+
+HMAC_ALGS = frozenset({"HS256"})
+ASYMMETRIC_ALGS = {"RS256": "RSA", "ES256": "EC"}
+SUPPORTED_ALGS = HMAC_ALGS | set(ASYMMETRIC_ALGS)
+TENANT_CLAIM = "tenant_id"
+
+
+class KeySource:
+    """The JWKS, from a file (read once) or a URL (re-fetched after ``jwks_cache_s``)."""
+
+    def __init__(self, settings: AuthSettings):
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._keys: KeySet | None = None
+        self._fetched = 0.0
+        if settings.jwks_file:
+            self._keys = JsonWebKey.import_key_set(json.loads(Path(settings.jwks_file).read_text()))
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.settings.jwks_file or self.settings.jwks_url)
+
+    def key_set(self) -> KeySet:
+        if self.settings.jwks_file or not self.settings.jwks_url:
+            if self._keys is None:
+                raise Unauthenticated("no JWKS is configured for asymmetric tokens")
+            return self._keys
+        with self._lock:
+            if self._keys is None or time.monotonic() - self._fetched > self.settings.jwks_cache_s:
+                try:
+                    response = httpx.get(self.settings.jwks_url, timeout=5.0)
+                    response.raise_for_status()
+                    self._keys = JsonWebKey.import_key_set(response.json())
+                    self._fetched = time.monotonic()
+                except (httpx.HTTPError, ValueError) as exc:
+                    if self._keys is None:
+                        raise Unauthenticated(
+                            "the JWKS could not be fetched; cannot verify the token"
+                        ) from exc
+            return self._keys
+
+
+class TokenVerifier:
+    def __init__(self, settings: AuthSettings):
+        self.settings = settings
+        allowed = [a for a in settings.jwt_algorithms if a in SUPPORTED_ALGS]
+        if settings.jwt_hs256_secret is not None and "HS256" not in allowed:
+            allowed.append("HS256")
+        self.allowed = frozenset(allowed)
+        self.jwt = JsonWebToken(sorted(self.allowed))
+        self.keys = KeySource(settings)
+
+    def _key_for(self, header: dict[str, Any], _payload: Any) -> Any:
+        alg = header.get("alg")
+        if alg not in self.allowed:
+            raise Unauthenticated(f"token algorithm {alg!r} is not accepted")
+        if alg in HMAC_ALGS:
+            secret = self.settings.jwt_hs256_secret
+            if secret is None:
+                raise Unauthenticated("HS256 tokens are not accepted by this deployment")
+            return JsonWebKey.import_key(secret.get_secret_value().encode(), {"kty": "oct"})
+        key_set = self.keys.key_set()
+        kty = ASYMMETRIC_ALGS[str(alg)]
+        candidates = [
+            k
+            for k in key_set.keys
+            if k.kty == kty and (header.get("kid") is None or k.kid == header.get("kid"))
+        ]
+        if not candidates:
+            raise Unauthenticated("no JWKS key matches the token's kid and algorithm")
+        return candidates[0]
+
+    def verify(self, token: str) -> dict[str, Any]:
+        options = {
+            "iss": {"essential": True, "value": self.settings.jwt_issuer},
+            "aud": {"essential": True, "value": self.settings.jwt_audience},
+            "exp": {"essential": True},
+            "sub": {"essential": True},
+            TENANT_CLAIM: {"essential": True},
+        }
+        try:
+            claims = self.jwt.decode(token, self._key_for, claims_options=options)
+            claims.validate(leeway=self.settings.jwt_leeway_s)
+        except Unauthenticated:
+            raise
+        except JoseError as exc:
+            raise Unauthenticated(
+                f"invalid token: {exc.error}: {exc.description or ''}".rstrip(": ")
+            ) from exc
+        except (ValueError, TypeError, KeyError) as exc:
+            raise Unauthenticated("malformed token") from exc
+        return dict(claims)
+
+    def principal(self, token: str) -> Principal:
+        return principal_from_claims(self.verify(token))
+
+    def issue_dev_token(self, principal: Principal, *, ttl_s: int | None = None) -> tuple[str, int]:
+        """An HS256 token for ``principal`` (development deployments only)."""
+        secret = self.settings.jwt_hs256_secret
+        if secret is None:
+            raise Unauthenticated("development tokens need TENURE_AUTH_JWT_HS256_SECRET to be set")
+        now = int(time.time())
+        exp = now + (ttl_s or self.settings.dev_token_ttl_s)
+        payload = {
+            "iss": self.settings.jwt_issuer,
+            "aud": self.settings.jwt_audience,
+            "sub": principal.user_id,
+            TENANT_CLAIM: principal.tenant_id,
+            "roles": sorted(r.value for r in principal.roles),
+            "projects": sorted(principal.projects),
+            "teams": sorted(principal.teams),
+            "iat": now,
+            "nbf": now,
+            "exp": exp,
+        }
+        token = JsonWebToken(["HS256"]).encode(
+            {"alg": "HS256", "typ": "JWT"}, payload, secret.get_secret_value().encode()
+        )
+        return token.decode(), exp
+
+
+def _string_list(claims: dict[str, Any], name: str) -> list[str]:
+    value = claims.get(name, [])
+    if isinstance(value, str):
+        value = value.split()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise Unauthenticated(f"token claim {name!r} must be a list of strings")
+    return value
+
+
+def principal_from_claims(claims: dict[str, Any]) -> Principal:
+    tenant, user = claims.get(TENANT_CLAIM), claims.get("sub")
+    if not isinstance(tenant, str) or not tenant or not isinstance(user, str) or not user:
+        raise Unauthenticated("token lacks a tenant_id or sub claim")
+    roles = {Role.MEMBER}
+    for name in _string_list(claims, "roles"):
+        try:
+            roles.add(Role(name))
+        except ValueError:
+            continue  # roles this service does not know grant nothing here
+    return Principal(
+        tenant_id=tenant,
+        user_id=user,
+        roles=frozenset(roles),
+        projects=frozenset(p.lower() for p in _string_list(claims, "projects")),
+        teams=frozenset(t.lower() for t in _string_list(claims, "teams")),
+    )

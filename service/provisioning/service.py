@@ -1,0 +1,307 @@
+"""Provisioning: tenants, users, grants, API keys and development tokens.
+
+Who may do what:
+- operators (admins of the reserved ``system`` tenant, created by ``tenure bootstrap``) create
+  tenants and may administer any tenant;
+- a tenant admin administers users, grants and keys of their own tenant only;
+- any user may revoke their own keys.
+Everything is audited under the tenant it concerns. Key secrets are returned once and never stored.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from service.auth import keys
+from service.auth.authenticator import Authenticator
+from service.auth.tokens import TokenVerifier
+from service.beliefs.api_service import Actor
+from service.config import AuthSettings
+from service.domain.accounts import (
+    SYSTEM_TENANT,
+    ApiKeyRecord,
+    Grants,
+    TenantRecord,
+    UserRecord,
+    check_slug,
+    effective_principal,
+    is_operator,
+)
+from service.domain.belief import utcnow
+from service.domain.principal import Principal, Role
+from service.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from service.storage.accounts import AccountStore
+from service.storage.audit import AuditEvent, AuditStore
+
+BOOTSTRAP_USER = "root"
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    record: ApiKeyRecord
+    plaintext: str
+
+
+@dataclass(frozen=True)
+class GrantChange:
+    add_projects: list[str]
+    remove_projects: list[str]
+    add_teams: list[str]
+    remove_teams: list[str]
+    add_roles: list[Role]
+    remove_roles: list[Role]
+
+
+def _slug(value: str, what: str) -> str:
+    try:
+        return check_slug(value, what)
+    except ValueError as exc:
+        raise ValidationFailed(str(exc)) from exc
+
+
+class ProvisioningService:
+    def __init__(
+        self,
+        accounts: AccountStore,
+        audit: AuditStore,
+        verifier: TokenVerifier,
+        authenticator: Authenticator,
+        settings: AuthSettings,
+    ):
+        self.accounts = accounts
+        self.audit = audit
+        self.verifier = verifier
+        self.authenticator = authenticator
+        self.settings = settings
+
+    # ----------------------------------------------------------- authority
+
+    def acting_admin(self, principal: Principal, tenant_id: str) -> Principal:
+        """The admin principal to act on ``tenant_id`` with, or 403. A tenant admin acts only on
+        their own tenant; an operator acts on any existing tenant as its admin."""
+        if principal.tenant_id == tenant_id and principal.is_admin:
+            return principal
+        if is_operator(principal):
+            self.accounts.get_tenant(tenant_id)  # 404 for a tenant that does not exist
+            return Principal(
+                tenant_id=tenant_id,
+                user_id=principal.user_id,
+                roles=frozenset({Role.ADMIN, Role.MEMBER}),
+            )
+        raise Forbidden(f"no admin rights on tenant {tenant_id!r}")
+
+    def _record(self, actor: Actor, tenant_id: str, action: str, details: dict[str, Any]) -> None:
+        self.audit.append(
+            AuditEvent(
+                tenant_id=tenant_id,
+                action=action,
+                actor_id=actor.principal.user_id,
+                actor_kind=actor.kind,
+                credential_id=actor.credential_id,
+                request_id=actor.request_id,
+                session_id=actor.session_id,
+                details={"actor_tenant": actor.principal.tenant_id, **details},
+            )
+        )
+
+    # -------------------------------------------------------------- tenants
+
+    def create_tenant(self, actor: Actor, tenant_id: str, name: str) -> TenantRecord:
+        if not is_operator(actor.principal):
+            raise Forbidden(
+                "creating tenants needs an operator credential (see `tenure bootstrap`)"
+            )
+        _slug(tenant_id, "tenant_id")
+        if tenant_id == SYSTEM_TENANT:
+            raise Conflict(f"tenant id {SYSTEM_TENANT!r} is reserved")
+        tenant = TenantRecord(tenant_id=tenant_id, name=name, created_by=actor.principal.user_id)
+        self.accounts.create_tenant(tenant)
+        self._record(actor, tenant_id, "tenant.create", {"name": name})
+        return tenant
+
+    def get_tenant(self, actor: Actor, tenant_id: str) -> TenantRecord:
+        self.acting_admin(actor.principal, tenant_id)
+        return self.accounts.get_tenant(tenant_id)
+
+    # ---------------------------------------------------------------- users
+
+    def create_user(self, actor: Actor, tenant_id: str, user_id: str, grants: Grants) -> UserRecord:
+        self.acting_admin(actor.principal, tenant_id)
+        _slug(user_id, "user_id")
+        self.accounts.get_tenant(tenant_id)
+        user = UserRecord(
+            tenant_id=tenant_id,
+            user_id=user_id,
+            created_by=actor.principal.user_id,
+            **grants.model_dump(),
+        )
+        self.accounts.create_user(user)
+        self._record(
+            actor, tenant_id, "user.create", {"user_id": user_id, **grants.model_dump(mode="json")}
+        )
+        return user
+
+    def get_user(self, actor: Actor, tenant_id: str, user_id: str) -> UserRecord:
+        self.acting_admin(actor.principal, tenant_id)
+        return self.accounts.get_user(tenant_id, user_id)
+
+    def list_users(self, actor: Actor, tenant_id: str) -> list[UserRecord]:
+        return self.accounts.list_users(self.acting_admin(actor.principal, tenant_id))
+
+    def change_grants(
+        self, actor: Actor, tenant_id: str, user_id: str, change: GrantChange
+    ) -> UserRecord:
+        self.acting_admin(actor.principal, tenant_id)
+        for _ in range(3):
+            user, seq, term = self.accounts.get_user_versioned(tenant_id, user_id)
+            projects = (set(user.projects) | set(change.add_projects)) - set(change.remove_projects)
+            teams = (set(user.teams) | set(change.add_teams)) - set(change.remove_teams)
+            roles = (set(user.roles) | set(change.add_roles)) - set(change.remove_roles)
+            updated = UserRecord.model_validate(
+                {
+                    **user.model_dump(),
+                    "projects": sorted(projects),
+                    "teams": sorted(teams),
+                    "roles": sorted(roles, key=lambda r: r.value),
+                }
+            )
+            try:
+                self.accounts.replace_user(updated, (seq, term))
+            except Conflict:
+                continue
+            self._record(
+                actor,
+                tenant_id,
+                "grants.update",
+                {
+                    "user_id": user_id,
+                    "before": user.model_dump(mode="json", include={"roles", "projects", "teams"}),
+                    "after": updated.model_dump(
+                        mode="json", include={"roles", "projects", "teams"}
+                    ),
+                },
+            )
+            return updated
+        raise Conflict(f"user {user_id!r} was changed concurrently; retry")
+
+    # ----------------------------------------------------------------- keys
+
+    def issue_key(
+        self,
+        actor: Actor,
+        tenant_id: str,
+        user_id: str,
+        *,
+        name: str = "",
+        grants: Grants | None = None,
+        expires_in_s: int | None = None,
+    ) -> IssuedKey:
+        """A new key bound to one user; its grants default to the user's and may only narrow."""
+        self.acting_admin(actor.principal, tenant_id)
+        user = self.accounts.get_user(tenant_id, user_id)
+        chosen = grants or Grants(roles=user.roles, projects=user.projects, teams=user.teams)
+        beyond = {
+            "projects": sorted(set(chosen.projects) - set(user.projects)),
+            "teams": sorted(set(chosen.teams) - set(user.teams)),
+            "roles": sorted(r.value for r in set(chosen.roles) - set(user.roles)),
+        }
+        if any(beyond.values()):
+            raise ValidationFailed(
+                "a key cannot carry grants its user does not hold", details=beyond
+            )
+        new = keys.generate()
+        record = ApiKeyRecord(
+            key_id=new.key_id,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            name=name,
+            key_hash=keys.hash_key(new.plaintext, self.settings.api_key_pepper.get_secret_value()),
+            created_by=actor.principal.user_id,
+            expires_at=utcnow() + timedelta(seconds=expires_in_s) if expires_in_s else None,
+            **chosen.model_dump(),
+        )
+        self.accounts.create_key(record)
+        self._record(
+            actor,
+            tenant_id,
+            "key.issue",
+            {"key_id": record.key_id, "user_id": user_id, "name": name},
+        )
+        return IssuedKey(record=record, plaintext=new.plaintext)
+
+    def revoke_key(self, actor: Actor, key_id: str) -> ApiKeyRecord:
+        for _ in range(3):
+            try:
+                record, seq, term = self.accounts.get_key_versioned(key_id)
+            except NotFound:
+                raise NotFound(f"API key {key_id!r} not found") from None
+            own = (
+                record.tenant_id == actor.principal.tenant_id
+                and record.user_id == actor.principal.user_id
+            )
+            if not own:
+                try:
+                    self.acting_admin(actor.principal, record.tenant_id)
+                except (Forbidden, NotFound):
+                    raise NotFound(
+                        f"API key {key_id!r} not found"
+                    ) from None  # no oracle across tenants
+            if record.revoked_at is not None:
+                return record
+            record.revoked_at = utcnow()
+            try:
+                self.accounts.replace_key(record, (seq, term))
+            except Conflict:
+                continue
+            self.authenticator.forget_key(key_id)
+            self._record(
+                actor, record.tenant_id, "key.revoke", {"key_id": key_id, "user_id": record.user_id}
+            )
+            return record
+        raise Conflict(f"API key {key_id!r} was changed concurrently; retry")
+
+    def list_keys(self, actor: Actor, tenant_id: str) -> list[ApiKeyRecord]:
+        return self.accounts.list_keys(self.acting_admin(actor.principal, tenant_id))
+
+    # ---------------------------------------------------------------- tokens
+
+    def dev_token(
+        self, actor: Actor, tenant_id: str, user_id: str, ttl_s: int | None
+    ) -> tuple[str, int]:
+        self.acting_admin(actor.principal, tenant_id)
+        if self.settings.jwt_hs256_secret is None:
+            raise ValidationFailed(
+                "development tokens are disabled: set TENURE_AUTH_JWT_HS256_SECRET"
+            )
+        user = self.accounts.get_user(tenant_id, user_id)
+        token, exp = self.verifier.issue_dev_token(effective_principal(user), ttl_s=ttl_s)
+        self._record(actor, tenant_id, "token.issue", {"user_id": user_id, "expires_at": exp})
+        return token, exp
+
+    # ------------------------------------------------------------- bootstrap
+
+    def bootstrap(self, user_id: str = BOOTSTRAP_USER) -> IssuedKey:
+        """The first operator credential, written directly (no HTTP, no prior credential). Run by
+        whoever can reach OpenSearch; idempotent except that each run issues a fresh key."""
+        _slug(user_id, "user_id")
+        with suppress(Conflict):  # bootstrapped before: reuse the tenant and the user
+            self.accounts.create_tenant(
+                TenantRecord(tenant_id=SYSTEM_TENANT, name="operators", created_by="bootstrap")
+            )
+        with suppress(Conflict):
+            self.accounts.create_user(
+                UserRecord(
+                    tenant_id=SYSTEM_TENANT,
+                    user_id=user_id,
+                    roles=[Role.ADMIN, Role.MEMBER],
+                    created_by="bootstrap",
+                )
+            )
+        operator = Principal(
+            tenant_id=SYSTEM_TENANT, user_id=user_id, roles=frozenset({Role.ADMIN, Role.MEMBER})
+        )
+        actor = Actor(principal=operator, kind="bootstrap")
+        return self.issue_key(actor, SYSTEM_TENANT, user_id, name="bootstrap")

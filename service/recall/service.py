@@ -1,0 +1,77 @@
+"""Recall for the API: build the tiers, render the injection block, write the injection receipt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from service.beliefs.api_service import Actor
+from service.domain import scopes as scope_rules
+from service.recall.context import ContextBuilder, RecallBudget, RecallResult
+from service.recall.render import InjectionBlock, render_injection
+from service.storage.audit import AuditEvent, AuditStore
+
+
+@dataclass(frozen=True)
+class Recall:
+    result: RecallResult
+    block: InjectionBlock
+    receipt_id: str
+
+
+class RecallService:
+    def __init__(self, builder: ContextBuilder, audit: AuditStore):
+        self.builder = builder
+        self.audit = audit
+
+    def recall(
+        self,
+        actor: Actor,
+        scopes: list[str],
+        query: str,
+        *,
+        budget: RecallBudget | None = None,
+        explain: bool = False,
+    ) -> Recall:
+        result = self.builder.build(actor.principal, scopes, query, budget, explain=explain)
+        if explain:
+            result.notes += self._scope_notes(actor, scopes)
+        limits = (budget or RecallBudget()).resolve(self.builder.defaults)
+        block = render_injection(result, max_chars_per_belief=limits.max_chars_per_belief)
+        receipt = AuditEvent(
+            tenant_id=actor.principal.tenant_id,
+            action="recall",
+            actor_id=actor.principal.user_id,
+            actor_kind=actor.kind,
+            credential_id=actor.credential_id,
+            belief_ids=result.injected_ids,
+            session_id=actor.session_id,
+            request_id=actor.request_id,
+            scopes=result.scopes,
+            query=result.query.text[:2000],
+            injected=_injected(result),
+        )
+        self.audit.append(receipt)
+        return Recall(result=result, block=block, receipt_id=receipt.event_id)
+
+    @staticmethod
+    def _scope_notes(actor: Actor, scopes: list[str]) -> list[dict[str, Any]]:
+        """Explain which requested scopes contribute nothing because no grant covers them."""
+        notes: list[dict[str, Any]] = []
+        for label in scope_rules.normalize_scopes(scopes):
+            if scope_rules.is_shared(label) and label not in actor.principal.shared_grants:
+                notes.append(
+                    {"scope": label, "outcome": "filtered: no grant for this shared scope"}
+                )
+        return notes
+
+
+def _injected(result: RecallResult) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for tier, entries in (
+        ("pinned", result.pinned),
+        ("relevant", result.relevant),
+        ("questions", result.questions),
+    ):
+        rows += [{"id": e.belief.id, "tier": tier, "score": e.score} for e in entries]
+    return rows

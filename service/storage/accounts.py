@@ -1,0 +1,214 @@
+"""All OpenSearch access for accounts (tenants, users, API keys). The only module that touches the
+``<namespace>-accounts`` alias.
+
+Point reads go by document id (real time, no refresh needed); documents carry ``tenant_id`` and are
+routed by it. Listings take their tenant filter from :mod:`service.storage.access`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, TypeVar
+
+from opensearchpy import OpenSearch
+from pydantic import BaseModel
+
+from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord
+from service.domain.belief import utcnow
+from service.domain.principal import Principal
+from service.errors import Conflict, NotFound
+from service.storage import access
+from service.storage.client import translate_errors
+from service.storage.templates import ACCOUNTS
+
+R = TypeVar("R", bound=BaseModel)
+
+# Keys live under a fixed routing value: a key is looked up by id alone before the tenant is known.
+KEY_ROUTING = "_keys"
+
+
+def _tenant_doc(tenant_id: str) -> str:
+    return f"tenant:{tenant_id}"
+
+
+def _user_doc(tenant_id: str, user_id: str) -> str:
+    return f"user:{tenant_id}:{user_id}"
+
+
+def _key_doc(key_id: str) -> str:
+    return f"key:{key_id}"
+
+
+def _status(exc: Exception) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+class AccountStore:
+    def __init__(self, client: OpenSearch, namespace: str):
+        self.client = client
+        self.alias = ACCOUNTS.alias(namespace)
+
+    # ------------------------------------------------------------ primitives
+
+    def _create(self, doc_id: str, routing: str, kind: str, record: BaseModel, what: str) -> None:
+        body = {"kind": kind, **record.model_dump(mode="json")}
+        with translate_errors(f"create {what}"):
+            try:
+                self.client.index(
+                    index=self.alias,
+                    id=doc_id,
+                    body=body,
+                    routing=routing,
+                    op_type="create",
+                    refresh="true",
+                )
+            except Exception as exc:
+                if _status(exc) == 409:
+                    raise Conflict(f"{what} already exists") from exc
+                raise
+
+    def _get(self, doc_id: str, routing: str, model: type[R], what: str) -> tuple[R, int, int]:
+        with translate_errors(f"read {what}"):
+            try:
+                found: dict[str, Any] = self.client.get(
+                    index=self.alias, id=doc_id, routing=routing
+                )
+            except Exception as exc:
+                if _status(exc) == 404:
+                    raise NotFound(f"{what} not found") from exc
+                raise
+        source = {k: v for k, v in found["_source"].items() if k != "kind"}
+        return model.model_validate(source), int(found["_seq_no"]), int(found["_primary_term"])
+
+    def _replace(
+        self,
+        doc_id: str,
+        routing: str,
+        kind: str,
+        record: BaseModel,
+        seq: tuple[int, int],
+        what: str,
+    ) -> None:
+        body = {"kind": kind, **record.model_dump(mode="json")}
+        with translate_errors(f"update {what}"):
+            try:
+                self.client.index(
+                    index=self.alias,
+                    id=doc_id,
+                    body=body,
+                    routing=routing,
+                    refresh="true",
+                    if_seq_no=seq[0],
+                    if_primary_term=seq[1],
+                )
+            except Exception as exc:
+                if _status(exc) == 409:
+                    raise Conflict(f"{what} was changed concurrently; retry") from exc
+                raise
+
+    # --------------------------------------------------------------- tenants
+
+    def create_tenant(self, tenant: TenantRecord) -> None:
+        self._create(
+            _tenant_doc(tenant.tenant_id),
+            tenant.tenant_id,
+            "tenant",
+            tenant,
+            f"tenant {tenant.tenant_id!r}",
+        )
+
+    def get_tenant(self, tenant_id: str) -> TenantRecord:
+        return self._get(_tenant_doc(tenant_id), tenant_id, TenantRecord, f"tenant {tenant_id!r}")[
+            0
+        ]
+
+    # ----------------------------------------------------------------- users
+
+    def create_user(self, user: UserRecord) -> None:
+        self._create(
+            _user_doc(user.tenant_id, user.user_id),
+            user.tenant_id,
+            "user",
+            user,
+            f"user {user.user_id!r}",
+        )
+
+    def get_user(self, tenant_id: str, user_id: str) -> UserRecord:
+        return self.get_user_versioned(tenant_id, user_id)[0]
+
+    def get_user_versioned(self, tenant_id: str, user_id: str) -> tuple[UserRecord, int, int]:
+        return self._get(_user_doc(tenant_id, user_id), tenant_id, UserRecord, f"user {user_id!r}")
+
+    def replace_user(self, user: UserRecord, seq: tuple[int, int]) -> None:
+        user.updated_at = utcnow()
+        self._replace(
+            _user_doc(user.tenant_id, user.user_id),
+            user.tenant_id,
+            "user",
+            user,
+            seq,
+            f"user {user.user_id!r}",
+        )
+
+    def list_users(self, principal: Principal, *, size: int = 1000) -> list[UserRecord]:
+        return self._list(principal, "user", UserRecord, size)
+
+    # ------------------------------------------------------------------ keys
+
+    def create_key(self, key: ApiKeyRecord) -> None:
+        self._create(_key_doc(key.key_id), KEY_ROUTING, "key", key, f"API key {key.key_id!r}")
+
+    def get_key(self, key_id: str) -> ApiKeyRecord:
+        return self.get_key_versioned(key_id)[0]
+
+    def get_key_versioned(self, key_id: str) -> tuple[ApiKeyRecord, int, int]:
+        return self._get(_key_doc(key_id), KEY_ROUTING, ApiKeyRecord, f"API key {key_id!r}")
+
+    def replace_key(self, key: ApiKeyRecord, seq: tuple[int, int]) -> None:
+        key.updated_at = utcnow()
+        self._replace(_key_doc(key.key_id), KEY_ROUTING, "key", key, seq, f"API key {key.key_id!r}")
+
+    def touch_key(self, key_id: str, when: datetime) -> None:
+        """Record last use. A partial update, no concurrency check: last writer wins, which is
+        exactly what a last-used time wants, and it never clobbers a concurrent revoke."""
+        with translate_errors("record API key use"):
+            self.client.update(
+                index=self.alias,
+                id=_key_doc(key_id),
+                routing=KEY_ROUTING,
+                body={"doc": {"last_used_at": when.isoformat()}},
+                retry_on_conflict=3,
+            )
+
+    def list_keys(self, principal: Principal, *, size: int = 1000) -> list[ApiKeyRecord]:
+        filters = [*access.admin_filters(principal), {"term": {"kind": "key"}}]
+        body = {
+            "size": size,
+            "query": {"bool": {"filter": filters}},
+            "sort": [{"created_at": "asc"}, {"key_id": "asc"}],
+        }
+        with translate_errors("list API keys"):
+            hits = self.client.search(index=self.alias, body=body, routing=KEY_ROUTING)["hits"][
+                "hits"
+            ]
+        return [
+            ApiKeyRecord.model_validate({k: v for k, v in h["_source"].items() if k != "kind"})
+            for h in hits
+        ]
+
+    def _list(self, principal: Principal, kind: str, model: type[R], size: int) -> list[R]:
+        filters = [*access.admin_filters(principal), {"term": {"kind": kind}}]
+        body = {
+            "size": size,
+            "query": {"bool": {"filter": filters}},
+            "sort": [{"created_at": "asc"}, {"user_id": "asc"}],
+        }
+        with translate_errors(f"list {kind}s"):
+            hits = self.client.search(index=self.alias, body=body, routing=principal.tenant_id)[
+                "hits"
+            ]["hits"]
+        return [
+            model.model_validate({k: v for k, v in h["_source"].items() if k != "kind"})
+            for h in hits
+        ]

@@ -1,0 +1,158 @@
+"""All OpenSearch access for the audit trail (``<namespace>-audit``); the only module touching it.
+
+Append-only: events are created with ``op_type=create`` under a fresh id and never replaced. The one
+sanctioned rewrite is erasure: :meth:`AuditStore.erase_payloads` strips the before/after copies of
+erased beliefs from their events (the skeleton of who did what, when, stays). Reads are admin-only
+and
+take their tenant filter from :mod:`service.storage.access`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from opensearchpy import OpenSearch
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.domain.belief import utcnow
+from service.domain.principal import Principal
+from service.storage import access, cursor
+from service.storage.client import translate_errors
+from service.storage.templates import AUDIT
+
+
+class AuditEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: str = Field(default_factory=lambda: f"ev-{uuid.uuid4().hex}")
+    tenant_id: str
+    at: datetime = Field(default_factory=utcnow)
+    action: str
+    actor_id: str
+    actor_kind: str
+    credential_id: str | None = None
+    belief_ids: list[str] = Field(default_factory=list)
+    session_id: str | None = None
+    request_id: str | None = None
+    scopes: list[str] = Field(default_factory=list)
+    query: str | None = None
+    injected: list[dict[str, Any]] | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    details: dict[str, Any] | None = None
+    payload_erased_at: datetime | None = None
+
+
+class AuditQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    actor_id: str | None = None
+    belief_id: str | None = None
+    session_id: str | None = None
+    action: str | None = None
+    request_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+_SORT = [{"at": {"order": "desc"}}, {"event_id": {"order": "desc"}}]
+
+# Strip the payload copies; a no-op (not counted) when the event carried none.
+_ERASE_SCRIPT = """
+boolean had = ctx._source.containsKey('before') && ctx._source.before != null
+  || ctx._source.containsKey('after') && ctx._source.after != null;
+if (!had) { ctx.op = 'noop'; return; }
+ctx._source.remove('before');
+ctx._source.remove('after');
+ctx._source.payload_erased_at = params.now;
+"""
+
+
+class AuditStore:
+    def __init__(self, client: OpenSearch, namespace: str):
+        self.client = client
+        self.alias = AUDIT.alias(namespace)
+
+    def append(self, event: AuditEvent) -> None:
+        body = event.model_dump(mode="json", exclude_none=True)
+        with translate_errors("record an audit event"):
+            self.client.index(
+                index=self.alias,
+                id=event.event_id,
+                body=body,
+                routing=event.tenant_id,
+                op_type="create",
+                refresh="false",
+            )
+
+    def search(
+        self, principal: Principal, query: AuditQuery, *, size: int, after: str | None
+    ) -> tuple[list[AuditEvent], str | None]:
+        filters = [*access.admin_filters(principal), *self._narrowing(query)]
+        body: dict[str, Any] = {
+            "size": size,
+            "query": {"bool": {"filter": filters}},
+            "sort": _SORT,
+            "track_total_hits": False,
+        }
+        search_after = cursor.decode(after, arity=2)
+        if search_after is not None:
+            body["search_after"] = search_after
+        with translate_errors("read the audit trail"):
+            hits = self.client.search(
+                index=self.alias, body=body, routing=access.routing(principal)
+            )["hits"]["hits"]
+        events = [AuditEvent.model_validate(h["_source"]) for h in hits]
+        next_cursor = cursor.encode(hits[-1]["sort"]) if len(hits) == size else None
+        return events, next_cursor
+
+    @staticmethod
+    def _narrowing(query: AuditQuery) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for field, value in (
+            ("actor_id", query.actor_id),
+            ("belief_ids", query.belief_id),
+            ("session_id", query.session_id),
+            ("action", query.action),
+            ("request_id", query.request_id),
+        ):
+            if value is not None:
+                out.append({"term": {field: value}})
+        if query.since or query.until:
+            bounds: dict[str, str] = {}
+            if query.since:
+                bounds["gte"] = query.since.isoformat()
+            if query.until:
+                bounds["lt"] = query.until.isoformat()
+            out.append({"range": {"at": bounds}})
+        return out
+
+    def erase_payloads(self, principal: Principal, belief_ids: list[str]) -> int:
+        """Strip before/after copies of ``belief_ids`` from the tenant's events; returns a count."""
+        if not belief_ids:
+            return 0
+        filters = [*access.admin_filters(principal), {"terms": {"belief_ids": belief_ids}}]
+        with translate_errors("erase audit payloads"):
+            # Events appended within the last refresh interval are not searchable yet.
+            self.client.indices.refresh(index=self.alias)
+            result = self.client.update_by_query(
+                index=self.alias,
+                routing=access.routing(principal),
+                body={
+                    "query": {"bool": {"filter": filters}},
+                    "script": {
+                        "source": _ERASE_SCRIPT,
+                        "lang": "painless",
+                        "params": {"now": utcnow().isoformat()},
+                    },
+                },
+                conflicts="proceed",
+                refresh=True,
+            )
+        return int(result.get("updated", 0))
+
+    def refresh(self) -> None:
+        with translate_errors("refresh the audit trail"):
+            self.client.indices.refresh(index=self.alias)
