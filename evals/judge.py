@@ -5,7 +5,8 @@
 - persona: ``nonEmpty``, ``isNull``, ``contains``, ``mustNotContain``
 - sessions: ``noiseCheck.mustNotSurface`` over pinned ∪ relevant
 Precision = |expected ∩ relevant| / |relevant| (None if nothing relevant came back); recall =
-|expected ∩ relevant| / |expected| (None if nothing was expected); drift = noise / (relevant+pinned).
+|expected ∩ relevant| / |expected| (None if nothing was expected);
+drift = noise / (relevant+pinned).
 """
 
 from __future__ import annotations
@@ -68,9 +69,13 @@ def judge(case_id: str, expect: dict[str, Any], tiers: Tiers) -> Verdict:
             if banned in pool:
                 failures.append(f"{tier_name}.mustExclude: {banned} present")
         if "maxCount" in spec and len(tier_sets[tier_name]) > spec["maxCount"]:
-            failures.append(f"{tier_name}.maxCount: {len(tier_sets[tier_name])} > {spec['maxCount']}")
+            failures.append(
+                f"{tier_name}.maxCount: {len(tier_sets[tier_name])} > {spec['maxCount']}"
+            )
         if "minCount" in spec and len(tier_sets[tier_name]) < spec["minCount"]:
-            failures.append(f"{tier_name}.minCount: {len(tier_sets[tier_name])} < {spec['minCount']}")
+            failures.append(
+                f"{tier_name}.minCount: {len(tier_sets[tier_name])} < {spec['minCount']}"
+            )
 
     persona = expect.get("personaPrelude", {})
     text = tiers.persona or ""
@@ -103,7 +108,9 @@ def judge(case_id: str, expect: dict[str, Any], tiers: Tiers) -> Verdict:
         precision=_ratio(len(expected & relevant), len(relevant)),
         recall=_ratio(len(expected & relevant), len(expected)),
         pinned_coverage=_ratio(len(pinned_expected & pinned), len(pinned_expected)),
-        question_precision=_ratio(len(q_expected & questions), len(questions)) if q_expected else None,
+        question_precision=_ratio(len(q_expected & questions), len(questions))
+        if q_expected
+        else None,
         question_recall=_ratio(len(q_expected & questions), len(q_expected)),
         drift=drift,
         tiers=tiers,

@@ -12,20 +12,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from evals.cases import CaseSet
+from evals.judge import Tiers, Verdict, judge, mean
 from service.beliefs.service import add_aliases
 from service.domain.belief import Belief
 from service.domain.principal import Principal
 from service.recall.context import ContextBuilder, RecallBudget
 from service.recall.query import clean_query
 from service.storage.beliefs import BeliefStore
-from evals.cases import CaseSet
-from evals.judge import Tiers, Verdict, judge, mean
 
 
 class Backend(Protocol):
     name: str
 
-    def recall(self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None) -> Tiers: ...
+    def recall(
+        self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None
+    ) -> Tiers: ...
 
 
 ClauseFactory = Callable[[str], list[dict[str, Any]]]
@@ -53,7 +55,9 @@ class ContextBackend:
         self.clauses = clauses
         self.min_score = min_score
 
-    def recall(self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None) -> Tiers:
+    def recall(
+        self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None
+    ) -> Tiers:
         started = time.perf_counter()
         search_clauses = None
         if self.min_score is not None:
@@ -61,7 +65,9 @@ class ContextBackend:
         if self.clauses is not None:
             limits = (budget or RecallBudget()).resolve(self.builder.defaults)
             search_clauses = self.clauses(clean_query(query, max_chars=limits.max_query_chars).text)
-        result = self.builder.build(principal, scopes, query, budget, explain=self.explain, search_clauses=search_clauses)
+        result = self.builder.build(
+            principal, scopes, query, budget, explain=self.explain, search_clauses=search_clauses
+        )
         elapsed = (time.perf_counter() - started) * 1000
         return Tiers(
             persona=result.persona,
@@ -70,7 +76,9 @@ class ContextBackend:
             questions=result.question_ids,
             scores={e.belief.id: float(e.score or 0.0) for e in result.relevant},
             clauses={
-                e.belief.id: [{"clause": c.clause, "term": c.term, "score": c.score} for c in e.clauses]
+                e.belief.id: [
+                    {"clause": c.clause, "term": c.term, "score": c.score} for c in e.clauses
+                ]
                 for e in result.relevant
             },
             latency_ms=elapsed,
@@ -155,7 +163,9 @@ def run_case_set(
     return run
 
 
-def apply_turn_mutations(store: BeliefStore, principal: Principal, session_id: str, turn: object) -> None:
+def apply_turn_mutations(
+    store: BeliefStore, principal: Principal, session_id: str, turn: object
+) -> None:
     create = getattr(turn, "create_belief", None)
     if create:
         store.put(Belief.from_record(create, tenant_id=principal.tenant_id), refresh="true")
@@ -163,6 +173,12 @@ def apply_turn_mutations(store: BeliefStore, principal: Principal, session_id: s
     if update:
         belief_id, aliases = update
         add_aliases(
-            store, principal, belief_id, aliases, trigger="entity_update (session mutation)",
-            session_id=session_id, turn_id=str(getattr(turn, "index", "")), refresh="true",
+            store,
+            principal,
+            belief_id,
+            aliases,
+            trigger="entity_update (session mutation)",
+            session_id=session_id,
+            turn_id=str(getattr(turn, "index", "")),
+            refresh="true",
         )

