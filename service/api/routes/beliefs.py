@@ -124,7 +124,10 @@ StatusQ = Annotated[
 ScopeQ = Annotated[list[str], Query(max_length=32, description="Scope labels (repeatable)")]
 TextQ = Annotated[str | None, Query(max_length=1000, description="Match names and aliases")]
 AllQ = Annotated[
-    bool, Query(description="Admins: the whole tenant, not only what they can see as a user")
+    bool,
+    Query(
+        alias="all", description="Admins: the whole tenant, not only what they can see as a user"
+    ),
 ]
 
 

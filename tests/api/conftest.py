@@ -1,0 +1,146 @@
+"""API test fixtures: one app (real OpenSearch + Redis from the session fixtures) for the session,
+an operator credential from the bootstrap step, and :func:`make_team` to provision a fresh tenant
+with two members and an admin over HTTP for each test."""
+
+from __future__ import annotations
+
+import json
+import uuid
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from opensearchpy import OpenSearch
+from pydantic import SecretStr
+
+warnings.filterwarnings("ignore", message="authlib.jose module is deprecated")
+
+from authlib.jose import JsonWebKey  # noqa: E402
+
+from service.api.app import create_app  # noqa: E402
+from service.api.state import Services  # noqa: E402
+from service.config import ApiSettings, AuthSettings, Settings  # noqa: E402
+from service.storage.templates import ALL_FAMILIES, drop_namespace  # noqa: E402
+
+HS_SECRET = "test-hs256-secret-with-enough-entropy-0123456789"
+
+
+@dataclass(frozen=True)
+class SigningKeys:
+    rsa: Any
+    ec: Any
+    jwks_path: Path
+
+
+@pytest.fixture(scope="session")
+def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> SigningKeys:
+    rsa = JsonWebKey.generate_key("RSA", 2048, {"kid": "rsa-1"}, is_private=True)
+    ec = JsonWebKey.generate_key("EC", "P-256", {"kid": "ec-1"}, is_private=True)
+    path = Path(tmp_path_factory.mktemp("jwks")) / "jwks.json"
+    path.write_text(json.dumps({"keys": [rsa.as_dict(is_private=False), ec.as_dict(is_private=False)]}))
+    return SigningKeys(rsa=rsa, ec=ec, jwks_path=path)
+
+
+@pytest.fixture(scope="session")
+def api_settings(settings: Settings, signing_keys: SigningKeys) -> Settings:
+    return settings.model_copy(
+        update={
+            "auth": AuthSettings(
+                jwt_hs256_secret=SecretStr(HS_SECRET),
+                jwks_file=str(signing_keys.jwks_path),
+                jwt_algorithms=["RS256", "ES256", "HS256"],
+                api_key_pepper=SecretStr("test-pepper"),
+            ),
+            "api": ApiSettings(write_refresh="true", max_body_bytes=200_000),
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def app(api_settings: Settings, os_client: OpenSearch) -> FastAPI:
+    return create_app(api_settings)
+
+
+@pytest.fixture(scope="session")
+def client(app: FastAPI, os_client: OpenSearch, api_settings: Settings) -> Iterator[TestClient]:
+    with TestClient(app) as test_client:
+        yield test_client
+    drop_namespace(os_client, api_settings.opensearch_namespace, ALL_FAMILIES)
+
+
+@pytest.fixture(scope="session")
+def services(client: TestClient, app: FastAPI) -> Services:
+    services: Services = app.state.services
+    return services
+
+
+@pytest.fixture(scope="session")
+def operator(services: Services) -> dict[str, str]:
+    """The bootstrap step's operator key, as an Authorization header."""
+    return auth(services.provisioning.bootstrap().plaintext)
+
+
+def auth(credential: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {credential}"}
+
+
+def ok(response: Any, status: int = 200) -> Any:
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+@dataclass
+class Team:
+    """A fresh tenant: alice and bob share project ``pay`` (alice also team ``core``), carol is the
+    tenant admin; each has an API key."""
+
+    tenant: str
+    keys: dict[str, str]
+
+    def h(self, user: str) -> dict[str, str]:
+        return auth(self.keys[user])
+
+
+USERS: dict[str, dict[str, Any]] = {
+    "alice": {"projects": ["pay"], "teams": ["core"]},
+    "bob": {"projects": ["pay"]},
+    "carol": {"roles": ["admin"], "projects": ["pay"]},
+}
+
+
+def make_team(client: TestClient, operator: dict[str, str], tenant: str | None = None) -> Team:
+    tenant = tenant or f"t-{uuid.uuid4().hex[:10]}"
+    ok(client.post("/v1/admin/tenants", json={"tenant_id": tenant, "name": tenant}, headers=operator), 201)
+    keys: dict[str, str] = {}
+    for user, grants in USERS.items():
+        ok(client.post(f"/v1/admin/tenants/{tenant}/users", json={"user_id": user, **grants}, headers=operator), 201)
+        issued = ok(client.post(f"/v1/admin/tenants/{tenant}/users/{user}/keys", json={"name": "test"}, headers=operator), 201)
+        keys[user] = issued["key"]
+    return Team(tenant=tenant, keys=keys)
+
+
+@pytest.fixture
+def team(client: TestClient, operator: dict[str, str]) -> Team:
+    return make_team(client, operator)
+
+
+@pytest.fixture
+def other_team(client: TestClient, operator: dict[str, str]) -> Team:
+    return make_team(client, operator)
+
+
+def belief_body(name: str, scope: str = "domain:code", **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "preference",
+        "canonical_name": name,
+        "aliases": [name.replace("_", " ")],
+        "content": f"Content of {name}.",
+        "why_it_matters": f"Shapes answers about {name}.",
+        "scope": [scope],
+        **extra,
+    }

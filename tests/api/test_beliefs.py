@@ -1,0 +1,181 @@
+"""The belief lifecycle over HTTP: create, import, get, list, supersede, reinforce, pin, resolve,
+aliases, retract, history, export, erase."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from evals.cases import paper_case_set
+from service.api.state import Services
+from tests.api.conftest import Team, belief_body, ok
+
+
+def _create(client: TestClient, team: Team, user: str, name: str, scope: str = "domain:code", **extra: Any) -> Any:
+    return ok(client.post("/v1/beliefs", json=belief_body(name, scope, **extra), headers=team.h(user)), 201)
+
+
+def _recall_ids(client: TestClient, team: Team, user: str, scopes: list[str], query: str) -> list[str]:
+    body = ok(client.post("/v1/recall", json={"scopes": scopes, "query": query}, headers=team.h(user)))
+    return list(body["injected_ids"])
+
+
+def test_create_get_and_owner_from_credentials(client: TestClient, team: Team) -> None:
+    created = _create(client, team, "alice", "redis_cache", id="b-redis")
+    assert (created["id"], created["tenant_id"], created["owner_id"]) == ("b-redis", team.tenant, "alice")
+    assert ok(client.get("/v1/beliefs/b-redis", headers=team.h("alice")))["content"] == "Content of redis_cache."
+    again = client.post("/v1/beliefs", json=belief_body("redis_cache", id="b-redis"), headers=team.h("alice"))
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
+    smuggled = client.post("/v1/beliefs", json={**belief_body("x"), "owner_id": "bob"}, headers=team.h("alice"))
+    assert smuggled.status_code == 422  # the owner is never taken from the body
+
+
+def test_import_paper_seed_json_and_jsonl_keeps_ids(client: TestClient, team: Team) -> None:
+    seed = paper_case_set().beliefs
+    mine = [r for r in seed if r["user_id"] == "alice" or r["user_id"] == "test-user"]
+    records = [{**r, "user_id": "alice"} for r in mine]
+    report = ok(client.post("/v1/beliefs/import", json=records[:10], headers=team.h("alice")))
+    assert report["imported"] == [r["_id"] for r in records[:10]] and report["failed"] == {}
+    jsonl = "\n".join(json.dumps(r) for r in records[8:]) + "\n"
+    report = ok(client.post("/v1/beliefs/import", content=jsonl, headers={**team.h("alice"), "Content-Type": "application/x-ndjson"}))
+    assert sorted(report["imported"]) == sorted(r["_id"] for r in records[10:])
+    assert set(report["failed"]) == {records[8]["_id"], records[9]["_id"]}  # already there: only those fail
+    assert ok(client.get(f"/v1/beliefs/{records[0]['_id']}", headers=team.h("alice")))["owner_id"] == "alice"
+
+
+def test_import_for_another_user_needs_admin(client: TestClient, team: Team) -> None:
+    record = {**belief_body("bobs_pref"), "_id": "b-bob", "user_id": "bob"}
+    denied = client.post("/v1/beliefs/import", json=[record], headers=team.h("alice"))
+    assert denied.status_code == 403
+    assert ok(client.post("/v1/beliefs/import", json=[record], headers=team.h("carol")))["imported"] == ["b-bob"]
+    assert ok(client.get("/v1/beliefs/b-bob", headers=team.h("bob")))["owner_id"] == "bob"
+
+
+def test_import_rejects_bad_records_with_their_position(client: TestClient, team: Team) -> None:
+    bad = [belief_body("fine") | {"_id": "b-fine"}, {"type": "preference", "content": "no name", "scope": ["domain:code"]}]
+    response = client.post("/v1/beliefs/import", json=bad, headers=team.h("alice"))
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["loc"][:2] == ["body", 1]
+    assert client.get("/v1/beliefs/b-fine", headers=team.h("alice")).status_code == 404  # all or nothing
+    broken = client.post("/v1/beliefs/import", content="{nope\n", headers={**team.h("alice"), "Content-Type": "application/x-ndjson"})
+    assert broken.status_code == 422 and "line 1" in broken.json()["error"]["message"]
+
+
+def test_list_filters_and_cursor_pagination(client: TestClient, team: Team) -> None:
+    for i in range(7):
+        _create(client, team, "alice", f"topic_{i}", id=f"b-t{i}", pinned=i % 2 == 0)
+    _create(client, team, "alice", "pay_rule", "project:pay", id="b-pay", type="decision")
+    _create(client, team, "alice", "open_thing", id="b-q", type="open_question")
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 3, "type": "preference"}
+        if cursor:
+            params["cursor"] = cursor
+        page = ok(client.get("/v1/beliefs", params=params, headers=team.h("alice")))
+        seen += [b["id"] for b in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [f"b-t{i}" for i in range(7)]
+    pinned = ok(client.get("/v1/beliefs", params={"pinned": "true", "type": "preference"}, headers=team.h("alice")))
+    assert [b["id"] for b in pinned["items"]] == ["b-t0", "b-t2", "b-t4", "b-t6"]
+    scoped = ok(client.get("/v1/beliefs", params={"scope": "project:pay"}, headers=team.h("bob")))
+    assert [b["id"] for b in scoped["items"]] == ["b-pay"]
+    text = ok(client.get("/v1/beliefs", params={"q": "topic 3"}, headers=team.h("alice")))
+    assert "b-t3" in [b["id"] for b in text["items"]]
+    bad = client.get("/v1/beliefs", params={"cursor": "not-a-cursor"}, headers=team.h("alice"))
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "validation_error"
+    bad_scope = client.get("/v1/beliefs", params={"scope": "Not A Scope"}, headers=team.h("alice"))
+    assert bad_scope.status_code == 422
+
+
+def test_supersede_carries_counter_signal_aliases(client: TestClient, team: Team) -> None:
+    _create(client, team, "alice", "orm_choice", id="b-orm", aliases=["mongoose"], pinned=True)
+    result = ok(
+        client.post(
+            "/v1/beliefs/b-orm/supersede",
+            json={"id": "b-raw", "canonical_name": "raw_driver", "content": "Use the raw MongoDB driver.", "aliases": ["mongodb driver"]},
+            headers=team.h("alice"),
+        ),
+        201,
+    )
+    old, new = result["superseded"], result["current"]
+    assert (old["epistemic_status"], old["superseded_by"]) == ("superseded", "b-raw")
+    assert new["supersedes"] == "b-orm" and new["pinned"] is True and new["scope"] == ["domain:code"]
+    assert {"mongoose", "orm_choice", "mongodb driver"} <= set(new["aliases"])
+    # the old vocabulary now routes to the live replacement, never to the dead one
+    assert _recall_ids(client, team, "alice", ["domain:code"], "should I use mongoose?") == ["b-raw"]
+    again = client.post("/v1/beliefs/b-orm/supersede", json={"content": "x"}, headers=team.h("alice"))
+    assert again.status_code == 409
+    history = ok(client.get("/v1/beliefs/b-raw/history", headers=team.h("alice")))
+    assert [b["id"] for b in history["chain"]] == ["b-orm", "b-raw"]
+    triggers = [e["entry"]["trigger"] for e in history["change_log"]]
+    assert "superseded by b-raw" in triggers and "supersedes belief b-orm" in triggers
+    assert ok(client.get("/v1/beliefs/b-orm/history", headers=team.h("alice")))["chain"] == history["chain"]
+
+
+def test_reinforce_pin_aliases_retract(client: TestClient, team: Team) -> None:
+    _create(client, team, "alice", "tabs_style", id="b-tabs")
+    reinforced = ok(client.post("/v1/beliefs/b-tabs/reinforce", json={"aliases": ["indentation"]}, headers=team.h("alice")))
+    assert reinforced["reinforcement_count"] == 1 and "indentation" in reinforced["aliases"] and reinforced["version"] == 2
+    assert ok(client.post("/v1/beliefs/b-tabs/pin", headers=team.h("alice")))["pinned"] is True
+    assert _recall_ids(client, team, "alice", ["domain:code"], "hello") == ["b-tabs"]  # pinned tier
+    assert ok(client.post("/v1/beliefs/b-tabs/unpin", headers=team.h("alice")))["pinned"] is False
+    added = ok(client.post("/v1/beliefs/b-tabs/aliases", json={"aliases": ["Whitespace "]}, headers=team.h("alice")))
+    assert "whitespace" in added["aliases"]
+    assert _recall_ids(client, team, "alice", ["domain:code"], "whitespace rules?") == ["b-tabs"]
+    assert ok(client.post("/v1/beliefs/b-tabs/retract", json={"reason": "wrong"}, headers=team.h("alice")))["retracted_at"]
+    assert _recall_ids(client, team, "alice", ["domain:code"], "whitespace rules?") == []
+    assert client.post("/v1/beliefs/b-tabs/retract", headers=team.h("alice")).status_code == 409
+    assert client.post("/v1/beliefs/b-tabs/aliases", json={"aliases": []}, headers=team.h("alice")).status_code == 422
+
+
+def test_resolve_open_question(client: TestClient, team: Team) -> None:
+    _create(client, team, "alice", "which_queue", id="b-q", type="open_question", pinned=True)
+    _create(client, team, "alice", "use_celery", id="b-a", type="decision")
+    assert _recall_ids(client, team, "alice", ["domain:code"], "anything") == ["b-q"]
+    resolved = ok(client.post("/v1/beliefs/b-q/resolve", json={"resolved_by": "b-a", "note": "decided"}, headers=team.h("alice")))
+    assert resolved["resolved_at"] is not None
+    assert _recall_ids(client, team, "alice", ["domain:code"], "anything") == []
+    assert client.post("/v1/beliefs/b-q/resolve", headers=team.h("alice")).status_code == 409
+    assert client.post("/v1/beliefs/b-a/resolve", headers=team.h("alice")).status_code == 422  # not a question
+
+
+def test_export_jsonl_round_trips(client: TestClient, team: Team, other_team: Team) -> None:
+    _create(client, team, "alice", "one", id="b-1")
+    _create(client, team, "alice", "two", "project:pay", id="b-2")
+    _create(client, team, "bob", "bobs", id="b-3")
+    response = client.get("/v1/beliefs/export", headers=team.h("alice"))
+    assert response.status_code == 200 and response.headers["content-type"].startswith("application/x-ndjson")
+    rows = [json.loads(line) for line in response.text.splitlines()]
+    assert [r["id"] for r in rows] == ["b-1", "b-2"]  # not bob's personal belief
+    whole = client.get("/v1/beliefs/export", params={"all": "true"}, headers=team.h("carol"))
+    assert sorted(json.loads(x)["id"] for x in whole.text.splitlines()) == ["b-1", "b-2", "b-3"]
+    assert client.get("/v1/beliefs/export", params={"all": "true"}, headers=team.h("alice")).status_code == 403
+    # the export is an import format: it loads into another tenant unchanged
+    ok(client.post("/v1/beliefs/import", content=response.text, headers={**other_team.h("alice"), "Content-Type": "application/x-ndjson"}))
+    assert ok(client.get("/v1/beliefs/b-2", headers=other_team.h("bob")))["tenant_id"] == other_team.tenant
+
+
+def test_erase_removes_versions_audit_payloads_and_renderings(client: TestClient, team: Team, services: Services) -> None:
+    _create(client, team, "alice", "secret_thing", id="b-s1", aliases=["codename"])
+    ok(client.post("/v1/beliefs/b-s1/supersede", json={"id": "b-s2", "content": "Second version."}, headers=team.h("alice")), 201)
+    ok(client.post("/v1/recall", json={"scopes": ["domain:code"], "query": "codename?"}, headers=team.h("alice")))
+    services.render_cache.put(team.tenant, "session-1", "rendered block mentioning b-s2")
+    assert client.delete("/v1/beliefs/b-s2", headers=team.h("alice")).status_code == 403  # members may not
+    receipt = ok(client.delete("/v1/beliefs/b-s2", headers=team.h("carol")))
+    assert sorted(receipt["belief_versions_removed"]) == ["b-s1", "b-s2"]
+    assert receipt["audit_payload_copies_removed"] >= 3  # create, supersede (old), create (new)
+    assert receipt["cached_renderings_removed"] == 1
+    for belief_id in ("b-s1", "b-s2"):
+        assert client.get(f"/v1/beliefs/{belief_id}", headers=team.h("alice")).status_code == 404
+    services.audit.refresh()
+    events = ok(client.get("/v1/admin/audit", params={"belief_id": "b-s1"}, headers=team.h("carol")))["items"]
+    assert events and all("before" not in e or e["before"] is None for e in events)
+    assert all(e.get("after") is None for e in events if e["action"] != "belief.erase")
+    assert any(e["action"] == "belief.erase" for e in events)
+    assert "Second version" not in json.dumps(events)
+    assert client.delete("/v1/beliefs/b-s2", headers=team.h("carol")).status_code == 404
