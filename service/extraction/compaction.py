@@ -1,0 +1,552 @@
+"""Belief compaction (paper §5.1): per (tenant, owner, scope, type) buckets over thresholds.
+
+Conservative: a false merge is worse than a duplicate.
+- Without a configured model only beliefs with the *same normalised content* (same
+  ``content_fingerprint``) are merged.
+- With a model (``loop.compaction_llm_*``, OpenAI-compatible) the model proposes merges and
+  per-domain expertise assessments; every proposal is checked (ids from the bucket only, each id in
+  one merge, valid names, no instruction-like text) and anything doubtful is dropped.
+A merge inserts a new belief (id derived from the sources, so a re-run is idempotent) with the
+union of aliases plus the retired canonical names, the summed reinforcement and the latest
+reinforcement time, then supersedes every source with a compaction note. Everything is audited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+import redis
+
+from service.beliefs.service import merge_aliases, mutate
+from service.config import MemoryLoopSettings, Settings
+from service.domain import scopes as scope_rules
+from service.domain.belief import (
+    MAX_ALIASES,
+    Belief,
+    BeliefType,
+    ChangeLogEntry,
+    EpistemicStatus,
+    ExpertiseDepth,
+    Subtype,
+    content_fingerprint,
+    normalize_canonical_name,
+    utcnow,
+)
+from service.domain.principal import Principal
+from service.errors import Conflict
+from service.extraction.audit import AuditSink
+from service.extraction.validator import _INJECTION
+from service.storage.beliefs import BeliefStore
+from service.storage.lookup import BeliefLookup, BucketKey
+
+ACTOR = "compaction"
+DEDUP_PROMPT = """You merge duplicate beliefs about one user. Input: a JSON array of beliefs
+{id, type, canonical_name, content, aliases, scope}. Only merge when you are highly confident two
+beliefs express the same fact. Conservative is always correct here: when unsure, leave them.
+Return ONLY JSON: {"merges": [{"keep_id", "retire_ids": [...], "merged_content",
+"merged_canonical_name" (snake_case), "merged_aliases": [...], "compaction_note", "belief_type"}],
+"no_action_ids": [...]}. merged_aliases must include the canonical names of all retired beliefs
+for search continuity. For preferences, merged_content must read as a direct instruction a model
+can act on immediately; preserve nuance."""
+EXPERTISE_PROMPT = """You synthesise a user's expertise per domain from evidence beliefs.
+Input: a JSON array {id, canonical_name, content, why_it_matters, expertise_domain,
+expertise_depth, epistemic_status, confidence, reinforcement_count, scope}. Depths: learning
+(explain), working (skip basics, show trade-offs), deep (informed peer), expert (defer on opinion).
+Produce a parent rollup only when 2+ subdomains are assessed and consistent; a parent depth is the
+floor of its subdomains. Never invent a rollup from one subdomain. Return ONLY JSON:
+{"assessments": [{"domain", "depth", "evidence_count", "canonical_name", "content",
+"why_it_matters", "confidence"}], "retire_ids": [...]}."""
+
+
+def bucket_kind(type_: str, subtype: str | None) -> str | None:
+    if type_ == BeliefType.PREFERENCE.value:
+        return (
+            "expertise"
+            if subtype == Subtype.EXPERTISE.value
+            else ("preference" if subtype is None else None)
+        )
+    if type_ in (BeliefType.ENTITY.value, BeliefType.DECISION.value) and subtype is None:
+        return type_
+    return None  # relations, open questions and style signals are never compacted
+
+
+def thresholds(policy: MemoryLoopSettings) -> dict[str, int]:
+    return {
+        "preference": policy.compaction_threshold_preference,
+        "expertise": policy.compaction_threshold_expertise,
+        "entity": policy.compaction_threshold_entity,
+        "decision": policy.compaction_threshold_decision,
+    }
+
+
+class Cooldown(Protocol):
+    def active(self, key: str) -> bool: ...
+    def mark(self, key: str, seconds: int) -> None: ...
+
+
+class RedisCooldown:
+    def __init__(self, client: redis.Redis[bytes]):
+        self.client = client
+
+    def active(self, key: str) -> bool:
+        return bool(self.client.exists(f"tenure:compaction:cooldown:{key}"))
+
+    def mark(self, key: str, seconds: int) -> None:
+        if seconds > 0:
+            self.client.set(f"tenure:compaction:cooldown:{key}", "1", ex=seconds)
+
+
+class CompactionLLM:
+    """A synchronous OpenAI-compatible chat call that must answer with one JSON object."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None, timeout_s: float = 60.0):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s
+        )
+        self.model = model
+
+    def complete_json(self, system: str, payload: Any, *, max_tokens: int) -> dict[str, Any] | None:
+        body = {
+            "model": self.model,
+            "temperature": 0.1,
+            "max_tokens": max_tokens,
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": json.dumps(payload, ensure_ascii=False)},
+            ],
+        }
+        try:
+            response = self.client.post("/chat/completions", json=body)
+            response.raise_for_status()
+            text = response.json()["choices"][0]["message"]["content"]
+            found = re.search(r"\{[\s\S]*\}", text or "")
+            data = json.loads(found.group(0)) if found else None
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+
+def llm_from_settings(settings: Settings) -> CompactionLLM | None:
+    loop = settings.loop
+    if not loop.compaction_llm_model:
+        return None
+    base = loop.compaction_llm_base_url or loop.upstream_base_url
+    if not base:
+        return None
+    key = loop.compaction_llm_api_key or loop.upstream_api_key
+    return CompactionLLM(base, loop.compaction_llm_model, key.get_secret_value() if key else None)
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    keep_id: str
+    retire_ids: tuple[str, ...]
+    content: str
+    canonical_name: str
+    aliases: tuple[str, ...]
+    note: str
+
+
+@dataclass
+class CompactionReport:
+    bucket: dict[str, Any]
+    ran: bool = False
+    reason: str | None = None
+    merges: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _owner_principal(key: BucketKey) -> Principal:
+    """The bucket's owner, with the grant for a shared bucket scope (their own beliefs)."""
+    projects = (
+        frozenset({key.scope.split(":", 1)[1]}) if key.scope.startswith("project:") else frozenset()
+    )
+    teams = (
+        frozenset({key.scope.split(":", 1)[1]}) if key.scope.startswith("team:") else frozenset()
+    )
+    return Principal(tenant_id=key.tenant_id, user_id=key.owner_id, projects=projects, teams=teams)
+
+
+def _clean_text(value: Any, limit: int) -> str | None:
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > limit
+        or _INJECTION.search(value)
+    ):
+        return None
+    return value.strip()
+
+
+class Compactor:
+    def __init__(
+        self,
+        store: BeliefStore,
+        policy: MemoryLoopSettings,
+        audit: AuditSink,
+        cooldown: Cooldown,
+        llm: CompactionLLM | None,
+    ):
+        self.store = store
+        self.lookup = BeliefLookup(store)
+        self.policy = policy
+        self.audit = audit
+        self.cooldown = cooldown
+        self.llm = llm
+
+    # --------------------------------------------------------------- planning
+
+    def plan(self, *, tenant_id: str | None = None, force: bool = False) -> list[BucketKey]:
+        limits = thresholds(self.policy)
+        floor = 2 if force else min(limits.values())
+        out: list[BucketKey] = []
+        for key in self.lookup.plan_buckets(min_count=floor, tenant_id=tenant_id):
+            kind = bucket_kind(key.type, key.subtype)
+            if kind is None or (kind == "expertise" and self.llm is None):
+                continue
+            if not force and (
+                key.count < limits[kind] or self.cooldown.active(self._cooldown_key(key))
+            ):
+                continue
+            out.append(key)
+        return out
+
+    @staticmethod
+    def _cooldown_key(key: BucketKey) -> str:
+        return f"{key.tenant_id}|{key.owner_id}|{key.scope}|{key.type}|{key.subtype}"
+
+    # --------------------------------------------------------------- one bucket
+
+    def compact(self, key: BucketKey, *, force: bool = False) -> CompactionReport:
+        report = CompactionReport(bucket=key.__dict__)
+        kind = bucket_kind(key.type, key.subtype)
+        if kind is None:
+            report.reason = "this type is never compacted"
+            return report
+        principal = _owner_principal(key)
+        beliefs = self.lookup.bucket(principal, key.scope, key.type, key.subtype)
+        if not force and len(beliefs) < thresholds(self.policy)[kind]:
+            report.reason = f"{len(beliefs)} live beliefs, below the threshold"
+            return report
+        report.ran = True
+        if kind == "expertise":
+            self._synthesise(principal, key, beliefs, report)
+        else:
+            plans = self._llm_plans(beliefs, report) if self.llm else self._exact_plans(beliefs)
+            for plan in plans:
+                report.merges.append(self._apply(principal, key, beliefs, plan))
+        self.cooldown.mark(self._cooldown_key(key), self.policy.compaction_cooldown_s)
+        self.audit.record(
+            principal,
+            "compaction.run",
+            key=f"run|{self._cooldown_key(key)}|{utcnow().isoformat()}",
+            belief_ids=[m["new_id"] for m in report.merges],
+            scopes=[key.scope],
+            details={
+                "bucket": key.__dict__,
+                "merges": report.merges,
+                "rejected": report.rejected,
+                "mode": "llm" if self.llm else "exact",
+            },
+        )
+        return report
+
+    @staticmethod
+    def _exact_plans(beliefs: list[Belief]) -> list[MergePlan]:
+        groups: dict[str, list[Belief]] = defaultdict(list)
+        for belief in beliefs:
+            groups[content_fingerprint(belief.content)].append(belief)
+        plans = []
+        for group in groups.values():
+            if len(group) < 2:
+                continue
+            keep = max(
+                group,
+                key=lambda b: (
+                    b.user_edited,
+                    b.pinned,
+                    b.reinforcement_count,
+                    -b.created_at.timestamp(),
+                ),
+            )
+            retire = tuple(b.id for b in group if b.id != keep.id)
+            plans.append(
+                MergePlan(
+                    keep.id,
+                    retire,
+                    keep.content,
+                    keep.canonical_name,
+                    (),
+                    f"compaction: exact duplicates (same normalised content) of {keep.id}",
+                )
+            )
+        return plans
+
+    def _llm_plans(self, beliefs: list[Belief], report: CompactionReport) -> list[MergePlan]:
+        assert self.llm is not None
+        payload = [
+            {
+                "id": b.id,
+                "type": b.type.value,
+                "canonical_name": b.canonical_name,
+                "content": b.content,
+                "aliases": b.aliases,
+                "scope": b.scope,
+            }
+            for b in beliefs
+        ]
+        data = self.llm.complete_json(DEDUP_PROMPT, payload, max_tokens=2000)
+        if data is None or not isinstance(data.get("merges"), list):
+            report.rejected.append("model answer unusable; nothing merged")
+            return []
+        known = {b.id for b in beliefs}
+        used: set[str] = set()
+        plans = []
+        for raw in data["merges"]:
+            plan = self._check_plan(raw, known, used)
+            if isinstance(plan, str):
+                report.rejected.append(plan)
+                continue
+            used.update({plan.keep_id, *plan.retire_ids})
+            plans.append(plan)
+        return plans
+
+    @staticmethod
+    def _check_plan(raw: Any, known: set[str], used: set[str]) -> MergePlan | str:
+        if not isinstance(raw, dict):
+            return "merge entry is not an object"
+        keep, retire = raw.get("keep_id"), raw.get("retire_ids")
+        if not isinstance(keep, str) or not isinstance(retire, list) or not retire:
+            return "merge entry without keep_id/retire_ids"
+        ids = [keep, *retire]
+        if not all(isinstance(i, str) and i in known for i in ids) or len(set(ids)) != len(ids):
+            return f"merge {keep!r} names ids outside the bucket or repeats one"
+        if used.intersection(ids):
+            return f"merge {keep!r} reuses an id of another merge"
+        content = _clean_text(raw.get("merged_content"), 2000)
+        name = normalize_canonical_name(str(raw.get("merged_canonical_name") or ""))
+        if content is None or not name or len(name) > 120:
+            return f"merge {keep!r} has no usable content or name"
+        raw_aliases = raw.get("merged_aliases")
+        aliases: list[Any] = raw_aliases if isinstance(raw_aliases, list) else []
+        note = _clean_text(raw.get("compaction_note"), 500) or "compaction: merged by model"
+        return MergePlan(
+            keep,
+            tuple(retire),
+            content,
+            name,
+            tuple(a for a in aliases if isinstance(a, str)),
+            note,
+        )
+
+    # --------------------------------------------------------------- applying
+
+    def _apply(
+        self, principal: Principal, key: BucketKey, beliefs: list[Belief], plan: MergePlan
+    ) -> dict[str, Any]:
+        by_id = {b.id: b for b in beliefs}
+        keep = by_id[plan.keep_id]
+        sources = [keep, *(by_id[i] for i in plan.retire_ids)]
+        source_ids = sorted(b.id for b in sources)
+        new_id = (
+            "b-c" + hashlib.sha256("|".join([key.tenant_id, *source_ids]).encode()).hexdigest()[:24]
+        )
+        retired_names = [
+            b.canonical_name.replace("_", " ")
+            for b in sources
+            if b.canonical_name != plan.canonical_name
+        ]
+        # retired names first: they must survive the cap for search continuity
+        aliases, cut = merge_aliases(
+            [],
+            [*retired_names, *plan.aliases, *(a for b in sources for a in b.aliases)],
+            cap=MAX_ALIASES,
+        )
+        all_inferred = all(b.epistemic_status is EpistemicStatus.INFERRED for b in sources)
+        total = sum(b.reinforcement_count for b in sources)
+        status = EpistemicStatus.ACTIVE if all_inferred and total >= 3 else keep.epistemic_status
+        now = utcnow()
+        latest = [b.last_reinforced_at for b in sources if b.last_reinforced_at]
+        note = plan.note + (f" (alias cap: dropped {cut})" if cut else "")
+        merged = keep.model_copy(
+            update={
+                "id": new_id,
+                "canonical_name": plan.canonical_name,
+                "content": plan.content,
+                "aliases": aliases,
+                "epistemic_status": status,
+                "reinforcement_count": total,
+                "last_reinforced_at": max(latest) if latest else now,
+                "pinned": any(b.pinned for b in sources),
+                "user_edited": any(b.user_edited for b in sources),
+                "supersedes": keep.id,
+                "superseded_by": None,
+                "compaction_note": note[:2000],
+                "created_at": now,
+                "updated_at": now,
+                "version": 1,
+                "change_log": [
+                    ChangeLogEntry(
+                        changed_at=now,
+                        trigger=f"compaction: merged from {', '.join(source_ids)}"[:200],
+                        actor=ACTOR,
+                        note=note[:2000],
+                    )
+                ],
+            }
+        )
+        Belief.model_validate(merged.model_dump())
+        created = True
+        try:
+            self.store.put(merged, create_only=True)
+        except Conflict:
+            created = False  # an earlier run created it; finish retiring the sources
+        for source in sources:
+            self._retire(principal, source.id, new_id, note)
+        if created:
+            self.audit.record(
+                principal,
+                "belief.compacted",
+                key=f"compact|{new_id}",
+                belief_ids=[new_id, *source_ids],
+                scopes=merged.scope,
+                after={
+                    "id": new_id,
+                    "canonical_name": merged.canonical_name,
+                    "aliases": merged.aliases,
+                    "reinforcement_count": total,
+                },
+                details={"sources": source_ids, "note": note},
+            )
+        return {
+            "new_id": new_id,
+            "sources": source_ids,
+            "canonical_name": plan.canonical_name,
+            "aliases": aliases,
+        }
+
+    def _retire(self, principal: Principal, belief_id: str, new_id: str, note: str) -> None:
+        def change(belief: Belief) -> Belief:
+            if belief.superseded_by == new_id:
+                return belief
+            previous = belief.model_copy()
+            belief.epistemic_status = EpistemicStatus.SUPERSEDED
+            belief.superseded_by = new_id
+            belief.compaction_note = note[:2000]
+            belief.change_log.append(
+                ChangeLogEntry(
+                    changed_at=utcnow(),
+                    trigger=f"compaction: superseded by {new_id}",
+                    actor=ACTOR,
+                    previous_content=previous.content,
+                    previous_epistemic_status=previous.epistemic_status,
+                    previous_confidence=previous.confidence,
+                    note=note[:2000],
+                )
+            )
+            return belief
+
+        mutate(self.store, principal, belief_id, change)
+
+    def _synthesise(
+        self, principal: Principal, key: BucketKey, beliefs: list[Belief], report: CompactionReport
+    ) -> None:
+        assert self.llm is not None
+        payload = [
+            {
+                "id": b.id,
+                "canonical_name": b.canonical_name,
+                "content": b.content,
+                "why_it_matters": b.why_it_matters,
+                "expertise_domain": b.expertise_domain,
+                "expertise_depth": b.expertise_depth.value if b.expertise_depth else None,
+                "epistemic_status": b.epistemic_status.value,
+                "confidence": b.confidence,
+                "reinforcement_count": b.reinforcement_count,
+                "scope": b.scope,
+            }
+            for b in beliefs
+        ]
+        data = self.llm.complete_json(EXPERTISE_PROMPT, payload, max_tokens=3000)
+        if data is None or not isinstance(data.get("assessments"), list):
+            report.rejected.append("model answer unusable; no expertise synthesised")
+            return
+        known = {b.id: b for b in beliefs}
+        now = utcnow()
+        for raw in data["assessments"]:
+            if not isinstance(raw, dict):
+                continue
+            domain = _clean_text(raw.get("domain"), 200)
+            content = _clean_text(raw.get("content"), 2000)
+            why = _clean_text(raw.get("why_it_matters"), 500) or ""
+            try:
+                depth = ExpertiseDepth(raw.get("depth"))
+            except ValueError:
+                depth = None
+            if not domain or not content or depth is None:
+                report.rejected.append(f"assessment for {str(raw.get('domain'))[:40]!r} incomplete")
+                continue
+            raw_evidence = raw.get("evidence_count")
+            evidence: int = raw_evidence if isinstance(raw_evidence, int) else 1
+            name = normalize_canonical_name(domain.replace("/", "_")) + "_expertise"
+            new_id = (
+                "b-x"
+                + hashlib.sha256(
+                    f"{key.tenant_id}|{key.owner_id}|{name}|{content}".encode()
+                ).hexdigest()[:24]
+            )
+            same_domain = [b for b in beliefs if b.expertise_domain == domain]
+            belief = Belief(
+                id=new_id,
+                tenant_id=key.tenant_id,
+                owner_id=key.owner_id,
+                type=BeliefType.PREFERENCE,
+                subtype=Subtype.EXPERTISE,
+                canonical_name=name,
+                content=content,
+                why_it_matters=why,
+                scope=scope_rules.normalize_scopes([key.scope]),
+                epistemic_status=EpistemicStatus.ACTIVE,
+                confidence=float(raw["confidence"])
+                if isinstance(raw.get("confidence"), int | float) and 0 <= raw["confidence"] <= 1
+                else 0.8,
+                reinforcement_count=max(0, evidence),
+                last_reinforced_at=now,
+                expertise_domain=domain,
+                expertise_depth=depth,
+                aliases=same_domain[0].aliases if same_domain else [],
+                compaction_note="compaction: expertise synthesis",
+                change_log=[
+                    ChangeLogEntry(
+                        changed_at=now, trigger="compaction: expertise synthesis", actor=ACTOR
+                    )
+                ],
+            )
+            with contextlib.suppress(Conflict):  # created by an earlier run of this bucket
+                self.store.put(belief, create_only=True)
+            retire = {b.id for b in same_domain}
+            retire |= {
+                i for i in (data.get("retire_ids") or []) if isinstance(i, str) and i in known
+            }
+            for rid in sorted(retire):
+                if rid != new_id:
+                    self._retire(principal, rid, new_id, "compaction: expertise synthesis")
+            report.merges.append(
+                {
+                    "new_id": new_id,
+                    "sources": sorted(retire),
+                    "canonical_name": name,
+                    "aliases": belief.aliases,
+                }
+            )

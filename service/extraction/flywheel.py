@@ -1,0 +1,176 @@
+"""The alias-enrichment flywheel (paper §3.7, issue item 5), beyond entity_updates.
+
+The sidecar's ``possible_alias_candidates`` name a surface form the user typed and the beliefs it
+may refer to. The rules, conservative because a wrong alias pulls a belief into unrelated turns:
+
+1. The surface must literally occur in the user's message of that turn (their own vocabulary),
+   must not already be a name or alias of the belief, and must resolve to exactly one live belief
+   the user can see; otherwise it is dropped (no entity) or queued for review (ambiguous).
+2. ``high`` confidence with a single named entity: applied at once.
+3. ``medium``: queued as a review item; sightings are counted per distinct turn, and at
+   ``alias_candidate_min_sightings`` distinct turns the alias is applied and the item resolved.
+4. ``low``: queued for review only, never applied automatically.
+Items are keyed by (owner, belief, surface), so sightings accumulate across turns and retries of
+one turn never count twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from service.beliefs.service import merge_aliases, mutate
+from service.config import MemoryLoopSettings
+from service.domain.belief import MAX_ALIASES, Belief, normalize_alias
+from service.domain.principal import Principal
+from service.errors import Conflict
+from service.extraction.audit import AuditSink
+from service.extraction.merge import MergeContext
+from service.extraction.validator import AliasCandidate
+from service.storage.lookup import BeliefLookup
+from service.storage.reviews import ReviewItem, ReviewStore
+
+
+@dataclass(frozen=True)
+class CandidateOutcome:
+    surface: str
+    outcome: str
+    belief_id: str | None = None
+    review_id: str | None = None
+
+
+def review_id_for(principal: Principal, belief_id: str, surface: str) -> str:
+    raw = f"{principal.tenant_id}|{principal.user_id}|{belief_id}|{surface}"
+    return f"rv-alias-{hashlib.sha256(raw.encode()).hexdigest()[:24]}"
+
+
+class AliasFlywheel:
+    def __init__(
+        self,
+        lookup: BeliefLookup,
+        reviews: ReviewStore,
+        policy: MemoryLoopSettings,
+        audit: AuditSink,
+    ):
+        self.lookup = lookup
+        self.reviews = reviews
+        self.policy = policy
+        self.audit = audit
+
+    def process(
+        self, ctx: MergeContext, user_message: str, candidates: list[AliasCandidate]
+    ) -> list[CandidateOutcome]:
+        said = normalize_alias(user_message)
+        return [self._one(ctx, said, c) for c in candidates]
+
+    def _one(self, ctx: MergeContext, said: str, cand: AliasCandidate) -> CandidateOutcome:
+        surface = cand.surface
+        if surface not in said:
+            return CandidateOutcome(surface, "dropped: not in the user's message")
+        found: dict[str, Belief] = {}
+        for name in cand.possible_entities:
+            for belief in self.lookup.by_name_or_alias(ctx.principal, name):
+                found[belief.id] = belief
+        if not found:
+            return CandidateOutcome(surface, "dropped: no such belief")
+        if len(found) > 1:
+            first = sorted(found)[0]
+            rid = self._sighting(ctx, found[first], cand, reason="ambiguous: several beliefs match")
+            return CandidateOutcome(surface, "queued: ambiguous", first, rid)
+        belief = next(iter(found.values()))
+        if surface in belief.aliases or surface == normalize_alias(
+            belief.canonical_name.replace("_", " ")
+        ):
+            return CandidateOutcome(surface, "unchanged: already an alias", belief.id)
+        if cand.confidence == "high" and len(cand.possible_entities) == 1:
+            self.apply(ctx, belief.id, surface, trigger="alias candidate (high confidence)")
+            return CandidateOutcome(surface, "applied", belief.id)
+        rid = self._sighting(
+            ctx, belief, cand, reason=f"{cand.confidence}-confidence alias candidate"
+        )
+        item = self.reviews.load(ctx.principal.tenant_id, rid)
+        if (
+            item is not None
+            and cand.confidence == "medium"
+            and item[0].status == "open"
+            and item[0].sightings >= self.policy.alias_candidate_min_sightings
+        ):
+            self.apply(ctx, belief.id, surface, trigger="alias candidate (repeated sightings)")
+            self._close(ctx, rid, "auto_applied", belief.id)
+            return CandidateOutcome(surface, "applied: repeated sightings", belief.id, rid)
+        return CandidateOutcome(surface, "queued", belief.id, rid)
+
+    def apply(self, ctx: MergeContext, belief_id: str, surface: str, *, trigger: str) -> Belief:
+        def change(belief: Belief) -> Belief:
+            merged, cut = merge_aliases(belief.aliases, [surface], cap=MAX_ALIASES)
+            if merged != belief.aliases or cut:
+                note = f"alias cap {MAX_ALIASES} reached; dropped {cut}" if cut else None
+                belief.aliases = merged
+                belief.change_log.append(ctx.log(trigger, note=note))
+            return belief
+
+        updated = mutate(
+            self.lookup.store, ctx.principal, belief_id, change, tenant_wide=ctx.principal.is_admin
+        )
+        self.audit.record(
+            ctx.principal,
+            "belief.aliases_added",
+            key=f"{ctx.turn_id}|flywheel|{belief_id}|{surface}",
+            belief_ids=[belief_id],
+            session_id=ctx.session_id,
+            scopes=updated.scope,
+            details={"added": [surface], "trigger": trigger, "turn_id": ctx.turn_id},
+        )
+        return updated
+
+    def _sighting(
+        self, ctx: MergeContext, belief: Belief, cand: AliasCandidate, *, reason: str
+    ) -> str:
+        rid = review_id_for(ctx.principal, belief.id, cand.surface)
+        for _ in range(3):
+            loaded = self.reviews.load(ctx.principal.tenant_id, rid)
+            if loaded is None:
+                item = ReviewItem(
+                    tenant_id=ctx.principal.tenant_id,
+                    review_id=rid,
+                    kind="alias_candidate",
+                    owner_id=ctx.principal.user_id,
+                    scope=belief.scope,
+                    belief_id=belief.id,
+                    canonical_name=belief.canonical_name,
+                    surface=cand.surface,
+                    reason=reason,
+                    proposed={
+                        "confidence": cand.confidence,
+                        "possible_entities": cand.possible_entities,
+                    },
+                    session_id=ctx.session_id,
+                    turn_ids=[ctx.turn_id],
+                    sightings=1,
+                )
+                if self.reviews.create(item):
+                    return rid
+                continue
+            item, seq, term = loaded
+            if ctx.turn_id in item.turn_ids or item.status != "open":
+                return rid
+            item.turn_ids = [*item.turn_ids, ctx.turn_id][-50:]
+            item.sightings += 1
+            try:
+                self.reviews.save(item, seq_no=seq, primary_term=term)
+                return rid
+            except Conflict:
+                continue
+        return rid
+
+    def _close(self, ctx: MergeContext, rid: str, resolution: str, belief_id: str) -> None:
+        loaded = self.reviews.load(ctx.principal.tenant_id, rid)
+        if loaded is None:
+            return
+        item, seq, term = loaded
+        item.status = "resolved"
+        item.resolution = resolution
+        item.resolved_at = ctx.now
+        item.resolved_by = ctx.principal.user_id
+        item.result_belief_id = belief_id
+        self.reviews.save(item, seq_no=seq, primary_term=term)

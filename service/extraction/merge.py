@@ -1,0 +1,611 @@
+"""The merge rules on write (paper §4.5): how a validated sidecar changes the belief store.
+
+Order within one payload: belief_updates -> entity_updates -> new_beliefs -> new_open_questions ->
+resolved_open_questions (alias candidates go to the flywheel task, style signals are counted only).
+
+Conservative by construction: content is never overwritten silently. A name/alias match with the
+same content reinforces (and adds aliases); with different content it goes to the review queue;
+only an explicit ``superseded`` update replaces a belief, and then as a new version that inherits
+the old aliases plus the old canonical name as counter-signals. A user-edited belief is never
+superseded by extraction (that becomes a conflict for review too).
+
+Idempotent per turn: new ids, review ids and audit ids are derived from ``(tenant, turn, item)``,
+and a reinforcement already logged for the turn is not applied again, so re-running a turn's
+extraction after a crash or a redelivery changes nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from service.beliefs.service import merge_aliases, mutate
+from service.config import MemoryLoopSettings
+from service.domain import scopes as scope_rules
+from service.domain.belief import (
+    MAX_ALIASES,
+    Belief,
+    BeliefType,
+    ChangeLogEntry,
+    EpistemicStatus,
+    Provenance,
+    content_fingerprint,
+    utcnow,
+)
+from service.domain.principal import Principal
+from service.errors import Conflict, NotFound
+from service.extraction.audit import AuditSink
+from service.extraction.validator import (
+    BeliefUpdate,
+    EntityUpdate,
+    NewBelief,
+    NewOpenQuestion,
+    ValidatedSidecar,
+)
+from service.storage.beliefs import BeliefStore
+from service.storage.lookup import BeliefLookup
+from service.storage.reviews import ReviewItem, ReviewStore
+
+OPEN_QUESTION_CONFIDENCE = 0.7
+TRIGGER_REINFORCED = "reinforced (extraction)"
+
+
+@dataclass(frozen=True)
+class MergeContext:
+    principal: Principal
+    session_id: str
+    turn_id: str
+    source_model: str | None
+    session_scopes: list[str]
+    now: datetime = field(default_factory=utcnow)
+
+    def derived_id(self, prefix: str, *parts: str) -> str:
+        raw = "|".join((self.principal.tenant_id, self.turn_id, *parts))
+        return f"{prefix}-{hashlib.sha256(raw.encode()).hexdigest()[:24]}"
+
+    def provenance(self) -> Provenance:
+        return Provenance(
+            session_id=self.session_id[:200],
+            turn_id=self.turn_id,
+            source_model=(self.source_model or "")[:200] or None,
+            author=self.principal.user_id,
+            extracted_at=self.now,
+        )
+
+    def log(
+        self, trigger: str, previous: Belief | None = None, note: str | None = None
+    ) -> ChangeLogEntry:
+        return ChangeLogEntry(
+            changed_at=self.now,
+            trigger=trigger,
+            actor=self.principal.user_id,
+            previous_content=previous.content if previous else None,
+            previous_epistemic_status=previous.epistemic_status if previous else None,
+            previous_confidence=previous.confidence if previous else None,
+            changed_by_session=self.session_id[:200],
+            changed_by_turn=self.turn_id,
+            note=note,
+        )
+
+
+@dataclass(frozen=True)
+class Op:
+    section: str
+    index: int | None
+    outcome: str
+    belief_id: str | None = None
+    detail: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class MergeReport:
+    ops: list[Op] = field(default_factory=list)
+
+    def add(self, op: Op) -> Op:
+        self.ops.append(op)
+        return op
+
+    def count(self, outcome: str) -> int:
+        return sum(op.outcome == outcome for op in self.ops)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ops": [op.as_dict() for op in self.ops]}
+
+
+def _logged_for_turn(belief: Belief, turn_id: str, trigger: str) -> bool:
+    return any(e.changed_by_turn == turn_id and e.trigger == trigger for e in belief.change_log)
+
+
+def _audit_view(belief: Belief) -> dict[str, Any]:
+    return {
+        "id": belief.id,
+        "canonical_name": belief.canonical_name,
+        "content": belief.content,
+        "aliases": belief.aliases,
+        "epistemic_status": belief.epistemic_status.value,
+        "confidence": belief.confidence,
+        "reinforcement_count": belief.reinforcement_count,
+        "superseded_by": belief.superseded_by,
+    }
+
+
+class BeliefMerger:
+    def __init__(
+        self,
+        store: BeliefStore,
+        reviews: ReviewStore,
+        policy: MemoryLoopSettings,
+        audit: AuditSink,
+    ):
+        self.store = store
+        self.lookup = BeliefLookup(store)
+        self.reviews = reviews
+        self.policy = policy
+        self.audit = audit
+
+    # ------------------------------------------------------------------ entry point
+
+    def apply(self, ctx: MergeContext, sidecar: ValidatedSidecar) -> MergeReport:
+        report = MergeReport()
+        if not sidecar.accepted:
+            return report
+        for i, upd in enumerate(sidecar.belief_updates):
+            report.add(
+                self._guard("belief_updates", i, lambda u=upd, i=i: self.belief_update(ctx, u, i))
+            )
+        for i, ent in enumerate(sidecar.entity_updates):
+            report.add(
+                self._guard("entity_updates", i, lambda e=ent, i=i: self.entity_update(ctx, e, i))
+            )
+        for i, nb in enumerate(sidecar.new_beliefs):
+            report.add(self._guard("new_beliefs", i, lambda n=nb, i=i: self.new_belief(ctx, n, i)))
+        for i, q in enumerate(sidecar.new_open_questions):
+            report.add(
+                self._guard("new_open_questions", i, lambda q=q, i=i: self.open_question(ctx, q, i))
+            )
+        for i, qid in enumerate(sidecar.resolved_open_questions):
+            report.add(
+                self._guard(
+                    "resolved_open_questions",
+                    i,
+                    lambda q=qid, i=i: self.resolve_question(ctx, q, i),
+                )
+            )
+        return report
+
+    @staticmethod
+    def _guard(section: str, index: int, run: Any) -> Op:
+        """One item's failure to apply is recorded and never stops the others."""
+        try:
+            op: Op = run()
+            return op
+        except NotFound as exc:
+            return Op(section, index, "not_found", detail=exc.message)
+        except (ValueError, Conflict) as exc:
+            return Op(section, index, "skipped", detail=str(exc)[:300])
+
+    # ------------------------------------------------------------------ rules
+
+    def new_belief(self, ctx: MergeContext, nb: NewBelief, index: int) -> Op:
+        scopes, dropped = self._scopes(ctx, nb.scope)
+        if not scopes:
+            return Op(
+                "new_beliefs",
+                index,
+                "skipped",
+                detail="no usable scope "
+                + (f"(dropped {dropped})" if dropped else "(session has none)"),
+            )
+        matches = self.lookup.by_name_or_alias(ctx.principal, nb.canonical_name)
+        if not matches:
+            if nb.confidence < self.policy.min_insert_confidence:
+                return Op(
+                    "new_beliefs",
+                    index,
+                    "skipped_low_confidence",
+                    detail=f"confidence {nb.confidence} < {self.policy.min_insert_confidence}",
+                )
+            belief_id = self._insert(ctx, nb, scopes, index)
+            if nb.resolves_open_question:
+                self._close_question(ctx, nb.resolves_open_question)
+            return Op("new_beliefs", index, "inserted", belief_id)
+        existing = matches[0]
+        if content_fingerprint(existing.content) == content_fingerprint(nb.content):
+            updated = self._reinforce(ctx, existing.id, nb.aliases)
+            return Op("new_beliefs", index, "reinforced", updated.id)
+        margin = abs(existing.confidence - nb.confidence)
+        paper_outcome = (
+            "flagged_conflict"
+            if margin < self.policy.conflict_confidence_margin
+            else "insufficient_without_supersede"
+        )
+        review_id = self._queue_conflict(
+            ctx,
+            existing,
+            key=f"new:{index}:{nb.canonical_name}",
+            reason="a belief with this name or alias exists with different content",
+            paper_outcome=paper_outcome,
+            proposed=_proposed(nb, scopes),
+        )
+        return Op("new_beliefs", index, "conflict_queued", existing.id, detail=review_id)
+
+    def belief_update(self, ctx: MergeContext, upd: BeliefUpdate, index: int) -> Op:
+        target = self.store.get(ctx.principal, upd.belief_id)
+        if not target.is_live:
+            return Op(
+                "belief_updates",
+                index,
+                "skipped",
+                target.id,
+                detail=f"belief is {target.lifecycle.value}",
+            )
+        if upd.change == "reinforced":
+            self._reinforce(ctx, target.id, [])
+            return Op("belief_updates", index, "reinforced", target.id)
+        if upd.change == "contradicted" or target.user_edited:
+            review_id = self._queue_conflict(
+                ctx,
+                target,
+                key=f"update:{index}:{target.id}",
+                reason=(
+                    "the user contradicted this belief"
+                    if upd.change == "contradicted"
+                    else "extraction proposed superseding a user-edited belief"
+                ),
+                paper_outcome="flagged_conflict",
+                proposed={
+                    "change": upd.change,
+                    "content": upd.new_content,
+                    "canonical_name": upd.new_canonical_name,
+                },
+            )
+            return Op("belief_updates", index, "conflict_queued", target.id, detail=review_id)
+        replacement = self.supersede(
+            ctx,
+            target,
+            new_content=upd.new_content,
+            new_name=upd.new_canonical_name,
+            key=str(index),
+        )
+        return Op(
+            "belief_updates", index, "superseded", replacement.id, detail=f"replaces {target.id}"
+        )
+
+    def entity_update(self, ctx: MergeContext, ent: EntityUpdate, index: int) -> Op:
+        matches = self.lookup.by_canonical_name(ctx.principal, ent.canonical_name)
+        if not matches:
+            via_alias = self.lookup.by_name_or_alias(ctx.principal, ent.canonical_name)
+            if len(via_alias) != 1:
+                return Op(
+                    "entity_updates",
+                    index,
+                    "not_found",
+                    detail=f"no single live belief named {ent.canonical_name!r}",
+                )
+            matches = via_alias
+        target = matches[0]
+        before = list(target.aliases)
+        dropped: list[str] = []
+
+        def change(belief: Belief) -> Belief:
+            merged, cut = merge_aliases(belief.aliases, ent.new_aliases, cap=MAX_ALIASES)
+            dropped[:] = cut
+            if merged == belief.aliases:
+                return belief
+            note = f"alias cap {MAX_ALIASES} reached; dropped {cut}" if cut else None
+            belief.aliases = merged
+            belief.change_log.append(ctx.log("entity_update: aliases added", note=note))
+            return belief
+
+        updated = mutate(self.store, ctx.principal, target.id, change)
+        added = [a for a in updated.aliases if a not in before]
+        if added:
+            self.audit.record(
+                ctx.principal,
+                "belief.aliases_added",
+                key=f"{ctx.turn_id}|entity|{index}",
+                belief_ids=[target.id],
+                session_id=ctx.session_id,
+                scopes=target.scope,
+                details={"added": added, "dropped_for_cap": dropped, "turn_id": ctx.turn_id},
+            )
+        detail = f"added {added}" + (f"; alias cap reached, dropped {dropped}" if dropped else "")
+        return Op(
+            "entity_updates", index, "aliases_added" if added else "unchanged", target.id, detail
+        )
+
+    def open_question(self, ctx: MergeContext, q: NewOpenQuestion, index: int) -> Op:
+        scopes, _ = self._scopes(ctx, q.scope)
+        if not scopes:
+            return Op("new_open_questions", index, "skipped", detail="no usable scope")
+        existing = [
+            b
+            for b in self.lookup.by_canonical_name(ctx.principal, q.canonical_name)
+            if b.type is BeliefType.OPEN_QUESTION
+        ]
+        if existing:
+            self._reinforce(ctx, existing[0].id, [])
+            return Op("new_open_questions", index, "reinforced", existing[0].id)
+        belief = Belief(
+            id=ctx.derived_id("b", "question", q.canonical_name),
+            tenant_id=ctx.principal.tenant_id,
+            owner_id=ctx.principal.user_id,
+            type=BeliefType.OPEN_QUESTION,
+            canonical_name=q.canonical_name,
+            content=q.content,
+            scope=scopes,
+            confidence=OPEN_QUESTION_CONFIDENCE,
+            # Only pinned open questions reach the questions tier; an extracted question is
+            # asked so that future sessions keep it in view.
+            pinned=True,
+            provenance=ctx.provenance(),
+            last_reinforced_at=ctx.now,
+            change_log=[ctx.log("created (extraction: open question)")],
+        )
+        self._create(ctx, belief, f"question:{index}")
+        return Op("new_open_questions", index, "inserted", belief.id)
+
+    def resolve_question(self, ctx: MergeContext, question_id: str, index: int) -> Op:
+        closed = self._close_question(ctx, question_id)
+        return Op(
+            "resolved_open_questions", index, "resolved" if closed else "unchanged", question_id
+        )
+
+    # ------------------------------------------------------------------ building blocks
+
+    def supersede(
+        self,
+        ctx: MergeContext,
+        target: Belief,
+        *,
+        new_content: str | None,
+        new_name: str | None,
+        key: str,
+        trigger: str = "supersedes",
+        pinned: bool | None = None,
+    ) -> Belief:
+        """New version of ``target``: inherits type, subtype, scope, pinned, its aliases plus the
+        old canonical name (counter-signals); the target is marked superseded and points at it."""
+        replacement_id = ctx.derived_id("b", "supersede", target.id, key)
+        name = new_name or target.canonical_name
+        inherited = list(target.aliases)
+        if name != target.canonical_name:
+            inherited.append(target.canonical_name.replace("_", " "))
+        aliases, cut = merge_aliases([], inherited, cap=MAX_ALIASES)
+        replacement = Belief(
+            id=replacement_id,
+            tenant_id=target.tenant_id,
+            owner_id=target.owner_id,
+            type=target.type,
+            subtype=target.subtype,
+            canonical_name=name,
+            aliases=aliases,
+            content=new_content or target.content,
+            why_it_matters=target.why_it_matters,
+            scope=target.scope,
+            epistemic_status=EpistemicStatus.ACTIVE,
+            confidence=target.confidence,
+            pinned=target.pinned if pinned is None else pinned,
+            supersedes=target.id,
+            expertise_domain=target.expertise_domain,
+            expertise_depth=target.expertise_depth,
+            provenance=ctx.provenance(),
+            last_reinforced_at=ctx.now,
+            change_log=[
+                ctx.log(
+                    f"{trigger} belief {target.id}",
+                    previous=target,
+                    note=f"alias cap reached; dropped {cut}" if cut else None,
+                )
+            ],
+        )
+        self._create(
+            ctx, replacement, f"supersede:{target.id}:{key}", tenant_wide=ctx.principal.is_admin
+        )
+
+        def retire(belief: Belief) -> Belief:
+            if belief.superseded_by == replacement_id:
+                return belief
+            previous = belief.model_copy()
+            belief.epistemic_status = EpistemicStatus.SUPERSEDED
+            belief.superseded_by = replacement_id
+            belief.change_log.append(ctx.log(f"superseded by {replacement_id}", previous=previous))
+            return belief
+
+        mutate(self.store, ctx.principal, target.id, retire, tenant_wide=ctx.principal.is_admin)
+        self.audit.record(
+            ctx.principal,
+            "belief.superseded",
+            key=f"{ctx.turn_id}|supersede|{target.id}|{key}",
+            belief_ids=[target.id, replacement_id],
+            session_id=ctx.session_id,
+            scopes=target.scope,
+            before=_audit_view(target),
+            after=_audit_view(replacement),
+            details={"trigger": trigger, "turn_id": ctx.turn_id},
+        )
+        return replacement
+
+    def _insert(self, ctx: MergeContext, nb: NewBelief, scopes: list[str], index: int) -> str:
+        belief = Belief(
+            id=ctx.derived_id("b", "new", nb.canonical_name),
+            tenant_id=ctx.principal.tenant_id,
+            owner_id=ctx.principal.user_id,
+            type=nb.type,
+            subtype=nb.subtype,
+            canonical_name=nb.canonical_name,
+            aliases=nb.aliases[:MAX_ALIASES],
+            content=nb.content,
+            why_it_matters=nb.why_it_matters,
+            scope=scopes,
+            epistemic_status=nb.epistemic_status,
+            confidence=nb.confidence,
+            expertise_domain=nb.expertise_domain,
+            expertise_depth=nb.expertise_depth,
+            provenance=ctx.provenance(),
+            last_reinforced_at=ctx.now,
+            change_log=[ctx.log("created (extraction)")],
+        )
+        self._create(ctx, belief, f"new:{index}")
+        return belief.id
+
+    def _create(
+        self, ctx: MergeContext, belief: Belief, key: str, tenant_wide: bool = False
+    ) -> None:
+        try:
+            self.store.put(belief, create_only=True)
+        except Conflict:
+            # Created by an earlier attempt of this same turn (ids are derived from the turn).
+            # Make sure it is really ours before treating it as done.
+            self.store.get(ctx.principal, belief.id, tenant_wide=tenant_wide)
+            return
+        self.audit.record(
+            ctx.principal,
+            "belief.created",
+            key=f"{ctx.turn_id}|{key}",
+            belief_ids=[belief.id],
+            session_id=ctx.session_id,
+            scopes=belief.scope,
+            after=_audit_view(belief),
+            details={"trigger": belief.change_log[-1].trigger, "turn_id": ctx.turn_id},
+        )
+
+    def _reinforce(self, ctx: MergeContext, belief_id: str, aliases: list[str]) -> Belief:
+        promoted: list[bool] = []
+
+        def change(belief: Belief) -> Belief:
+            if _logged_for_turn(belief, ctx.turn_id, TRIGGER_REINFORCED):
+                merged, _ = merge_aliases(belief.aliases, aliases)
+                belief.aliases = merged
+                return belief
+            merged, cut = merge_aliases(belief.aliases, aliases)
+            belief.aliases = merged
+            belief.reinforcement_count += 1
+            belief.last_reinforced_at = ctx.now
+            belief.change_log.append(
+                ctx.log(
+                    TRIGGER_REINFORCED, note=f"alias cap reached; dropped {cut}" if cut else None
+                )
+            )
+            if self._promotable(belief, ctx.now):
+                previous = belief.model_copy()
+                belief.epistemic_status = EpistemicStatus.ACTIVE
+                belief.change_log.append(ctx.log("promoted: inferred -> active", previous=previous))
+                promoted.append(True)
+            return belief
+
+        updated = mutate(self.store, ctx.principal, belief_id, change)
+        self.audit.record(
+            ctx.principal,
+            "belief.reinforced",
+            key=f"{ctx.turn_id}|reinforce|{belief_id}",
+            belief_ids=[belief_id],
+            session_id=ctx.session_id,
+            scopes=updated.scope,
+            after=_audit_view(updated),
+            details={"promoted": bool(promoted), "turn_id": ctx.turn_id},
+        )
+        return updated
+
+    def _promotable(self, belief: Belief, now: datetime) -> bool:
+        return (
+            belief.epistemic_status is EpistemicStatus.INFERRED
+            and belief.reinforcement_count >= self.policy.inferred_promotion_count
+            and now - belief.created_at >= timedelta(seconds=self.policy.inferred_promotion_age_s)
+        )
+
+    def _close_question(self, ctx: MergeContext, question_id: str) -> bool:
+        closed: list[bool] = []
+
+        def change(belief: Belief) -> Belief:
+            if belief.type is not BeliefType.OPEN_QUESTION:
+                raise ValueError(f"{belief.id} is not an open question")
+            if belief.resolved_at is not None:
+                return belief
+            belief.resolved_at = ctx.now
+            belief.change_log.append(ctx.log("resolved (extraction)"))
+            closed.append(True)
+            return belief
+
+        mutate(self.store, ctx.principal, question_id, change)
+        if closed:
+            self.audit.record(
+                ctx.principal,
+                "belief.resolved",
+                key=f"{ctx.turn_id}|resolve|{question_id}",
+                belief_ids=[question_id],
+                session_id=ctx.session_id,
+                details={"turn_id": ctx.turn_id},
+            )
+        return bool(closed)
+
+    def _queue_conflict(
+        self,
+        ctx: MergeContext,
+        existing: Belief,
+        *,
+        key: str,
+        reason: str,
+        paper_outcome: str,
+        proposed: dict[str, Any],
+    ) -> str:
+        review_id = ctx.derived_id("rv", "conflict", key)
+        item = ReviewItem(
+            tenant_id=ctx.principal.tenant_id,
+            review_id=review_id,
+            kind="conflict",
+            owner_id=ctx.principal.user_id,
+            scope=existing.scope,
+            belief_id=existing.id,
+            canonical_name=existing.canonical_name,
+            reason=reason,
+            paper_outcome=paper_outcome,
+            proposed=proposed,
+            session_id=ctx.session_id,
+            turn_ids=[ctx.turn_id],
+        )
+        if self.reviews.create(item):
+            self.audit.record(
+                ctx.principal,
+                "review.conflict_filed",
+                key=f"{ctx.turn_id}|{review_id}",
+                belief_ids=[existing.id],
+                session_id=ctx.session_id,
+                scopes=existing.scope,
+                before=_audit_view(existing),
+                details={"review_id": review_id, "proposed": proposed},
+            )
+        return review_id
+
+    def _scopes(self, ctx: MergeContext, proposed: list[str]) -> tuple[list[str], list[str]]:
+        """Proposed scopes the author may write (personal ones, shared ones with a grant); the
+        session's own scope when none were proposed."""
+        wanted = proposed or list(ctx.session_scopes[:1])
+        allowed = [s for s in wanted if ctx.principal.may_use_scope(s)]
+        dropped = [s for s in wanted if s not in allowed]
+        if proposed and not allowed and ctx.session_scopes:
+            allowed = (
+                [ctx.session_scopes[0]]
+                if ctx.principal.may_use_scope(ctx.session_scopes[0])
+                else []
+            )
+        return scope_rules.normalize_scopes(allowed), dropped
+
+
+def _proposed(nb: NewBelief, scopes: list[str]) -> dict[str, Any]:
+    return {
+        "type": nb.type.value,
+        "subtype": nb.subtype.value if nb.subtype else None,
+        "canonical_name": nb.canonical_name,
+        "content": nb.content,
+        "why_it_matters": nb.why_it_matters,
+        "scope": scopes,
+        "confidence": nb.confidence,
+        "epistemic_status": nb.epistemic_status.value,
+        "aliases": nb.aliases,
+    }

@@ -1,0 +1,137 @@
+"""Extraction of one recorded turn: validate its sidecar, merge, record the outcome on the turn.
+
+Called by the ``beliefs.extract`` task with ``(tenant_id, turn_id)``. Idempotent: a turn already
+``done`` is not processed again, and every merge step is itself idempotent per turn (see
+:mod:`service.extraction.merge`), so a redelivered or swept task is safe at any point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from service.config import MemoryLoopSettings
+from service.domain.belief import utcnow
+from service.errors import Conflict
+from service.extraction.audit import AuditSink
+from service.extraction.flywheel import AliasFlywheel
+from service.extraction.merge import BeliefMerger, MergeContext
+from service.extraction.sidecar import ParseStatus
+from service.extraction.validator import AliasCandidate, validate_sidecar
+from service.storage.beliefs import BeliefStore
+from service.storage.lookup import BeliefLookup
+from service.storage.reviews import ReviewStore
+from service.storage.turns import TurnRecord, TurnStore
+
+FINAL = ("done", "skipped", "failed")
+
+
+@dataclass(frozen=True)
+class ExtractionOutcome:
+    turn_id: str
+    status: str
+    result: dict[str, Any]
+    alias_candidates: int = 0
+
+
+class ExtractionPipeline:
+    def __init__(
+        self,
+        beliefs: BeliefStore,
+        turns: TurnStore,
+        reviews: ReviewStore,
+        policy: MemoryLoopSettings,
+        audit: AuditSink,
+    ):
+        self.turns = turns
+        self.policy = policy
+        self.merger = BeliefMerger(beliefs, reviews, policy, audit)
+        self.flywheel = AliasFlywheel(BeliefLookup(beliefs), reviews, policy, audit)
+
+    @staticmethod
+    def context(turn: TurnRecord) -> MergeContext:
+        return MergeContext(
+            principal=turn.principal(),
+            session_id=turn.session_id,
+            turn_id=turn.turn_id,
+            source_model=turn.model,
+            session_scopes=turn.scope,
+        )
+
+    def _claim(self, tenant_id: str, turn_id: str) -> TurnRecord | None:
+        """Mark the turn running (one more attempt); None when it is already final."""
+        for _ in range(3):
+            turn, seq, term = self.turns.load(tenant_id, turn_id)
+            if turn.extraction_status in FINAL:
+                return None
+            turn.extraction_status = "running"
+            turn.attempts += 1
+            try:
+                self.turns.save(turn, seq_no=seq, primary_term=term)
+                return turn
+            except Conflict:
+                continue
+        raise Conflict(f"turn {turn_id!r} is being changed concurrently")
+
+    def _finish(
+        self, turn: TurnRecord, status: str, result: dict[str, Any], error: str | None = None
+    ) -> None:
+        for _ in range(3):
+            current, seq, term = self.turns.load(turn.tenant_id, turn.turn_id)
+            current.extraction_status = status  # type: ignore[assignment]
+            current.result = result
+            current.error = error
+            current.finished_at = utcnow()
+            try:
+                self.turns.save(current, seq_no=seq, primary_term=term)
+                return
+            except Conflict:
+                continue
+
+    def run(self, tenant_id: str, turn_id: str) -> ExtractionOutcome:
+        turn = self._claim(tenant_id, turn_id)
+        if turn is None:
+            return ExtractionOutcome(turn_id, "already_final", {})
+        if turn.gate == "extraction_off":
+            self._finish(turn, "skipped", {"reason": "extraction is switched off for this tenant"})
+            return ExtractionOutcome(turn_id, "skipped", {})
+        validated = validate_sidecar(
+            turn.sidecar_raw,
+            ParseStatus(turn.parse_status),
+            max_chars=self.policy.sidecar_max_chars,
+        )
+        report = self.merger.apply(self.context(turn), validated)
+        result: dict[str, Any] = {
+            "validation": validated.summary(),
+            "merge": report.as_dict(),
+            "alias_candidates": [
+                {
+                    "surface": c.surface,
+                    "possible_entities": c.possible_entities,
+                    "confidence": c.confidence,
+                }
+                for c in validated.alias_candidates
+            ],
+        }
+        self._finish(turn, "done", result)
+        return ExtractionOutcome(turn_id, "done", result, len(validated.alias_candidates))
+
+    def fail(self, tenant_id: str, turn_id: str, error: str) -> None:
+        """Give up on a turn after the last retry (the sweep will not pick it up again)."""
+        turn, _, _ = self.turns.load(tenant_id, turn_id)
+        self._finish(turn, "failed", turn.result or {}, error[:2000])
+
+    def enrich(self, tenant_id: str, turn_id: str) -> list[dict[str, Any]]:
+        """Apply the flywheel rules to the alias candidates recorded on a finished turn."""
+        turn, _, _ = self.turns.load(tenant_id, turn_id)
+        raw = (turn.result or {}).get("alias_candidates") or []
+        candidates = [
+            AliasCandidate(
+                surface=c["surface"],
+                possible_entities=list(c["possible_entities"]),
+                confidence=c["confidence"],
+            )
+            for c in raw
+        ]
+        outcomes = self.flywheel.process(self.context(turn), turn.user_message, candidates)
+        return [o.__dict__ for o in outcomes]

@@ -1,0 +1,79 @@
+"""The API side of the task queue: a broker-only Celery client that enqueues by task name.
+
+``service`` never imports ``workers``; both share the task-name and queue constants defined here.
+Every send carries ``expires`` and goes to an explicit queue; arguments are ids plus the tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from service.config import Settings
+
+TASK_EXTRACT = "beliefs.extract"
+TASK_ENRICH_ALIASES = "aliases.enrich"
+TASK_COMPACT_BUCKET = "beliefs.compact"
+TASK_PLAN_COMPACTION = "beliefs.compact_plan"
+TASK_SWEEP_TURNS = "turns.sweep"
+
+
+def queue_names(settings: Settings) -> tuple[str, str]:
+    """(cheap, heavy) queue names; the prefix lets deployments (and test runs) share a broker."""
+    prefix = settings.celery.queue_prefix
+    return f"{prefix}.cheap", f"{prefix}.heavy"
+
+
+def broker_client(settings: Settings) -> Celery:
+    app = Celery("tenure-client", broker=settings.broker_url, set_as_current=False)
+    app.conf.update(
+        broker_transport_options={"visibility_timeout": settings.celery.visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        task_serializer="json",
+        accept_content=["json"],
+    )
+    return app
+
+
+class TaskQueue:
+    """Enqueue memory-loop work. Call only after the data the task reads is durably written."""
+
+    def __init__(self, settings: Settings, app: Celery | None = None):
+        self.settings = settings
+        self.app = app or broker_client(settings)
+        self.cheap, self.heavy = queue_names(settings)
+
+    def _send(self, name: str, args: list[Any], queue: str, countdown: float | None = None) -> None:
+        self.app.send_task(
+            name,
+            args=args,
+            queue=queue,
+            expires=self.settings.celery.task_expires_s,
+            countdown=countdown,
+        )
+
+    def extract(self, tenant_id: str, turn_id: str) -> None:
+        self._send(TASK_EXTRACT, [tenant_id, turn_id], self.heavy)
+
+    def enrich_aliases(self, tenant_id: str, turn_id: str) -> None:
+        self._send(TASK_ENRICH_ALIASES, [tenant_id, turn_id], self.cheap)
+
+    def compact_bucket(
+        self,
+        tenant_id: str,
+        owner_id: str,
+        scope: str,
+        type_: str,
+        subtype: str | None,
+        force: bool,
+    ) -> None:
+        self._send(
+            TASK_COMPACT_BUCKET, [tenant_id, owner_id, scope, type_, subtype, force], self.heavy
+        )
+
+    def plan_compaction(self, tenant_id: str | None, force: bool) -> None:
+        self._send(TASK_PLAN_COMPACTION, [tenant_id, force], self.heavy)
+
+    def close(self) -> None:
+        self.app.close()

@@ -1,0 +1,121 @@
+"""The tier gate (paper §4.3): which answering models are trusted to write sidecars.
+
+Families and version floors come from settings (the paper's table by default). A known family
+below its floor (or with a version we cannot read) is refused with ``model_not_supported``; an
+unknown family is allowed with a warning; a tenant with extraction switched off is never gated.
+Versions are parsed per family into ``(major, minor)``; unlike the paper's regexes, newer ids such
+as ``gpt-4.1`` or ``gpt-5`` parse correctly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from service.config import TierFamily
+from service.errors import ErrorCode, TenureError
+
+Version = tuple[int, int]
+
+# gpt ids whose number does not say their generation; checked in order before the generic parse.
+_GPT_NAMED: tuple[tuple[re.Pattern[str], Version], ...] = (
+    (re.compile(r"^gpt-4o-mini"), (4, 4)),
+    (re.compile(r"^gpt-4o"), (4, 5)),
+    (re.compile(r"^gpt-4-turbo"), (4, 1)),
+    (re.compile(r"^gpt-4\.1"), (4, 6)),  # released after gpt-4o
+    (re.compile(r"^gpt-4\.5"), (4, 7)),
+    (re.compile(r"^gpt-4(?:-\d|$)"), (4, 0)),
+    (re.compile(r"^gpt-3"), (3, 0)),
+)
+_GPT_GENERIC = re.compile(r"^gpt-(\d+)(?:\.(\d+))?")
+# claude-opus-4-5-20251101, claude-sonnet-4-20250514, claude-3-5-sonnet-20241022, claude-3-opus
+_CLAUDE_NEW = re.compile(r"claude-[a-z]+-(\d+)(?:[-.](\d{1,2}))?(?=-|$|:|@)")
+_CLAUDE_OLD = re.compile(r"claude-(\d+)(?:[-.](\d{1,2}))?-[a-z]+")
+
+
+class GateOutcome(StrEnum):
+    VERIFIED = "verified"
+    UNKNOWN_FAMILY = "unknown_family"
+    EXTRACTION_OFF = "extraction_off"
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    outcome: GateOutcome
+    family: str | None = None
+    version: Version | None = None
+    warning: str | None = None
+
+    @property
+    def extract(self) -> bool:
+        return self.outcome is not GateOutcome.EXTRACTION_OFF
+
+
+class ModelNotSupported(TenureError):
+    code = ErrorCode.MODEL_NOT_SUPPORTED
+
+
+def parse_version(family: str, model: str) -> Version | None:
+    """``(major, minor)`` of ``model`` within ``family``; None when it cannot be read."""
+    model = model.lower()
+    if family == "gpt":
+        for pattern, version in _GPT_NAMED:
+            if pattern.match(model):
+                return version
+        found = _GPT_GENERIC.match(model)
+        return (int(found.group(1)), int(found.group(2) or 0)) if found else None
+    if family in ("claude", "bedrock-claude"):
+        found = _CLAUDE_NEW.search(model) or _CLAUDE_OLD.search(model)
+        return (int(found.group(1)), int(found.group(2) or 0)) if found else None
+    found = re.search(r"(\d+)(?:[.-](\d+))?", model)
+    return (int(found.group(1)), int(found.group(2) or 0)) if found else None
+
+
+def _floor(value: str) -> Version:
+    major, _, minor = value.partition(".")
+    return int(major), int(minor or 0)
+
+
+class TierGate:
+    def __init__(self, families: list[TierFamily], *, strict: bool = True):
+        self.families = [(f, re.compile(f.detect, re.IGNORECASE)) for f in families]
+        self.strict = strict
+
+    def check(self, model: str, *, extraction_enabled: bool = True) -> GateDecision:
+        """Decide for one request; raises :class:`ModelNotSupported` below a floor."""
+        if not extraction_enabled:
+            return GateDecision(GateOutcome.EXTRACTION_OFF)
+        for family, detect in self.families:
+            if not detect.search(model):
+                continue
+            if family.floor is None:
+                return GateDecision(GateOutcome.VERIFIED, family.name)
+            version = parse_version(family.name, model)
+            floor = _floor(family.floor)
+            if version is not None and version >= floor:
+                return GateDecision(GateOutcome.VERIFIED, family.name, version)
+            if not self.strict:
+                return GateDecision(
+                    GateOutcome.UNKNOWN_FAMILY, family.name, version, self._warning(model)
+                )
+            why = "cannot determine its version" if version is None else "is below the floor"
+            raise ModelNotSupported(
+                f"model {model!r} {why} of family {family.name!r} (needs >= {family.floor}) "
+                "for belief extraction",
+                details={"supported_families": self.supported()},
+            )
+        return GateDecision(GateOutcome.UNKNOWN_FAMILY, warning=self._warning(model))
+
+    def supported(self) -> list[dict[str, str | int | None]]:
+        return [
+            {"family": f.name, "detect": f.detect, "floor": f.floor, "tier": f.tier}
+            for f, _ in self.families
+        ]
+
+    @staticmethod
+    def _warning(model: str) -> str:
+        return (
+            f'Model "{model[:100]}" is not in a verified tier. '
+            "Sidecar extraction may be unreliable."
+        )

@@ -1,0 +1,255 @@
+"""Memory-loop routes: the OpenAI-compatible proxy, client-posted turns, the review queue and the
+compaction trigger. Authentication reuses the API's ``CurrentActor`` / ``AdminPrincipal``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Header, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from service.api.deps import AdminPrincipal, CurrentActor, CurrentPrincipal, RecallDep
+from service.errors import ErrorCode, NotFound, TenureError, ValidationFailed
+from service.extraction.audit import StoreAudit
+from service.extraction.reviews import Action, ReviewService
+from service.extraction.sidecar import ParseStatus, split_sidecar
+from service.proxy.service import (
+    ChatProxy,
+    ChatRequest,
+    MemoryLoop,
+    TurnContext,
+    TurnIn,
+    openai_error_body,
+)
+from service.proxy.upstream import UpstreamFailure
+from service.storage.beliefs import BeliefStore
+from service.storage.reviews import ReviewItem, ReviewKind, ReviewStatus
+from service.storage.turns import TurnRecord
+
+router = APIRouter(prefix="/v1", tags=["memory loop"])
+WARNING_HEADER = "x-tenure-warning"
+
+_TYPES = {
+    ErrorCode.VALIDATION_ERROR: "invalid_request_error",
+    ErrorCode.MODEL_NOT_SUPPORTED: "invalid_request_error",
+    ErrorCode.PAYLOAD_TOO_LARGE: "invalid_request_error",
+    ErrorCode.UPSTREAM_ERROR: "upstream_error",
+    ErrorCode.UPSTREAM_TIMEOUT: "timeout_error",
+    ErrorCode.RATE_LIMITED: "rate_limit_error",
+}
+
+
+def openai_error(exc: TenureError) -> JSONResponse:
+    status = exc.status if isinstance(exc, UpstreamFailure) else exc.code.http_status
+    body = {
+        "error": openai_error_body(exc.code.value, exc.message, _TYPES.get(exc.code, "api_error"))
+    }
+    if exc.details is not None:
+        body["error"]["details"] = exc.details
+    return JSONResponse(body, status_code=status)
+
+
+def memory_loop(request: Request) -> MemoryLoop:
+    loop: MemoryLoop = request.app.state.memory_loop
+    return loop
+
+
+async def _chat_body(request: Request) -> ChatRequest:
+    try:
+        raw = await request.json()
+    except ValueError:
+        raise ValidationFailed("the request body is not valid JSON") from None
+    try:
+        return ChatRequest.model_validate(raw)
+    except ValidationError as exc:
+        details = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()[:20]]
+        raise ValidationFailed("invalid chat completion request", details=details) from None
+
+
+@router.post(
+    "/chat/completions",
+    summary="OpenAI-compatible chat completions with memory (streaming and not)",
+    responses={
+        422: {"description": "Invalid request or model below its tier floor"},
+        502: {},
+        504: {},
+    },
+)
+async def chat_completions(
+    request: Request,
+    actor: CurrentActor,
+    recall: RecallDep,
+    x_session_id: Annotated[str | None, Header(max_length=200)] = None,
+    x_tenure_scope: Annotated[str | None, Header(max_length=2000)] = None,
+) -> Any:
+    loop = memory_loop(request)
+    proxy = ChatProxy(loop, recall)
+    try:
+        body = await _chat_body(request)
+        ctx, forwarded = await proxy.prepare(
+            actor, body, actor.session_id or x_session_id, x_tenure_scope
+        )
+        headers = {WARNING_HEADER: ctx.gate.warning} if ctx.gate.warning else {}
+        if body.stream:
+            events = await proxy.stream(ctx, forwarded)
+            return StreamingResponse(
+                events,
+                media_type="text/event-stream",
+                headers={**headers, "Cache-Control": "no-cache"},
+            )
+        return JSONResponse(await proxy.complete(ctx, forwarded), headers=headers)
+    except TenureError as exc:
+        return openai_error(exc)
+
+
+class TurnOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    turn_id: str
+    session_id: str
+    scope: list[str]
+    parse_status: str
+    extraction_status: str
+    visible: str | None = None
+    result: dict[str, Any] | None = None
+    model_warning: str | None = None
+
+
+def _turn_out(turn: TurnRecord, warning: str | None = None, visible: str | None = None) -> TurnOut:
+    return TurnOut(
+        turn_id=turn.turn_id,
+        session_id=turn.session_id,
+        scope=turn.scope,
+        parse_status=turn.parse_status,
+        extraction_status=turn.extraction_status,
+        visible=visible,
+        result=turn.result,
+        model_warning=warning,
+    )
+
+
+@router.post(
+    "/turns",
+    status_code=202,
+    response_model=TurnOut,
+    summary="Post a completed turn for extraction",
+)
+async def post_turn(request: Request, body: TurnIn, actor: CurrentActor) -> Any:
+    loop = memory_loop(request)
+    principal = actor.principal
+    gate = loop.gate.check(
+        body.model, extraction_enabled=loop.extraction_enabled(principal.tenant_id)
+    )
+    if body.turn_id:
+        try:
+            existing = await run_in_threadpool(loop.turns.get, principal, body.turn_id)
+            return JSONResponse(_turn_out(existing).model_dump(), status_code=200)
+        except NotFound:
+            pass
+    split = split_sidecar(body.assistant_message)
+    chat = ChatRequest(model=body.model, messages=[{"role": "user", "content": body.user_message}])  # type: ignore[list-item]
+    ctx = TurnContext(
+        actor=actor,
+        body=chat,
+        session_id=body.session_id or actor.session_id or "client",
+        scopes=body.scope,
+        gate=gate,
+        user_message=body.user_message,
+        injected_ids=body.injected_ids,
+    )
+    if body.turn_id:
+        ctx.turn_id = body.turn_id
+    recorded = await run_in_threadpool(
+        loop.record, ctx, assistant=split.visible, raw=split.raw, status=split.status
+    )
+    if not recorded:
+        raise TenureError(
+            "the turn could not be recorded; retry later", code=ErrorCode.STORE_UNAVAILABLE
+        )
+    turn = await run_in_threadpool(loop.turns.get, principal, ctx.turn_id)
+    headers = {WARNING_HEADER: gate.warning} if gate.warning else {}
+    visible = split.visible if split.status is not ParseStatus.MISSING else body.assistant_message
+    return JSONResponse(
+        _turn_out(turn, gate.warning, visible).model_dump(), status_code=202, headers=headers
+    )
+
+
+@router.get(
+    "/turns/{turn_id}", response_model=TurnOut, summary="A turn of yours and its extraction outcome"
+)
+async def get_turn(request: Request, turn_id: str, principal: CurrentPrincipal) -> TurnOut:
+    turn = await run_in_threadpool(memory_loop(request).turns.get, principal, turn_id)
+    return _turn_out(turn)
+
+
+def _reviews(request: Request) -> ReviewService:
+    loop = memory_loop(request)
+    services = request.app.state.services
+    store = BeliefStore(loop.client, loop.settings.opensearch_namespace)
+    return ReviewService(
+        store, loop.reviews, loop.settings.loop, StoreAudit(services.audit, actor_kind="admin")
+    )
+
+
+@router.get("/reviews", response_model=list[ReviewItem], summary="Your open review items")
+async def my_reviews(
+    request: Request,
+    principal: CurrentPrincipal,
+    kind: ReviewKind | None = None,
+    status: ReviewStatus | None = "open",
+    size: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> list[ReviewItem]:
+    loop = memory_loop(request)
+    return await run_in_threadpool(
+        lambda: loop.reviews.list(principal, kind=kind, status=status, size=size)
+    )
+
+
+@router.get(
+    "/admin/reviews", response_model=list[ReviewItem], summary="The tenant's review queue (admin)"
+)
+async def admin_reviews(
+    request: Request,
+    admin: AdminPrincipal,
+    kind: ReviewKind | None = None,
+    status: ReviewStatus | None = "open",
+    size: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> list[ReviewItem]:
+    loop = memory_loop(request)
+    return await run_in_threadpool(
+        lambda: loop.reviews.list(admin, kind=kind, status=status, tenant_wide=True, size=size)
+    )
+
+
+class ResolveIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Action
+
+
+@router.post(
+    "/admin/reviews/{review_id}/resolve", response_model=ReviewItem, summary="Resolve a review item"
+)
+async def resolve_review(
+    request: Request, review_id: str, body: ResolveIn, admin: AdminPrincipal
+) -> ReviewItem:
+    service = _reviews(request)
+    return await run_in_threadpool(service.resolve, admin, review_id, body.action)
+
+
+class CompactionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    force: bool = False
+
+
+@router.post("/admin/compaction", status_code=202, summary="Run compaction for your tenant now")
+async def trigger_compaction(
+    request: Request, admin: AdminPrincipal, body: Annotated[CompactionIn | None, Body()] = None
+) -> dict[str, Literal["queued"] | str | bool]:
+    loop = memory_loop(request)
+    force = body.force if body else False
+    await run_in_threadpool(loop.queue.plan_compaction, admin.tenant_id, force)
+    return {"status": "queued", "tenant_id": admin.tenant_id, "force": force}

@@ -1,0 +1,373 @@
+"""The memory-loop proxy: recall -> system prompt -> upstream -> sidecar stripped -> turn recorded
+-> extraction enqueued. Used by the ``/v1/chat/completions`` and ``/v1/turns`` routes.
+
+Failure policy: bad input and refused models are 4xx; upstream failures are OpenAI-style 502/504
+(or the upstream's own 4xx); a failing store never fails the request: the answer goes out without
+memory (``tenure.degraded``) and an unrecorded turn is reported the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from opensearchpy import OpenSearch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.concurrency import run_in_threadpool
+
+from service.beliefs.api_service import Actor
+from service.config import Settings
+from service.domain import scopes as scope_rules
+from service.errors import ValidationFailed
+from service.extraction.queue import TaskQueue
+from service.extraction.sidecar import ParseStatus, StreamStripper, split_sidecar
+from service.extraction.tiers import GateDecision, TierGate
+from service.proxy.prompt import build_system_prompt
+from service.proxy.upstream import Upstream, UpstreamFailure
+from service.recall.render import InjectionBlock
+from service.recall.service import RecallService
+from service.storage.reviews import REVIEWS, ReviewStore
+from service.storage.templates import apply_templates
+from service.storage.turns import TURNS, TurnRecord, TurnStore
+
+log = logging.getLogger("tenure.proxy")
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(BaseModel):
+    """The OpenAI request; unknown fields are passed through to the upstream."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(..., min_length=1, max_length=200)
+    messages: list[ChatMessage] = Field(..., min_length=1, max_length=1000)
+    stream: bool = False
+    metadata: dict[str, Any] | None = None
+
+
+class TurnIn(BaseModel):
+    """A completed turn posted by a client that called the model itself."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+    session_id: str | None = Field(None, min_length=1, max_length=200)
+    scope: list[str] = Field(default_factory=list, max_length=scope_rules.MAX_SCOPES)
+    model: str = Field(..., min_length=1, max_length=200)
+    user_message: str = Field(..., max_length=200_000)
+    assistant_message: str = Field(..., max_length=200_000)
+    injected_ids: list[str] = Field(default_factory=list, max_length=200)
+
+    @field_validator("scope")
+    @classmethod
+    def _scopes(cls, values: list[str]) -> list[str]:
+        return scope_rules.normalize_scopes(values)
+
+
+def text_of(content: str | list[dict[str, Any]] | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+    )
+
+
+def session_and_scope(
+    body: ChatRequest, actor: Actor, header_session: str | None, header_scope: str | None
+) -> tuple[str, list[str]]:
+    meta = body.metadata or {}
+    session = header_session or meta.get("session_id")
+    if session is not None and (
+        not isinstance(session, str) or not session.strip() or len(session) > 200
+    ):
+        raise ValidationFailed("session id must be a non-empty string of at most 200 characters")
+    if not session:
+        first = [m.model_dump(mode="json") for m in body.messages[:3]]
+        who = f"{actor.principal.tenant_id}|{actor.principal.user_id}"
+        raw = f"{who}|{json.dumps(first, sort_keys=True)}"
+        session = "derived_" + hashlib.sha256(raw.encode()).hexdigest()[:24]
+    scope_raw: Any = meta.get("scope")
+    if scope_raw is None and header_scope:
+        scope_raw = [s for s in header_scope.split(",") if s.strip()]
+    if isinstance(scope_raw, str):
+        scope_raw = [scope_raw]
+    if scope_raw is None:
+        scope_raw = []
+    if not isinstance(scope_raw, list) or not all(isinstance(s, str) for s in scope_raw):
+        raise ValidationFailed("scope must be a scope label or a list of scope labels")
+    try:
+        scopes = scope_rules.normalize_scopes(scope_raw)
+    except scope_rules.InvalidScope as exc:
+        raise ValidationFailed(str(exc)) from None
+    return session.strip(), scopes
+
+
+@dataclass
+class TurnContext:
+    actor: Actor
+    body: ChatRequest
+    session_id: str
+    scopes: list[str]
+    gate: GateDecision
+    user_message: str
+    injected_ids: list[str] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)
+    turn_id: str = field(default_factory=lambda: f"turn-{uuid.uuid4().hex}")
+
+    def _extraction(self, parse_status: str, recorded: bool) -> str:
+        if not self.gate.extract:
+            return "off"
+        if not recorded:
+            return "not_recorded"
+        return "skipped" if parse_status == ParseStatus.MISSING.value else "queued"
+
+    def tenure(self, parse_status: str, recorded: bool) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "turn_id": self.turn_id if recorded else None,
+            "scope": self.scopes,
+            "injected_belief_ids": self.injected_ids,
+            "parse_status": parse_status,
+            "extraction": self._extraction(parse_status, recorded),
+            "degraded": bool(self.degraded),
+            "degraded_reasons": self.degraded,
+            "model_warning": self.gate.warning,
+        }
+
+
+class MemoryLoop:
+    """What the proxy routes share (built once in the app lifespan)."""
+
+    def __init__(self, settings: Settings, client: OpenSearch):
+        ns = settings.opensearch_namespace
+        self.settings = settings
+        self.turns = TurnStore(client, ns)
+        self.reviews = ReviewStore(client, ns)
+        self.queue = TaskQueue(settings)
+        self.upstream = Upstream(settings.loop)
+        self.gate = TierGate(settings.loop.tier_families, strict=settings.loop.strict_model_tiers)
+        self.client = client
+
+    def ensure_indices(self) -> None:
+        try:
+            apply_templates(self.client, self.settings.opensearch_namespace, (TURNS, REVIEWS))
+        except Exception as exc:  # the store may be down at start-up; the proxy degrades
+            log.warning("memory-loop indices not applied yet: %s", exc)
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+        self.queue.close()
+
+    def extraction_enabled(self, tenant_id: str) -> bool:
+        override = self.settings.loop.for_tenant(tenant_id).extraction_enabled
+        return self.settings.loop.extraction_enabled if override is None else override
+
+    # ------------------------------------------------------------------ turn recording
+
+    def record(
+        self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus
+    ) -> bool:
+        """Durably record the turn, then enqueue its extraction. False when it could not be
+        recorded (the answer still goes out; the turn is reported as degraded)."""
+        extract = ctx.gate.extract and status is not ParseStatus.MISSING
+        turn = TurnRecord(
+            tenant_id=ctx.actor.principal.tenant_id,
+            turn_id=ctx.turn_id,
+            owner_id=ctx.actor.principal.user_id,
+            projects=sorted(ctx.actor.principal.projects),
+            teams=sorted(ctx.actor.principal.teams),
+            session_id=ctx.session_id,
+            scope=ctx.scopes,
+            source="proxy",
+            model=ctx.body.model,
+            user_message=ctx.user_message[: self.settings.loop.max_turn_message_chars],
+            assistant_text=assistant[: self.settings.loop.max_turn_message_chars],
+            sidecar_raw=raw[: self.settings.loop.sidecar_max_chars * 4]
+            if raw and extract
+            else None,
+            parse_status=status.value,
+            gate=ctx.gate.outcome.value,
+            injected_ids=ctx.injected_ids,
+            extraction_status="pending" if extract else "skipped",
+        )
+        return self.store_and_enqueue(turn, ctx.degraded)
+
+    def store_and_enqueue(self, turn: TurnRecord, degraded: list[str]) -> bool:
+        try:
+            self.turns.create(turn)
+        except Exception as exc:
+            log.warning("turn %s not recorded: %s", turn.turn_id, exc)
+            degraded.append("turn not recorded: store unavailable")
+            return False
+        if turn.extraction_status == "pending":
+            try:
+                self.queue.extract(turn.tenant_id, turn.turn_id)
+            except Exception as exc:  # the sweep re-enqueues pending turns later
+                log.warning(
+                    "extraction of %s not enqueued (sweep will retry): %s", turn.turn_id, exc
+                )
+                degraded.append("extraction delayed: queue unavailable")
+        return True
+
+
+class ChatProxy:
+    def __init__(self, loop: MemoryLoop, recall: RecallService):
+        self.loop = loop
+        self.recall = recall
+
+    async def prepare(
+        self, actor: Actor, body: ChatRequest, header_session: str | None, header_scope: str | None
+    ) -> tuple[TurnContext, dict[str, Any]]:
+        session, scopes = session_and_scope(body, actor, header_session, header_scope)
+        gate = self.loop.gate.check(
+            body.model, extraction_enabled=self.loop.extraction_enabled(actor.principal.tenant_id)
+        )
+        users = [m for m in body.messages if m.role == "user"]
+        ctx = TurnContext(
+            actor=replace(actor, session_id=session),
+            body=body,
+            session_id=session,
+            scopes=scopes,
+            gate=gate,
+            user_message=text_of(users[-1].content) if users else "",
+        )
+        block = await self._recall(ctx)
+        client_system = "\n\n".join(
+            text_of(m.content)
+            for m in body.messages
+            if m.role in ("system", "developer") and m.content
+        )
+        system = build_system_prompt(block, client_system or None, with_sidecar=gate.extract)
+        forwarded = body.model_dump(mode="json", exclude={"metadata"}, exclude_none=True)
+        forwarded["messages"] = [{"role": "system", "content": system}] + [
+            m.model_dump(mode="json", exclude_none=True)
+            for m in body.messages
+            if m.role not in ("system", "developer")
+        ]
+        return ctx, forwarded
+
+    async def _recall(self, ctx: TurnContext) -> InjectionBlock | None:
+        try:
+            found = await run_in_threadpool(
+                self.recall.recall, ctx.actor, ctx.scopes, ctx.user_message
+            )
+        except Exception as exc:  # any store failure: answer without memory, flagged
+            log.warning("recall failed, answering without memory: %s", exc)
+            ctx.degraded.append("memory unavailable: recall failed")
+            return None
+        ctx.injected_ids = found.result.injected_ids
+        return found.block
+
+    async def complete(self, ctx: TurnContext, forwarded: dict[str, Any]) -> dict[str, Any]:
+        data = await self.loop.upstream.complete(ctx.actor.principal.tenant_id, forwarded)
+        status, raw, visible = ParseStatus.MISSING, None, ""
+        for index, choice in enumerate(data.get("choices") or []):
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+                continue
+            split = split_sidecar(message["content"])
+            message["content"] = split.visible
+            if index == 0:
+                status, raw, visible = split.status, split.raw, split.visible
+        recorded = await run_in_threadpool(
+            self.loop.record, ctx, assistant=visible, raw=raw, status=status
+        )
+        data["tenure"] = ctx.tenure(status.value, recorded)
+        return data
+
+    async def stream(self, ctx: TurnContext, forwarded: dict[str, Any]) -> AsyncIterator[bytes]:
+        """Open the upstream stream (errors raise before anything is sent), then relay it."""
+        forwarded = {**forwarded, "stream": True}
+        response = await self.loop.upstream.open_stream(ctx.actor.principal.tenant_id, forwarded)
+        return self._relay(ctx, response)
+
+    async def _relay(self, ctx: TurnContext, response: Any) -> AsyncIterator[bytes]:
+        stripper = StreamStripper()
+        held: list[dict[str, Any]] = []
+        template: dict[str, Any] = {
+            "id": "chatcmpl-tenure",
+            "object": "chat.completion.chunk",
+            "model": ctx.body.model,
+        }
+        try:
+            async for event in Upstream.events(response):
+                template = {
+                    k: event[k] for k in ("id", "object", "created", "model") if k in event
+                } or template
+                choices = event.get("choices") or []
+                choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+                delta = choice.get("delta") or {}
+                piece = delta.get("content") if isinstance(delta, dict) else None
+                if choice.get("finish_reason") is not None:
+                    held.append(event)
+                    continue
+                if isinstance(piece, str):
+                    visible = stripper.feed(piece)
+                    if visible:
+                        yield _sse(_content_chunk(event, visible))
+                    continue
+                if not stripper.marker_seen:
+                    yield _sse(event)
+        except Exception as exc:  # upstream broke off mid-stream
+            log.warning("upstream stream failed: %s", exc)
+            error = UpstreamFailure(
+                f"the upstream stream broke off: {type(exc).__name__}", status=502
+            )
+            yield _sse(
+                {"error": openai_error_body(error.code.value, error.message, "upstream_error")}
+            )
+            yield b"data: [DONE]\n\n"
+            return
+        finally:
+            await response.aclose()
+        tail = stripper.finish()
+        if tail:
+            yield _sse(_content_chunk(template | {"choices": [{"index": 0, "delta": {}}]}, tail))
+        for event in held:
+            for choice in event.get("choices") or []:
+                if isinstance(choice, dict) and isinstance(choice.get("delta"), dict):
+                    choice["delta"].pop("content", None)
+            yield _sse(event)
+        split = split_sidecar(stripper.full_text)
+        recorded = await run_in_threadpool(
+            self.loop.record, ctx, assistant=split.visible, raw=split.raw, status=split.status
+        )
+        yield _sse({**template, "choices": [], "tenure": ctx.tenure(split.status.value, recorded)})
+        yield b"data: [DONE]\n\n"
+
+
+def _content_chunk(event: dict[str, Any], text: str) -> dict[str, Any]:
+    out = {k: v for k, v in event.items() if k != "choices"}
+    choices = event.get("choices") or [{"index": 0}]
+    first: dict[str, Any] = dict(choices[0]) if isinstance(choices[0], dict) else {"index": 0}
+    raw_delta = first.get("delta")
+    delta: dict[str, Any] = dict(raw_delta) if isinstance(raw_delta, dict) else {}
+    delta["content"] = text
+    first["delta"] = delta
+    first.setdefault("finish_reason", None)
+    out["choices"] = [first]
+    return out
+
+
+def _sse(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+def openai_error_body(
+    code: str, message: str, type_: str, param: str | None = None
+) -> dict[str, Any]:
+    return {"message": message, "type": type_, "code": code, "param": param}

@@ -1,0 +1,143 @@
+"""The OpenAI-compatible upstream: one pooled async httpx client per process.
+
+The target (base URL and key) is per tenant or global (settings). Failures become
+:class:`UpstreamFailure` with a stable code and the status the proxy answers with; nothing here
+knows about the client's response format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from service.config import MemoryLoopSettings
+from service.errors import ErrorCode, TenureError
+
+
+class UpstreamFailure(TenureError):
+    code = ErrorCode.UPSTREAM_ERROR
+
+    def __init__(self, message: str, *, status: int, code: ErrorCode = ErrorCode.UPSTREAM_ERROR):
+        super().__init__(message, code=code)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Target:
+    base_url: str
+    api_key: str | None
+
+
+def _message_of(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        err = body.get("error") if isinstance(body, dict) else None
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])[:500]
+    except ValueError:
+        pass
+    return response.text[:300] or response.reason_phrase
+
+
+def failure_for(response: httpx.Response) -> UpstreamFailure:
+    """Map an upstream error status: the caller's own mistakes (400/404/413/422) and rate limits
+    keep their status; credentials and server failures are the gateway's problem (502)."""
+    status = response.status_code
+    message = f"upstream answered {status}: {_message_of(response)}"
+    if status in (400, 404, 413, 422, 429):
+        return UpstreamFailure(message, status=status)
+    return UpstreamFailure(message, status=502)
+
+
+class Upstream:
+    def __init__(self, policy: MemoryLoopSettings):
+        self.policy = policy
+        timeout = httpx.Timeout(
+            policy.upstream_timeout_s, connect=policy.upstream_connect_timeout_s
+        )
+        self.client = httpx.AsyncClient(
+            timeout=timeout, limits=httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        )
+
+    def target(self, tenant_id: str) -> Target:
+        override = self.policy.for_tenant(tenant_id)
+        base = override.upstream_base_url or self.policy.upstream_base_url
+        key = override.upstream_api_key or self.policy.upstream_api_key
+        if not base:
+            raise UpstreamFailure(
+                "no upstream model endpoint is configured for this tenant", status=502
+            )
+        return Target(base.rstrip("/"), key.get_secret_value() if key else None)
+
+    def _headers(self, target: Target) -> dict[str, str]:
+        return {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+
+    async def complete(self, tenant_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        target = self.target(tenant_id)
+        try:
+            response = await self.client.post(
+                f"{target.base_url}/chat/completions", json=body, headers=self._headers(target)
+            )
+        except httpx.TimeoutException as exc:
+            raise UpstreamFailure(
+                "the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamFailure(
+                f"the upstream model is unreachable: {type(exc).__name__}", status=502
+            ) from exc
+        if response.status_code >= 400:
+            raise failure_for(response)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise UpstreamFailure("the upstream answered with invalid JSON", status=502) from exc
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+            raise UpstreamFailure("the upstream answer has no choices", status=502)
+        return data
+
+    async def open_stream(self, tenant_id: str, body: dict[str, Any]) -> httpx.Response:
+        """Send a streaming request and return the open response once its status is known (so
+        an error can still be answered as a plain JSON error). The caller must close it."""
+        target = self.target(tenant_id)
+        request = self.client.build_request(
+            "POST", f"{target.base_url}/chat/completions", json=body, headers=self._headers(target)
+        )
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise UpstreamFailure(
+                "the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamFailure(
+                f"the upstream model is unreachable: {type(exc).__name__}", status=502
+            ) from exc
+        if response.status_code >= 400:
+            await response.aread()
+            await response.aclose()
+            raise failure_for(response)
+        return response
+
+    @staticmethod
+    async def events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+        """Parsed ``data:`` events of an SSE stream, until ``[DONE]``."""
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            try:
+                event = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                yield event
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

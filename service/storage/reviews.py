@@ -1,0 +1,168 @@
+"""All OpenSearch access for the review queue (``<namespace>-reviews``): belief conflicts found by
+extraction and alias candidates waiting for a decision.
+
+Items are keyed ``<tenant>:<review id>`` with deterministic ids, so a retried extraction never files
+the same conflict twice. Members see their own items; admins list the whole tenant. Filters come
+from :mod:`service.storage.access`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from opensearchpy import OpenSearch
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.domain.belief import utcnow
+from service.domain.principal import Principal
+from service.errors import Conflict, NotFound
+from service.storage import access
+from service.storage.access import ScopeView
+from service.storage.client import translate_errors
+from service.storage.templates import IndexFamily
+
+REVIEWS = IndexFamily("reviews")
+ReviewKind = Literal["conflict", "alias_candidate"]
+ReviewStatus = Literal["open", "resolved", "dismissed"]
+
+
+class ReviewItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_id: str
+    review_id: str
+    kind: ReviewKind
+    status: ReviewStatus = "open"
+    owner_id: str
+    scope: list[str] = Field(default_factory=list)
+    belief_id: str | None = None
+    canonical_name: str | None = None
+    surface: str | None = None
+    reason: str = ""
+    paper_outcome: str | None = None
+    proposed: dict[str, Any] | None = None
+    session_id: str | None = None
+    turn_ids: list[str] = Field(default_factory=list)
+    sightings: int = 1
+    resolved_at: datetime | None = None
+    resolved_by: str | None = None
+    resolution: str | None = None
+    result_belief_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+def _doc_id(tenant_id: str, review_id: str) -> str:
+    return f"{tenant_id}:{review_id}"
+
+
+class ReviewStore:
+    def __init__(self, client: OpenSearch, namespace: str):
+        self.client = client
+        self.alias = REVIEWS.alias(namespace)
+
+    def create(self, item: ReviewItem) -> bool:
+        """File an item; False (and no change) if an item with this id already exists."""
+        with translate_errors("file a review item"):
+            try:
+                self.client.index(
+                    index=self.alias,
+                    id=_doc_id(item.tenant_id, item.review_id),
+                    body=item.model_dump(mode="json"),
+                    routing=item.tenant_id,
+                    op_type="create",
+                    refresh="wait_for",
+                )
+            except Exception as exc:
+                if getattr(exc, "status_code", None) == 409:
+                    return False
+                raise
+        return True
+
+    def load(self, tenant_id: str, review_id: str) -> tuple[ReviewItem, int, int] | None:
+        """By key (workers: the key embeds the tenant); None if absent."""
+        with translate_errors("read a review item"):
+            try:
+                hit = self.client.get(
+                    index=self.alias, id=_doc_id(tenant_id, review_id), routing=tenant_id
+                )
+            except Exception as exc:
+                if getattr(exc, "status_code", None) == 404:
+                    return None
+                raise
+        return (
+            ReviewItem.model_validate(hit["_source"]),
+            int(hit["_seq_no"]),
+            int(hit["_primary_term"]),
+        )
+
+    def save(self, item: ReviewItem, *, seq_no: int, primary_term: int) -> None:
+        item.updated_at = utcnow()
+        with translate_errors("update a review item"):
+            try:
+                self.client.index(
+                    index=self.alias,
+                    id=_doc_id(item.tenant_id, item.review_id),
+                    body=item.model_dump(mode="json"),
+                    routing=item.tenant_id,
+                    if_seq_no=seq_no,
+                    if_primary_term=primary_term,
+                    refresh="wait_for",
+                )
+            except Exception as exc:
+                if getattr(exc, "status_code", None) == 409:
+                    raise Conflict(f"review item {item.review_id!r} changed concurrently") from exc
+                raise
+
+    def _filters(self, principal: Principal, tenant_wide: bool) -> list[dict[str, Any]]:
+        if tenant_wide:
+            return access.access_filters(principal, ScopeView.everything(), tenant_wide=True)
+        return [access.tenant_filter(principal), access.owned_by(principal)]
+
+    def list(
+        self,
+        principal: Principal,
+        *,
+        kind: ReviewKind | None = None,
+        status: ReviewStatus | None = "open",
+        tenant_wide: bool = False,
+        size: int = 50,
+    ) -> list[ReviewItem]:
+        """Newest first. ``tenant_wide`` (admins) lists every user's items of the tenant."""
+        narrow: list[dict[str, Any]] = []
+        if kind:
+            narrow.append({"term": {"kind": kind}})
+        if status:
+            narrow.append({"term": {"status": status}})
+        body = {
+            "size": size,
+            "query": {"bool": {"filter": [*self._filters(principal, tenant_wide), *narrow]}},
+            "sort": [{"created_at": "desc"}, {"review_id": "asc"}],
+        }
+        with translate_errors("list review items"):
+            rows = self.client.search(
+                index=self.alias, body=body, routing=access.routing(principal)
+            )
+        return [ReviewItem.model_validate(r["_source"]) for r in rows["hits"]["hits"]]
+
+    def get(self, principal: Principal, review_id: str, *, tenant_wide: bool = False) -> ReviewItem:
+        body = {
+            "size": 1,
+            "query": {
+                "bool": {
+                    "filter": [
+                        *self._filters(principal, tenant_wide),
+                        {"term": {"review_id": review_id}},
+                    ]
+                }
+            },
+        }
+        with translate_errors("read a review item"):
+            rows = self.client.search(
+                index=self.alias, body=body, routing=access.routing(principal)
+            )
+        hits = rows["hits"]["hits"]
+        if not hits:
+            raise NotFound(f"review item {review_id!r} not found")
+        return ReviewItem.model_validate(hits[0]["_source"])

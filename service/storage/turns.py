@@ -1,0 +1,165 @@
+"""All OpenSearch access for conversation turns (``<namespace>-turns``).
+
+A turn is written with ``refresh=wait_for`` *before* its extraction task is enqueued, keyed
+``<tenant>:<turn id>`` and routed by tenant, so a task carrying ``(tenant_id, turn_id)`` can only
+ever read a turn of that tenant. Reads for callers take their filters from :mod:`access`; the
+maintenance sweep uses :func:`access.maintenance_filters` and yields keys only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from opensearchpy import OpenSearch
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.domain.belief import utcnow
+from service.domain.principal import Principal
+from service.errors import Conflict, NotFound
+from service.storage import access
+from service.storage.access import ScopeView
+from service.storage.client import translate_errors
+from service.storage.templates import IndexFamily
+
+TURNS = IndexFamily("turns")
+ExtractionStatus = Literal["pending", "running", "done", "failed", "skipped"]
+
+
+class TurnRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_id: str
+    turn_id: str
+    owner_id: str
+    projects: list[str] = Field(default_factory=list)
+    teams: list[str] = Field(default_factory=list)
+    session_id: str
+    scope: list[str] = Field(default_factory=list)
+    source: Literal["proxy", "client"] = "proxy"
+    model: str | None = None
+    user_message: str = ""
+    assistant_text: str = ""
+    sidecar_raw: str | None = None
+    parse_status: str = "missing"
+    gate: str | None = None
+    injected_ids: list[str] = Field(default_factory=list)
+    extraction_status: ExtractionStatus = "pending"
+    attempts: int = 0
+    enqueued_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+    result: dict[str, Any] | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    def principal(self) -> Principal:
+        """The author of the turn, with the grants recorded when the turn was authenticated."""
+        return Principal(
+            tenant_id=self.tenant_id,
+            user_id=self.owner_id,
+            projects=frozenset(self.projects),
+            teams=frozenset(self.teams),
+        )
+
+
+def _doc_id(tenant_id: str, turn_id: str) -> str:
+    return f"{tenant_id}:{turn_id}"
+
+
+class TurnStore:
+    def __init__(self, client: OpenSearch, namespace: str):
+        self.client = client
+        self.alias = TURNS.alias(namespace)
+
+    def create(self, turn: TurnRecord) -> None:
+        """Durably record a new turn (visible to searches on return). Conflict if the id exists."""
+        with translate_errors("record a turn"):
+            try:
+                self.client.index(
+                    index=self.alias,
+                    id=_doc_id(turn.tenant_id, turn.turn_id),
+                    body=turn.model_dump(mode="json"),
+                    routing=turn.tenant_id,
+                    op_type="create",
+                    refresh="wait_for",
+                )
+            except Exception as exc:
+                if getattr(exc, "status_code", None) == 409:
+                    raise Conflict(f"turn {turn.turn_id!r} already exists") from exc
+                raise
+
+    def load(self, tenant_id: str, turn_id: str) -> tuple[TurnRecord, int, int]:
+        """A turn by key, with its concurrency token. The key embeds the tenant."""
+        with translate_errors("read a turn"):
+            try:
+                hit = self.client.get(
+                    index=self.alias, id=_doc_id(tenant_id, turn_id), routing=tenant_id
+                )
+            except Exception as exc:
+                if getattr(exc, "status_code", None) == 404:
+                    raise NotFound(f"turn {turn_id!r} not found") from exc
+                raise
+        turn = TurnRecord.model_validate(hit["_source"])
+        if turn.tenant_id != tenant_id:  # defence in depth: the key already embeds the tenant
+            raise NotFound(f"turn {turn_id!r} not found")
+        return turn, int(hit["_seq_no"]), int(hit["_primary_term"])
+
+    def save(self, turn: TurnRecord, *, seq_no: int, primary_term: int) -> None:
+        """Optimistic update of a turn's extraction state."""
+        turn.updated_at = utcnow()
+        with translate_errors("update a turn"):
+            try:
+                self.client.index(
+                    index=self.alias,
+                    id=_doc_id(turn.tenant_id, turn.turn_id),
+                    body=turn.model_dump(mode="json"),
+                    routing=turn.tenant_id,
+                    if_seq_no=seq_no,
+                    if_primary_term=primary_term,
+                    refresh="wait_for",
+                )
+            except Exception as exc:
+                if getattr(exc, "status_code", None) == 409:
+                    raise Conflict(f"turn {turn.turn_id!r} changed concurrently") from exc
+                raise
+
+    def get(self, principal: Principal, turn_id: str) -> TurnRecord:
+        """A turn the principal may see (its own, in scopes it can see)."""
+        filters = access.access_filters(principal, ScopeView.everything())
+        body = {
+            "size": 1,
+            "query": {"bool": {"filter": [*filters, {"term": {"turn_id": turn_id}}]}},
+        }
+        with translate_errors("read a turn"):
+            hits = self.client.search(
+                index=self.alias, body=body, routing=access.routing(principal)
+            )
+        rows = hits["hits"]["hits"]
+        if not rows:
+            raise NotFound(f"turn {turn_id!r} not found")
+        return TurnRecord.model_validate(rows[0]["_source"])
+
+    def stale_keys(
+        self, *, older_than_s: int, max_attempts: int, limit: int = 200
+    ) -> list[tuple[str, str]]:
+        """Maintenance sweep: ``(tenant_id, turn_id)`` of turns whose extraction never finished."""
+        cutoff = (utcnow() - timedelta(seconds=older_than_s)).isoformat()
+        body = {
+            "size": limit,
+            "_source": ["tenant_id", "turn_id"],
+            "query": {
+                "bool": {
+                    "filter": [
+                        *access.maintenance_filters(),
+                        {"terms": {"extraction_status": ["pending", "running"]}},
+                        {"range": {"updated_at": {"lt": cutoff}}},
+                        {"range": {"attempts": {"lt": max_attempts}}},
+                    ]
+                }
+            },
+            "sort": [{"created_at": "asc"}],
+        }
+        with translate_errors("sweep turns"):
+            rows = self.client.search(index=self.alias, body=body)["hits"]["hits"]
+        return [(r["_source"]["tenant_id"], r["_source"]["turn_id"]) for r in rows]

@@ -1,0 +1,168 @@
+"""A scripted OpenAI-compatible LLM server on loopback: the only stand-in in the test suite.
+
+A real HTTP/1.1 server in a thread. ``/v1/chat/completions`` answers from a script (a queue of
+:class:`Reply` objects, or a responder function of the request), non-streaming or as SSE with
+the content cut into awkward pieces (including 1-character pieces and pieces that split the
+sidecar marker), each piece flushed as its own HTTP chunk. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    content: str = "ok"
+    chunk_sizes: list[int] = field(default_factory=lambda: [7])
+    status: int = 200
+    delay_s: float = 0.0
+    error: dict[str, Any] | None = None
+
+
+Responder = Callable[[dict[str, Any]], Reply]
+
+
+class ScriptedLLM:
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.responder: Responder | None = None
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self.replies.extend(replies)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.replies.clear()
+            self.requests.clear()
+            self.responder = None
+
+    def next_reply(self, request: dict[str, Any]) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            if self.replies:
+                return self.replies.popleft()
+            responder = self.responder
+        return responder(request) if responder else Reply(content="(no script)")
+
+    def start(self) -> ScriptedLLM:
+        llm = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002, ARG002
+                return
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                request = json.loads(self.rfile.read(length) or b"{}")
+                request["_headers"] = {k.lower(): v for k, v in self.headers.items()}
+                reply = llm.next_reply(request)
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                if reply.status != 200:
+                    self._json(
+                        reply.status,
+                        reply.error
+                        or {"error": {"message": "scripted failure", "type": "server_error"}},
+                    )
+                elif request.get("stream"):
+                    self._stream(request, reply)
+                else:
+                    self._json(200, _completion(request, reply.content))
+
+            def _json(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, request: dict[str, Any], reply: Reply) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for piece in _pieces(reply.content, reply.chunk_sizes):
+                    self._chunk(_event(_delta(request, piece)))
+                self._chunk(_event(_delta(request, None, finish="stop")))
+                self._chunk(b"data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def _pieces(content: str, sizes: list[int]) -> list[str]:
+    out: list[str] = []
+    at = 0
+    for size in itertools.cycle(sizes or [len(content) or 1]):
+        if at >= len(content):
+            break
+        out.append(content[at : at + max(1, size)])
+        at += max(1, size)
+    return out
+
+
+def _completion(request: dict[str, Any], content: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.get("model", "scripted"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def _delta(request: dict[str, Any], piece: str | None, finish: str | None = None) -> dict[str, Any]:
+    delta = {"content": piece} if piece is not None else {}
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": request.get("model", "scripted"),
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def _event(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body).encode() + b"\n\n"

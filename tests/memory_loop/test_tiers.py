@@ -1,0 +1,50 @@
+"""The tier gate with the paper's table (and a stricter version parser)."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.config import MemoryLoopSettings, TierFamily
+from service.errors import ErrorCode
+from service.extraction.tiers import GateOutcome, ModelNotSupported, TierGate
+
+GATE = TierGate(MemoryLoopSettings().tier_families)
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["claude-opus-4-5-20251101", "claude-sonnet-4-5", "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+     "amazon.nova-pro-v1:0", "gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-5", "o3-mini", "o4"],
+)
+def test_verified(model: str) -> None:
+    decision = GATE.check(model)
+    assert decision.outcome is GateOutcome.VERIFIED and decision.extract and decision.warning is None
+
+
+@pytest.mark.parametrize(
+    "model", ["claude-3-5-sonnet-20241022", "claude-sonnet-4-20250514", "gpt-4", "gpt-4-turbo", "gpt-3.5-turbo",
+              "anthropic.claude-3-haiku-20240307-v1:0", "claude-unknownname"],
+)
+def test_known_family_below_floor_is_refused(model: str) -> None:
+    with pytest.raises(ModelNotSupported) as info:
+        GATE.check(model)
+    assert info.value.code is ErrorCode.MODEL_NOT_SUPPORTED
+    assert {f["family"] for f in info.value.details["supported_families"]} >= {"claude", "gpt"}
+
+
+def test_unknown_family_is_allowed_with_a_warning() -> None:
+    decision = GATE.check("llama-3.1-70b")
+    assert decision.outcome is GateOutcome.UNKNOWN_FAMILY and decision.extract
+    assert decision.warning == 'Model "llama-3.1-70b" is not in a verified tier. Sidecar extraction may be unreliable.'
+
+
+def test_extraction_off_is_never_gated() -> None:
+    assert not GATE.check("gpt-3.5-turbo", extraction_enabled=False).extract
+
+
+def test_configurable_table_and_non_strict_mode() -> None:
+    gate = TierGate([TierFamily(name="llama", detect=r"^llama-", floor="3.1")])
+    assert gate.check("llama-3.1-70b").outcome is GateOutcome.VERIFIED
+    with pytest.raises(ModelNotSupported):
+        gate.check("llama-2-70b")
+    assert TierGate(MemoryLoopSettings().tier_families, strict=False).check("gpt-4").warning

@@ -1,0 +1,61 @@
+"""The Celery application: built from :class:`Settings` by :func:`create_celery`.
+
+Run a worker with ``celery -A workers.celery_app worker -Q tenure.heavy,tenure.cheap`` and the
+scheduler with ``celery -A workers.celery_app beat``. Clients (OpenSearch, Redis) are created per
+worker process in a signal handler (:mod:`workers.resources`), never at import.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue  # type: ignore[attr-defined]
+
+from service.config import Settings, get_settings
+from service.extraction.queue import TASK_PLAN_COMPACTION, TASK_SWEEP_TURNS, queue_names
+
+TASK_MODULES = ["workers.tasks.extraction", "workers.tasks.compaction"]
+
+
+def create_celery(settings: Settings) -> Celery:
+    cheap, heavy = queue_names(settings)
+    limits = settings.celery
+    longest = max(limits.heavy_time_limit_s, limits.cheap_time_limit_s)
+    if limits.visibility_timeout_s <= longest:
+        raise ValueError(
+            f"celery visibility_timeout_s ({limits.visibility_timeout_s}) must exceed the longest "
+            f"task time limit ({longest}), or a running task would be redelivered"
+        )
+    app = Celery("tenure", broker=settings.broker_url, include=TASK_MODULES)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_queues=[Queue(heavy), Queue(cheap)],  # type: ignore[no-untyped-call]
+        task_default_queue=heavy,
+        broker_transport_options={"visibility_timeout": limits.visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        beat_schedule={
+            "compaction-plan": {
+                "task": TASK_PLAN_COMPACTION,
+                "schedule": float(settings.loop.compaction_interval_s),
+                "args": [None, False],
+                "options": {"queue": heavy, "expires": float(settings.loop.compaction_interval_s)},
+            },
+            "extraction-sweep": {
+                "task": TASK_SWEEP_TURNS,
+                "schedule": float(settings.loop.sweep_interval_s),
+                "options": {"queue": cheap, "expires": float(settings.loop.sweep_interval_s)},
+            },
+        },
+    )
+    app.conf.tenure_settings = settings
+    return app
+
+
+app = create_celery(get_settings())

@@ -1,0 +1,91 @@
+"""Per-process worker resources, created in the ``worker_process_init`` signal (prefork children)
+or on first use inside a task (solo/threads pools): never at import and never before a fork."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import redis
+from celery.signals import worker_process_init, worker_process_shutdown
+from opensearchpy import OpenSearch
+
+from service.config import Settings
+from service.extraction.audit import StoreAudit
+from service.extraction.compaction import Compactor, RedisCooldown, llm_from_settings
+from service.extraction.pipeline import ExtractionPipeline
+from service.extraction.queue import TaskQueue
+from service.storage.audit import AuditStore
+from service.storage.beliefs import BeliefStore
+from service.storage.client import build_client
+from service.storage.reviews import ReviewStore
+from service.storage.turns import TurnStore
+
+
+@dataclass
+class Resources:
+    settings: Settings
+    client: OpenSearch
+    redis: redis.Redis[bytes]
+    turns: TurnStore
+    pipeline: ExtractionPipeline
+    compactor: Compactor
+    queue: TaskQueue
+
+    def close(self) -> None:
+        self.client.close()
+        self.redis.close()
+        self.queue.close()
+
+
+_lock = threading.Lock()
+_current: Resources | None = None
+
+
+def build(settings: Settings) -> Resources:
+    client = build_client(settings)
+    ns = settings.opensearch_namespace
+    beliefs = BeliefStore(client, ns)
+    reviews = ReviewStore(client, ns)
+    turns = TurnStore(client, ns)
+    audit = StoreAudit(AuditStore(client, ns), actor_kind="worker")
+    rds = redis.Redis.from_url(settings.redis_url)
+    return Resources(
+        settings=settings,
+        client=client,
+        redis=rds,
+        turns=turns,
+        pipeline=ExtractionPipeline(beliefs, turns, reviews, settings.loop, audit),
+        compactor=Compactor(
+            beliefs, settings.loop, audit, RedisCooldown(rds), llm_from_settings(settings)
+        ),
+        queue=TaskQueue(settings),
+    )
+
+
+def get(settings: Settings) -> Resources:
+    global _current
+    with _lock:
+        if _current is None:
+            _current = build(settings)
+        return _current
+
+
+def reset() -> None:
+    global _current
+    with _lock:
+        if _current is not None:
+            _current.close()
+        _current = None
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _on_process_init(**_: object) -> None:
+    from workers.celery_app import app
+
+    get(app.conf.tenure_settings)
+
+
+@worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _on_process_shutdown(**_: object) -> None:
+    reset()

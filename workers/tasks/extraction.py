@@ -1,0 +1,78 @@
+"""Extraction tasks: thin wrappers that take ids plus the tenant and call the service layer."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from service.extraction.queue import TASK_ENRICH_ALIASES, TASK_EXTRACT, TASK_SWEEP_TURNS
+from workers import resources
+from workers.celery_app import app
+from workers.tasks.base import TenantTask
+
+logger = logging.getLogger("tenure.workers.extraction")
+_limits = app.conf.tenure_settings.celery
+
+
+def _res() -> resources.Resources:
+    return resources.get(app.conf.tenure_settings)
+
+
+@app.task(  # type: ignore[untyped-decorator]
+    base=TenantTask,
+    name=TASK_EXTRACT,
+    bind=True,
+    soft_time_limit=_limits.heavy_soft_time_limit_s,
+    time_limit=_limits.heavy_time_limit_s,
+    max_retries=_limits.max_retries,
+)
+def extract_turn(self: TenantTask, tenant_id: str, turn_id: str) -> dict[str, Any]:
+    """Validate and merge the sidecar of one recorded turn. Idempotent per turn; a turn that is
+    already final is skipped. After the last failed retry the turn is marked ``failed``."""
+    res = _res()
+    try:
+        outcome = res.pipeline.run(tenant_id, turn_id)
+    except Exception as exc:
+        if self.request.retries >= (self.max_retries or 0):
+            res.pipeline.fail(tenant_id, turn_id, f"{type(exc).__name__}: {exc}")
+        raise
+    if outcome.alias_candidates:
+        res.queue.enrich_aliases(tenant_id, turn_id)
+    return {"turn_id": turn_id, "status": outcome.status}
+
+
+@app.task(  # type: ignore[untyped-decorator]
+    base=TenantTask,
+    name=TASK_ENRICH_ALIASES,
+    soft_time_limit=_limits.cheap_soft_time_limit_s,
+    time_limit=_limits.cheap_time_limit_s,
+    max_retries=_limits.max_retries,
+)
+def enrich_aliases(tenant_id: str, turn_id: str) -> list[dict[str, Any]]:
+    """Flywheel: apply or queue the alias candidates of one extracted turn (idempotent)."""
+    return _res().pipeline.enrich(tenant_id, turn_id)
+
+
+class _Sweep(TenantTask):
+    tenant_optional = True
+
+
+@app.task(  # type: ignore[untyped-decorator]
+    base=_Sweep,
+    name=TASK_SWEEP_TURNS,
+    soft_time_limit=_limits.cheap_soft_time_limit_s,
+    time_limit=_limits.cheap_time_limit_s,
+    max_retries=0,
+)
+def sweep_turns() -> int:
+    """Beat: re-enqueue turns whose extraction never completed (lost message, dead worker)."""
+    res = _res()
+    loop = res.settings.loop
+    keys = res.turns.stale_keys(
+        older_than_s=loop.sweep_stale_after_s, max_attempts=loop.max_extraction_attempts
+    )
+    for tenant_id, turn_id in keys:
+        res.queue.extract(tenant_id, turn_id)
+    if keys:
+        logger.info("sweep re-enqueued %d turns", len(keys))
+    return len(keys)
