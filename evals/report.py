@@ -422,15 +422,16 @@ def render_charts(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
         charts[title] = fname
     turns = list(next(iter(backends.values()))["summary"]["drift_by_turn"])
     if turns:
-        fig, ax = plt.subplots(figsize=(max(8.0, 0.6 * len(turns) + 2), 4.5))
+        sessions = list(dict.fromkeys(t.rsplit("#", 1)[0] for t in turns))
+        letter = {s: chr(ord("A") + i) for i, s in enumerate(sessions)}
+        labels = [letter[t.rsplit("#", 1)[0]] + t.rsplit("#", 1)[-1] for t in turns]
+        fig, ax = plt.subplots(figsize=(max(8.0, 0.6 * len(turns) + 2), 4.8))
         for n in names:
             drift = backends[n]["summary"]["drift_by_turn"]
             ax.plot(range(len(turns)), [drift.get(t) or 0.0 for t in turns], marker="o", label=n)
         ax.set_xticks(range(len(turns)))
-        ax.set_xticklabels([t.split("#")[-1] if "#" in t else t for t in turns], fontsize=8)
-        ax.set_xlabel(
-            "session turn (" + ", ".join(sorted({t.split("#")[0] for t in turns})) + ")", fontsize=7
-        )
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_xlabel("; ".join(f"{letter[s]} = {s}" for s in sessions), fontsize=7)
         ax.set_ylabel("drift score")
         ax.set_ylim(-0.02, 1.0)
         ax.set_title(f"Drift per session turn — {report['case_set']['name']}")
