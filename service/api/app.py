@@ -18,6 +18,8 @@ from service.api.routes import admin, audit, beliefs, health, recall
 from service.api.state import Services, ensure_indices
 from service.config import Settings, get_settings
 from service.errors import TenureError
+from service.proxy import routes as memory_loop_routes
+from service.proxy.service import MemoryLoop
 from service.storage.client import build_client
 
 ROUTERS: list[APIRouter] = [
@@ -26,6 +28,7 @@ ROUTERS: list[APIRouter] = [
     recall.router,
     admin.router,
     audit.router,
+    memory_loop_routes.router,
 ]
 
 DESCRIPTION = """Shared, typed belief memory for LLM work.
@@ -49,9 +52,12 @@ def create_app(
         services = Services.build(config, client, redis_client)
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
+        app.state.memory_loop = MemoryLoop(config, client)
+        app.state.memory_loop.ensure_indices()
         try:
             yield
         finally:
+            await app.state.memory_loop.aclose()
             client.close()
             redis_client.close()
 

@@ -1,0 +1,146 @@
+"""Extraction through a real Celery worker on the real Redis broker: turns posted over HTTP are
+recorded first, then extracted by the worker by the paper's merge rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from service.api.state import Services
+from service.config import Settings
+from service.extraction.queue import TaskQueue
+from service.storage.turns import TurnStore
+from tests.api.conftest import Team, make_team, ok
+from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn, wait_until
+
+
+def post_turn(
+    api: TestClient, headers: dict[str, str], answer: str, **extra: Any
+) -> dict[str, Any]:
+    body = {
+        "model": "gpt-4o",
+        "scope": ["domain:code"],
+        "session_id": "s-1",
+        "user_message": extra.pop("user_message", "we decided on allkeys-lru"),
+        "assistant_message": answer,
+        **extra,
+    }
+    return ok(api.post("/v1/turns", json=body, headers=headers), 202)
+
+
+def beliefs_named(api: TestClient, headers: dict[str, str], name: str) -> list[dict[str, Any]]:
+    page = ok(api.get("/v1/beliefs", params={"limit": 200}, headers=headers))
+    items = page["items"] if isinstance(page, dict) else page
+    return [b for b in items if b["canonical_name"] == name]
+
+
+def test_turn_is_recorded_then_extracted(
+    api: TestClient, crew: Team, worker: WorkerProcess
+) -> None:
+    answer = "Noted." + sidecar(
+        new_beliefs=[new_belief("redis_eviction", "Uses allkeys-lru.", aliases=["lru"])]
+    )
+    posted = post_turn(api, crew.h("alice"), answer)
+    assert posted["visible"] == "Noted." and posted["parse_status"] == "parsed"
+    done = wait_turn(api, crew.h("alice"), posted["turn_id"])
+    assert done["extraction_status"] == "done", done
+    ops = done["result"]["merge"]["ops"]
+    assert [(o["section"], o["outcome"]) for o in ops] == [("new_beliefs", "inserted")]
+    [belief] = beliefs_named(api, crew.h("alice"), "redis_eviction")
+    assert belief["aliases"] == ["lru"] and belief["provenance"]["turn_id"] == posted["turn_id"]
+    # bob (same tenant) does not see alice's personal belief
+    assert beliefs_named(api, crew.h("bob"), "redis_eviction") == []
+
+
+def test_rerunning_a_turn_does_not_double_apply(
+    api: TestClient,
+    crew: Team,
+    worker: WorkerProcess,
+    loop_settings: Settings,
+    loop_services: Services,
+) -> None:
+    seed = "Seeded." + sidecar(new_beliefs=[new_belief("ci_matrix", "CI runs tests in a matrix.")])
+    wait_turn(api, crew.h("alice"), post_turn(api, crew.h("alice"), seed)["turn_id"])
+    again = "Yes." + sidecar(
+        new_beliefs=[new_belief("ci_matrix", "CI runs tests in a matrix.", aliases=["matrix"])]
+    )
+    turn_id = post_turn(api, crew.h("alice"), again)["turn_id"]
+    wait_turn(api, crew.h("alice"), turn_id)
+    [belief] = beliefs_named(api, crew.h("alice"), "ci_matrix")
+    assert belief["reinforcement_count"] == 1 and belief["aliases"] == ["matrix"]
+    # force the same turn through the worker twice more: reset its status and redeliver
+    turns = TurnStore(loop_services.opensearch, loop_settings.opensearch_namespace)
+    for _ in range(2):
+        turn, seq, term = turns.load(crew.tenant, turn_id)
+        turn.extraction_status = "pending"
+        turns.save(turn, seq_no=seq, primary_term=term)
+        TaskQueue(loop_settings).extract(crew.tenant, turn_id)
+        TaskQueue(loop_settings).extract(crew.tenant, turn_id)  # duplicate delivery
+        wait_turn(api, crew.h("alice"), turn_id)
+    [belief] = beliefs_named(api, crew.h("alice"), "ci_matrix")
+    assert belief["reinforcement_count"] == 1
+
+
+def test_task_without_tenant_fails_closed(
+    api: TestClient,
+    crew: Team,
+    worker: WorkerProcess,
+    loop_settings: Settings,
+    loop_services: Services,
+) -> None:
+    answer = "Ok." + sidecar(
+        new_beliefs=[new_belief("no_tenant_probe", "Should never be written.")]
+    )
+    turn_id = post_turn(api, crew.h("alice"), answer)["turn_id"]
+    wait_turn(api, crew.h("alice"), turn_id)  # the legitimate task
+    queue = TaskQueue(loop_settings)
+    for bad in (None, "", "../other", 17):
+        queue._send("beliefs.extract", [bad, turn_id], queue.heavy)
+    queue._send("beliefs.extract", [], queue.heavy)
+    wait_until(
+        lambda: worker.log_path.read_text().count("refused: no valid tenant_id") >= 4, timeout=20
+    )
+    assert "MissingTenant" in worker.log_path.read_text()
+
+
+def test_extraction_for_one_tenant_never_touches_another(
+    api: TestClient, crew: Team, other_crew: Team, worker: WorkerProcess
+) -> None:
+    for team in (crew, other_crew):
+        seed = "ok" + sidecar(
+            new_beliefs=[new_belief("auth_service", f"Auth by {team.tenant}.", aliases=["auth"])]
+        )
+        wait_turn(api, team.h("alice"), post_turn(api, team.h("alice"), seed)["turn_id"])
+    [theirs] = beliefs_named(api, other_crew.h("alice"), "auth_service")
+    # crew's alice reinforces, adds aliases, supersedes by id: the other tenant's belief id is unknown to her
+    hostile = "ok" + sidecar(
+        belief_updates=[
+            {"belief_id": theirs["id"], "change": "superseded", "new_content": "pwned"}
+        ],
+        entity_updates=[{"canonical_name": "auth_service", "new_aliases": ["login"]}],
+        new_beliefs=[new_belief("auth_service", f"Auth by {crew.tenant}.", aliases=["sso"])],
+    )
+    done = wait_turn(api, crew.h("alice"), post_turn(api, crew.h("alice"), hostile)["turn_id"])
+    outcomes = [(o["section"], o["outcome"]) for o in done["result"]["merge"]["ops"]]
+    assert outcomes == [
+        ("belief_updates", "not_found"),
+        ("entity_updates", "aliases_added"),
+        ("new_beliefs", "reinforced"),
+    ]
+    [after] = beliefs_named(api, other_crew.h("alice"), "auth_service")
+    assert after == theirs
+    # and bob in the same tenant as alice is untouched too
+    assert beliefs_named(api, crew.h("bob"), "auth_service") == []
+
+
+def test_extraction_switched_off_for_a_tenant(
+    api: TestClient, operator_headers: dict[str, str], worker: WorkerProcess
+) -> None:
+    team = make_team(api, operator_headers, tenant="t-extraction-off")  # off in loop_settings
+    answer = "ok" + sidecar(new_beliefs=[new_belief("x_y", "z")])
+    posted = post_turn(
+        api, team.h("alice"), answer, model="gpt-3.5-turbo"
+    )  # below floor: not gated
+    assert posted["extraction_status"] == "skipped" and posted["visible"] == "ok"
+    assert beliefs_named(api, team.h("alice"), "x_y") == []
