@@ -174,19 +174,40 @@ class RequestContextMiddleware:
             return
 
         received = 0
+        too_large = False
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    too_large = True
                     raise PayloadTooLarge(
                         f"request body exceeds {limit} bytes", details={"limit": limit}
                     )
             return message
 
+        replaced = False
+
         async def send_with_id(message: Message) -> None:
+            nonlocal replaced
+            # The framework may turn a failure while reading the body into its own 400; the
+            # client deserves to know the real reason, so the response is replaced by the 413.
+            if too_large:
+                if message["type"] == "http.response.start" and not replaced:
+                    replaced = True
+                    body = error_body(
+                        ErrorCode.PAYLOAD_TOO_LARGE,
+                        f"request body exceeds {limit} bytes",
+                        {"limit": limit},
+                        request_id,
+                    )
+                    response = JSONResponse(
+                        body, status_code=413, headers={REQUEST_ID_HEADER: request_id}
+                    )
+                    await response(scope, receive, send)
+                return
             if message["type"] == "http.response.start":
                 message.setdefault("headers", [])
                 message["headers"] = [

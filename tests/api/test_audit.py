@@ -1,0 +1,74 @@
+"""The audit trail: every write with before/after, every recall as an injection receipt, queried by
+admins of the tenant only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from service.api.state import Services
+from tests.api.conftest import Team, belief_body, ok
+
+
+def _audit(client: TestClient, team: Team, services: Services, **params: Any) -> list[dict[str, Any]]:
+    services.audit.refresh()
+    return list(ok(client.get("/v1/admin/audit", params=params, headers=team.h("carol")))["items"])
+
+
+def test_writes_are_recorded_with_before_after_and_request_id(client: TestClient, team: Team, services: Services) -> None:
+    created = client.post("/v1/beliefs", json=belief_body("audited", id="b-au"), headers={**team.h("alice"), "X-Request-ID": "req-create-1"})
+    assert created.status_code == 201 and created.headers["X-Request-ID"] == "req-create-1"
+    ok(client.post("/v1/beliefs/b-au/pin", headers={**team.h("alice"), "X-Tenure-Session": "sess-9"}))
+    events = _audit(client, team, services, belief_id="b-au")
+    assert [e["action"] for e in events] == ["belief.pin", "belief.create"]  # newest first
+    pin, create = events
+    assert create["request_id"] == "req-create-1" and create["actor_id"] == "alice" and create["before"] is None
+    assert create["after"]["id"] == "b-au" and create["actor_kind"] == "api_key"
+    assert pin["before"]["pinned"] is False and pin["after"]["pinned"] is True and pin["session_id"] == "sess-9"
+    assert pin["credential_id"] == team.keys["alice"].split("_")[1]
+
+
+def test_recall_writes_an_injection_receipt(client: TestClient, team: Team, services: Services) -> None:
+    ok(client.post("/v1/beliefs", json=belief_body("kafka_topics", id="b-k"), headers=team.h("alice")), 201)
+    result = ok(client.post("/v1/recall", json={"scopes": ["domain:code"], "query": "kafka topics?", "session_id": "s-42"}, headers=team.h("alice")))
+    receipts = _audit(client, team, services, session_id="s-42", action="recall")
+    assert len(receipts) == 1
+    receipt = receipts[0]
+    assert receipt["event_id"] == result["receipt_id"] and receipt["belief_ids"] == ["b-k"]
+    assert receipt["scopes"] == ["domain:code"] and receipt["actor_id"] == "alice"
+    assert receipt["injected"] == [{"id": "b-k", "tier": "relevant", "score": result["tiers"]["relevant"][0]["score"]}]
+    # "which beliefs were injected into that session?" and "who saw this belief?"
+    assert _audit(client, team, services, belief_id="b-k", action="recall")[0]["session_id"] == "s-42"
+
+
+def test_filters_time_range_and_pagination(client: TestClient, team: Team, services: Services) -> None:
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    for i in range(5):
+        ok(client.post("/v1/beliefs", json=belief_body(f"page_{i}", id=f"b-p{i}"), headers=team.h("bob")), 201)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"actor_id": "bob", "action": "belief.create", "limit": 2, "since": start.isoformat()}
+        if cursor:
+            params["cursor"] = cursor
+        services.audit.refresh()
+        page = ok(client.get("/v1/admin/audit", params=params, headers=team.h("carol")))
+        seen += [e["belief_ids"][0] for e in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert seen == [f"b-p{i}" for i in reversed(range(5))]
+    assert _audit(client, team, services, actor_id="bob", until=start.isoformat()) == []
+    bad = client.get("/v1/admin/audit", params={"since": "yesterday"}, headers=team.h("carol"))
+    assert bad.status_code == 422 and bad.json()["error"]["details"][0]["loc"] == ["query", "since"]
+
+
+def test_provisioning_is_audited_and_operators_may_read_any_tenant(
+    client: TestClient, team: Team, services: Services, operator: dict[str, str]
+) -> None:
+    services.audit.refresh()
+    events = ok(client.get("/v1/admin/audit", params={"tenant_id": team.tenant, "action": "key.issue"}, headers=operator))["items"]
+    assert sorted(e["details"]["user_id"] for e in events) == ["alice", "bob", "carol"]
+    assert client.get("/v1/admin/audit", headers=team.h("bob")).status_code == 403

@@ -1,0 +1,87 @@
+"""One error shape everywhere; 4xx for bad input, 413 for big bodies, 503 when OpenSearch is down."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.config import Settings
+from tests.api.conftest import Team, auth, ok
+
+
+def _shape(response: object, status: int, code: str) -> dict[str, object]:
+    assert response.status_code == status, response.text  # type: ignore[attr-defined]
+    body = response.json()  # type: ignore[attr-defined]
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details", "request_id"}
+    assert body["error"]["code"] == code and body["error"]["message"]
+    assert body["error"]["request_id"] == response.headers["X-Request-ID"]  # type: ignore[attr-defined]
+    return body["error"]  # type: ignore[no-any-return]
+
+
+def test_health(client: TestClient) -> None:
+    assert ok(client.get("/healthz")) == {"status": "ok"}
+    assert ok(client.get("/readyz")) == {"status": "ready", "opensearch": True, "redis": True, "indices": True}
+
+
+def test_framework_errors_share_the_shape(client: TestClient, team: Team) -> None:
+    _shape(client.get("/v1/nothing-here"), 404, "not_found")
+    _shape(client.put("/v1/recall", headers=team.h("alice")), 405, "method_not_allowed")
+    _shape(client.post("/v1/recall", json={}), 401, "unauthenticated")
+
+
+def test_validation_errors_have_precise_paths(client: TestClient, team: Team) -> None:
+    err = _shape(client.post("/v1/recall", json={"scopes": ["domain:ok", "BAD SCOPE"], "budget": {"maxBeliefs": -1}}, headers=team.h("alice")), 422, "validation_error")
+    locs = [d["loc"] for d in err["details"]]  # type: ignore[union-attr]
+    assert ["body", "scopes"] in locs and ["body", "budget", "maxBeliefs"] in locs
+    err = _shape(client.post("/v1/beliefs", json={"type": "opinion", "canonical_name": "x", "content": "y", "scope": []}, headers=team.h("alice")), 422, "validation_error")
+    assert {("body", "type"), ("body", "scope")} <= {tuple(d["loc"]) for d in err["details"]}  # type: ignore[union-attr]
+    _shape(client.post("/v1/recall", content=b"{not json", headers={**team.h("alice"), "Content-Type": "application/json"}), 422, "validation_error")
+    _shape(client.get("/v1/beliefs/bad id!", headers=team.h("alice")), 422, "validation_error")
+    _shape(client.get("/v1/beliefs", params={"limit": 0}, headers=team.h("alice")), 422, "validation_error")
+    _shape(client.post("/v1/beliefs/b-x/resolve", json={"unexpected": 1}, headers=team.h("alice")), 422, "validation_error")
+
+
+def test_body_size_limit(client: TestClient, team: Team) -> None:
+    big = b'{"query": "' + b"x" * 300_000 + b'"}'
+    err = _shape(client.post("/v1/recall", content=big, headers={**team.h("alice"), "Content-Type": "application/json"}), 413, "payload_too_large")
+    assert err["details"] == {"limit": 200_000}
+
+    def chunks() -> object:  # no Content-Length: the limit is enforced while streaming
+        yield b'{"query": "'
+        for _ in range(30):
+            yield b"x" * 10_000
+        yield b'"}'
+
+    _shape(client.post("/v1/recall", content=chunks(), headers={**team.h("alice"), "Content-Type": "application/json"}), 413, "payload_too_large")  # type: ignore[arg-type]
+
+
+def test_request_id_is_generated_or_echoed(client: TestClient) -> None:
+    assert client.get("/healthz").headers["X-Request-ID"].startswith("req-")
+    assert client.get("/healthz", headers={"X-Request-ID": "abc-123"}).headers["X-Request-ID"] == "abc-123"
+    assert client.get("/healthz", headers={"X-Request-ID": "bad id with spaces"}).headers["X-Request-ID"] != "bad id with spaces"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def down_client(api_settings: Settings) -> TestClient:
+    settings = api_settings.model_copy(update={"opensearch_url": f"http://127.0.0.1:{_closed_port()}", "opensearch_timeout_s": 1.0})
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c  # type: ignore[misc]
+
+
+def test_opensearch_down_is_503_with_retry_after(down_client: TestClient) -> None:
+    assert ok(down_client.get("/healthz")) == {"status": "ok"}
+    ready = down_client.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["opensearch"] is False and ready.headers["Retry-After"]
+    fake_key = "tnr_0123456789abcdef_" + "A" * 43
+    response = down_client.post("/v1/recall", json={"query": "x"}, headers=auth(fake_key))
+    _shape(response, 503, "store_unavailable")
+    assert int(response.headers["Retry-After"]) > 0
