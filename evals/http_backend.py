@@ -1,0 +1,110 @@
+"""The paper suite over HTTP: provision tenants and users with real API keys, load the corpus with
+``POST /v1/beliefs/import``, recall with ``POST /v1/recall`` and apply session mutations through the
+belief endpoints. Works with any ``httpx.Client`` pointed at the API (a live server, or FastAPI's
+TestClient in tests)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import httpx
+
+from evals.cases import CaseSet
+from evals.judge import Tiers, judge
+from evals.runner import RunResult
+from service.domain.principal import Principal
+from service.recall.context import RecallBudget
+
+PAPER_USERS = ("test-user", "other-user", "brand-new-user")
+
+
+def _ok(response: httpx.Response, status: int = 200) -> Any:
+    if response.status_code != status:
+        raise RuntimeError(f"{response.request.method} {response.request.url} -> {response.status_code}: {response.text}")
+    return response.json()
+
+
+class HttpBackend:
+    """Recall through the API with the credential of the principal's (tenant, user)."""
+
+    def __init__(self, client: httpx.Client, keys: dict[tuple[str, str], str], name: str = "http"):
+        self.client = client
+        self.keys = keys
+        self.name = name
+
+    def headers(self, tenant_id: str, user_id: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[(tenant_id, user_id)]}"}
+
+    def recall(self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None) -> Tiers:
+        body: dict[str, Any] = {"scopes": scopes, "query": query, "explain": True}
+        if budget is not None:
+            body["budget"] = budget.model_dump(by_alias=True, exclude_none=True)
+        started = time.perf_counter()
+        result = _ok(self.client.post("/v1/recall", json=body, headers=self.headers(principal.tenant_id, principal.user_id)))
+        elapsed = (time.perf_counter() - started) * 1000
+        tiers = result["tiers"]
+        return Tiers(
+            persona=result["persona"],
+            pinned=[e["id"] for e in tiers["pinned"]],
+            relevant=[e["id"] for e in tiers["relevant"]],
+            questions=[e["id"] for e in tiers["questions"]],
+            scores={e["id"]: float(e["score"] or 0.0) for e in tiers["relevant"]},
+            clauses={e["id"]: e["clauses"] for e in tiers["relevant"]},
+            latency_ms=elapsed,
+        )
+
+
+def provision(client: httpx.Client, operator: dict[str, str], tenant: str, users: tuple[str, ...] = PAPER_USERS) -> dict[tuple[str, str], str]:
+    """A tenant with the paper's users, each with an API key."""
+    _ok(client.post("/v1/admin/tenants", json={"tenant_id": tenant, "name": f"paper {tenant}"}, headers=operator), 201)
+    keys: dict[tuple[str, str], str] = {}
+    for user in users:
+        _ok(client.post(f"/v1/admin/tenants/{tenant}/users", json={"user_id": user}, headers=operator), 201)
+        issued = _ok(client.post(f"/v1/admin/tenants/{tenant}/users/{user}/keys", json={"name": "paper-suite"}, headers=operator), 201)
+        keys[(tenant, user)] = issued["key"]
+    return keys
+
+
+def load_corpus(backend: HttpBackend, tenant: str, case_set: CaseSet) -> None:
+    """Each user imports their own records with their own key (the seed format, ids kept)."""
+    by_owner: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in case_set.beliefs:
+        by_owner[record.get("user_id") or PAPER_USERS[0]].append(record)
+    for owner, records in by_owner.items():
+        report = _ok(backend.client.post("/v1/beliefs/import", json=records, headers=backend.headers(tenant, owner)))
+        if report["failed"]:
+            raise RuntimeError(f"corpus import failed for {owner}: {report['failed']}")
+
+
+def apply_turn(backend: HttpBackend, principal: Principal, session_id: str, turn: object) -> None:
+    headers = {**backend.headers(principal.tenant_id, principal.user_id), "X-Tenure-Session": session_id}
+    create = getattr(turn, "create_belief", None)
+    if create:
+        _ok(backend.client.post("/v1/beliefs/import", json=[create], headers=headers))
+    update = getattr(turn, "add_aliases", None)
+    if update:
+        belief_id, aliases = update
+        _ok(backend.client.post(f"/v1/beliefs/{belief_id}/aliases", json={"aliases": aliases}, headers=headers))
+
+
+def run_over_http(
+    case_set: CaseSet, client: httpx.Client, operator: dict[str, str], *, static_tenant: str, session_tenant: str
+) -> RunResult:
+    keys = provision(client, operator, static_tenant) | provision(client, operator, session_tenant)
+    backend = HttpBackend(client, keys)
+    load_corpus(backend, static_tenant, case_set)
+    load_corpus(backend, session_tenant, case_set)
+    run = RunResult(case_set=case_set.name, backend=backend.name)
+    for case in case_set.static:
+        principal = Principal(tenant_id=static_tenant, user_id=case.user_id)
+        budget = RecallBudget.model_validate(case.budget) if case.budget else None
+        run.static.append(judge(case.case_id, case.expect, backend.recall(principal, case.scope, case.query, budget)))
+    for session in case_set.sessions:
+        principal = Principal(tenant_id=session_tenant, user_id=session.user_id)
+        for turn in session.turns:
+            tiers = backend.recall(principal, turn.scope, turn.user_message, None)
+            run.sessions.append((session.case_id, turn.index, judge(f"{session.case_id}#{turn.index}", turn.expect, tiers)))
+            apply_turn(backend, principal, session.case_id, turn)
+    return run
