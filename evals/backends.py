@@ -172,7 +172,9 @@ def make_backend(
 ) -> Backend:
     """Build a backend over ``store`` (already prepared with :func:`prepare_namespace`)."""
     if spec.needs_vector:
-        from evals.vector import VectorStore  # optional extra: imported only when asked for
+        from evals.vector import VectorStore, load_model  # optional extra: only when asked for
+
+        load_model()  # once per process, before any query is timed
 
         vstore = VectorStore(store.client, store.namespace, cache_dir=cache_dir)
         return ContextBackend(ContextBuilder(vstore, defaults), name=spec.name, explain=False)

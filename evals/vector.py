@@ -62,6 +62,7 @@ def load_model() -> Any:
             from sentence_transformers import SentenceTransformer
 
             _MODEL = SentenceTransformer(str(model_path()), device="cpu")
+            _MODEL.encode(["warm up"])  # first inference is slow; keep it out of query latency
         return _MODEL
 
 
