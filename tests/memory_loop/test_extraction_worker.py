@@ -42,13 +42,15 @@ def test_turn_is_recorded_then_extracted(
         new_beliefs=[new_belief("redis_eviction", "Uses allkeys-lru.", aliases=["lru"])]
     )
     posted = post_turn(api, crew.h("alice"), answer)
-    assert posted["visible"] == "Noted." and posted["parse_status"] == "parsed"
+    assert posted["visible"] == "Noted."
+    assert posted["parse_status"] == "parsed"
     done = wait_turn(api, crew.h("alice"), posted["turn_id"])
     assert done["extraction_status"] == "done", done
     ops = done["result"]["merge"]["ops"]
     assert [(o["section"], o["outcome"]) for o in ops] == [("new_beliefs", "inserted")]
     [belief] = beliefs_named(api, crew.h("alice"), "redis_eviction")
-    assert belief["aliases"] == ["lru"] and belief["provenance"]["turn_id"] == posted["turn_id"]
+    assert belief["aliases"] == ["lru"]
+    assert belief["provenance"]["turn_id"] == posted["turn_id"]
     # bob (same tenant) does not see alice's personal belief
     assert beliefs_named(api, crew.h("bob"), "redis_eviction") == []
 
@@ -68,7 +70,8 @@ def test_rerunning_a_turn_does_not_double_apply(
     turn_id = post_turn(api, crew.h("alice"), again)["turn_id"]
     wait_turn(api, crew.h("alice"), turn_id)
     [belief] = beliefs_named(api, crew.h("alice"), "ci_matrix")
-    assert belief["reinforcement_count"] == 1 and belief["aliases"] == ["matrix"]
+    assert belief["reinforcement_count"] == 1
+    assert belief["aliases"] == ["matrix"]
     # force the same turn through the worker twice more: reset its status and redeliver
     turns = TurnStore(loop_services.opensearch, loop_settings.opensearch_namespace)
     for _ in range(2):
@@ -113,7 +116,7 @@ def test_extraction_for_one_tenant_never_touches_another(
         )
         wait_turn(api, team.h("alice"), post_turn(api, team.h("alice"), seed)["turn_id"])
     [theirs] = beliefs_named(api, other_crew.h("alice"), "auth_service")
-    # crew's alice reinforces, adds aliases, supersedes by id: the other tenant's belief id is unknown to her
+    # crew's alice reinforces, adds aliases, supersedes by id: the other tenant's id is unknown here
     hostile = "ok" + sidecar(
         belief_updates=[
             {"belief_id": theirs["id"], "change": "superseded", "new_content": "pwned"}
@@ -142,5 +145,6 @@ def test_extraction_switched_off_for_a_tenant(
     posted = post_turn(
         api, team.h("alice"), answer, model="gpt-3.5-turbo"
     )  # below floor: not gated
-    assert posted["extraction_status"] == "skipped" and posted["visible"] == "ok"
+    assert posted["extraction_status"] == "skipped"
+    assert posted["visible"] == "ok"
     assert beliefs_named(api, team.h("alice"), "x_y") == []

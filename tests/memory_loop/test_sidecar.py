@@ -28,11 +28,15 @@ def test_split_statuses() -> None:
     assert (truncated.visible, truncated.status) == ("hello", ParseStatus.NEEDS_REPAIR)
     assert truncated.raw == '{"turn_signal": "subst'
     missing = split_sidecar("just an answer")
-    assert (missing.visible, missing.raw, missing.status) == ("just an answer", None, ParseStatus.MISSING)
+    assert (missing.visible, missing.raw, missing.status) == (
+        "just an answer",
+        None,
+        ParseStatus.MISSING,
+    )
 
 
 def test_last_begin_marker_wins() -> None:
-    text = f"quoting the format: {BEGIN}{{}}{END} and then the real one{BEGIN}{{\"a\": 1}}{END}"
+    text = f'quoting the format: {BEGIN}{{}}{END} and then the real one{BEGIN}{{"a": 1}}{END}'
     split = split_sidecar(text)
     assert split.raw == '{"a": 1}'
     assert split.visible.endswith("the real one")
@@ -59,7 +63,8 @@ def test_stream_never_leaks_and_matches_split(answer: str, sizes: list[int]) -> 
         shown, stripper = _stream(text, sizes)
         assert shown == split_sidecar(text).visible
         assert stripper.full_text == text
-        assert BEGIN not in shown and "turn_signal" not in shown
+        assert BEGIN not in shown
+        assert "turn_signal" not in shown
 
 
 def test_stream_random_boundaries_never_emit_a_marker_prefix_at_the_end() -> None:

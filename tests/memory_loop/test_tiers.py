@@ -13,17 +13,37 @@ GATE = TierGate(MemoryLoopSettings().tier_families)
 
 @pytest.mark.parametrize(
     "model",
-    ["claude-opus-4-5-20251101", "claude-sonnet-4-5", "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
-     "amazon.nova-pro-v1:0", "gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-5", "o3-mini", "o4"],
+    [
+        "claude-opus-4-5-20251101",
+        "claude-sonnet-4-5",
+        "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "amazon.nova-pro-v1:0",
+        "gpt-4o",
+        "gpt-4o-mini",
+        "gpt-4.1",
+        "gpt-5",
+        "o3-mini",
+        "o4",
+    ],
 )
 def test_verified(model: str) -> None:
     decision = GATE.check(model)
-    assert decision.outcome is GateOutcome.VERIFIED and decision.extract and decision.warning is None
+    assert decision.outcome is GateOutcome.VERIFIED
+    assert decision.extract
+    assert decision.warning is None
 
 
 @pytest.mark.parametrize(
-    "model", ["claude-3-5-sonnet-20241022", "claude-sonnet-4-20250514", "gpt-4", "gpt-4-turbo", "gpt-3.5-turbo",
-              "anthropic.claude-3-haiku-20240307-v1:0", "claude-unknownname"],
+    "model",
+    [
+        "claude-3-5-sonnet-20241022",
+        "claude-sonnet-4-20250514",
+        "gpt-4",
+        "gpt-4-turbo",
+        "gpt-3.5-turbo",
+        "anthropic.claude-3-haiku-20240307-v1:0",
+        "claude-unknownname",
+    ],
 )
 def test_known_family_below_floor_is_refused(model: str) -> None:
     with pytest.raises(ModelNotSupported) as info:
@@ -34,8 +54,12 @@ def test_known_family_below_floor_is_refused(model: str) -> None:
 
 def test_unknown_family_is_allowed_with_a_warning() -> None:
     decision = GATE.check("llama-3.1-70b")
-    assert decision.outcome is GateOutcome.UNKNOWN_FAMILY and decision.extract
-    assert decision.warning == 'Model "llama-3.1-70b" is not in a verified tier. Sidecar extraction may be unreliable.'
+    assert decision.outcome is GateOutcome.UNKNOWN_FAMILY
+    assert decision.extract
+    assert (
+        decision.warning
+        == 'Model "llama-3.1-70b" is not in a verified tier. Sidecar extraction may be unreliable.'
+    )
 
 
 def test_extraction_off_is_never_gated() -> None:

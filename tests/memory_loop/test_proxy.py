@@ -1,0 +1,232 @@
+"""The OpenAI-compatible proxy against the scripted upstream: injection in the paper's layout,
+sidecar stripped (streaming included, whatever the chunk boundaries), errors, degradation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from service.api.app import create_app
+from service.auth.tokens import TokenVerifier
+from service.config import AuthSettings, Settings
+from service.domain.principal import Principal
+from service.extraction.sidecar import BEGIN
+from service.proxy.prompt import SIDECAR_INSTRUCTIONS
+from tests.api.conftest import Team, ok
+from tests.llm_server import Reply, ScriptedLLM
+from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn
+
+ANSWER = "Use allkeys-lru for a pure cache; volatile-lru if some keys must persist."
+
+
+def chat(api: TestClient, headers: dict[str, str], text: str, **extra: Any) -> Any:
+    body = {
+        "model": extra.pop("model", "gpt-4o"),
+        "messages": extra.pop("messages", [{"role": "user", "content": text}]),
+        "metadata": extra.pop("metadata", {"session_id": "sess-1", "scope": "domain:code"}),
+        **extra,
+    }
+    return api.post("/v1/chat/completions", json=body, headers=headers)
+
+
+def seed_redis(api: TestClient, headers: dict[str, str]) -> str:
+    body = {
+        "type": "entity",
+        "canonical_name": "redis_cache",
+        "aliases": ["redis"],
+        "content": "Redis is the cache.",
+        "why_it_matters": "Shapes cache answers toward Redis.",
+        "scope": ["domain:code"],
+    }
+    return str(ok(api.post("/v1/beliefs", json=body, headers=headers), 201)["id"])
+
+
+def test_non_streaming_injects_strips_and_records(
+    api: TestClient, crew: Team, llm: ScriptedLLM, worker: WorkerProcess
+) -> None:
+    redis_id = seed_redis(api, crew.h("alice"))
+    reply = (
+        ANSWER + "\n\n" + sidecar(new_beliefs=[new_belief("redis_eviction_policy", "allkeys-lru.")])
+    )
+    llm.script(Reply(content=reply))
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What eviction policy for our redis?"},
+    ]
+    response = chat(api, crew.h("alice"), "", messages=messages)
+    body = ok(response)
+    assert body["choices"][0]["message"]["content"] == ANSWER
+    tenure = body["tenure"]
+    assert tenure["session_id"] == "sess-1"
+    assert tenure["scope"] == ["domain:code"]
+    assert tenure["injected_belief_ids"] == [redis_id]
+    assert tenure["parse_status"] == "parsed"
+    assert tenure["extraction"] == "queued"
+    assert tenure["degraded"] is False
+    sent = llm.requests[-1]
+    system = sent["messages"][0]["content"]
+    assert sent["messages"][0]["role"] == "system"
+    assert [m["role"] for m in sent["messages"]] == ["system", "user"]
+    assert system.startswith(SIDECAR_INSTRUCTIONS)
+    order = [
+        system.index(s)
+        for s in (
+            "You have persistent memory",
+            "<pinned_facts>[",
+            "<relevant_beliefs>[",
+            "You are terse.",
+            "append the sidecar block",
+        )
+    ]
+    assert order == sorted(order)
+    assert redis_id in system.split("<relevant_beliefs>[")[1]
+    assert "metadata" not in sent
+    assert sent["_headers"]["authorization"] == "Bearer sk-upstream-test"
+    done = wait_turn(api, crew.h("alice"), tenure["turn_id"])
+    assert done["result"]["merge"]["ops"][0]["outcome"] == "inserted"
+
+
+def _sse(response: Any) -> tuple[str, list[dict[str, Any]], str]:
+    raw = response.text
+    events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    content = "".join(
+        (e["choices"][0].get("delta") or {}).get("content") or ""
+        for e in events
+        if e.get("choices")
+    )
+    return raw, events, content
+
+
+@pytest.mark.parametrize("sizes", [[1], [3], [17], [18], [19], [5, 1, 13, 2], [10_000]])
+def test_streaming_never_leaks_the_sidecar(
+    api: TestClient, crew: Team, llm: ScriptedLLM, sizes: list[int]
+) -> None:
+    reply = (
+        ANSWER
+        + "\n"
+        + sidecar(entity_updates=[{"canonical_name": "redis_cache", "new_aliases": ["lru"]}])
+    )
+    llm.script(Reply(content=reply, chunk_sizes=sizes))
+    response = chat(api, crew.h("alice"), "eviction?", stream=True)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    raw, events, content = _sse(response)
+    assert content == ANSWER
+    for fragment in ("<<<", "SIDECAR", "entity_updates", "turn_signal"):
+        assert fragment not in raw
+    assert raw.rstrip().endswith("data: [DONE]")
+    tenure = events[-1]["tenure"]
+    assert tenure["parse_status"] == "parsed"
+    assert tenure["turn_id"]
+    assert events[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_streaming_truncated_and_missing_sidecars(
+    api: TestClient, crew: Team, llm: ScriptedLLM
+) -> None:
+    llm.script(
+        Reply(content=ANSWER + BEGIN + '{"turn_signal": "substantive", "new_bel', chunk_sizes=[2])
+    )
+    _, events, content = _sse(chat(api, crew.h("alice"), "x", stream=True))
+    assert content == ANSWER
+    assert events[-1]["tenure"]["parse_status"] == "needs_repair"
+    llm.script(Reply(content="No sidecar today <<<SIDE and that is fine", chunk_sizes=[4]))
+    _, events, content = _sse(chat(api, crew.h("alice"), "x", stream=True))
+    assert content == "No sidecar today <<<SIDE and that is fine"
+    assert events[-1]["tenure"]["parse_status"] == "missing"
+    assert events[-1]["tenure"]["extraction"] == "skipped"
+
+
+def test_upstream_errors_are_openai_style(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    llm.script(Reply(status=500))
+    failed = chat(api, crew.h("alice"), "x")
+    assert failed.status_code == 502
+    assert failed.json()["error"]["code"] == "upstream_error"
+    assert failed.json()["error"]["type"] == "upstream_error"
+    llm.script(Reply(status=400, error={"error": {"message": "context too long"}}))
+    rejected = chat(api, crew.h("alice"), "x", stream=True)
+    assert rejected.status_code == 400
+    assert "context too long" in rejected.json()["error"]["message"]
+    llm.script(Reply(delay_s=3.5))
+    timed_out = chat(api, crew.h("alice"), "x")
+    assert timed_out.status_code == 504
+    assert timed_out.json()["error"]["code"] == "upstream_timeout"
+
+
+def test_tier_gate_and_bad_input(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    refused = chat(api, crew.h("alice"), "x", model="gpt-4")
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "model_not_supported"
+    llm.script(Reply(content="hi"))
+    warned = chat(api, crew.h("alice"), "x", model="llama-3.1-70b")
+    assert warned.status_code == 200
+    assert warned.headers["x-tenure-warning"].startswith(
+        'Model "llama-3.1-70b" is not in a verified tier'
+    )
+    cases: list[dict[str, Any]] = [
+        {"model": "gpt-4o"},
+        {"model": "gpt-4o", "messages": []},
+        {"model": "gpt-4o", "messages": [{"role": "wizard", "content": "x"}]},
+        {
+            "model": "gpt-4o",
+            "messages": [{"role": "user", "content": "x"}],
+            "metadata": {"scope": "root:/"},
+        },
+        {
+            "model": "gpt-4o",
+            "messages": [{"role": "user", "content": "x"}],
+            "metadata": {"scope": 7},
+        },
+        {"model": "", "messages": [{"role": "user", "content": "x"}]},
+    ]
+    for body in cases:
+        bad = api.post("/v1/chat/completions", json=body, headers=crew.h("alice"))
+        assert bad.status_code == 422, body
+        assert bad.json()["error"]["code"] == "validation_error"
+    garbage = api.post("/v1/chat/completions", content=b"{not json", headers=crew.h("alice"))
+    assert garbage.status_code == 422
+    assert api.post("/v1/chat/completions", json=cases[0]).status_code == 401
+    assert len(llm.requests) == 1  # nothing invalid ever reached the upstream
+
+
+@pytest.fixture
+def broken_store_api(
+    loop_settings: Settings, llm: ScriptedLLM
+) -> Iterator[tuple[TestClient, dict[str, str]]]:
+    """The same service with OpenSearch unreachable (a closed port); JWT auth needs no store."""
+    auth = AuthSettings(
+        jwt_hs256_secret=SecretStr("degraded-test-secret-0123456789abcdef"),
+        jwt_algorithms=["HS256"],
+    )
+    settings = loop_settings.model_copy(
+        update={"opensearch_url": "http://127.0.0.1:9", "opensearch_timeout_s": 0.5, "auth": auth}
+    )
+    token, _ = TokenVerifier(auth).issue_dev_token(
+        Principal(tenant_id="t-degraded", user_id="dana")
+    )
+    with TestClient(create_app(settings)) as client:
+        yield client, {"Authorization": f"Bearer {token}"}
+
+
+def test_failing_store_degrades_to_answering_without_memory(
+    broken_store_api: tuple[TestClient, dict[str, str]], llm: ScriptedLLM
+) -> None:
+    client, headers = broken_store_api
+    llm.script(
+        Reply(content="still here" + sidecar()),
+        Reply(content="streamed" + sidecar(), chunk_sizes=[3]),
+    )
+    body = ok(chat(client, headers, "hello"))
+    assert body["choices"][0]["message"]["content"] == "still here"
+    assert body["tenure"]["degraded"] is True
+    assert body["tenure"]["turn_id"] is None
+    assert "memory unavailable: recall failed" in body["tenure"]["degraded_reasons"]
+    assert "You have persistent memory" not in llm.requests[-1]["messages"][0]["content"]
+    _, events, content = _sse(chat(client, headers, "hello", stream=True))
+    assert content == "streamed"
+    assert events[-1]["tenure"]["degraded"] is True
