@@ -12,6 +12,7 @@ deploy/opensearch/README.md), Redis is Debian's redis-server.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -77,10 +78,8 @@ def stop_pid(pid: int, timeout_s: float = 30.0) -> None:
         except (ProcessLookupError, ChildProcessError):
             return
         time.sleep(0.2)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def build_opensearch() -> None:
@@ -90,7 +89,7 @@ def build_opensearch() -> None:
 def _http_ok(url: str, timeout: float = 5.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback only
-            return 200 <= resp.status < 300
+            return bool(200 <= resp.status < 300)
     except (urllib.error.URLError, OSError):
         return False
 
@@ -130,8 +129,17 @@ def start_opensearch(home: Path, port: int | None = None, heap: str = "1g", time
     )
     shutil.copy(OS_DIR / "log4j2.properties", home / "config" / "log4j2.properties")
     log = open(home / "server.log", "wb")  # noqa: SIM115 - handed to the child process
-    cmd = [JAVA, f"-Xms{heap}", f"-Xmx{heap}", f"-Djava.io.tmpdir={home / 'tmp'}", *JVM_FLAGS,
-           "-cp", f"{OS_DIR / 'classes'}:{OS_DIR / 'lib'}/*", "DevOpenSearch", str(home)]
+    cmd = [
+        JAVA,
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        f"-Djava.io.tmpdir={home / 'tmp'}",
+        *JVM_FLAGS,
+        "-cp",
+        f"{OS_DIR / 'classes'}:{OS_DIR / 'lib'}/*",
+        "DevOpenSearch",
+        str(home),
+    ]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + timeout_s
@@ -148,7 +156,9 @@ def start_opensearch(home: Path, port: int | None = None, heap: str = "1g", time
 
 
 def redis_binary() -> str:
-    found = shutil.which("redis-server") or ("/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None)
+    found = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None
+    )
     if not found:
         raise RuntimeError("redis-server is not installed; run scripts/setup.sh (apt-get install redis-server)")
     return found
@@ -161,8 +171,23 @@ def start_redis(home: Path, port: int | None = None, timeout_s: float = 30.0) ->
         shutil.rmtree(home)
     home.mkdir(parents=True)
     log = open(home / "server.log", "wb")  # noqa: SIM115
-    cmd = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(home),
-           "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--protected-mode", "yes"]
+    cmd = [
+        redis_binary(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(home),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+        "--protected-mode",
+        "yes",
+    ]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + timeout_s
     while True:
@@ -183,6 +208,7 @@ def start_redis(home: Path, port: int | None = None, timeout_s: float = 30.0) ->
 
 
 # ------------------------------------------------------------------------------------------ CLI
+
 
 def _state() -> dict[str, dict[str, object]]:
     path = STATE_DIR / "state.json"

@@ -13,11 +13,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-PAPER_DIR = Path(
-    os.environ.get(
-        "TENURE_PAPER_EVAL_DIR", REPO.parent / "shared" / "eval-data" / "tenure-paper-v1"
-    )
-)
+PAPER_DIR = Path(os.environ.get("TENURE_PAPER_EVAL_DIR", REPO.parent / "shared" / "eval-data" / "tenure-paper-v1"))
 DEFAULT_USER = "test-user"
 
 
@@ -96,9 +92,7 @@ def load_case_set(directory: Path, name: str | None = None) -> CaseSet:
     beliefs = json.loads((directory / "beliefs.seed.json").read_text())
     static_path = directory / "retrieval.cases.json"
     session_path = directory / "session-retrieval.cases.json"
-    static = (
-        [_static(c) for c in json.loads(static_path.read_text())] if static_path.exists() else []
-    )
+    static = [_static(c) for c in json.loads(static_path.read_text())] if static_path.exists() else []
     sessions = []
     if session_path.exists():
         for raw in json.loads(session_path.read_text()):

@@ -55,9 +55,7 @@ def judge(case_id: str, expect: dict[str, Any], tiers: Tiers) -> Verdict:
     rel = expect.get("relevantBeliefs", {})
     only = rel.get("shouldOnlyInclude")
     if only is not None and relevant != set(only):
-        failures.append(
-            f"relevantBeliefs.shouldOnlyInclude: expected {sorted(only)}, got {sorted(relevant)}"
-        )
+        failures.append(f"relevantBeliefs.shouldOnlyInclude: expected {sorted(only)}, got {sorted(relevant)}")
     for tier_name in ("relevantBeliefs", "pinnedFacts", "openQuestions"):
         spec = expect.get(tier_name, {})
         # relevantBeliefs' include/exclude are judged over pinned ∪ relevant, as the paper did
@@ -69,13 +67,9 @@ def judge(case_id: str, expect: dict[str, Any], tiers: Tiers) -> Verdict:
             if banned in pool:
                 failures.append(f"{tier_name}.mustExclude: {banned} present")
         if "maxCount" in spec and len(tier_sets[tier_name]) > spec["maxCount"]:
-            failures.append(
-                f"{tier_name}.maxCount: {len(tier_sets[tier_name])} > {spec['maxCount']}"
-            )
+            failures.append(f"{tier_name}.maxCount: {len(tier_sets[tier_name])} > {spec['maxCount']}")
         if "minCount" in spec and len(tier_sets[tier_name]) < spec["minCount"]:
-            failures.append(
-                f"{tier_name}.minCount: {len(tier_sets[tier_name])} < {spec['minCount']}"
-            )
+            failures.append(f"{tier_name}.minCount: {len(tier_sets[tier_name])} < {spec['minCount']}")
 
     persona = expect.get("personaPrelude", {})
     text = tiers.persona or ""
@@ -108,9 +102,7 @@ def judge(case_id: str, expect: dict[str, Any], tiers: Tiers) -> Verdict:
         precision=_ratio(len(expected & relevant), len(relevant)),
         recall=_ratio(len(expected & relevant), len(expected)),
         pinned_coverage=_ratio(len(pinned_expected & pinned), len(pinned_expected)),
-        question_precision=_ratio(len(q_expected & questions), len(questions))
-        if q_expected
-        else None,
+        question_precision=_ratio(len(q_expected & questions), len(questions)) if q_expected else None,
         question_recall=_ratio(len(q_expected & questions), len(q_expected)),
         drift=drift,
         tiers=tiers,

@@ -25,9 +25,7 @@ from service.storage.beliefs import BeliefStore
 class Backend(Protocol):
     name: str
 
-    def recall(
-        self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None
-    ) -> Tiers: ...
+    def recall(self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None) -> Tiers: ...
 
 
 ClauseFactory = Callable[[str], list[dict[str, Any]]]
@@ -55,9 +53,7 @@ class ContextBackend:
         self.clauses = clauses
         self.min_score = min_score
 
-    def recall(
-        self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None
-    ) -> Tiers:
+    def recall(self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None) -> Tiers:
         started = time.perf_counter()
         search_clauses = None
         if self.min_score is not None:
@@ -76,9 +72,7 @@ class ContextBackend:
             questions=result.question_ids,
             scores={e.belief.id: float(e.score or 0.0) for e in result.relevant},
             clauses={
-                e.belief.id: [
-                    {"clause": c.clause, "term": c.term, "score": c.score} for c in e.clauses
-                ]
+                e.belief.id: [{"clause": c.clause, "term": c.term, "score": c.score} for c in e.clauses]
                 for e in result.relevant
             },
             latency_ms=elapsed,
@@ -163,9 +157,7 @@ def run_case_set(
     return run
 
 
-def apply_turn_mutations(
-    store: BeliefStore, principal: Principal, session_id: str, turn: object
-) -> None:
+def apply_turn_mutations(store: BeliefStore, principal: Principal, session_id: str, turn: object) -> None:
     create = getattr(turn, "create_belief", None)
     if create:
         store.put(Belief.from_record(create, tenant_id=principal.tenant_id), refresh="true")

@@ -150,9 +150,7 @@ class CelerySettings(BaseSettings):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="TENURE_", env_file=".env", extra="ignore", env_nested_delimiter="__"
-    )
+    model_config = SettingsConfigDict(env_prefix="TENURE_", env_file=".env", extra="ignore", env_nested_delimiter="__")
 
     environment: str = "development"
 

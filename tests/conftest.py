@@ -81,8 +81,12 @@ def tenant() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
 
-def principal(tenant_id: str, user_id: str, *, projects: tuple[str, ...] = (), teams: tuple[str, ...] = (), admin: bool = False) -> Principal:
+def principal(
+    tenant_id: str, user_id: str, *, projects: tuple[str, ...] = (), teams: tuple[str, ...] = (), admin: bool = False
+) -> Principal:
     from service.domain.principal import Role
 
     roles = frozenset({Role.MEMBER, Role.ADMIN}) if admin else frozenset({Role.MEMBER})
-    return Principal(tenant_id=tenant_id, user_id=user_id, roles=roles, projects=frozenset(projects), teams=frozenset(teams))
+    return Principal(
+        tenant_id=tenant_id, user_id=user_id, roles=roles, projects=frozenset(projects), teams=frozenset(teams)
+    )

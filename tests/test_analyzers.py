@@ -42,17 +42,31 @@ def test_whole_name_is_one_unit_per_word_form(os_client: OpenSearch, index: str,
 
 def test_query_words_split_into_word_forms(os_client: OpenSearch, index: str) -> None:
     assert analyze(os_client, index, "tenure_query_words", "What's my k8s deploy story? react.js ci-pipeline") == [
-        "what", "my", "k8s", "deploy", "story", "react", "js", "ci", "pipeline",
+        "what",
+        "my",
+        "k8s",
+        "deploy",
+        "story",
+        "react",
+        "js",
+        "ci",
+        "pipeline",
     ]
 
 
-def test_query_words_keep_camel_case_joined_so_it_meets_the_catenated_variant(os_client: OpenSearch, index: str) -> None:
+def test_query_words_keep_camel_case_joined_so_it_meets_the_catenated_variant(
+    os_client: OpenSearch, index: str
+) -> None:
     assert analyze(os_client, index, "tenure_query_words", "RedisCache TypeScript") == ["rediscache", "typescript"]
 
 
 def test_query_shingles_are_two_and_three_words_without_unigrams(os_client: OpenSearch, index: str) -> None:
     assert analyze(os_client, index, "tenure_query_shingles", "the class hierarchies here") == [
-        "the class", "the class hierarchies", "class hierarchies", "class hierarchies here", "hierarchies here",
+        "the class",
+        "the class hierarchies",
+        "class hierarchies",
+        "class hierarchies here",
+        "hierarchies here",
     ]
 
 

@@ -16,9 +16,14 @@ SEED: list[dict[str, Any]] = json.loads((PAPER_DIR / "beliefs.seed.json").read_t
 
 def base(**overrides: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "tenant_id": "acme", "owner_id": "ana", "type": "preference", "canonical_name": "language_typescript",
-        "aliases": ["TypeScript", "TS"], "content": "Writes TypeScript in strict mode.",
-        "why_it_matters": "Shapes code examples toward strict TypeScript.", "scope": ["domain:code"],
+        "tenant_id": "acme",
+        "owner_id": "ana",
+        "type": "preference",
+        "canonical_name": "language_typescript",
+        "aliases": ["TypeScript", "TS"],
+        "content": "Writes TypeScript in strict mode.",
+        "why_it_matters": "Shapes code examples toward strict TypeScript.",
+        "scope": ["domain:code"],
     }
     data.update(overrides)
     return data
@@ -48,7 +53,12 @@ def test_tenant_in_a_record_is_ignored_in_favour_of_the_callers() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [("Redis Cache", "redis_cache"), ("redisCache", "redis_cache"), ("  ci-pipeline ", "ci_pipeline"), ("MongoDB__raw", "mongo_db_raw")],
+    [
+        ("Redis Cache", "redis_cache"),
+        ("redisCache", "redis_cache"),
+        ("  ci-pipeline ", "ci_pipeline"),
+        ("MongoDB__raw", "mongo_db_raw"),
+    ],
 )
 def test_canonical_names_become_snake_case(raw: str, expected: str) -> None:
     assert normalize_canonical_name(raw) == expected

@@ -47,8 +47,15 @@ def test_reindex_swaps_alias_atomically_and_keeps_documents(os_client: OpenSearc
     apply_templates(os_client, ns)
     try:
         store = BeliefStore(os_client, ns)
-        belief = Belief(tenant_id="t1", owner_id="u1", type="entity", canonical_name="redis_cache",
-                        aliases=["redis"], content="Redis is the cache.", scope=["domain:code"])
+        belief = Belief(
+            tenant_id="t1",
+            owner_id="u1",
+            type="entity",
+            canonical_name="redis_cache",
+            aliases=["redis"],
+            content="Redis is the cache.",
+            scope=["domain:code"],
+        )
         store.put(belief, refresh="true")
         target = swap_alias(os_client, BELIEFS, ns, 2)
         assert list(os_client.indices.get_alias(name=BELIEFS.alias(ns)).keys()) == [target]

@@ -24,7 +24,9 @@ CASES = paper_case_set()
 def paper_run(store: BeliefStore, settings: Settings) -> RunResult:
     run_id = uuid.uuid4().hex[:8]
     backend = ContextBackend(ContextBuilder(store, settings.recall), explain=True)
-    return run_case_set(CASES, backend, store, static_tenant=f"paper-static-{run_id}", session_tenant=f"paper-session-{run_id}")
+    return run_case_set(
+        CASES, backend, store, static_tenant=f"paper-static-{run_id}", session_tenant=f"paper-session-{run_id}"
+    )
 
 
 def test_case_set_is_the_papers() -> None:
@@ -40,9 +42,7 @@ def test_static_case(paper_run: RunResult, case: object) -> None:
     assert verdict.passed, verdict.failures
 
 
-@pytest.mark.parametrize(
-    "turn_id", [f"{s.case_id}#{t.index}" for s in CASES.sessions for t in s.turns]
-)
+@pytest.mark.parametrize("turn_id", [f"{s.case_id}#{t.index}" for s in CASES.sessions for t in s.turns])
 def test_session_turn(paper_run: RunResult, turn_id: str) -> None:
     verdict = next(v for _, _, v in paper_run.sessions if v.case_id == turn_id)
     assert verdict.passed, verdict.failures

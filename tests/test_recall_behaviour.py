@@ -45,13 +45,23 @@ def test_fuzzy_needs_the_prefix_and_allows_one_edit(store: BeliefStore, builder:
 
 
 def test_content_and_why_it_matters_are_not_searched(store: BeliefStore, builder: ContextBuilder, tenant: str) -> None:
-    put_all(store, make_belief(tenant, "ana", "frontend_stack", content="React with Vue islands and Svelte widgets.",
-                               why_it_matters="Shapes answers toward Astro."))
+    put_all(
+        store,
+        make_belief(
+            tenant,
+            "ana",
+            "frontend_stack",
+            content="React with Vue islands and Svelte widgets.",
+            why_it_matters="Shapes answers toward Astro.",
+        ),
+    )
     me = principal(tenant, "ana")
     assert builder.build(me, ["domain:code"], "Svelte widgets and Astro").relevant_ids == []
 
 
-def test_sub_domain_session_sees_parent_but_not_the_reverse(store: BeliefStore, builder: ContextBuilder, tenant: str) -> None:
+def test_sub_domain_session_sees_parent_but_not_the_reverse(
+    store: BeliefStore, builder: ContextBuilder, tenant: str
+) -> None:
     put_all(
         store,
         make_belief(tenant, "ana", "async_style", aliases=["asyncio"], scope=["domain:code/python"]),
@@ -64,7 +74,9 @@ def test_sub_domain_session_sees_parent_but_not_the_reverse(store: BeliefStore, 
     assert parent.relevant_ids == ["b-type-hints-ana"]
 
 
-def test_superseded_retracted_and_expertise_never_surface(store: BeliefStore, builder: ContextBuilder, tenant: str) -> None:
+def test_superseded_retracted_and_expertise_never_surface(
+    store: BeliefStore, builder: ContextBuilder, tenant: str
+) -> None:
     from datetime import UTC, datetime
 
     put_all(
@@ -101,8 +113,15 @@ def test_threshold_drops_weak_evidence(store: BeliefStore, builder: ContextBuild
 def test_injection_block_hedges_and_directs(store: BeliefStore, builder: ContextBuilder, tenant: str) -> None:
     put_all(
         store,
-        make_belief(tenant, "ana", "orm_choice", aliases=["prisma"], epistemic_status="inferred", confidence=0.5,
-                    why_it_matters="Shapes data-layer code toward Prisma."),
+        make_belief(
+            tenant,
+            "ana",
+            "orm_choice",
+            aliases=["prisma"],
+            epistemic_status="inferred",
+            confidence=0.5,
+            why_it_matters="Shapes data-layer code toward Prisma.",
+        ),
         make_belief(tenant, "ana", "style", scope=["user:universal"], content="Prefers terse answers."),
     )
     result = builder.build(principal(tenant, "ana"), ["domain:code"], "prisma schema")

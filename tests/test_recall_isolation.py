@@ -25,18 +25,54 @@ def world(tenant: str) -> list[Belief]:
     out: list[Belief] = []
     for user in USERS:
         out += [
-            make_belief(tenant, user, "redis_cache", id=f"redis-{user}", aliases=["redis", "cache layer"], type="entity", pinned=False),
+            make_belief(
+                tenant,
+                user,
+                "redis_cache",
+                id=f"redis-{user}",
+                aliases=["redis", "cache layer"],
+                type="entity",
+                pinned=False,
+            ),
             make_belief(tenant, user, "linting_biome", id=f"biome-{user}", aliases=["biome"], pinned=True),
-            make_belief(tenant, user, "auth_strategy", id=f"auth-q-{user}", type="open_question", aliases=["jwt"], pinned=True),
-            make_belief(tenant, user, "response_length", id=f"persona-{user}", scope=["user:universal"],
-                        content=f"{user} prefers direct answers without preamble."),
-            make_belief(tenant, user, "prose_style", id=f"prose-{user}", scope=["domain:writing"], pinned=True, user_edited=True),
+            make_belief(
+                tenant, user, "auth_strategy", id=f"auth-q-{user}", type="open_question", aliases=["jwt"], pinned=True
+            ),
+            make_belief(
+                tenant,
+                user,
+                "response_length",
+                id=f"persona-{user}",
+                scope=["user:universal"],
+                content=f"{user} prefers direct answers without preamble.",
+            ),
+            make_belief(
+                tenant, user, "prose_style", id=f"prose-{user}", scope=["domain:writing"], pinned=True, user_edited=True
+            ),
         ]
     out += [
-        make_belief(tenant, "ana", "deploy_pipeline", id="proj-deploy", aliases=["deploy pipeline", "argo"], scope=["project:apollo"], type="decision"),
-        make_belief(tenant, "ana", "oncall_rotation", id="team-oncall", aliases=["oncall"], scope=["team:platform"], pinned=True),
-        make_belief(tenant, "ana", "apollo_redis_link", id="rel-apollo", type="relation", aliases=["apollo cache"],
-                    participants=["proj-deploy", "redis-ana"], scope=["project:apollo"]),
+        make_belief(
+            tenant,
+            "ana",
+            "deploy_pipeline",
+            id="proj-deploy",
+            aliases=["deploy pipeline", "argo"],
+            scope=["project:apollo"],
+            type="decision",
+        ),
+        make_belief(
+            tenant, "ana", "oncall_rotation", id="team-oncall", aliases=["oncall"], scope=["team:platform"], pinned=True
+        ),
+        make_belief(
+            tenant,
+            "ana",
+            "apollo_redis_link",
+            id="rel-apollo",
+            type="relation",
+            aliases=["apollo cache"],
+            participants=["proj-deploy", "redis-ana"],
+            scope=["project:apollo"],
+        ),
     ]
     return out
 
@@ -83,19 +119,25 @@ def test_shared_beliefs_need_a_grant(builder: ContextBuilder, tenant: str) -> No
 
 def test_grant_in_one_tenant_opens_nothing_in_another(builder: ContextBuilder) -> None:
     outsider = principal("iso-tenant-c", "ana", projects=("apollo",), teams=("platform",))
-    result = builder.build(outsider, ["domain:code", "project:apollo", "team:platform"], "redis deploy pipeline oncall biome")
+    result = builder.build(
+        outsider, ["domain:code", "project:apollo", "team:platform"], "redis deploy pipeline oncall biome"
+    )
     assert all_ids(result) == set() and result.persona is None
 
 
 @pytest.mark.parametrize("tenant", TENANTS)
 def test_relation_expansion_stays_inside_the_callers_view(builder: ContextBuilder, tenant: str) -> None:
     # ana: the relation links her own redis belief and the shared project decision -> both join
-    ana = builder.build(principal(tenant, "ana", projects=("apollo",)), ["domain:code", "project:apollo"], "apollo cache")
+    ana = builder.build(
+        principal(tenant, "ana", projects=("apollo",)), ["domain:code", "project:apollo"], "apollo cache"
+    )
     assert ana.relevant_ids[0] == "rel-apollo"
     assert set(ana.relevant_ids) == {"rel-apollo", "proj-deploy", "redis-ana"}
     assert {e.via_relation for e in ana.relevant[1:]} == {"rel-apollo"}
     # ben sees the relation (granted), but ana's personal redis belief must not leak through it
-    ben = builder.build(principal(tenant, "ben", projects=("apollo",)), ["domain:code", "project:apollo"], "apollo cache")
+    ben = builder.build(
+        principal(tenant, "ben", projects=("apollo",)), ["domain:code", "project:apollo"], "apollo cache"
+    )
     assert set(ben.relevant_ids) == {"rel-apollo", "proj-deploy"}
 
 

@@ -15,12 +15,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from evals.cases import paper_case_set
+from evals.runner import ContextBackend, RunResult, run_case_set
 from service.config import Settings
 from service.domain.belief import Belief
 from service.recall.context import ContextBuilder
 from service.storage.beliefs import BeliefStore
-from evals.cases import paper_case_set
-from evals.runner import ContextBackend, RunResult, run_case_set
 
 NOISE_BELIEFS = 100_000
 CASES = paper_case_set()
@@ -54,8 +54,15 @@ def run_for(store: BeliefStore, settings: Settings, tenant: str) -> RunResult:
 
 def fingerprint(run: RunResult) -> list[tuple[Any, ...]]:
     return [
-        (v.case_id, v.passed, v.tiers.persona, tuple(v.tiers.pinned), tuple(v.tiers.relevant),
-         tuple(v.tiers.questions), tuple(sorted(v.tiers.scores.items())))
+        (
+            v.case_id,
+            v.passed,
+            v.tiers.persona,
+            tuple(v.tiers.pinned),
+            tuple(v.tiers.relevant),
+            tuple(v.tiers.questions),
+            tuple(sorted(v.tiers.scores.items())),
+        )
         for v in run.verdicts
     ]
 

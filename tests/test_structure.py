@@ -16,7 +16,8 @@ def _sources(*dirs: str) -> list[Path]:
 
 def test_queries_are_sent_only_from_the_storage_layer() -> None:
     offenders = [
-        str(p.relative_to(ROOT)) for p in _sources("service", "workers")
+        str(p.relative_to(ROOT))
+        for p in _sources("service", "workers")
         if "storage" not in p.parts and QUERY_CALLS.search(p.read_text())
     ]
     assert offenders == []
@@ -24,7 +25,8 @@ def test_queries_are_sent_only_from_the_storage_layer() -> None:
 
 def test_tenant_filters_are_built_only_in_the_chokepoint() -> None:
     offenders = [
-        str(p.relative_to(ROOT)) for p in _sources("service", "workers")
+        str(p.relative_to(ROOT))
+        for p in _sources("service", "workers")
         if p.name != "access.py" and TENANT_TERM.search(p.read_text())
     ]
     assert offenders == []

@@ -154,13 +154,9 @@ class Belief(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=False)
 
-    id: BeliefId = Field(
-        default_factory=new_belief_id, validation_alias=AliasChoices("id", "_id")
-    )
+    id: BeliefId = Field(default_factory=new_belief_id, validation_alias=AliasChoices("id", "_id"))
     tenant_id: str = Field(..., min_length=1, max_length=128)
-    owner_id: str = Field(
-        ..., min_length=1, max_length=128, validation_alias=AliasChoices("owner_id", "user_id")
-    )
+    owner_id: str = Field(..., min_length=1, max_length=128, validation_alias=AliasChoices("owner_id", "user_id"))
     type: BeliefType
     subtype: Subtype | None = None
     canonical_name: str = Field(..., min_length=1, max_length=MAX_NAME_CHARS)
@@ -214,9 +210,7 @@ class Belief(BaseModel):
     def _strip(cls, value: str) -> str:
         return value.strip()
 
-    @field_validator(
-        "last_reinforced_at", "resolved_at", "retracted_at", "created_at", "updated_at"
-    )
+    @field_validator("last_reinforced_at", "resolved_at", "retracted_at", "created_at", "updated_at")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
         return _as_utc(value)

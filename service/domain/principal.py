@@ -30,9 +30,7 @@ class Principal:
     @property
     def shared_grants(self) -> frozenset[str]:
         """The shared scope labels this principal may read and write."""
-        return frozenset(
-            {f"project:{p}" for p in self.projects} | {f"team:{t}" for t in self.teams}
-        )
+        return frozenset({f"project:{p}" for p in self.projects} | {f"team:{t}" for t in self.teams})
 
     def may_use_scope(self, label: str) -> bool:
         """Personal scopes are always the caller's own; shared ones need a grant."""

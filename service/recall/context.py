@@ -125,7 +125,11 @@ class ContextBuilder:
         kept = combined[: limits.max_beliefs]
         if explain and truncated:
             notes += [
-                {"id": e.belief.id, "tier": "pinned" if e.score is None else "relevant", "outcome": "evicted: budget max_beliefs"}
+                {
+                    "id": e.belief.id,
+                    "tier": "pinned" if e.score is None else "relevant",
+                    "outcome": "evicted: budget max_beliefs",
+                }
                 for e in combined[limits.max_beliefs :]
             ]
         n_pinned = min(len(hits.pinned), len(kept))
@@ -167,5 +171,10 @@ class ContextBuilder:
                         questions.append(TierEntry(belief, via_relation=relation.belief.id))
                 else:
                     relevant.append(
-                        TierEntry(belief, relation.score, (ClauseMatch("relation", relation.score, relation.belief.id),), relation.belief.id)
+                        TierEntry(
+                            belief,
+                            relation.score,
+                            (ClauseMatch("relation", relation.score, relation.belief.id),),
+                            relation.belief.id,
+                        )
                     )

@@ -56,6 +56,4 @@ def clean_query(message: str, *, max_chars: int = 1000) -> CleanQuery:
     if clamped:
         # front-biased: the intent of a message is usually stated first
         text = text[:max_chars].rsplit(" ", 1)[0]
-    return CleanQuery(
-        text=text, raw_length=len(raw), was_noisy=len(text) < 0.5 * len(stripped), clamped=clamped
-    )
+    return CleanQuery(text=text, raw_length=len(raw), was_noisy=len(text) < 0.5 * len(stripped), clamped=clamped)

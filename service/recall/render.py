@@ -19,11 +19,13 @@ LOW_CONFIDENCE = 0.65
 BELIEF_INSTRUCTIONS = "\n".join(
     [
         "You have persistent memory of this user.",
-        "The <persona> block describes who they are and how they want to be engaged — standing context, not facts to quote.",
+        "The <persona> block describes who they are and how they want to be engaged"
+        " — standing context, not facts to quote.",
         "The <scope> block narrows that persona to the current domain.",
         "<pinned_facts> are standing constraints — treat them as hard requirements that shape every answer.",
         "<relevant_beliefs> are query-surfaced context — use them to disambiguate and inform, not as hard constraints.",
-        "For each belief, the why_it_matters field is the primary action directive: it tells you what to change in your response.",
+        "For each belief, the why_it_matters field is the primary action directive:"
+        " it tells you what to change in your response.",
         "Beliefs with epistemic_status 'inferred' are system hypotheses — hold them loosely.",
         "Beliefs with epistemic_status 'exploratory' are unresolved — do not treat them as settled.",
         f"Beliefs with confidence below {LOW_CONFIDENCE} are low-certainty — weight them accordingly.",
@@ -87,11 +89,20 @@ def render_injection(result: RecallResult, *, max_chars_per_belief: int = 400) -
         stable.append(f"<persona>{result.persona}</persona>")
     if result.scopes:
         stable.append(f"<scope>{', '.join(result.scopes)}</scope>")
-    stable.append(f"<pinned_facts>{_json(result.pinned, max_chars=max_chars_per_belief, searched=False)}</pinned_facts>")
-    dynamic = [f"<relevant_beliefs>{_json(result.relevant, max_chars=max_chars_per_belief, searched=True)}</relevant_beliefs>"]
+    stable.append(
+        f"<pinned_facts>{_json(result.pinned, max_chars=max_chars_per_belief, searched=False)}</pinned_facts>"
+    )
+    dynamic = [
+        f"<relevant_beliefs>{_json(result.relevant, max_chars=max_chars_per_belief, searched=True)}</relevant_beliefs>"
+    ]
     if result.questions:
         questions = [
-            {"id": e.belief.id, "canonical_name": e.belief.canonical_name, "content": _clip(e.belief.content, max_chars_per_belief), "scope": e.belief.scope}
+            {
+                "id": e.belief.id,
+                "canonical_name": e.belief.canonical_name,
+                "content": _clip(e.belief.content, max_chars_per_belief),
+                "scope": e.belief.scope,
+            }
             for e in result.questions
         ]
         dynamic.append("### Open Questions\n" + json.dumps(questions, ensure_ascii=False))

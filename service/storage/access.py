@@ -75,9 +75,7 @@ def visibility_filter(principal: Principal, view: ScopeView) -> dict[str, Any]:
     return {"bool": {"should": should, "minimum_should_match": 1}}
 
 
-def access_filters(
-    principal: Principal, view: ScopeView, *, tenant_wide: bool = False
-) -> list[dict[str, Any]]:
+def access_filters(principal: Principal, view: ScopeView, *, tenant_wide: bool = False) -> list[dict[str, Any]]:
     """The filter list every tenant-data query starts from.
 
     ``tenant_wide`` (admins only: audit, erase, export) drops the owner/scope clause but never the

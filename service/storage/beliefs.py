@@ -113,7 +113,9 @@ class BeliefStore:
                     raise Conflict(f"belief {belief.id!r} already exists") from exc
                 raise
 
-    def put_many(self, beliefs: Sequence[Belief], *, refresh: Refresh = "wait_for", create_only: bool = False) -> WriteResult:
+    def put_many(
+        self, beliefs: Sequence[Belief], *, refresh: Refresh = "wait_for", create_only: bool = False
+    ) -> WriteResult:
         actions = (
             {
                 "_op_type": "create" if create_only else "index",
@@ -166,7 +168,9 @@ class BeliefStore:
             result: dict[str, Any] = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
         return result
 
-    def get(self, principal: Principal, belief_id: str, *, view: ScopeView | None = None, tenant_wide: bool = False) -> Belief:
+    def get(
+        self, principal: Principal, belief_id: str, *, view: ScopeView | None = None, tenant_wide: bool = False
+    ) -> Belief:
         """One belief the principal may see, whatever its lifecycle. Another user's or tenant's
         belief is indistinguishable from a missing one (no existence oracle)."""
         found = self.get_versioned(principal, belief_id, view=view, tenant_wide=tenant_wide)
@@ -221,7 +225,9 @@ class BeliefStore:
             bodies.append(
                 (
                     "relevant",
-                    queries.relevant_body(filters, text, size=max_relevant, min_score=min_score, explain=explain, clauses=clauses),
+                    queries.relevant_body(
+                        filters, text, size=max_relevant, min_score=min_score, explain=explain, clauses=clauses
+                    ),
                 )
             )
         lines: list[dict[str, Any]] = []
@@ -281,8 +287,13 @@ class ListFilter:
 
 
 def _page(
-    store: BeliefStore, principal: Principal, filters: list[dict[str, Any]], narrow: ListFilter,
-    size: int, after: str | None, include_change_log: bool,
+    store: BeliefStore,
+    principal: Principal,
+    filters: list[dict[str, Any]],
+    narrow: ListFilter,
+    size: int,
+    after: str | None,
+    include_change_log: bool,
 ) -> tuple[list[Belief], str | None]:
     search_after = cursor.decode(after, arity=2)
     body = queries.list_body(
@@ -299,8 +310,15 @@ def _page(
 
 
 def list_page(
-    store: BeliefStore, principal: Principal, narrow: ListFilter, *, size: int, after: str | None,
-    view: ScopeView | None = None, tenant_wide: bool = False, include_change_log: bool = False,
+    store: BeliefStore,
+    principal: Principal,
+    narrow: ListFilter,
+    *,
+    size: int,
+    after: str | None,
+    view: ScopeView | None = None,
+    tenant_wide: bool = False,
+    include_change_log: bool = False,
 ) -> tuple[list[Belief], str | None]:
     """One page of the beliefs ``principal`` may see (or, for an admin with ``tenant_wide``, the
     whole tenant's), with the cursor of the next page (None at the end)."""
@@ -318,8 +336,10 @@ def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) 
         for belief_id in belief_ids:
             try:
                 store.client.delete(
-                    index=store.alias, id=doc_id(principal.tenant_id, belief_id),
-                    routing=access.routing(principal), refresh="wait_for",
+                    index=store.alias,
+                    id=doc_id(principal.tenant_id, belief_id),
+                    routing=access.routing(principal),
+                    refresh="wait_for",
                 )
                 removed.append(belief_id)
             except Exception as exc:

@@ -42,7 +42,9 @@ def translate_errors(action: str) -> Iterator[None]:
     except os_exc.TransportError as exc:
         status = exc.status_code if isinstance(exc.status_code, int) else 0
         if status in (429, 502, 503, 504):
-            raise StoreUnavailable(f"OpenSearch is overloaded or unavailable ({status}) while trying to {action}") from exc
+            raise StoreUnavailable(
+                f"OpenSearch is overloaded or unavailable ({status}) while trying to {action}"
+            ) from exc
         if status == 400:
             raise ValidationFailed(f"OpenSearch rejected the request to {action}: {exc.error}") from exc
         raise

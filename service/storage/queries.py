@@ -126,7 +126,12 @@ def open_questions_body(filters: list[dict[str, Any]], *, size: int) -> dict[str
         "_source": {"excludes": _SOURCE_EXCLUDES},
         "query": {
             "bool": {
-                "filter": [*filters, LIVE, {"term": {"pinned": True}}, {"term": {"type": BeliefType.OPEN_QUESTION.value}}],
+                "filter": [
+                    *filters,
+                    LIVE,
+                    {"term": {"pinned": True}},
+                    {"term": {"type": BeliefType.OPEN_QUESTION.value}},
+                ],
             }
         },
         "sort": [{"last_reinforced_at": {"order": "desc", "missing": "_last"}}, {"id": "asc"}],
@@ -183,12 +188,8 @@ def list_body(
     narrows to beliefs whose names or aliases match it (the same analyzers as recall, no fuzz)."""
     query: dict[str, Any] = {"bool": {"filter": [*filters, *narrowing]}}
     if text:
-        query["bool"]["must"] = [
-            {"multi_match": {"query": text, "fields": list(CLAUSES)}}
-        ]
-    body: dict[str, Any] = {
-        "size": size, "track_total_hits": False, "query": query, "sort": LIST_SORT
-    }
+        query["bool"]["must"] = [{"multi_match": {"query": text, "fields": list(CLAUSES)}}]
+    body: dict[str, Any] = {"size": size, "track_total_hits": False, "query": query, "sort": LIST_SORT}
     if not include_change_log:
         body["_source"] = {"excludes": _SOURCE_EXCLUDES}
     if search_after is not None:
