@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from evals.backends import ABLATIONS
+from evals.backends import ABLATIONS, vector_available
 from evals.cases import PAPER_DIR, load_case_set
 from evals.cli import EXIT_GATE_FAILED, EXIT_OK, EXIT_USAGE, main
 
@@ -199,3 +199,24 @@ def test_example_set_is_loadable_and_documented() -> None:
     assert (len(case_set.beliefs), len(case_set.static), case_set.total) == (10, 10, 13)
     assert all(c.category for c in case_set.static)
     assert PAPER_DIR.exists()
+
+
+@pytest.mark.skipif(not vector_available(), reason="needs the 'vector' extra (.venv-vector)")
+def test_vector_backend_on_the_example_set(opensearch_url: str, tmp_path: Path) -> None:
+    """Runs only where the optional extra is installed (README: .venv-vector)."""
+    out = tmp_path / "vector"
+    code = _run(out, opensearch_url, "--cases", str(EXAMPLE), "--backends", "bm25,vector")
+    assert code == EXIT_OK
+    report = json.loads((out / "report.json").read_text())
+    vector = report["backends"]["vector"]
+    # no threshold, top 20: every in-scope, live, non-question belief comes back, so precision
+    # collapses wherever a scope holds more than one belief
+    assert vector["summary"]["passed"] < report["backends"]["bm25"]["summary"]["passed"]
+    case = next(c for c in vector["cases"] if c["case_id"] == "alias-psql")
+    assert not case["passed"]
+    assert "b-postgres" in case["tiers"]["relevant"]
+    assert "b-mysql-old" not in case["tiers"]["relevant"]  # same status filter as BM25
+    assert "b-cache-q" not in case["tiers"]["relevant"]  # same type routing
+    assert "b-other-secret" not in case["tiers"]["relevant"]  # same access filters
+    assert case["embed_ms"] > 0
+    assert case["matched_clauses"]["b-postgres"][0]["clause"] == "cosine"
