@@ -42,6 +42,7 @@ from service.domain.belief import (
 from service.domain.principal import Principal
 from service.errors import Conflict
 from service.extraction.audit import AuditSink
+from service.extraction.merge import REFRESH
 from service.extraction.validator import _INJECTION
 from service.storage.beliefs import BeliefStore
 from service.storage.lookup import BeliefLookup, BucketKey
@@ -67,11 +68,7 @@ floor of its subdomains. Never invent a rollup from one subdomain. Return ONLY J
 
 def bucket_kind(type_: str, subtype: str | None) -> str | None:
     if type_ == BeliefType.PREFERENCE.value:
-        return (
-            "expertise"
-            if subtype == Subtype.EXPERTISE.value
-            else ("preference" if subtype is None else None)
-        )
+        return "expertise" if subtype == Subtype.EXPERTISE.value else ("preference" if subtype is None else None)
     if type_ in (BeliefType.ENTITY.value, BeliefType.DECISION.value) and subtype is None:
         return type_
     return None  # relations, open questions and style signals are never compacted
@@ -108,9 +105,7 @@ class CompactionLLM:
 
     def __init__(self, base_url: str, model: str, api_key: str | None, timeout_s: float = 60.0):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s
-        )
+        self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
         self.model = model
 
     def complete_json(self, system: str, payload: Any, *, max_tokens: int) -> dict[str, Any] | None:
@@ -169,22 +164,13 @@ class CompactionReport:
 
 def _owner_principal(key: BucketKey) -> Principal:
     """The bucket's owner, with the grant for a shared bucket scope (their own beliefs)."""
-    projects = (
-        frozenset({key.scope.split(":", 1)[1]}) if key.scope.startswith("project:") else frozenset()
-    )
-    teams = (
-        frozenset({key.scope.split(":", 1)[1]}) if key.scope.startswith("team:") else frozenset()
-    )
+    projects = frozenset({key.scope.split(":", 1)[1]}) if key.scope.startswith("project:") else frozenset()
+    teams = frozenset({key.scope.split(":", 1)[1]}) if key.scope.startswith("team:") else frozenset()
     return Principal(tenant_id=key.tenant_id, user_id=key.owner_id, projects=projects, teams=teams)
 
 
 def _clean_text(value: Any, limit: int) -> str | None:
-    if (
-        not isinstance(value, str)
-        or not value.strip()
-        or len(value) > limit
-        or _INJECTION.search(value)
-    ):
+    if not isinstance(value, str) or not value.strip() or len(value) > limit or _INJECTION.search(value):
         return None
     return value.strip()
 
@@ -215,9 +201,7 @@ class Compactor:
             kind = bucket_kind(key.type, key.subtype)
             if kind is None or (kind == "expertise" and self.llm is None):
                 continue
-            if not force and (
-                key.count < limits[kind] or self.cooldown.active(self._cooldown_key(key))
-            ):
+            if not force and (key.count < limits[kind] or self.cooldown.active(self._cooldown_key(key))):
                 continue
             out.append(key)
         return out
@@ -352,21 +336,13 @@ class Compactor:
 
     # --------------------------------------------------------------- applying
 
-    def _apply(
-        self, principal: Principal, key: BucketKey, beliefs: list[Belief], plan: MergePlan
-    ) -> dict[str, Any]:
+    def _apply(self, principal: Principal, key: BucketKey, beliefs: list[Belief], plan: MergePlan) -> dict[str, Any]:
         by_id = {b.id: b for b in beliefs}
         keep = by_id[plan.keep_id]
         sources = [keep, *(by_id[i] for i in plan.retire_ids)]
         source_ids = sorted(b.id for b in sources)
-        new_id = (
-            "b-c" + hashlib.sha256("|".join([key.tenant_id, *source_ids]).encode()).hexdigest()[:24]
-        )
-        retired_names = [
-            b.canonical_name.replace("_", " ")
-            for b in sources
-            if b.canonical_name != plan.canonical_name
-        ]
+        new_id = "b-c" + hashlib.sha256("|".join([key.tenant_id, *source_ids]).encode()).hexdigest()[:24]
+        retired_names = [b.canonical_name.replace("_", " ") for b in sources if b.canonical_name != plan.canonical_name]
         # retired names first: they must survive the cap for search continuity
         aliases, cut = merge_aliases(
             [],
@@ -409,7 +385,7 @@ class Compactor:
         Belief.model_validate(merged.model_dump())
         created = True
         try:
-            self.store.put(merged, create_only=True)
+            self.store.put(merged, create_only=True, refresh=REFRESH)
         except Conflict:
             created = False  # an earlier run created it; finish retiring the sources
         for source in sources:
@@ -457,7 +433,7 @@ class Compactor:
             )
             return belief
 
-        mutate(self.store, principal, belief_id, change)
+        mutate(self.store, principal, belief_id, change, refresh=REFRESH)
 
     def _synthesise(
         self, principal: Principal, key: BucketKey, beliefs: list[Belief], report: CompactionReport
@@ -501,10 +477,7 @@ class Compactor:
             evidence: int = raw_evidence if isinstance(raw_evidence, int) else 1
             name = normalize_canonical_name(domain.replace("/", "_")) + "_expertise"
             new_id = (
-                "b-x"
-                + hashlib.sha256(
-                    f"{key.tenant_id}|{key.owner_id}|{name}|{content}".encode()
-                ).hexdigest()[:24]
+                "b-x" + hashlib.sha256(f"{key.tenant_id}|{key.owner_id}|{name}|{content}".encode()).hexdigest()[:24]
             )
             same_domain = [b for b in beliefs if b.expertise_domain == domain]
             belief = Belief(
@@ -527,18 +500,12 @@ class Compactor:
                 expertise_depth=depth,
                 aliases=same_domain[0].aliases if same_domain else [],
                 compaction_note="compaction: expertise synthesis",
-                change_log=[
-                    ChangeLogEntry(
-                        changed_at=now, trigger="compaction: expertise synthesis", actor=ACTOR
-                    )
-                ],
+                change_log=[ChangeLogEntry(changed_at=now, trigger="compaction: expertise synthesis", actor=ACTOR)],
             )
             with contextlib.suppress(Conflict):  # created by an earlier run of this bucket
-                self.store.put(belief, create_only=True)
+                self.store.put(belief, create_only=True, refresh=REFRESH)
             retire = {b.id for b in same_domain}
-            retire |= {
-                i for i in (data.get("retire_ids") or []) if isinstance(i, str) and i in known
-            }
+            retire |= {i for i in (data.get("retire_ids") or []) if isinstance(i, str) and i in known}
             for rid in sorted(retire):
                 if rid != new_id:
                     self._retire(principal, rid, new_id, "compaction: expertise synthesis")

@@ -25,7 +25,7 @@ from service.domain.belief import MAX_ALIASES, Belief, normalize_alias
 from service.domain.principal import Principal
 from service.errors import Conflict
 from service.extraction.audit import AuditSink
-from service.extraction.merge import MergeContext
+from service.extraction.merge import REFRESH, MergeContext
 from service.extraction.validator import AliasCandidate
 from service.storage.lookup import BeliefLookup
 from service.storage.reviews import ReviewItem, ReviewStore
@@ -57,9 +57,7 @@ class AliasFlywheel:
         self.policy = policy
         self.audit = audit
 
-    def process(
-        self, ctx: MergeContext, user_message: str, candidates: list[AliasCandidate]
-    ) -> list[CandidateOutcome]:
+    def process(self, ctx: MergeContext, user_message: str, candidates: list[AliasCandidate]) -> list[CandidateOutcome]:
         said = normalize_alias(user_message)
         return [self._one(ctx, said, c) for c in candidates]
 
@@ -78,16 +76,12 @@ class AliasFlywheel:
             rid = self._sighting(ctx, found[first], cand, reason="ambiguous: several beliefs match")
             return CandidateOutcome(surface, "queued: ambiguous", first, rid)
         belief = next(iter(found.values()))
-        if surface in belief.aliases or surface == normalize_alias(
-            belief.canonical_name.replace("_", " ")
-        ):
+        if surface in belief.aliases or surface == normalize_alias(belief.canonical_name.replace("_", " ")):
             return CandidateOutcome(surface, "unchanged: already an alias", belief.id)
         if cand.confidence == "high" and len(cand.possible_entities) == 1:
             self.apply(ctx, belief.id, surface, trigger="alias candidate (high confidence)")
             return CandidateOutcome(surface, "applied", belief.id)
-        rid = self._sighting(
-            ctx, belief, cand, reason=f"{cand.confidence}-confidence alias candidate"
-        )
+        rid = self._sighting(ctx, belief, cand, reason=f"{cand.confidence}-confidence alias candidate")
         item = self.reviews.load(ctx.principal.tenant_id, rid)
         if (
             item is not None
@@ -110,7 +104,12 @@ class AliasFlywheel:
             return belief
 
         updated = mutate(
-            self.lookup.store, ctx.principal, belief_id, change, tenant_wide=ctx.principal.is_admin
+            self.lookup.store,
+            ctx.principal,
+            belief_id,
+            change,
+            tenant_wide=ctx.principal.is_admin,
+            refresh=REFRESH,
         )
         self.audit.record(
             ctx.principal,
@@ -123,9 +122,7 @@ class AliasFlywheel:
         )
         return updated
 
-    def _sighting(
-        self, ctx: MergeContext, belief: Belief, cand: AliasCandidate, *, reason: str
-    ) -> str:
+    def _sighting(self, ctx: MergeContext, belief: Belief, cand: AliasCandidate, *, reason: str) -> str:
         rid = review_id_for(ctx.principal, belief.id, cand.surface)
         for _ in range(3):
             loaded = self.reviews.load(ctx.principal.tenant_id, rid)

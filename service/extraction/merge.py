@@ -44,11 +44,14 @@ from service.extraction.validator import (
     NewOpenQuestion,
     ValidatedSidecar,
 )
-from service.storage.beliefs import BeliefStore
+from service.storage.beliefs import BeliefStore, Refresh
 from service.storage.lookup import BeliefLookup
 from service.storage.reviews import ReviewItem, ReviewStore
 
 OPEN_QUESTION_CONFIDENCE = 0.7
+# Belief writes by extraction are made visible at once: a later item of the same payload may read
+# the belief again (optimistic concurrency reads by search), and the very next turn must recall it.
+REFRESH: Refresh = "true"
 TRIGGER_REINFORCED = "reinforced (extraction)"
 
 
@@ -74,9 +77,7 @@ class MergeContext:
             extracted_at=self.now,
         )
 
-    def log(
-        self, trigger: str, previous: Belief | None = None, note: str | None = None
-    ) -> ChangeLogEntry:
+    def log(self, trigger: str, previous: Belief | None = None, note: str | None = None) -> ChangeLogEntry:
         return ChangeLogEntry(
             changed_at=self.now,
             trigger=trigger,
@@ -155,19 +156,13 @@ class BeliefMerger:
         if not sidecar.accepted:
             return report
         for i, upd in enumerate(sidecar.belief_updates):
-            report.add(
-                self._guard("belief_updates", i, lambda u=upd, i=i: self.belief_update(ctx, u, i))
-            )
+            report.add(self._guard("belief_updates", i, lambda u=upd, i=i: self.belief_update(ctx, u, i)))
         for i, ent in enumerate(sidecar.entity_updates):
-            report.add(
-                self._guard("entity_updates", i, lambda e=ent, i=i: self.entity_update(ctx, e, i))
-            )
+            report.add(self._guard("entity_updates", i, lambda e=ent, i=i: self.entity_update(ctx, e, i)))
         for i, nb in enumerate(sidecar.new_beliefs):
             report.add(self._guard("new_beliefs", i, lambda n=nb, i=i: self.new_belief(ctx, n, i)))
         for i, q in enumerate(sidecar.new_open_questions):
-            report.add(
-                self._guard("new_open_questions", i, lambda q=q, i=i: self.open_question(ctx, q, i))
-            )
+            report.add(self._guard("new_open_questions", i, lambda q=q, i=i: self.open_question(ctx, q, i)))
         for i, qid in enumerate(sidecar.resolved_open_questions):
             report.add(
                 self._guard(
@@ -198,8 +193,7 @@ class BeliefMerger:
                 "new_beliefs",
                 index,
                 "skipped",
-                detail="no usable scope "
-                + (f"(dropped {dropped})" if dropped else "(session has none)"),
+                detail="no usable scope " + (f"(dropped {dropped})" if dropped else "(session has none)"),
             )
         matches = self.lookup.by_name_or_alias(ctx.principal, nb.canonical_name)
         if not matches:
@@ -220,9 +214,7 @@ class BeliefMerger:
             return Op("new_beliefs", index, "reinforced", updated.id)
         margin = abs(existing.confidence - nb.confidence)
         paper_outcome = (
-            "flagged_conflict"
-            if margin < self.policy.conflict_confidence_margin
-            else "insufficient_without_supersede"
+            "flagged_conflict" if margin < self.policy.conflict_confidence_margin else "insufficient_without_supersede"
         )
         review_id = self._queue_conflict(
             ctx,
@@ -272,9 +264,7 @@ class BeliefMerger:
             new_name=upd.new_canonical_name,
             key=str(index),
         )
-        return Op(
-            "belief_updates", index, "superseded", replacement.id, detail=f"replaces {target.id}"
-        )
+        return Op("belief_updates", index, "superseded", replacement.id, detail=f"replaces {target.id}")
 
     def entity_update(self, ctx: MergeContext, ent: EntityUpdate, index: int) -> Op:
         matches = self.lookup.by_canonical_name(ctx.principal, ent.canonical_name)
@@ -302,7 +292,7 @@ class BeliefMerger:
             belief.change_log.append(ctx.log("entity_update: aliases added", note=note))
             return belief
 
-        updated = mutate(self.store, ctx.principal, target.id, change)
+        updated = mutate(self.store, ctx.principal, target.id, change, refresh=REFRESH)
         added = [a for a in updated.aliases if a not in before]
         if added:
             self.audit.record(
@@ -315,9 +305,7 @@ class BeliefMerger:
                 details={"added": added, "dropped_for_cap": dropped, "turn_id": ctx.turn_id},
             )
         detail = f"added {added}" + (f"; alias cap reached, dropped {dropped}" if dropped else "")
-        return Op(
-            "entity_updates", index, "aliases_added" if added else "unchanged", target.id, detail
-        )
+        return Op("entity_updates", index, "aliases_added" if added else "unchanged", target.id, detail)
 
     def open_question(self, ctx: MergeContext, q: NewOpenQuestion, index: int) -> Op:
         scopes, _ = self._scopes(ctx, q.scope)
@@ -352,9 +340,7 @@ class BeliefMerger:
 
     def resolve_question(self, ctx: MergeContext, question_id: str, index: int) -> Op:
         closed = self._close_question(ctx, question_id)
-        return Op(
-            "resolved_open_questions", index, "resolved" if closed else "unchanged", question_id
-        )
+        return Op("resolved_open_questions", index, "resolved" if closed else "unchanged", question_id)
 
     # ------------------------------------------------------------------ building blocks
 
@@ -404,9 +390,7 @@ class BeliefMerger:
                 )
             ],
         )
-        self._create(
-            ctx, replacement, f"supersede:{target.id}:{key}", tenant_wide=ctx.principal.is_admin
-        )
+        self._create(ctx, replacement, f"supersede:{target.id}:{key}", tenant_wide=ctx.principal.is_admin)
 
         def retire(belief: Belief) -> Belief:
             if belief.superseded_by == replacement_id:
@@ -417,7 +401,7 @@ class BeliefMerger:
             belief.change_log.append(ctx.log(f"superseded by {replacement_id}", previous=previous))
             return belief
 
-        mutate(self.store, ctx.principal, target.id, retire, tenant_wide=ctx.principal.is_admin)
+        mutate(self.store, ctx.principal, target.id, retire, tenant_wide=ctx.principal.is_admin, refresh=REFRESH)
         self.audit.record(
             ctx.principal,
             "belief.superseded",
@@ -454,11 +438,9 @@ class BeliefMerger:
         self._create(ctx, belief, f"new:{index}")
         return belief.id
 
-    def _create(
-        self, ctx: MergeContext, belief: Belief, key: str, tenant_wide: bool = False
-    ) -> None:
+    def _create(self, ctx: MergeContext, belief: Belief, key: str, tenant_wide: bool = False) -> None:
         try:
-            self.store.put(belief, create_only=True)
+            self.store.put(belief, create_only=True, refresh=REFRESH)
         except Conflict:
             # Created by an earlier attempt of this same turn (ids are derived from the turn).
             # Make sure it is really ours before treating it as done.
@@ -488,9 +470,7 @@ class BeliefMerger:
             belief.reinforcement_count += 1
             belief.last_reinforced_at = ctx.now
             belief.change_log.append(
-                ctx.log(
-                    TRIGGER_REINFORCED, note=f"alias cap reached; dropped {cut}" if cut else None
-                )
+                ctx.log(TRIGGER_REINFORCED, note=f"alias cap reached; dropped {cut}" if cut else None)
             )
             if self._promotable(belief, ctx.now):
                 previous = belief.model_copy()
@@ -499,7 +479,7 @@ class BeliefMerger:
                 promoted.append(True)
             return belief
 
-        updated = mutate(self.store, ctx.principal, belief_id, change)
+        updated = mutate(self.store, ctx.principal, belief_id, change, refresh=REFRESH)
         self.audit.record(
             ctx.principal,
             "belief.reinforced",
@@ -532,7 +512,7 @@ class BeliefMerger:
             closed.append(True)
             return belief
 
-        mutate(self.store, ctx.principal, question_id, change)
+        mutate(self.store, ctx.principal, question_id, change, refresh=REFRESH)
         if closed:
             self.audit.record(
                 ctx.principal,
@@ -589,11 +569,7 @@ class BeliefMerger:
         allowed = [s for s in wanted if ctx.principal.may_use_scope(s)]
         dropped = [s for s in wanted if s not in allowed]
         if proposed and not allowed and ctx.session_scopes:
-            allowed = (
-                [ctx.session_scopes[0]]
-                if ctx.principal.may_use_scope(ctx.session_scopes[0])
-                else []
-            )
+            allowed = [ctx.session_scopes[0]] if ctx.principal.may_use_scope(ctx.session_scopes[0]) else []
         return scope_rules.normalize_scopes(allowed), dropped
 
 

@@ -73,9 +73,7 @@ class ExtractionPipeline:
                 continue
         raise Conflict(f"turn {turn_id!r} is being changed concurrently")
 
-    def _finish(
-        self, turn: TurnRecord, status: str, result: dict[str, Any], error: str | None = None
-    ) -> None:
+    def _finish(self, turn: TurnRecord, status: str, result: dict[str, Any], error: str | None = None) -> None:
         for _ in range(3):
             current, seq, term = self.turns.load(turn.tenant_id, turn.turn_id)
             current.extraction_status = status  # type: ignore[assignment]

@@ -68,9 +68,7 @@ class TaskQueue:
         subtype: str | None,
         force: bool,
     ) -> None:
-        self._send(
-            TASK_COMPACT_BUCKET, [tenant_id, owner_id, scope, type_, subtype, force], self.heavy
-        )
+        self._send(TASK_COMPACT_BUCKET, [tenant_id, owner_id, scope, type_, subtype, force], self.heavy)
 
     def plan_compaction(self, tenant_id: str | None, force: bool) -> None:
         self._send(TASK_PLAN_COMPACTION, [tenant_id, force], self.heavy)

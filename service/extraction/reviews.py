@@ -24,9 +24,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 
 
 class ReviewService:
-    def __init__(
-        self, store: BeliefStore, reviews: ReviewStore, policy: MemoryLoopSettings, audit: AuditSink
-    ):
+    def __init__(self, store: BeliefStore, reviews: ReviewStore, policy: MemoryLoopSettings, audit: AuditSink):
         self.store = store
         self.reviews = reviews
         self.merger = BeliefMerger(store, reviews, policy, audit)
@@ -37,8 +35,7 @@ class ReviewService:
         item = self.reviews.get(admin, review_id, tenant_wide=True)
         if action not in ALLOWED[item.kind]:
             raise ValidationFailed(
-                f"action {action!r} does not apply to a {item.kind} "
-                f"(use one of {ALLOWED[item.kind]})"
+                f"action {action!r} does not apply to a {item.kind} (use one of {ALLOWED[item.kind]})"
             )
         if item.status != "open":
             raise Conflict(f"review item {review_id!r} is already {item.status}")

@@ -96,26 +96,17 @@ class TierGate:
             if version is not None and version >= floor:
                 return GateDecision(GateOutcome.VERIFIED, family.name, version)
             if not self.strict:
-                return GateDecision(
-                    GateOutcome.UNKNOWN_FAMILY, family.name, version, self._warning(model)
-                )
+                return GateDecision(GateOutcome.UNKNOWN_FAMILY, family.name, version, self._warning(model))
             why = "cannot determine its version" if version is None else "is below the floor"
             raise ModelNotSupported(
-                f"model {model!r} {why} of family {family.name!r} (needs >= {family.floor}) "
-                "for belief extraction",
+                f"model {model!r} {why} of family {family.name!r} (needs >= {family.floor}) for belief extraction",
                 details={"supported_families": self.supported()},
             )
         return GateDecision(GateOutcome.UNKNOWN_FAMILY, warning=self._warning(model))
 
     def supported(self) -> list[dict[str, str | int | None]]:
-        return [
-            {"family": f.name, "detect": f.detect, "floor": f.floor, "tier": f.tier}
-            for f, _ in self.families
-        ]
+        return [{"family": f.name, "detect": f.detect, "floor": f.floor, "tier": f.tier} for f, _ in self.families]
 
     @staticmethod
     def _warning(model: str) -> str:
-        return (
-            f'Model "{model[:100]}" is not in a verified tier. '
-            "Sidecar extraction may be unreliable."
-        )
+        return f'Model "{model[:100]}" is not in a verified tier. Sidecar extraction may be unreliable.'

@@ -148,9 +148,7 @@ class ValidatedSidecar:
                 "new_open_questions": len(self.new_open_questions),
                 "style_signals": self.style_signal_count,
             },
-            "skipped": [
-                {"section": s.section, "index": s.index, "reason": s.reason} for s in self.skipped
-            ],
+            "skipped": [{"section": s.section, "index": s.index, "reason": s.reason} for s in self.skipped],
         }
 
 
@@ -162,9 +160,7 @@ def _rejected(status: ParseStatus, reason: str) -> ValidatedSidecar:
     return ValidatedSidecar(status=status, accepted=False, rejected_reason=reason)
 
 
-def validate_sidecar(
-    raw: str | None, status: ParseStatus, *, max_chars: int = 32_000
-) -> ValidatedSidecar:
+def validate_sidecar(raw: str | None, status: ParseStatus, *, max_chars: int = 32_000) -> ValidatedSidecar:
     """Parse, repair if needed, and validate every section; never raises on bad input."""
     if status is ParseStatus.MISSING or raw is None:
         return _rejected(ParseStatus.MISSING, "no sidecar in the answer")
@@ -194,15 +190,11 @@ def validate_sidecar(
     out = ValidatedSidecar(status=status, accepted=True, turn_signal=signal)
     out.topic_shift = data.get("topic_shift") is True
     label = data.get("topic_label")
-    out.topic_label = (
-        label.strip()[:MAX_LABEL] if isinstance(label, str) and label.strip() else None
-    )
+    out.topic_label = label.strip()[:MAX_LABEL] if isinstance(label, str) and label.strip() else None
     out.new_beliefs = _section(data, "new_beliefs", _new_belief, out.skipped)
     out.belief_updates = _section(data, "belief_updates", _belief_update, out.skipped)
     out.entity_updates = _section(data, "entity_updates", _entity_update, out.skipped)
-    out.alias_candidates = _section(
-        data, "possible_alias_candidates", _alias_candidate, out.skipped
-    )
+    out.alias_candidates = _section(data, "possible_alias_candidates", _alias_candidate, out.skipped)
     out.resolved_open_questions = _section(data, "resolved_open_questions", _id_value, out.skipped)
     out.new_open_questions = _section(data, "new_open_questions", _open_question, out.skipped)
     out.style_signal_count = len(_section(data, "style_signals", _any_object, out.skipped))
@@ -233,9 +225,7 @@ def _section(data: dict[str, Any], name: str, check: Any, skipped: list[Skip]) -
         return []
     limit = SECTION_LIMITS[name]
     if len(items) > limit:
-        skipped.append(
-            Skip(name, None, f"{len(items) - limit} items over the limit of {limit} dropped")
-        )
+        skipped.append(Skip(name, None, f"{len(items) - limit} items over the limit of {limit} dropped"))
     out: list[Any] = []
     for index, item in enumerate(items[:limit]):
         try:
@@ -267,9 +257,7 @@ def _text(item: dict[str, Any], key: str, limit: int, *, required: bool = True) 
     return value
 
 
-def _name(
-    item: dict[str, Any], key: str = "canonical_name", *, required: bool = True
-) -> str | None:
+def _name(item: dict[str, Any], key: str = "canonical_name", *, required: bool = True) -> str | None:
     value = _text(item, key, MAX_NAME_CHARS, required=required)
     if value is None:
         return None
@@ -327,9 +315,7 @@ def _confidence(value: Any) -> float:
 def _new_belief(raw: Any) -> NewBelief:
     item = _obj(raw)
     kind = _enum(item.get("type"), BeliefType, "type")
-    subtype = (
-        None if item.get("subtype") is None else _enum(item.get("subtype"), Subtype, "subtype")
-    )
+    subtype = None if item.get("subtype") is None else _enum(item.get("subtype"), Subtype, "subtype")
     if subtype is not None and kind is not BeliefType.PREFERENCE:
         raise _Bad("subtype is only valid on preference beliefs")
     if kind is BeliefType.RELATION:
@@ -378,17 +364,11 @@ def _entity_update(raw: Any) -> EntityUpdate:
 
 def _alias_candidate(raw: Any) -> AliasCandidate:
     item = _obj(raw)
-    surface = _aliases(
-        [item.get("surface")] if isinstance(item.get("surface"), str) else None, "surface"
-    )
+    surface = _aliases([item.get("surface")] if isinstance(item.get("surface"), str) else None, "surface")
     if not surface:
         raise _Bad("surface must be a short string")
     entities = item.get("possible_entities")
-    if (
-        not isinstance(entities, list)
-        or not entities
-        or not all(isinstance(e, str) for e in entities)
-    ):
+    if not isinstance(entities, list) or not entities or not all(isinstance(e, str) for e in entities):
         raise _Bad("possible_entities must be a non-empty array of strings")
     names = [n for n in (normalize_canonical_name(e) for e in entities[:5]) if n]
     confidence = item.get("confidence")

@@ -125,6 +125,7 @@ class TurnContext:
     gate: GateDecision
     user_message: str
     injected_ids: list[str] = field(default_factory=list)
+    tiers: dict[str, list[str]] = field(default_factory=dict)
     degraded: list[str] = field(default_factory=list)
     turn_id: str = field(default_factory=lambda: f"turn-{uuid.uuid4().hex}")
 
@@ -141,6 +142,7 @@ class TurnContext:
             "turn_id": self.turn_id if recorded else None,
             "scope": self.scopes,
             "injected_belief_ids": self.injected_ids,
+            "injected_tiers": self.tiers,
             "parse_status": parse_status,
             "extraction": self._extraction(parse_status, recorded),
             "degraded": bool(self.degraded),
@@ -270,6 +272,11 @@ class ChatProxy:
             ctx.degraded.append("memory unavailable: recall failed")
             return None
         ctx.injected_ids = found.result.injected_ids
+        ctx.tiers = {
+            "pinned": found.result.pinned_ids,
+            "relevant": found.result.relevant_ids,
+            "questions": found.result.question_ids,
+        }
         return found.block
 
     async def complete(self, ctx: TurnContext, forwarded: dict[str, Any]) -> dict[str, Any]:

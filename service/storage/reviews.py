@@ -72,7 +72,7 @@ class ReviewStore:
                     body=item.model_dump(mode="json"),
                     routing=item.tenant_id,
                     op_type="create",
-                    refresh="wait_for",
+                    refresh="true",
                 )
             except Exception as exc:
                 if getattr(exc, "status_code", None) == 409:
@@ -84,9 +84,7 @@ class ReviewStore:
         """By key (workers: the key embeds the tenant); None if absent."""
         with translate_errors("read a review item"):
             try:
-                hit = self.client.get(
-                    index=self.alias, id=_doc_id(tenant_id, review_id), routing=tenant_id
-                )
+                hit = self.client.get(index=self.alias, id=_doc_id(tenant_id, review_id), routing=tenant_id)
             except Exception as exc:
                 if getattr(exc, "status_code", None) == 404:
                     return None
@@ -108,7 +106,7 @@ class ReviewStore:
                     routing=item.tenant_id,
                     if_seq_no=seq_no,
                     if_primary_term=primary_term,
-                    refresh="wait_for",
+                    refresh="true",
                 )
             except Exception as exc:
                 if getattr(exc, "status_code", None) == 409:
@@ -141,9 +139,7 @@ class ReviewStore:
             "sort": [{"created_at": "desc"}, {"review_id": "asc"}],
         }
         with translate_errors("list review items"):
-            rows = self.client.search(
-                index=self.alias, body=body, routing=access.routing(principal)
-            )
+            rows = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
         return [ReviewItem.model_validate(r["_source"]) for r in rows["hits"]["hits"]]
 
     def get(self, principal: Principal, review_id: str, *, tenant_wide: bool = False) -> ReviewItem:
@@ -159,9 +155,7 @@ class ReviewStore:
             },
         }
         with translate_errors("read a review item"):
-            rows = self.client.search(
-                index=self.alias, body=body, routing=access.routing(principal)
-            )
+            rows = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
         hits = rows["hits"]["hits"]
         if not hits:
             raise NotFound(f"review item {review_id!r} not found")

@@ -1,6 +1,8 @@
 """All OpenSearch access for conversation turns (``<namespace>-turns``).
 
-A turn is written with ``refresh=wait_for`` *before* its extraction task is enqueued, keyed
+A turn is written *before* its extraction task is enqueued (the index call returns once the
+write is in the translog, i.e. durable; no refresh is waited for, so the proxy adds no refresh
+latency), keyed
 ``<tenant>:<turn id>`` and routed by tenant, so a task carrying ``(tenant_id, turn_id)`` can only
 ever read a turn of that tenant. Reads for callers take their filters from :mod:`access`; the
 maintenance sweep uses :func:`access.maintenance_filters` and yields keys only.
@@ -18,7 +20,6 @@ from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, NotFound
 from service.storage import access
-from service.storage.access import ScopeView
 from service.storage.client import translate_errors
 from service.storage.templates import IndexFamily
 
@@ -73,7 +74,7 @@ class TurnStore:
         self.alias = TURNS.alias(namespace)
 
     def create(self, turn: TurnRecord) -> None:
-        """Durably record a new turn (visible to searches on return). Conflict if the id exists."""
+        """Durably record a new turn (readable by key at once). Conflict if the id exists."""
         with translate_errors("record a turn"):
             try:
                 self.client.index(
@@ -82,7 +83,7 @@ class TurnStore:
                     body=turn.model_dump(mode="json"),
                     routing=turn.tenant_id,
                     op_type="create",
-                    refresh="wait_for",
+                    refresh="false",
                 )
             except Exception as exc:
                 if getattr(exc, "status_code", None) == 409:
@@ -93,9 +94,7 @@ class TurnStore:
         """A turn by key, with its concurrency token. The key embeds the tenant."""
         with translate_errors("read a turn"):
             try:
-                hit = self.client.get(
-                    index=self.alias, id=_doc_id(tenant_id, turn_id), routing=tenant_id
-                )
+                hit = self.client.get(index=self.alias, id=_doc_id(tenant_id, turn_id), routing=tenant_id)
             except Exception as exc:
                 if getattr(exc, "status_code", None) == 404:
                     raise NotFound(f"turn {turn_id!r} not found") from exc
@@ -117,7 +116,7 @@ class TurnStore:
                     routing=turn.tenant_id,
                     if_seq_no=seq_no,
                     if_primary_term=primary_term,
-                    refresh="wait_for",
+                    refresh="false",
                 )
             except Exception as exc:
                 if getattr(exc, "status_code", None) == 409:
@@ -125,24 +124,15 @@ class TurnStore:
                 raise
 
     def get(self, principal: Principal, turn_id: str) -> TurnRecord:
-        """A turn the principal may see (its own, in scopes it can see)."""
-        filters = access.access_filters(principal, ScopeView.everything())
-        body = {
-            "size": 1,
-            "query": {"bool": {"filter": [*filters, {"term": {"turn_id": turn_id}}]}},
-        }
-        with translate_errors("read a turn"):
-            hits = self.client.search(
-                index=self.alias, body=body, routing=access.routing(principal)
-            )
-        rows = hits["hits"]["hits"]
-        if not rows:
+        """A turn of the principal (real-time, by key: the key embeds the principal's tenant).
+        Another user's turn is indistinguishable from a missing one, except for the tenant's
+        admins."""
+        turn, _, _ = self.load(access.routing(principal), turn_id)
+        if turn.owner_id != principal.user_id and not principal.is_admin:
             raise NotFound(f"turn {turn_id!r} not found")
-        return TurnRecord.model_validate(rows[0]["_source"])
+        return turn
 
-    def stale_keys(
-        self, *, older_than_s: int, max_attempts: int, limit: int = 200
-    ) -> list[tuple[str, str]]:
+    def stale_keys(self, *, older_than_s: int, max_attempts: int, limit: int = 200) -> list[tuple[str, str]]:
         """Maintenance sweep: ``(tenant_id, turn_id)`` of turns whose extraction never finished."""
         cutoff = (utcnow() - timedelta(seconds=older_than_s)).isoformat()
         body = {
