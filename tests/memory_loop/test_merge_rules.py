@@ -1,0 +1,328 @@
+"""The paper's merge rules (§4.5) on a real store: confidence floor, reinforcement with aliases,
+conflicts to the review queue (never overwritten), explicit supersede with inherited aliases and
+counter-signals, entity updates within the alias cap, open questions, promotion, audit."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.state import Services
+from service.config import Settings
+from service.domain.belief import Belief, EpistemicStatus, utcnow
+from service.domain.principal import Principal, Role
+from service.extraction.audit import StoreAudit
+from service.extraction.merge import BeliefMerger, MergeContext, MergeReport
+from service.extraction.sidecar import ParseStatus
+from service.extraction.validator import validate_sidecar
+from service.recall.context import ContextBuilder
+from service.storage.audit import AuditQuery
+from service.storage.reviews import ReviewStore
+from tests.api.conftest import Team, ok
+from tests.factories import make_belief, put_all
+from tests.memory_loop.conftest import new_belief
+
+
+@pytest.fixture
+def merger(loop_services: Services, loop_settings: Settings) -> BeliefMerger:
+    reviews = ReviewStore(loop_services.opensearch, loop_settings.opensearch_namespace)
+    return BeliefMerger(loop_services.store, reviews, loop_settings.loop, StoreAudit(loop_services.audit))
+
+
+def run(merger: BeliefMerger, who: Principal, **sections: Any) -> MergeReport:
+    payload = {"turn_signal": "substantive", **sections}
+    validated = validate_sidecar(json.dumps(payload), ParseStatus.PARSED)
+    assert validated.accepted, validated.rejected_reason
+    ctx = MergeContext(who, "sess", f"turn-{uuid.uuid4().hex[:8]}", "gpt-4o", ["domain:code"])
+    return merger.apply(ctx, validated)
+
+
+def outcomes(report: MergeReport) -> list[str]:
+    return [op.outcome for op in report.ops]
+
+
+def alice(team: Team) -> Principal:
+    return Principal(tenant_id=team.tenant, user_id="alice", projects=frozenset({"pay"}))
+
+
+def test_confidence_floor(merger: BeliefMerger, crew: Team, loop_services: Services) -> None:
+    report = run(
+        merger,
+        alice(crew),
+        new_beliefs=[
+            new_belief("weak_guess", "Maybe uses Kafka.", confidence=0.34),
+            new_belief("floor_fact", "Uses Kafka.", confidence=0.35),
+        ],
+    )
+    assert outcomes(report) == ["skipped_low_confidence", "inserted"]
+    stored = loop_services.store.get(alice(crew), str(report.ops[1].belief_id))
+    assert stored.canonical_name == "floor_fact"
+    assert stored.provenance.source_model == "gpt-4o"
+    assert stored.change_log[0].trigger == "created (extraction)"
+
+
+def test_same_content_reinforces_and_adds_aliases(merger: BeliefMerger, crew: Team, loop_services: Services) -> None:
+    put_all(
+        loop_services.store,
+        make_belief(
+            crew.tenant,
+            "alice",
+            "redis_cache",
+            id="b-redis",
+            type="entity",
+            aliases=["redis"],
+            content="Redis is the cache.",
+        ),
+    )
+    report = run(
+        merger,
+        alice(crew),
+        new_beliefs=[
+            new_belief("redis_cache", "redis is the cache", type="entity", aliases=["cache store"]),
+            new_belief("Redis", "Redis is the cache!", type="entity", aliases=["kv"]),  # matched via its alias
+        ],
+    )
+    assert outcomes(report) == ["reinforced", "reinforced"]
+    belief = loop_services.store.get(alice(crew), "b-redis")
+    assert belief.aliases == ["redis", "cache store", "kv"]
+    assert belief.reinforcement_count == 1  # one turn reinforces once
+    assert belief.content == "Redis is the cache."
+
+
+def test_different_content_goes_to_the_review_queue_and_admins_resolve_it(
+    merger: BeliefMerger, crew: Team, loop_services: Services, api: TestClient
+) -> None:
+    put_all(
+        loop_services.store,
+        make_belief(
+            crew.tenant,
+            "alice",
+            "ci_runner",
+            id="b-ci",
+            type="decision",
+            aliases=["ci"],
+            content="CI runs on Jenkins.",
+            confidence=0.8,
+        ),
+    )
+    report = run(
+        merger, alice(crew), new_beliefs=[new_belief("ci_runner", "CI runs on GitHub Actions.", confidence=0.75)]
+    )
+    assert outcomes(report) == ["conflict_queued"]
+    assert loop_services.store.get(alice(crew), "b-ci").content == "CI runs on Jenkins."  # never overwritten
+    mine = ok(api.get("/v1/reviews", headers=crew.h("alice")))
+    assert [r["belief_id"] for r in mine] == ["b-ci"]
+    assert mine[0]["paper_outcome"] == "flagged_conflict"
+    assert ok(api.get("/v1/reviews", headers=crew.h("bob"))) == []
+    assert api.get("/v1/admin/reviews", headers=crew.h("alice")).status_code == 403
+    queue = ok(api.get("/v1/admin/reviews", params={"kind": "conflict"}, headers=crew.h("carol")))
+    assert [r["review_id"] for r in queue] == [mine[0]["review_id"]]
+    bad = api.post(
+        f"/v1/admin/reviews/{mine[0]['review_id']}/resolve", json={"action": "apply_alias"}, headers=crew.h("carol")
+    )
+    assert bad.status_code == 422
+    resolved = ok(
+        api.post(
+            f"/v1/admin/reviews/{mine[0]['review_id']}/resolve",
+            json={"action": "accept_proposed"},
+            headers=crew.h("carol"),
+        )
+    )
+    assert resolved["status"] == "resolved"
+    old = loop_services.store.get(alice(crew), "b-ci")
+    new = loop_services.store.get(alice(crew), resolved["result_belief_id"])
+    assert old.superseded_by == new.id
+    assert old.epistemic_status is EpistemicStatus.SUPERSEDED
+    assert new.content == "CI runs on GitHub Actions."
+    assert new.aliases == ["ci"]
+    again = api.post(
+        f"/v1/admin/reviews/{mine[0]['review_id']}/resolve", json={"action": "dismiss"}, headers=crew.h("carol")
+    )
+    assert again.status_code == 409
+
+
+def test_explicit_supersede_inherits_aliases_and_old_name_as_counter_signal(
+    merger: BeliefMerger, crew: Team, loop_services: Services, loop_settings: Settings
+) -> None:
+    put_all(
+        loop_services.store,
+        make_belief(
+            crew.tenant,
+            "alice",
+            "linting_eslint",
+            id="b-lint",
+            aliases=["eslint", "lint"],
+            content="Uses ESLint.",
+            pinned=True,
+        ),
+    )
+    report = run(
+        merger,
+        alice(crew),
+        belief_updates=[
+            {
+                "belief_id": "b-lint",
+                "change": "superseded",
+                "new_content": "Uses Biome.",
+                "new_canonical_name": "linting_biome",
+            }
+        ],
+    )
+    assert outcomes(report) == ["superseded"]
+    old = loop_services.store.get(alice(crew), "b-lint")
+    new = loop_services.store.get(alice(crew), str(report.ops[0].belief_id))
+    assert old.superseded_by == new.id
+    assert (new.canonical_name, new.content, new.pinned, new.supersedes) == (
+        "linting_biome",
+        "Uses Biome.",
+        True,
+        "b-lint",
+    )
+    assert new.aliases == ["eslint", "lint", "linting eslint"]
+    assert new.change_log[0].previous_content == "Uses ESLint."
+    # a query in the old vocabulary now reaches the active belief, never the superseded one
+    recall = ContextBuilder(loop_services.store, loop_settings.recall).build(
+        alice(crew), ["domain:code"], "should I configure eslint?"
+    )
+    assert recall.pinned_ids == [new.id]
+    # a second supersede of the retired belief is refused
+    assert outcomes(run(merger, alice(crew), belief_updates=[{"belief_id": "b-lint", "change": "superseded"}])) == [
+        "skipped"
+    ]
+
+
+def test_user_edited_beliefs_are_never_superseded_by_extraction(
+    merger: BeliefMerger, crew: Team, loop_services: Services
+) -> None:
+    put_all(
+        loop_services.store,
+        make_belief(crew.tenant, "alice", "tone", id="b-tone", user_edited=True, content="Be terse."),
+    )
+    report = run(
+        merger,
+        alice(crew),
+        belief_updates=[{"belief_id": "b-tone", "change": "superseded", "new_content": "Be chatty."}],
+    )
+    assert outcomes(report) == ["conflict_queued"]
+    assert loop_services.store.get(alice(crew), "b-tone").is_live
+
+
+def test_entity_update_respects_the_alias_cap(merger: BeliefMerger, crew: Team, loop_services: Services) -> None:
+    put_all(
+        loop_services.store,
+        make_belief(
+            crew.tenant, "alice", "kubernetes", id="b-k8s", type="entity", aliases=[f"alias {i}" for i in range(24)]
+        ),
+    )
+    report = run(
+        merger,
+        alice(crew),
+        entity_updates=[{"canonical_name": "kubernetes", "new_aliases": ["k8s", "kube", "alias 3", "eks"]}],
+    )
+    assert outcomes(report) == ["aliases_added"]
+    assert "alias cap reached" in (report.ops[0].detail or "")
+    belief = loop_services.store.get(alice(crew), "b-k8s")
+    assert len(belief.aliases) == 25
+    assert belief.aliases[-1] == "k8s"
+    assert "alias cap 25 reached" in (belief.change_log[-1].note or "")
+    assert outcomes(run(merger, alice(crew), entity_updates=[{"canonical_name": "nope", "new_aliases": ["x"]}])) == [
+        "not_found"
+    ]
+
+
+def test_open_questions_created_and_resolved(
+    merger: BeliefMerger, crew: Team, loop_services: Services, loop_settings: Settings
+) -> None:
+    report = run(
+        merger,
+        alice(crew),
+        new_open_questions=[
+            {"canonical_name": "auth_tokens", "content": "JWT or opaque tokens?", "scope": ["domain:code"]}
+        ],
+    )
+    qid = str(report.ops[0].belief_id)
+    question = loop_services.store.get(alice(crew), qid)
+    assert (question.type.value, question.confidence, question.pinned, question.aliases) == (
+        "open_question",
+        0.7,
+        True,
+        [],
+    )
+    builder = ContextBuilder(loop_services.store, loop_settings.recall)
+    assert builder.build(alice(crew), ["domain:code"], "anything").question_ids == [qid]
+    report = run(
+        merger, alice(crew), new_beliefs=[new_belief("auth_token_choice", "Opaque tokens.", resolves_open_question=qid)]
+    )
+    assert outcomes(report) == ["inserted"]
+    assert loop_services.store.get(alice(crew), qid).resolved_at is not None
+    assert builder.build(alice(crew), ["domain:code"], "anything").question_ids == []
+
+
+def test_inferred_promotion_needs_count_and_age(merger: BeliefMerger, crew: Team, loop_services: Services) -> None:
+    old = utcnow() - timedelta(days=3)
+    put_all(
+        loop_services.store,
+        make_belief(
+            crew.tenant,
+            "alice",
+            "prefers_tables",
+            id="b-old",
+            epistemic_status="inferred",
+            reinforcement_count=4,
+            content="Prefers tables.",
+            created_at=old,
+        ),
+        make_belief(
+            crew.tenant,
+            "alice",
+            "prefers_lists",
+            id="b-young",
+            epistemic_status="inferred",
+            reinforcement_count=9,
+            content="Prefers lists.",
+        ),
+    )
+    run(
+        merger,
+        alice(crew),
+        belief_updates=[
+            {"belief_id": "b-old", "change": "reinforced"},
+            {"belief_id": "b-young", "change": "reinforced"},
+        ],
+    )
+    promoted = loop_services.store.get(alice(crew), "b-old")
+    assert promoted.epistemic_status is EpistemicStatus.ACTIVE
+    assert promoted.change_log[-1].trigger == "promoted: inferred -> active"
+    assert loop_services.store.get(alice(crew), "b-young").epistemic_status is EpistemicStatus.INFERRED
+
+
+def test_every_change_is_audited(merger: BeliefMerger, crew: Team, loop_services: Services) -> None:
+    report = run(merger, alice(crew), new_beliefs=[new_belief("audited_fact", "Audited.")])
+    belief_id = str(report.ops[0].belief_id)
+    run(merger, alice(crew), belief_updates=[{"belief_id": belief_id, "change": "reinforced"}])
+    loop_services.opensearch.indices.refresh(index=loop_services.audit.alias)
+    admin = Principal(tenant_id=crew.tenant, user_id="carol", roles=frozenset({Role.ADMIN}))
+    events, _ = loop_services.audit.search(admin, AuditQuery(belief_id=belief_id), size=20, after=None)
+    assert {e.action for e in events} >= {"belief.created", "belief.reinforced"}
+
+
+def test_shared_scope_needs_a_grant(merger: BeliefMerger, crew: Team, loop_services: Services) -> None:
+    report = run(
+        merger,
+        alice(crew),
+        new_beliefs=[
+            new_belief("pay_ledger", "Ledger in Postgres.", scope=["project:pay"]),
+            new_belief("secret_plan", "Other project.", scope=["project:other"]),
+        ],
+    )
+    assert outcomes(report) == ["inserted", "inserted"]
+    ledger = loop_services.store.get(alice(crew), str(report.ops[0].belief_id))
+    other = loop_services.store.get(alice(crew), str(report.ops[1].belief_id))
+    assert ledger.scope == ["project:pay"]
+    assert other.scope == ["domain:code"]  # no grant for project:other: falls back to the session scope
+    assert isinstance(ledger, Belief)
