@@ -195,9 +195,7 @@ def worker(
         proc.stop()
 
 
-def wait_turn(
-    api: TestClient, headers: dict[str, str], turn_id: str, timeout: float = 30.0
-) -> dict[str, Any]:
+def wait_turn(api: TestClient, headers: dict[str, str], turn_id: str, timeout: float = 30.0) -> dict[str, Any]:
     """Poll a turn until its extraction is final (done / skipped / failed)."""
     deadline = time.monotonic() + timeout
     body: dict[str, Any] = {}
@@ -254,5 +252,3 @@ def new_belief(name: str, content: str, **extra: Any) -> dict[str, Any]:
         "resolves_open_question": None,
         **extra,
     }
-
-

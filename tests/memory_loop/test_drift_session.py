@@ -47,9 +47,7 @@ def _sidecar_for(turn: Any) -> str:
             ]
         )
     if turn.add_aliases:
-        return sidecar(
-            entity_updates=[{"canonical_name": "redis_cache", "new_aliases": turn.add_aliases[1]}]
-        )
+        return sidecar(entity_updates=[{"canonical_name": "redis_cache", "new_aliases": turn.add_aliases[1]}])
     return sidecar()
 
 
@@ -120,9 +118,7 @@ def test_paper_drift_session_through_the_proxy(
             if not verdict.passed:
                 failures.append(f"{verdict.case_id}: {verdict.failures}")
             assert verdict.drift in (None, 0.0)
-            done = wait_turn(
-                api, headers, tenure["turn_id"]
-            )  # extraction lands before the next turn
+            done = wait_turn(api, headers, tenure["turn_id"])  # extraction lands before the next turn
             assert done["extraction_status"] == "done", done
             for op in done["result"]["merge"]["ops"]:
                 assert op["outcome"] in ("inserted", "aliases_added"), op
@@ -146,8 +142,6 @@ def _tenure(response: Any, *, stream: bool) -> dict[str, Any]:
         return tenure
     import json
 
-    events = [
-        json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")
-    ]
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
     assert "<<<" not in response.text
     return dict(events[-1]["tenure"])

@@ -15,9 +15,7 @@ from tests.api.conftest import Team, make_team, ok
 from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn, wait_until
 
 
-def post_turn(
-    api: TestClient, headers: dict[str, str], answer: str, **extra: Any
-) -> dict[str, Any]:
+def post_turn(api: TestClient, headers: dict[str, str], answer: str, **extra: Any) -> dict[str, Any]:
     body = {
         "model": "gpt-4o",
         "scope": ["domain:code"],
@@ -35,12 +33,8 @@ def beliefs_named(api: TestClient, headers: dict[str, str], name: str) -> list[d
     return [b for b in items if b["canonical_name"] == name]
 
 
-def test_turn_is_recorded_then_extracted(
-    api: TestClient, crew: Team, worker: WorkerProcess
-) -> None:
-    answer = "Noted." + sidecar(
-        new_beliefs=[new_belief("redis_eviction", "Uses allkeys-lru.", aliases=["lru"])]
-    )
+def test_turn_is_recorded_then_extracted(api: TestClient, crew: Team, worker: WorkerProcess) -> None:
+    answer = "Noted." + sidecar(new_beliefs=[new_belief("redis_eviction", "Uses allkeys-lru.", aliases=["lru"])])
     posted = post_turn(api, crew.h("alice"), answer)
     assert posted["visible"] == "Noted."
     assert posted["parse_status"] == "parsed"
@@ -64,9 +58,7 @@ def test_rerunning_a_turn_does_not_double_apply(
 ) -> None:
     seed = "Seeded." + sidecar(new_beliefs=[new_belief("ci_matrix", "CI runs tests in a matrix.")])
     wait_turn(api, crew.h("alice"), post_turn(api, crew.h("alice"), seed)["turn_id"])
-    again = "Yes." + sidecar(
-        new_beliefs=[new_belief("ci_matrix", "CI runs tests in a matrix.", aliases=["matrix"])]
-    )
+    again = "Yes." + sidecar(new_beliefs=[new_belief("ci_matrix", "CI runs tests in a matrix.", aliases=["matrix"])])
     turn_id = post_turn(api, crew.h("alice"), again)["turn_id"]
     wait_turn(api, crew.h("alice"), turn_id)
     [belief] = beliefs_named(api, crew.h("alice"), "ci_matrix")
@@ -92,18 +84,14 @@ def test_task_without_tenant_fails_closed(
     loop_settings: Settings,
     loop_services: Services,
 ) -> None:
-    answer = "Ok." + sidecar(
-        new_beliefs=[new_belief("no_tenant_probe", "Should never be written.")]
-    )
+    answer = "Ok." + sidecar(new_beliefs=[new_belief("no_tenant_probe", "Should never be written.")])
     turn_id = post_turn(api, crew.h("alice"), answer)["turn_id"]
     wait_turn(api, crew.h("alice"), turn_id)  # the legitimate task
     queue = TaskQueue(loop_settings)
     for bad in (None, "", "../other", 17):
         queue._send("beliefs.extract", [bad, turn_id], queue.heavy)
     queue._send("beliefs.extract", [], queue.heavy)
-    wait_until(
-        lambda: worker.log_path.read_text().count("refused: no valid tenant_id") >= 4, timeout=20
-    )
+    wait_until(lambda: worker.log_path.read_text().count("refused: no valid tenant_id") >= 4, timeout=20)
     assert "MissingTenant" in worker.log_path.read_text()
 
 
@@ -111,16 +99,12 @@ def test_extraction_for_one_tenant_never_touches_another(
     api: TestClient, crew: Team, other_crew: Team, worker: WorkerProcess
 ) -> None:
     for team in (crew, other_crew):
-        seed = "ok" + sidecar(
-            new_beliefs=[new_belief("auth_service", f"Auth by {team.tenant}.", aliases=["auth"])]
-        )
+        seed = "ok" + sidecar(new_beliefs=[new_belief("auth_service", f"Auth by {team.tenant}.", aliases=["auth"])])
         wait_turn(api, team.h("alice"), post_turn(api, team.h("alice"), seed)["turn_id"])
     [theirs] = beliefs_named(api, other_crew.h("alice"), "auth_service")
     # crew's alice reinforces, adds aliases, supersedes by id: the other tenant's id is unknown here
     hostile = "ok" + sidecar(
-        belief_updates=[
-            {"belief_id": theirs["id"], "change": "superseded", "new_content": "pwned"}
-        ],
+        belief_updates=[{"belief_id": theirs["id"], "change": "superseded", "new_content": "pwned"}],
         entity_updates=[{"canonical_name": "auth_service", "new_aliases": ["login"]}],
         new_beliefs=[new_belief("auth_service", f"Auth by {crew.tenant}.", aliases=["sso"])],
     )
@@ -142,9 +126,7 @@ def test_extraction_switched_off_for_a_tenant(
 ) -> None:
     team = make_team(api, operator_headers, tenant="t-extraction-off")  # off in loop_settings
     answer = "ok" + sidecar(new_beliefs=[new_belief("x_y", "z")])
-    posted = post_turn(
-        api, team.h("alice"), answer, model="gpt-3.5-turbo"
-    )  # below floor: not gated
+    posted = post_turn(api, team.h("alice"), answer, model="gpt-3.5-turbo")  # below floor: not gated
     assert posted["extraction_status"] == "skipped"
     assert posted["visible"] == "ok"
     assert beliefs_named(api, team.h("alice"), "x_y") == []

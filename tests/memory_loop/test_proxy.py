@@ -50,9 +50,7 @@ def test_non_streaming_injects_strips_and_records(
     api: TestClient, crew: Team, llm: ScriptedLLM, worker: WorkerProcess
 ) -> None:
     redis_id = seed_redis(api, crew.h("alice"))
-    reply = (
-        ANSWER + "\n\n" + sidecar(new_beliefs=[new_belief("redis_eviction_policy", "allkeys-lru.")])
-    )
+    reply = ANSWER + "\n\n" + sidecar(new_beliefs=[new_belief("redis_eviction_policy", "allkeys-lru.")])
     llm.script(Reply(content=reply))
     messages = [
         {"role": "system", "content": "You are terse."},
@@ -94,23 +92,13 @@ def test_non_streaming_injects_strips_and_records(
 def _sse(response: Any) -> tuple[str, list[dict[str, Any]], str]:
     raw = response.text
     events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
-    content = "".join(
-        (e["choices"][0].get("delta") or {}).get("content") or ""
-        for e in events
-        if e.get("choices")
-    )
+    content = "".join((e["choices"][0].get("delta") or {}).get("content") or "" for e in events if e.get("choices"))
     return raw, events, content
 
 
 @pytest.mark.parametrize("sizes", [[1], [3], [17], [18], [19], [5, 1, 13, 2], [10_000]])
-def test_streaming_never_leaks_the_sidecar(
-    api: TestClient, crew: Team, llm: ScriptedLLM, sizes: list[int]
-) -> None:
-    reply = (
-        ANSWER
-        + "\n"
-        + sidecar(entity_updates=[{"canonical_name": "redis_cache", "new_aliases": ["lru"]}])
-    )
+def test_streaming_never_leaks_the_sidecar(api: TestClient, crew: Team, llm: ScriptedLLM, sizes: list[int]) -> None:
+    reply = ANSWER + "\n" + sidecar(entity_updates=[{"canonical_name": "redis_cache", "new_aliases": ["lru"]}])
     llm.script(Reply(content=reply, chunk_sizes=sizes))
     response = chat(api, crew.h("alice"), "eviction?", stream=True)
     assert response.status_code == 200
@@ -126,12 +114,8 @@ def test_streaming_never_leaks_the_sidecar(
     assert events[-2]["choices"][0]["finish_reason"] == "stop"
 
 
-def test_streaming_truncated_and_missing_sidecars(
-    api: TestClient, crew: Team, llm: ScriptedLLM
-) -> None:
-    llm.script(
-        Reply(content=ANSWER + BEGIN + '{"turn_signal": "substantive", "new_bel', chunk_sizes=[2])
-    )
+def test_streaming_truncated_and_missing_sidecars(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    llm.script(Reply(content=ANSWER + BEGIN + '{"turn_signal": "substantive", "new_bel', chunk_sizes=[2]))
     _, events, content = _sse(chat(api, crew.h("alice"), "x", stream=True))
     assert content == ANSWER
     assert events[-1]["tenure"]["parse_status"] == "needs_repair"
@@ -165,9 +149,7 @@ def test_tier_gate_and_bad_input(api: TestClient, crew: Team, llm: ScriptedLLM) 
     llm.script(Reply(content="hi"))
     warned = chat(api, crew.h("alice"), "x", model="llama-3.1-70b")
     assert warned.status_code == 200
-    assert warned.headers["x-tenure-warning"].startswith(
-        'Model "llama-3.1-70b" is not in a verified tier'
-    )
+    assert warned.headers["x-tenure-warning"].startswith('Model "llama-3.1-70b" is not in a verified tier')
     cases: list[dict[str, Any]] = [
         {"model": "gpt-4o"},
         {"model": "gpt-4o", "messages": []},
@@ -195,9 +177,7 @@ def test_tier_gate_and_bad_input(api: TestClient, crew: Team, llm: ScriptedLLM) 
 
 
 @pytest.fixture
-def broken_store_api(
-    loop_settings: Settings, llm: ScriptedLLM
-) -> Iterator[tuple[TestClient, dict[str, str]]]:
+def broken_store_api(loop_settings: Settings, llm: ScriptedLLM) -> Iterator[tuple[TestClient, dict[str, str]]]:
     """The same service with OpenSearch unreachable (a closed port); JWT auth needs no store."""
     auth = AuthSettings(
         jwt_hs256_secret=SecretStr("degraded-test-secret-0123456789abcdef"),
@@ -206,9 +186,7 @@ def broken_store_api(
     settings = loop_settings.model_copy(
         update={"opensearch_url": "http://127.0.0.1:9", "opensearch_timeout_s": 0.5, "auth": auth}
     )
-    token, _ = TokenVerifier(auth).issue_dev_token(
-        Principal(tenant_id="t-degraded", user_id="dana")
-    )
+    token, _ = TokenVerifier(auth).issue_dev_token(Principal(tenant_id="t-degraded", user_id="dana"))
     with TestClient(create_app(settings)) as client:
         yield client, {"Authorization": f"Bearer {token}"}
 

@@ -56,10 +56,7 @@ def test_unknown_family_is_allowed_with_a_warning() -> None:
     decision = GATE.check("llama-3.1-70b")
     assert decision.outcome is GateOutcome.UNKNOWN_FAMILY
     assert decision.extract
-    assert (
-        decision.warning
-        == 'Model "llama-3.1-70b" is not in a verified tier. Sidecar extraction may be unreliable.'
-    )
+    assert decision.warning == 'Model "llama-3.1-70b" is not in a verified tier. Sidecar extraction may be unreliable.'
 
 
 def test_extraction_off_is_never_gated() -> None:
