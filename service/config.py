@@ -149,6 +149,16 @@ class CelerySettings(BaseSettings):
     queue_prefix: str = "tenure"
 
 
+class CliSettings(BaseSettings):
+    """The ``tenure`` CLI: where the API is and which credential to use."""
+
+    model_config = SettingsConfigDict(env_prefix="TENURE_CLI_", extra="ignore")
+
+    url: str = "http://127.0.0.1:8000"
+    key: SecretStr | None = None
+    timeout_s: float = Field(30.0, gt=0, le=600)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TENURE_", env_file=".env", extra="ignore", env_nested_delimiter="__")
 
