@@ -22,7 +22,9 @@ PAPER_USERS = ("test-user", "other-user", "brand-new-user")
 
 def _ok(response: httpx.Response, status: int = 200) -> Any:
     if response.status_code != status:
-        raise RuntimeError(f"{response.request.method} {response.request.url} -> {response.status_code}: {response.text}")
+        raise RuntimeError(
+            f"{response.request.method} {response.request.url} -> {response.status_code}: {response.text}"
+        )
     return response.json()
 
 
@@ -42,7 +44,9 @@ class HttpBackend:
         if budget is not None:
             body["budget"] = budget.model_dump(by_alias=True, exclude_none=True)
         started = time.perf_counter()
-        result = _ok(self.client.post("/v1/recall", json=body, headers=self.headers(principal.tenant_id, principal.user_id)))
+        result = _ok(
+            self.client.post("/v1/recall", json=body, headers=self.headers(principal.tenant_id, principal.user_id))
+        )
         elapsed = (time.perf_counter() - started) * 1000
         tiers = result["tiers"]
         return Tiers(
@@ -56,13 +60,20 @@ class HttpBackend:
         )
 
 
-def provision(client: httpx.Client, operator: dict[str, str], tenant: str, users: tuple[str, ...] = PAPER_USERS) -> dict[tuple[str, str], str]:
+def provision(
+    client: httpx.Client, operator: dict[str, str], tenant: str, users: tuple[str, ...] = PAPER_USERS
+) -> dict[tuple[str, str], str]:
     """A tenant with the paper's users, each with an API key."""
     _ok(client.post("/v1/admin/tenants", json={"tenant_id": tenant, "name": f"paper {tenant}"}, headers=operator), 201)
     keys: dict[tuple[str, str], str] = {}
     for user in users:
         _ok(client.post(f"/v1/admin/tenants/{tenant}/users", json={"user_id": user}, headers=operator), 201)
-        issued = _ok(client.post(f"/v1/admin/tenants/{tenant}/users/{user}/keys", json={"name": "paper-suite"}, headers=operator), 201)
+        issued = _ok(
+            client.post(
+                f"/v1/admin/tenants/{tenant}/users/{user}/keys", json={"name": "paper-suite"}, headers=operator
+            ),
+            201,
+        )
         keys[(tenant, user)] = issued["key"]
     return keys
 
@@ -105,6 +116,8 @@ def run_over_http(
         principal = Principal(tenant_id=session_tenant, user_id=session.user_id)
         for turn in session.turns:
             tiers = backend.recall(principal, turn.scope, turn.user_message, None)
-            run.sessions.append((session.case_id, turn.index, judge(f"{session.case_id}#{turn.index}", turn.expect, tiers)))
+            run.sessions.append(
+                (session.case_id, turn.index, judge(f"{session.case_id}#{turn.index}", turn.expect, tiers))
+            )
             apply_turn(backend, principal, session.case_id, turn)
     return run

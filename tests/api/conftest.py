@@ -119,7 +119,9 @@ def make_team(client: TestClient, operator: dict[str, str], tenant: str | None =
     keys: dict[str, str] = {}
     for user, grants in USERS.items():
         ok(client.post(f"/v1/admin/tenants/{tenant}/users", json={"user_id": user, **grants}, headers=operator), 201)
-        issued = ok(client.post(f"/v1/admin/tenants/{tenant}/users/{user}/keys", json={"name": "test"}, headers=operator), 201)
+        issued = ok(
+            client.post(f"/v1/admin/tenants/{tenant}/users/{user}/keys", json={"name": "test"}, headers=operator), 201
+        )
         keys[user] = issued["key"]
     return Team(tenant=tenant, keys=keys)
 

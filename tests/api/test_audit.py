@@ -17,8 +17,14 @@ def _audit(client: TestClient, team: Team, services: Services, **params: Any) ->
     return list(ok(client.get("/v1/admin/audit", params=params, headers=team.h("carol")))["items"])
 
 
-def test_writes_are_recorded_with_before_after_and_request_id(client: TestClient, team: Team, services: Services) -> None:
-    created = client.post("/v1/beliefs", json=belief_body("audited", id="b-au"), headers={**team.h("alice"), "X-Request-ID": "req-create-1"})
+def test_writes_are_recorded_with_before_after_and_request_id(
+    client: TestClient, team: Team, services: Services
+) -> None:
+    created = client.post(
+        "/v1/beliefs",
+        json=belief_body("audited", id="b-au"),
+        headers={**team.h("alice"), "X-Request-ID": "req-create-1"},
+    )
     assert created.status_code == 201 and created.headers["X-Request-ID"] == "req-create-1"
     ok(client.post("/v1/beliefs/b-au/pin", headers={**team.h("alice"), "X-Tenure-Session": "sess-9"}))
     events = _audit(client, team, services, belief_id="b-au")
@@ -32,7 +38,13 @@ def test_writes_are_recorded_with_before_after_and_request_id(client: TestClient
 
 def test_recall_writes_an_injection_receipt(client: TestClient, team: Team, services: Services) -> None:
     ok(client.post("/v1/beliefs", json=belief_body("kafka_topics", id="b-k"), headers=team.h("alice")), 201)
-    result = ok(client.post("/v1/recall", json={"scopes": ["domain:code"], "query": "kafka topics?", "session_id": "s-42"}, headers=team.h("alice")))
+    result = ok(
+        client.post(
+            "/v1/recall",
+            json={"scopes": ["domain:code"], "query": "kafka topics?", "session_id": "s-42"},
+            headers=team.h("alice"),
+        )
+    )
     receipts = _audit(client, team, services, session_id="s-42", action="recall")
     assert len(receipts) == 1
     receipt = receipts[0]
@@ -69,6 +81,8 @@ def test_provisioning_is_audited_and_operators_may_read_any_tenant(
     client: TestClient, team: Team, services: Services, operator: dict[str, str]
 ) -> None:
     services.audit.refresh()
-    events = ok(client.get("/v1/admin/audit", params={"tenant_id": team.tenant, "action": "key.issue"}, headers=operator))["items"]
+    events = ok(
+        client.get("/v1/admin/audit", params={"tenant_id": team.tenant, "action": "key.issue"}, headers=operator)
+    )["items"]
     assert sorted(e["details"]["user_id"] for e in events) == ["alice", "bob", "carol"]
     assert client.get("/v1/admin/audit", headers=team.h("bob")).status_code == 403

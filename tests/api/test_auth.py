@@ -23,8 +23,15 @@ from tests.api.conftest import HS_SECRET, SigningKeys, Team, auth, ok
 def _claims(team: Team, **over: Any) -> dict[str, Any]:
     now = int(time.time())
     claims = {
-        "iss": "tenure", "aud": "tenure-api", "sub": "alice", "tenant_id": team.tenant,
-        "roles": ["member"], "projects": ["pay"], "iat": now, "nbf": now, "exp": now + 600,
+        "iss": "tenure",
+        "aud": "tenure-api",
+        "sub": "alice",
+        "tenant_id": team.tenant,
+        "roles": ["member"],
+        "projects": ["pay"],
+        "iat": now,
+        "nbf": now,
+        "exp": now + 600,
     }
     claims.update(over)
     return claims
@@ -53,8 +60,13 @@ def _rejected(response: Any) -> None:
 def test_hs256_dev_token_maps_claims_to_principal(client: TestClient, team: Team) -> None:
     me = ok(_whoami(client, _sign("HS256", HS_SECRET.encode(), _claims(team))))
     assert me == {
-        "tenant_id": team.tenant, "user_id": "alice", "roles": ["member"], "projects": ["pay"], "teams": [],
-        "credential": "jwt", "credential_id": None,
+        "tenant_id": team.tenant,
+        "user_id": "alice",
+        "roles": ["member"],
+        "projects": ["pay"],
+        "teams": [],
+        "credential": "jwt",
+        "credential_id": None,
     }
 
 
@@ -172,18 +184,32 @@ def test_revocation_reaches_other_processes_within_cache_bound(
 
 
 def test_key_grants_narrow_and_follow_user_grants(client: TestClient, team: Team, operator: dict[str, str]) -> None:
-    narrow = ok(client.post(f"/v1/admin/tenants/{team.tenant}/users/alice/keys", json={"projects": []}, headers=team.h("carol")), 201)
+    narrow = ok(
+        client.post(
+            f"/v1/admin/tenants/{team.tenant}/users/alice/keys", json={"projects": []}, headers=team.h("carol")
+        ),
+        201,
+    )
     assert ok(client.get("/v1/whoami", headers=auth(narrow["key"])))["projects"] == []
-    too_wide = client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/keys", json={"teams": ["core"]}, headers=team.h("carol"))
+    too_wide = client.post(
+        f"/v1/admin/tenants/{team.tenant}/users/bob/keys", json={"teams": ["core"]}, headers=team.h("carol")
+    )
     assert too_wide.status_code == 422
     # Taking a grant from the user narrows the user's existing keys too (after the cache bound).
-    ok(client.patch(f"/v1/admin/tenants/{team.tenant}/users/bob/grants", json={"remove_projects": ["pay"]}, headers=operator))
+    ok(
+        client.patch(
+            f"/v1/admin/tenants/{team.tenant}/users/bob/grants", json={"remove_projects": ["pay"]}, headers=operator
+        )
+    )
     fresh = ok(client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/keys", json={}, headers=operator), 201)
     assert ok(client.get("/v1/whoami", headers=auth(fresh["key"])))["projects"] == []
 
 
 def test_dev_token_endpoint(client: TestClient, team: Team) -> None:
-    issued = ok(client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/tokens", json={"ttl_s": 120}, headers=team.h("carol")), 201)
+    issued = ok(
+        client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/tokens", json={"ttl_s": 120}, headers=team.h("carol")),
+        201,
+    )
     me = ok(client.get("/v1/whoami", headers=auth(issued["token"])))
     assert (me["tenant_id"], me["user_id"], me["projects"]) == (team.tenant, "bob", ["pay"])
     member = client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/tokens", json={}, headers=team.h("alice"))

@@ -39,7 +39,11 @@ def test_import_paper_seed_json_and_jsonl_keeps_ids(client: TestClient, team: Te
     report = ok(client.post("/v1/beliefs/import", json=records[:10], headers=team.h("alice")))
     assert report["imported"] == [r["_id"] for r in records[:10]] and report["failed"] == {}
     jsonl = "\n".join(json.dumps(r) for r in records[8:]) + "\n"
-    report = ok(client.post("/v1/beliefs/import", content=jsonl, headers={**team.h("alice"), "Content-Type": "application/x-ndjson"}))
+    report = ok(
+        client.post(
+            "/v1/beliefs/import", content=jsonl, headers={**team.h("alice"), "Content-Type": "application/x-ndjson"}
+        )
+    )
     assert sorted(report["imported"]) == sorted(r["_id"] for r in records[10:])
     assert set(report["failed"]) == {records[8]["_id"], records[9]["_id"]}  # already there: only those fail
     assert ok(client.get(f"/v1/beliefs/{records[0]['_id']}", headers=team.h("alice")))["owner_id"] == "alice"
@@ -54,12 +58,17 @@ def test_import_for_another_user_needs_admin(client: TestClient, team: Team) -> 
 
 
 def test_import_rejects_bad_records_with_their_position(client: TestClient, team: Team) -> None:
-    bad = [belief_body("fine") | {"_id": "b-fine"}, {"type": "preference", "content": "no name", "scope": ["domain:code"]}]
+    bad = [
+        belief_body("fine") | {"_id": "b-fine"},
+        {"type": "preference", "content": "no name", "scope": ["domain:code"]},
+    ]
     response = client.post("/v1/beliefs/import", json=bad, headers=team.h("alice"))
     assert response.status_code == 422
     assert response.json()["error"]["details"][0]["loc"][:2] == ["body", 1]
     assert client.get("/v1/beliefs/b-fine", headers=team.h("alice")).status_code == 404  # all or nothing
-    broken = client.post("/v1/beliefs/import", content="{nope\n", headers={**team.h("alice"), "Content-Type": "application/x-ndjson"})
+    broken = client.post(
+        "/v1/beliefs/import", content="{nope\n", headers={**team.h("alice"), "Content-Type": "application/x-ndjson"}
+    )
     assert broken.status_code == 422 and "line 1" in broken.json()["error"]["message"]
 
 
@@ -97,7 +106,12 @@ def test_supersede_carries_counter_signal_aliases(client: TestClient, team: Team
     result = ok(
         client.post(
             "/v1/beliefs/b-orm/supersede",
-            json={"id": "b-raw", "canonical_name": "raw_driver", "content": "Use the raw MongoDB driver.", "aliases": ["mongodb driver"]},
+            json={
+                "id": "b-raw",
+                "canonical_name": "raw_driver",
+                "content": "Use the raw MongoDB driver.",
+                "aliases": ["mongodb driver"],
+            },
             headers=team.h("alice"),
         ),
         201,
@@ -119,15 +133,21 @@ def test_supersede_carries_counter_signal_aliases(client: TestClient, team: Team
 
 def test_reinforce_pin_aliases_retract(client: TestClient, team: Team) -> None:
     _create(client, team, "alice", "tabs_style", id="b-tabs")
-    reinforced = ok(client.post("/v1/beliefs/b-tabs/reinforce", json={"aliases": ["indentation"]}, headers=team.h("alice")))
-    assert reinforced["reinforcement_count"] == 1 and "indentation" in reinforced["aliases"] and reinforced["version"] == 2
+    reinforced = ok(
+        client.post("/v1/beliefs/b-tabs/reinforce", json={"aliases": ["indentation"]}, headers=team.h("alice"))
+    )
+    assert (
+        reinforced["reinforcement_count"] == 1 and "indentation" in reinforced["aliases"] and reinforced["version"] == 2
+    )
     assert ok(client.post("/v1/beliefs/b-tabs/pin", headers=team.h("alice")))["pinned"] is True
     assert _recall_ids(client, team, "alice", ["domain:code"], "hello") == ["b-tabs"]  # pinned tier
     assert ok(client.post("/v1/beliefs/b-tabs/unpin", headers=team.h("alice")))["pinned"] is False
     added = ok(client.post("/v1/beliefs/b-tabs/aliases", json={"aliases": ["Whitespace "]}, headers=team.h("alice")))
     assert "whitespace" in added["aliases"]
     assert _recall_ids(client, team, "alice", ["domain:code"], "whitespace rules?") == ["b-tabs"]
-    assert ok(client.post("/v1/beliefs/b-tabs/retract", json={"reason": "wrong"}, headers=team.h("alice")))["retracted_at"]
+    assert ok(client.post("/v1/beliefs/b-tabs/retract", json={"reason": "wrong"}, headers=team.h("alice")))[
+        "retracted_at"
+    ]
     assert _recall_ids(client, team, "alice", ["domain:code"], "whitespace rules?") == []
     assert client.post("/v1/beliefs/b-tabs/retract", headers=team.h("alice")).status_code == 409
     assert client.post("/v1/beliefs/b-tabs/aliases", json={"aliases": []}, headers=team.h("alice")).status_code == 422
@@ -137,7 +157,9 @@ def test_resolve_open_question(client: TestClient, team: Team) -> None:
     _create(client, team, "alice", "which_queue", id="b-q", type="open_question", pinned=True)
     _create(client, team, "alice", "use_celery", id="b-a", type="decision")
     assert _recall_ids(client, team, "alice", ["domain:code"], "anything") == ["b-q"]
-    resolved = ok(client.post("/v1/beliefs/b-q/resolve", json={"resolved_by": "b-a", "note": "decided"}, headers=team.h("alice")))
+    resolved = ok(
+        client.post("/v1/beliefs/b-q/resolve", json={"resolved_by": "b-a", "note": "decided"}, headers=team.h("alice"))
+    )
     assert resolved["resolved_at"] is not None
     assert _recall_ids(client, team, "alice", ["domain:code"], "anything") == []
     assert client.post("/v1/beliefs/b-q/resolve", headers=team.h("alice")).status_code == 409
@@ -156,13 +178,26 @@ def test_export_jsonl_round_trips(client: TestClient, team: Team, other_team: Te
     assert sorted(json.loads(x)["id"] for x in whole.text.splitlines()) == ["b-1", "b-2", "b-3"]
     assert client.get("/v1/beliefs/export", params={"all": "true"}, headers=team.h("alice")).status_code == 403
     # the export is an import format: it loads into another tenant unchanged
-    ok(client.post("/v1/beliefs/import", content=response.text, headers={**other_team.h("alice"), "Content-Type": "application/x-ndjson"}))
+    ok(
+        client.post(
+            "/v1/beliefs/import",
+            content=response.text,
+            headers={**other_team.h("alice"), "Content-Type": "application/x-ndjson"},
+        )
+    )
     assert ok(client.get("/v1/beliefs/b-2", headers=other_team.h("bob")))["tenant_id"] == other_team.tenant
 
 
-def test_erase_removes_versions_audit_payloads_and_renderings(client: TestClient, team: Team, services: Services) -> None:
+def test_erase_removes_versions_audit_payloads_and_renderings(
+    client: TestClient, team: Team, services: Services
+) -> None:
     _create(client, team, "alice", "secret_thing", id="b-s1", aliases=["codename"])
-    ok(client.post("/v1/beliefs/b-s1/supersede", json={"id": "b-s2", "content": "Second version."}, headers=team.h("alice")), 201)
+    ok(
+        client.post(
+            "/v1/beliefs/b-s1/supersede", json={"id": "b-s2", "content": "Second version."}, headers=team.h("alice")
+        ),
+        201,
+    )
     ok(client.post("/v1/recall", json={"scopes": ["domain:code"], "query": "codename?"}, headers=team.h("alice")))
     services.render_cache.put(team.tenant, "session-1", "rendered block mentioning b-s2")
     assert client.delete("/v1/beliefs/b-s2", headers=team.h("alice")).status_code == 403  # members may not

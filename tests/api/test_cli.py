@@ -27,7 +27,9 @@ def _json(client: TestClient, *argv: str, settings: Settings | None = None) -> A
     return json.loads(out)
 
 
-def test_cli_from_bootstrap_to_audit(client: TestClient, api_settings: Settings, services: Services, tmp_path: Path) -> None:
+def test_cli_from_bootstrap_to_audit(
+    client: TestClient, api_settings: Settings, services: Services, tmp_path: Path
+) -> None:
     root = _json(client, "bootstrap", settings=api_settings)
     assert root["key"].startswith("tnr_") and root["tenant_id"] == "system"
     op = ["--key", root["key"]]
@@ -40,12 +42,29 @@ def test_cli_from_bootstrap_to_audit(client: TestClient, api_settings: Settings,
     dev = _json(client, *op, "issue-key", tenant, "dev")["key"]
 
     corpus = tmp_path / "beliefs.jsonl"
-    record = {"_id": "b-sessions", "type": "decision", "canonical_name": "session_cache", "aliases": ["redis"],
-              "content": "Sessions live in Redis.", "why_it_matters": "Never add sticky sessions.", "scope": ["project:payments"]}
+    record = {
+        "_id": "b-sessions",
+        "type": "decision",
+        "canonical_name": "session_cache",
+        "aliases": ["redis"],
+        "content": "Sessions live in Redis.",
+        "why_it_matters": "Never add sticky sessions.",
+        "scope": ["project:payments"],
+    }
     corpus.write_text(json.dumps(record) + "\n")
     assert _json(client, "--key", lead, "import", str(corpus))["imported"] == ["b-sessions"]
 
-    recalled = _json(client, "--key", dev, "recall", "--scope", "project:payments", "--session", "s-1", "where do sessions go? redis?")
+    recalled = _json(
+        client,
+        "--key",
+        dev,
+        "recall",
+        "--scope",
+        "project:payments",
+        "--session",
+        "s-1",
+        "where do sessions go? redis?",
+    )
     assert recalled["injected_ids"] == ["b-sessions"]
     code, text, _ = _run(client, "--key", dev, "recall", "--scope", "project:payments", "--injection-only", "redis")
     assert code == 0 and "Never add sticky sessions." in text

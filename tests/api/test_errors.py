@@ -33,20 +33,48 @@ def test_framework_errors_share_the_shape(client: TestClient, team: Team) -> Non
 
 
 def test_validation_errors_have_precise_paths(client: TestClient, team: Team) -> None:
-    err = _shape(client.post("/v1/recall", json={"scopes": ["domain:ok", "BAD SCOPE"], "budget": {"maxBeliefs": -1}}, headers=team.h("alice")), 422, "validation_error")
+    err = _shape(
+        client.post(
+            "/v1/recall",
+            json={"scopes": ["domain:ok", "BAD SCOPE"], "budget": {"maxBeliefs": -1}},
+            headers=team.h("alice"),
+        ),
+        422,
+        "validation_error",
+    )
     locs = [d["loc"] for d in err["details"]]  # type: ignore[union-attr]
     assert ["body", "scopes"] in locs and ["body", "budget", "maxBeliefs"] in locs
-    err = _shape(client.post("/v1/beliefs", json={"type": "opinion", "canonical_name": "x", "content": "y", "scope": []}, headers=team.h("alice")), 422, "validation_error")
+    err = _shape(
+        client.post(
+            "/v1/beliefs",
+            json={"type": "opinion", "canonical_name": "x", "content": "y", "scope": []},
+            headers=team.h("alice"),
+        ),
+        422,
+        "validation_error",
+    )
     assert {("body", "type"), ("body", "scope")} <= {tuple(d["loc"]) for d in err["details"]}  # type: ignore[union-attr]
-    _shape(client.post("/v1/recall", content=b"{not json", headers={**team.h("alice"), "Content-Type": "application/json"}), 422, "validation_error")
+    _shape(
+        client.post(
+            "/v1/recall", content=b"{not json", headers={**team.h("alice"), "Content-Type": "application/json"}
+        ),
+        422,
+        "validation_error",
+    )
     _shape(client.get("/v1/beliefs/bad id!", headers=team.h("alice")), 422, "validation_error")
     _shape(client.get("/v1/beliefs", params={"limit": 0}, headers=team.h("alice")), 422, "validation_error")
-    _shape(client.post("/v1/beliefs/b-x/resolve", json={"unexpected": 1}, headers=team.h("alice")), 422, "validation_error")
+    _shape(
+        client.post("/v1/beliefs/b-x/resolve", json={"unexpected": 1}, headers=team.h("alice")), 422, "validation_error"
+    )
 
 
 def test_body_size_limit(client: TestClient, team: Team) -> None:
     big = b'{"query": "' + b"x" * 300_000 + b'"}'
-    err = _shape(client.post("/v1/recall", content=big, headers={**team.h("alice"), "Content-Type": "application/json"}), 413, "payload_too_large")
+    err = _shape(
+        client.post("/v1/recall", content=big, headers={**team.h("alice"), "Content-Type": "application/json"}),
+        413,
+        "payload_too_large",
+    )
     assert err["details"] == {"limit": 200_000}
 
     def chunks() -> object:  # no Content-Length: the limit is enforced while streaming
@@ -55,13 +83,20 @@ def test_body_size_limit(client: TestClient, team: Team) -> None:
             yield b"x" * 10_000
         yield b'"}'
 
-    _shape(client.post("/v1/recall", content=chunks(), headers={**team.h("alice"), "Content-Type": "application/json"}), 413, "payload_too_large")  # type: ignore[arg-type]
+    _shape(
+        client.post("/v1/recall", content=chunks(), headers={**team.h("alice"), "Content-Type": "application/json"}),
+        413,
+        "payload_too_large",
+    )  # type: ignore[arg-type]
 
 
 def test_request_id_is_generated_or_echoed(client: TestClient) -> None:
     assert client.get("/healthz").headers["X-Request-ID"].startswith("req-")
     assert client.get("/healthz", headers={"X-Request-ID": "abc-123"}).headers["X-Request-ID"] == "abc-123"
-    assert client.get("/healthz", headers={"X-Request-ID": "bad id with spaces"}).headers["X-Request-ID"] != "bad id with spaces"
+    assert (
+        client.get("/healthz", headers={"X-Request-ID": "bad id with spaces"}).headers["X-Request-ID"]
+        != "bad id with spaces"
+    )
 
 
 def _closed_port() -> int:
@@ -72,7 +107,9 @@ def _closed_port() -> int:
 
 @pytest.fixture(scope="module")
 def down_client(api_settings: Settings) -> TestClient:
-    settings = api_settings.model_copy(update={"opensearch_url": f"http://127.0.0.1:{_closed_port()}", "opensearch_timeout_s": 1.0})
+    settings = api_settings.model_copy(
+        update={"opensearch_url": f"http://127.0.0.1:{_closed_port()}", "opensearch_timeout_s": 1.0}
+    )
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         yield c  # type: ignore[misc]
 

@@ -28,7 +28,14 @@ def tenants(client: TestClient, operator: dict[str, str]) -> tuple[Team, Team]:
             name = belief_id.removeprefix("b-") + "_thing"
             body = belief_body(name, scope, id=belief_id, content=f"{team.tenant} secret {name}")
             ok(client.post("/v1/beliefs", json=body, headers=team.h("alice")), 201)
-        ok(client.post("/v1/beliefs", json=belief_body("question_thing", "domain:code", id="b-q", type="open_question"), headers=team.h("alice")), 201)
+        ok(
+            client.post(
+                "/v1/beliefs",
+                json=belief_body("question_thing", "domain:code", id="b-q", type="open_question"),
+                headers=team.h("alice"),
+            ),
+            201,
+        )
     return a, b
 
 
@@ -54,7 +61,9 @@ def test_get_only_what_one_may_see(client: TestClient, tenants: tuple[Team, Team
 def test_list_and_export_never_leak(client: TestClient, tenants: tuple[Team, Team]) -> None:
     a, b = tenants
     assert _ids(ok(client.get("/v1/beliefs", headers=a.h("alice")))["items"]) == {*IDS, "b-q"}
-    bob = ok(client.get("/v1/beliefs", params={"scope": ["domain:code", "team:core", "project:pay"]}, headers=a.h("bob")))
+    bob = ok(
+        client.get("/v1/beliefs", params={"scope": ["domain:code", "team:core", "project:pay"]}, headers=a.h("bob"))
+    )
     assert _ids(bob["items"]) == {"b-project"}
     for row in ok(client.get("/v1/beliefs", params={"all": "true"}, headers=b.h("carol")))["items"]:
         assert row["tenant_id"] == b.tenant
@@ -110,7 +119,9 @@ def test_writes_into_ungranted_shared_scopes_are_forbidden(client: TestClient, t
     a, _ = tenants
     create = client.post("/v1/beliefs", json=belief_body("sneaky", "team:core"), headers=a.h("bob"))
     assert create.status_code == 403 and create.json()["error"]["code"] == "forbidden"
-    imported = client.post("/v1/beliefs/import", json=[{**belief_body("sneaky", "team:core"), "_id": "b-sn"}], headers=a.h("bob"))
+    imported = client.post(
+        "/v1/beliefs/import", json=[{**belief_body("sneaky", "team:core"), "_id": "b-sn"}], headers=a.h("bob")
+    )
     assert imported.status_code == 403
     # shared beliefs are writable by every grant holder
     ok(client.post("/v1/beliefs/b-project/reinforce", json={}, headers=a.h("bob")))
@@ -136,8 +147,15 @@ def test_audit_across_tenants_and_roles(client: TestClient, tenants: tuple[Team,
 
 def test_provisioning_across_tenants(client: TestClient, tenants: tuple[Team, Team]) -> None:
     a, b = tenants
-    assert client.post(f"/v1/admin/tenants/{a.tenant}/users", json={"user_id": "mallory"}, headers=b.h("carol")).status_code == 403
-    assert client.post(f"/v1/admin/tenants/{a.tenant}/users/alice/keys", json={}, headers=b.h("carol")).status_code == 403
+    assert (
+        client.post(
+            f"/v1/admin/tenants/{a.tenant}/users", json={"user_id": "mallory"}, headers=b.h("carol")
+        ).status_code
+        == 403
+    )
+    assert (
+        client.post(f"/v1/admin/tenants/{a.tenant}/users/alice/keys", json={}, headers=b.h("carol")).status_code == 403
+    )
     assert client.get(f"/v1/admin/tenants/{a.tenant}/users", headers=a.h("alice")).status_code == 403
     assert client.post("/v1/admin/tenants", json={"tenant_id": "nope-x"}, headers=a.h("carol")).status_code == 403
     a_key = a.keys["bob"].split("_")[1]

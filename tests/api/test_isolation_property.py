@@ -65,8 +65,15 @@ who_st = st.builds(
 def _token(tenant_id: str, who: Who) -> str:
     now = int(time.time())
     claims = {
-        "iss": "tenure", "aud": "tenure-api", "sub": who.user, "tenant_id": tenant_id, "roles": ["member"],
-        "projects": sorted(who.projects), "teams": sorted(who.teams), "iat": now, "exp": now + 600,
+        "iss": "tenure",
+        "aud": "tenure-api",
+        "sub": who.user,
+        "tenant_id": tenant_id,
+        "roles": ["member"],
+        "projects": sorted(who.projects),
+        "teams": sorted(who.teams),
+        "iat": now,
+        "exp": now + 600,
     }
     return JsonWebToken(["HS256"]).encode({"alg": "HS256"}, claims, HS_SECRET.encode()).decode()
 
@@ -79,9 +86,13 @@ def _visible(row: dict[str, Any], tenants: list[str], who: Who) -> bool:
     return bool(row["owner"] == who.user)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(rows=beliefs_st, who=who_st, session=st.lists(st.sampled_from(SCOPES), max_size=4, unique=True))
-def test_no_recall_or_list_leaks(client: TestClient, store: BeliefStore, rows: list[dict[str, Any]], who: Who, session: list[str]) -> None:
+def test_no_recall_or_list_leaks(
+    client: TestClient, store: BeliefStore, rows: list[dict[str, Any]], who: Who, session: list[str]
+) -> None:
     run = uuid.uuid4().hex[:8]
     tenants = [f"prop-{run}-a", f"prop-{run}-b"]
     beliefs = []
@@ -91,9 +102,16 @@ def test_no_recall_or_list_leaks(client: TestClient, store: BeliefStore, rows: l
         beliefs.append(
             Belief.model_validate(
                 {
-                    "id": belief_id, "tenant_id": tenants[row["tenant"]], "owner_id": row["owner"], "type": row["type"],
-                    "canonical_name": row["name"], "aliases": [row["name"].split("_")[0]], "content": f"{tenants[row['tenant']]} {i}",
-                    "scope": [row["scope"]], "pinned": row["pinned"], "user_edited": row["user_edited"],
+                    "id": belief_id,
+                    "tenant_id": tenants[row["tenant"]],
+                    "owner_id": row["owner"],
+                    "type": row["type"],
+                    "canonical_name": row["name"],
+                    "aliases": [row["name"].split("_")[0]],
+                    "content": f"{tenants[row['tenant']]} {i}",
+                    "scope": [row["scope"]],
+                    "pinned": row["pinned"],
+                    "user_edited": row["user_edited"],
                 }
             )
         )
@@ -101,7 +119,11 @@ def test_no_recall_or_list_leaks(client: TestClient, store: BeliefStore, rows: l
     assert not store.put_many(beliefs, refresh="true").failed
     tenant_id = tenants[who.tenant]
     headers = {"Authorization": f"Bearer {_token(tenant_id, who)}"}
-    allowed = {k.split(":", 1)[1] for k, (_, row) in by_id.items() if k.startswith(tenant_id + ":") and _visible(row, tenants, who)}
+    allowed = {
+        k.split(":", 1)[1]
+        for k, (_, row) in by_id.items()
+        if k.startswith(tenant_id + ":") and _visible(row, tenants, who)
+    }
 
     listed = ok(client.get("/v1/beliefs", params={"limit": 100}, headers=headers))["items"]
     assert all(b["tenant_id"] == tenant_id for b in listed)

@@ -20,7 +20,13 @@ CASES = paper_case_set()
 @pytest.fixture(scope="module")
 def http_run(client: TestClient, operator: dict[str, str]) -> RunResult:
     run_id = uuid.uuid4().hex[:8]
-    return run_over_http(CASES, client, operator, static_tenant=f"paper-http-static-{run_id}", session_tenant=f"paper-http-session-{run_id}")
+    return run_over_http(
+        CASES,
+        client,
+        operator,
+        static_tenant=f"paper-http-static-{run_id}",
+        session_tenant=f"paper-http-session-{run_id}",
+    )
 
 
 @pytest.mark.parametrize("case", CASES.static, ids=lambda c: c.case_id)
