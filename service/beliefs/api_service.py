@@ -170,26 +170,34 @@ class BeliefService:
         after: Belief | None = None,
         details: dict[str, Any] | None = None,
     ) -> None:
-        self.audit.append(
-            AuditEvent(
-                tenant_id=actor.principal.tenant_id,
-                action=action,
-                actor_id=actor.principal.user_id,
-                actor_kind=actor.kind,
-                credential_id=actor.credential_id,
-                belief_ids=ids,
-                session_id=actor.session_id,
-                request_id=actor.request_id,
-                scopes=_scopes_of(after or before),
-                before=_snapshot(before),
-                after=_snapshot(after),
-                details=details,
-            )
+        self.audit.append(self._event(actor, action, ids, before=before, after=after, details=details))
+
+    @staticmethod
+    def _event(
+        actor: Actor,
+        action: str,
+        ids: list[str],
+        *,
+        before: Belief | None = None,
+        after: Belief | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> AuditEvent:
+        return AuditEvent(
+            tenant_id=actor.principal.tenant_id,
+            action=action,
+            actor_id=actor.principal.user_id,
+            actor_kind=actor.kind,
+            credential_id=actor.credential_id,
+            belief_ids=ids,
+            session_id=actor.session_id,
+            request_id=actor.request_id,
+            scopes=_scopes_of(after or before),
+            before=_snapshot(before),
+            after=_snapshot(after),
+            details=details,
         )
 
-    def _mutate(
-        self, actor: Actor, belief_id: str, action: str, change: Callable[[Belief], Belief]
-    ) -> Belief:
+    def _mutate(self, actor: Actor, belief_id: str, action: str, change: Callable[[Belief], Belief]) -> Belief:
         captured: list[Belief] = []
 
         def tracked(belief: Belief) -> Belief:
@@ -214,9 +222,7 @@ class BeliefService:
                 }
             )
         except ValidationError as exc:
-            raise ValidationFailed(
-                "invalid belief", details=_pydantic_details(exc, ("body",))
-            ) from exc
+            raise ValidationFailed("invalid belief", details=_pydantic_details(exc, ("body",))) from exc
         check_writable(actor.principal, belief.scope)
         self.store.put(belief, create_only=True, refresh=self.refresh)
         self._record(actor, "belief.create", [belief.id], after=belief)
@@ -227,9 +233,7 @@ class BeliefService:
         validated and authorized before anything is written; an existing id fails only that
         record."""
         if len(records) > self.max_import:
-            raise ValidationFailed(
-                f"at most {self.max_import} records per import, got {len(records)}"
-            )
+            raise ValidationFailed(f"at most {self.max_import} records per import, got {len(records)}")
         beliefs = [self._imported(actor, i, r) for i, r in enumerate(records)]
         seen: set[str] = set()
         for belief in beliefs:
@@ -239,16 +243,13 @@ class BeliefService:
         result = self.store.put_many(beliefs, create_only=True, refresh="true")
         report = ImportReport(imported=result.written)
         for belief_id, reason in result.failed.items():
-            code = (
-                "conflict"
-                if "already exists" in reason or "version_conflict" in reason
-                else "rejected"
-            )
+            code = "conflict" if "already exists" in reason or "version_conflict" in reason else "rejected"
             report.failed[belief_id] = {"code": code, "message": reason}
-        if report.imported:
-            self._record(
-                actor, "belief.import", report.imported, details={"count": len(report.imported)}
-            )
+        # One event per imported belief, with its payload copy, like any other create.
+        written = set(report.imported)
+        self.audit.append_many(
+            [self._event(actor, "belief.import", [b.id], after=b) for b in beliefs if b.id in written]
+        )
         return report
 
     def _imported(self, actor: Actor, index: int, record: dict[str, Any]) -> Belief:
@@ -258,15 +259,12 @@ class BeliefService:
                 details=[{"loc": ["body", index], "msg": "expected an object"}],
             )
         data = dict(record)
-        owner = data.pop("owner_id", None) or data.pop("user_id", None) or actor.principal.user_id
+        given_owner, given_user = data.pop("owner_id", None), data.pop("user_id", None)
+        owner = given_owner or given_user or actor.principal.user_id
         if owner != actor.principal.user_id and not actor.principal.is_admin:
-            raise Forbidden(
-                f"record {index} belongs to another user; only an admin may import for others"
-            )
+            raise Forbidden(f"record {index} belongs to another user; only an admin may import for others")
         try:
-            belief = Belief.from_record(
-                {**data, "owner_id": owner}, tenant_id=actor.principal.tenant_id
-            )
+            belief = Belief.from_record({**data, "owner_id": owner}, tenant_id=actor.principal.tenant_id)
         except ValidationError as exc:
             raise ValidationFailed(
                 f"record {index} is not a valid belief",
@@ -300,9 +298,7 @@ class BeliefService:
             tenant_wide=tenant_wide,
         )
 
-    def export(
-        self, actor: Actor, narrow: ListFilter, *, tenant_wide: bool = False
-    ) -> Iterator[Belief]:
+    def export(self, actor: Actor, narrow: ListFilter, *, tenant_wide: bool = False) -> Iterator[Belief]:
         if tenant_wide and not actor.principal.is_admin:
             raise Forbidden("only an admin may export the whole tenant")
         after: str | None = None
@@ -343,9 +339,7 @@ class BeliefService:
             cursor = newer
         return History(belief_id=belief_id, chain=chain)
 
-    def _maybe_get(
-        self, principal: Principal, belief_id: str, *, tenant_wide: bool = False
-    ) -> Belief | None:
+    def _maybe_get(self, principal: Principal, belief_id: str, *, tenant_wide: bool = False) -> Belief | None:
         try:
             return self.store.get(principal, belief_id, tenant_wide=tenant_wide)
         except NotFound:
@@ -365,9 +359,7 @@ class BeliefService:
 
         def retire(belief: Belief) -> Belief:
             if not belief.is_live:
-                raise Conflict(
-                    f"belief {belief_id!r} was changed concurrently; it is no longer live"
-                )
+                raise Conflict(f"belief {belief_id!r} was changed concurrently; it is no longer live")
             belief.epistemic_status = EpistemicStatus.SUPERSEDED
             belief.superseded_by = new.id
             belief.change_log.append(_log(actor, f"superseded by {new.id}", note=data.reason))
@@ -376,9 +368,7 @@ class BeliefService:
         try:
             retired = self._mutate(actor, belief_id, "belief.supersede", retire)
         except Exception:
-            belief_storage.delete_ids(
-                self.store, actor.principal, [new.id]
-            )  # undo the half-done write
+            belief_storage.delete_ids(self.store, actor.principal, [new.id])  # undo the half-done write
             raise
         self._record(actor, "belief.create", [new.id], after=new, details={"supersedes": belief_id})
         return retired, new
@@ -409,9 +399,7 @@ class BeliefService:
             canonical_name=name,
             aliases=aliases,
             content=data.content,
-            why_it_matters=data.why_it_matters
-            if data.why_it_matters is not None
-            else old.why_it_matters,
+            why_it_matters=data.why_it_matters if data.why_it_matters is not None else old.why_it_matters,
             confidence=data.confidence if data.confidence is not None else old.confidence,
             epistemic_status=EpistemicStatus.ACTIVE,
             supersedes=old.id,
@@ -429,16 +417,12 @@ class BeliefService:
         try:
             return Belief.model_validate(values)
         except ValidationError as exc:
-            raise ValidationFailed(
-                "invalid replacement belief", details=_pydantic_details(exc, ("body",))
-            ) from exc
+            raise ValidationFailed("invalid replacement belief", details=_pydantic_details(exc, ("body",))) from exc
 
     def reinforce(self, actor: Actor, belief_id: str, aliases: list[str]) -> Belief:
         def change(belief: Belief) -> Belief:
             if not belief.is_live:
-                raise Conflict(
-                    f"belief {belief_id!r} is {belief.lifecycle.value}; cannot reinforce it"
-                )
+                raise Conflict(f"belief {belief_id!r} is {belief.lifecycle.value}; cannot reinforce it")
             belief.aliases, dropped = merge_aliases(belief.aliases, aliases)
             belief.reinforcement_count += 1
             belief.last_reinforced_at = utcnow()
@@ -456,27 +440,19 @@ class BeliefService:
     def set_pinned(self, actor: Actor, belief_id: str, pinned: bool) -> Belief:
         def change(belief: Belief) -> Belief:
             belief.pinned = pinned
-            belief.user_edited = (
-                True  # an explicit pin/unpin is the user's edit (cross-scope pinned rule)
-            )
+            belief.user_edited = True  # an explicit pin/unpin is the user's edit (cross-scope pinned rule)
             belief.change_log.append(_log(actor, "pinned" if pinned else "unpinned"))
             return belief
 
         return self._mutate(actor, belief_id, "belief.pin" if pinned else "belief.unpin", change)
 
-    def resolve(
-        self, actor: Actor, belief_id: str, note: str | None, resolved_by: str | None
-    ) -> Belief:
+    def resolve(self, actor: Actor, belief_id: str, note: str | None, resolved_by: str | None) -> Belief:
         if resolved_by is not None:
-            self.store.get(
-                actor.principal, resolved_by
-            )  # must exist and be visible (404 otherwise)
+            self.store.get(actor.principal, resolved_by)  # must exist and be visible (404 otherwise)
 
         def change(belief: Belief) -> Belief:
             if belief.type is not BeliefType.OPEN_QUESTION:
-                raise ValidationFailed(
-                    f"belief {belief_id!r} is a {belief.type.value}, not an open question"
-                )
+                raise ValidationFailed(f"belief {belief_id!r} is a {belief.type.value}, not an open question")
             if belief.resolved_at is not None:
                 raise Conflict(f"open question {belief_id!r} is already resolved")
             belief.resolved_at = utcnow()
@@ -544,12 +520,7 @@ class BeliefService:
         ids = [root.id]
         for link in ("supersedes", "superseded_by"):
             cursor: Belief | None = root
-            while (
-                cursor is not None
-                and getattr(cursor, link)
-                and getattr(cursor, link) not in ids
-                and len(ids) < 200
-            ):
+            while cursor is not None and getattr(cursor, link) and getattr(cursor, link) not in ids and len(ids) < 200:
                 nxt: str = getattr(cursor, link)
                 cursor = self._maybe_get(principal, nxt, tenant_wide=True)
                 if cursor is not None:
@@ -559,6 +530,5 @@ class BeliefService:
 
 def _pydantic_details(exc: ValidationError, prefix: tuple[str | int, ...]) -> list[dict[str, Any]]:
     return [
-        {"loc": [*prefix, *err["loc"]], "msg": err["msg"], "type": err["type"]}
-        for err in exc.errors(include_url=False)
+        {"loc": [*prefix, *err["loc"]], "msg": err["msg"], "type": err["type"]} for err in exc.errors(include_url=False)
     ]

@@ -13,11 +13,12 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from opensearchpy import OpenSearch
+from opensearchpy import OpenSearch, helpers
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
+from service.errors import StoreUnavailable
 from service.storage import access, cursor
 from service.storage.client import translate_errors
 from service.storage.templates import AUDIT
@@ -87,6 +88,24 @@ class AuditStore:
                 refresh="false",
             )
 
+    def append_many(self, events: list[AuditEvent]) -> None:
+        if not events:
+            return
+        actions = (
+            {
+                "_op_type": "create",
+                "_index": self.alias,
+                "_id": e.event_id,
+                "_routing": e.tenant_id,
+                "_source": e.model_dump(mode="json", exclude_none=True),
+            }
+            for e in events
+        )
+        with translate_errors("record audit events"):
+            _, errors = helpers.bulk(self.client, actions, chunk_size=500, raise_on_error=False)
+        if errors:
+            raise StoreUnavailable(f"{len(errors)} audit events could not be recorded; retry")
+
     def search(
         self, principal: Principal, query: AuditQuery, *, size: int, after: str | None
     ) -> tuple[list[AuditEvent], str | None]:
@@ -101,9 +120,7 @@ class AuditStore:
         if search_after is not None:
             body["search_after"] = search_after
         with translate_errors("read the audit trail"):
-            hits = self.client.search(
-                index=self.alias, body=body, routing=access.routing(principal)
-            )["hits"]["hits"]
+            hits = self.client.search(index=self.alias, body=body, routing=access.routing(principal))["hits"]["hits"]
         events = [AuditEvent.model_validate(h["_source"]) for h in hits]
         next_cursor = cursor.encode(hits[-1]["sort"]) if len(hits) == size else None
         return events, next_cursor

@@ -86,3 +86,11 @@ def test_provisioning_is_audited_and_operators_may_read_any_tenant(
     )["items"]
     assert sorted(e["details"]["user_id"] for e in events) == ["alice", "bob", "carol"]
     assert client.get("/v1/admin/audit", headers=team.h("bob")).status_code == 403
+
+
+def test_import_records_one_event_per_belief_with_payload(client: TestClient, team: Team, services: Services) -> None:
+    records = [{**belief_body(f"imp_{i}"), "_id": f"b-imp{i}"} for i in range(3)]
+    ok(client.post("/v1/beliefs/import", json=records, headers=team.h("alice")))
+    events = _audit(client, team, services, action="belief.import")
+    assert sorted(e["belief_ids"][0] for e in events) == ["b-imp0", "b-imp1", "b-imp2"]
+    assert all(e["after"]["content"].startswith("Content of imp_") and e["before"] is None for e in events)
