@@ -58,16 +58,18 @@ class ScriptedLLM:
     def next_reply(self, request: dict[str, Any]) -> Reply:
         with self._lock:
             self.requests.append(request)
+            del self.requests[:-1000]  # bounded, for long benchmark runs
             if self.replies:
                 return self.replies.popleft()
             responder = self.responder
         return responder(request) if responder else Reply(content="(no script)")
 
-    def start(self) -> ScriptedLLM:
+    def start(self, port: int = 0) -> ScriptedLLM:
         llm = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # as real servers do; avoids 40 ms delayed-ACK stalls
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002, ARG002
                 return
@@ -114,7 +116,7 @@ class ScriptedLLM:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
@@ -166,3 +168,28 @@ def _delta(request: dict[str, Any], piece: str | None, finish: str | None = None
 
 def _event(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve one fixed reply on a fixed port (benchmarks run the upstream in its own process)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="scripted OpenAI-compatible upstream")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--content-file", required=True)
+    parser.add_argument("--chunk", type=int, default=8)
+    args = parser.parse_args(argv)
+    with open(args.content_file, encoding="utf-8") as fh:
+        content = fh.read()
+    server = ScriptedLLM()
+    server.responder = lambda _request: Reply(content=content, chunk_sizes=[args.chunk])
+    server.start(port=args.port)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import AdminPrincipal, CurrentActor, CurrentPrincipal, RecallDep
@@ -43,9 +44,7 @@ _TYPES = {
 
 def openai_error(exc: TenureError) -> JSONResponse:
     status = exc.status if isinstance(exc, UpstreamFailure) else exc.code.http_status
-    body = {
-        "error": openai_error_body(exc.code.value, exc.message, _TYPES.get(exc.code, "api_error"))
-    }
+    body = {"error": openai_error_body(exc.code.value, exc.message, _TYPES.get(exc.code, "api_error"))}
     if exc.details is not None:
         body["error"]["details"] = exc.details
     return JSONResponse(body, status_code=status)
@@ -88,9 +87,7 @@ async def chat_completions(
     proxy = ChatProxy(loop, recall)
     try:
         body = await _chat_body(request)
-        ctx, forwarded = await proxy.prepare(
-            actor, body, actor.session_id or x_session_id, x_tenure_scope
-        )
+        ctx, forwarded = await proxy.prepare(actor, body, actor.session_id or x_session_id, x_tenure_scope)
         headers = {WARNING_HEADER: ctx.gate.warning} if ctx.gate.warning else {}
         if body.stream:
             events = await proxy.stream(ctx, forwarded)
@@ -99,7 +96,8 @@ async def chat_completions(
                 media_type="text/event-stream",
                 headers={**headers, "Cache-Control": "no-cache"},
             )
-        return JSONResponse(await proxy.complete(ctx, forwarded), headers=headers)
+        data, after = await proxy.complete(ctx, forwarded)
+        return JSONResponse(data, headers=headers, background=BackgroundTask(after))
     except TenureError as exc:
         return openai_error(exc)
 
@@ -139,9 +137,7 @@ def _turn_out(turn: TurnRecord, warning: str | None = None, visible: str | None 
 async def post_turn(request: Request, body: TurnIn, actor: CurrentActor) -> Any:
     loop = memory_loop(request)
     principal = actor.principal
-    gate = loop.gate.check(
-        body.model, extraction_enabled=loop.extraction_enabled(principal.tenant_id)
-    )
+    gate = loop.gate.check(body.model, extraction_enabled=loop.extraction_enabled(principal.tenant_id))
     if body.turn_id:
         try:
             existing = await run_in_threadpool(loop.turns.get, principal, body.turn_id)
@@ -161,24 +157,16 @@ async def post_turn(request: Request, body: TurnIn, actor: CurrentActor) -> Any:
     )
     if body.turn_id:
         ctx.turn_id = body.turn_id
-    recorded = await run_in_threadpool(
-        loop.record, ctx, assistant=split.visible, raw=split.raw, status=split.status
-    )
+    recorded = await run_in_threadpool(loop.record, ctx, assistant=split.visible, raw=split.raw, status=split.status)
     if not recorded:
-        raise TenureError(
-            "the turn could not be recorded; retry later", code=ErrorCode.STORE_UNAVAILABLE
-        )
+        raise TenureError("the turn could not be recorded; retry later", code=ErrorCode.STORE_UNAVAILABLE)
     turn = await run_in_threadpool(loop.turns.get, principal, ctx.turn_id)
     headers = {WARNING_HEADER: gate.warning} if gate.warning else {}
     visible = split.visible if split.status is not ParseStatus.MISSING else body.assistant_message
-    return JSONResponse(
-        _turn_out(turn, gate.warning, visible).model_dump(), status_code=202, headers=headers
-    )
+    return JSONResponse(_turn_out(turn, gate.warning, visible).model_dump(), status_code=202, headers=headers)
 
 
-@router.get(
-    "/turns/{turn_id}", response_model=TurnOut, summary="A turn of yours and its extraction outcome"
-)
+@router.get("/turns/{turn_id}", response_model=TurnOut, summary="A turn of yours and its extraction outcome")
 async def get_turn(request: Request, turn_id: str, principal: CurrentPrincipal) -> TurnOut:
     turn = await run_in_threadpool(memory_loop(request).turns.get, principal, turn_id)
     return _turn_out(turn)
@@ -188,9 +176,7 @@ def _reviews(request: Request) -> ReviewService:
     loop = memory_loop(request)
     services = request.app.state.services
     store = BeliefStore(loop.client, loop.settings.opensearch_namespace)
-    return ReviewService(
-        store, loop.reviews, loop.settings.loop, StoreAudit(services.audit, actor_kind="admin")
-    )
+    return ReviewService(store, loop.reviews, loop.settings.loop, StoreAudit(services.audit, actor_kind="admin"))
 
 
 @router.get("/reviews", response_model=list[ReviewItem], summary="Your open review items")
@@ -202,14 +188,10 @@ async def my_reviews(
     size: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> list[ReviewItem]:
     loop = memory_loop(request)
-    return await run_in_threadpool(
-        lambda: loop.reviews.list(principal, kind=kind, status=status, size=size)
-    )
+    return await run_in_threadpool(lambda: loop.reviews.list(principal, kind=kind, status=status, size=size))
 
 
-@router.get(
-    "/admin/reviews", response_model=list[ReviewItem], summary="The tenant's review queue (admin)"
-)
+@router.get("/admin/reviews", response_model=list[ReviewItem], summary="The tenant's review queue (admin)")
 async def admin_reviews(
     request: Request,
     admin: AdminPrincipal,
@@ -229,12 +211,8 @@ class ResolveIn(BaseModel):
     action: Action
 
 
-@router.post(
-    "/admin/reviews/{review_id}/resolve", response_model=ReviewItem, summary="Resolve a review item"
-)
-async def resolve_review(
-    request: Request, review_id: str, body: ResolveIn, admin: AdminPrincipal
-) -> ReviewItem:
+@router.post("/admin/reviews/{review_id}/resolve", response_model=ReviewItem, summary="Resolve a review item")
+async def resolve_review(request: Request, review_id: str, body: ResolveIn, admin: AdminPrincipal) -> ReviewItem:
     service = _reviews(request)
     return await run_in_threadpool(service.resolve, admin, review_id, body.action)
 

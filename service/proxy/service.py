@@ -8,11 +8,12 @@ memory (``tenure.degraded``) and an unrecorded turn is reported the same way.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -29,8 +30,10 @@ from service.extraction.sidecar import ParseStatus, StreamStripper, split_sideca
 from service.extraction.tiers import GateDecision, TierGate
 from service.proxy.prompt import build_system_prompt
 from service.proxy.upstream import Upstream, UpstreamFailure
-from service.recall.render import InjectionBlock
+from service.recall.context import RecallResult
+from service.recall.render import InjectionBlock, render_injection
 from service.recall.service import RecallService
+from service.storage.audit import AuditEvent
 from service.storage.reviews import REVIEWS, ReviewStore
 from service.storage.templates import apply_templates
 from service.storage.turns import TURNS, TurnRecord, TurnStore
@@ -81,9 +84,7 @@ def text_of(content: str | list[dict[str, Any]] | None) -> str:
         return ""
     if isinstance(content, str):
         return content
-    return "\n".join(
-        str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
-    )
+    return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
 
 
 def session_and_scope(
@@ -91,9 +92,7 @@ def session_and_scope(
 ) -> tuple[str, list[str]]:
     meta = body.metadata or {}
     session = header_session or meta.get("session_id")
-    if session is not None and (
-        not isinstance(session, str) or not session.strip() or len(session) > 200
-    ):
+    if session is not None and (not isinstance(session, str) or not session.strip() or len(session) > 200):
         raise ValidationFailed("session id must be a non-empty string of at most 200 characters")
     if not session:
         first = [m.model_dump(mode="json") for m in body.messages[:3]]
@@ -126,20 +125,23 @@ class TurnContext:
     user_message: str
     injected_ids: list[str] = field(default_factory=list)
     tiers: dict[str, list[str]] = field(default_factory=dict)
+    recall: RecallResult | None = None
     degraded: list[str] = field(default_factory=list)
     turn_id: str = field(default_factory=lambda: f"turn-{uuid.uuid4().hex}")
 
-    def _extraction(self, parse_status: str, recorded: bool) -> str:
+    def _extraction(self, parse_status: str, recorded: bool | None) -> str:
         if not self.gate.extract:
             return "off"
-        if not recorded:
+        if recorded is False:
             return "not_recorded"
         return "skipped" if parse_status == ParseStatus.MISSING.value else "queued"
 
-    def tenure(self, parse_status: str, recorded: bool) -> dict[str, Any]:
+    def tenure(self, parse_status: str, recorded: bool | None) -> dict[str, Any]:
+        """``recorded`` None: the turn is recorded right after the response is sent."""
         return {
             "session_id": self.session_id,
-            "turn_id": self.turn_id if recorded else None,
+            "turn_id": self.turn_id if recorded is not False else None,
+            "turn_recording": "after_response" if recorded is None else "before_response",
             "scope": self.scopes,
             "injected_belief_ids": self.injected_ids,
             "injected_tiers": self.tiers,
@@ -180,9 +182,7 @@ class MemoryLoop:
 
     # ------------------------------------------------------------------ turn recording
 
-    def record(
-        self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus
-    ) -> bool:
+    def record(self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus) -> bool:
         """Durably record the turn, then enqueue its extraction. False when it could not be
         recorded (the answer still goes out; the turn is reported as degraded)."""
         extract = ctx.gate.extract and status is not ParseStatus.MISSING
@@ -198,9 +198,7 @@ class MemoryLoop:
             model=ctx.body.model,
             user_message=ctx.user_message[: self.settings.loop.max_turn_message_chars],
             assistant_text=assistant[: self.settings.loop.max_turn_message_chars],
-            sidecar_raw=raw[: self.settings.loop.sidecar_max_chars * 4]
-            if raw and extract
-            else None,
+            sidecar_raw=raw[: self.settings.loop.sidecar_max_chars * 4] if raw and extract else None,
             parse_status=status.value,
             gate=ctx.gate.outcome.value,
             injected_ids=ctx.injected_ids,
@@ -219,9 +217,7 @@ class MemoryLoop:
             try:
                 self.queue.extract(turn.tenant_id, turn.turn_id)
             except Exception as exc:  # the sweep re-enqueues pending turns later
-                log.warning(
-                    "extraction of %s not enqueued (sweep will retry): %s", turn.turn_id, exc
-                )
+                log.warning("extraction of %s not enqueued (sweep will retry): %s", turn.turn_id, exc)
                 degraded.append("extraction delayed: queue unavailable")
         return True
 
@@ -249,37 +245,47 @@ class ChatProxy:
         )
         block = await self._recall(ctx)
         client_system = "\n\n".join(
-            text_of(m.content)
-            for m in body.messages
-            if m.role in ("system", "developer") and m.content
+            text_of(m.content) for m in body.messages if m.role in ("system", "developer") and m.content
         )
         system = build_system_prompt(block, client_system or None, with_sidecar=gate.extract)
         forwarded = body.model_dump(mode="json", exclude={"metadata"}, exclude_none=True)
         forwarded["messages"] = [{"role": "system", "content": system}] + [
-            m.model_dump(mode="json", exclude_none=True)
-            for m in body.messages
-            if m.role not in ("system", "developer")
+            m.model_dump(mode="json", exclude_none=True) for m in body.messages if m.role not in ("system", "developer")
         ]
         return ctx, forwarded
 
     async def _recall(self, ctx: TurnContext) -> InjectionBlock | None:
+        """The four tiers for the latest user message. The injection receipt is written with the
+        turn, after the answer (it is not on the latency path)."""
+        builder = self.recall.builder
         try:
-            found = await run_in_threadpool(
-                self.recall.recall, ctx.actor, ctx.scopes, ctx.user_message
-            )
+            result = await run_in_threadpool(builder.build, ctx.actor.principal, ctx.scopes, ctx.user_message)
         except Exception as exc:  # any store failure: answer without memory, flagged
             log.warning("recall failed, answering without memory: %s", exc)
             ctx.degraded.append("memory unavailable: recall failed")
             return None
-        ctx.injected_ids = found.result.injected_ids
+        ctx.recall = result
+        ctx.injected_ids = result.injected_ids
         ctx.tiers = {
-            "pinned": found.result.pinned_ids,
-            "relevant": found.result.relevant_ids,
-            "questions": found.result.question_ids,
+            "pinned": result.pinned_ids,
+            "relevant": result.relevant_ids,
+            "questions": result.question_ids,
         }
-        return found.block
+        return render_injection(result, max_chars_per_belief=builder.defaults.max_chars_per_belief)
 
-    async def complete(self, ctx: TurnContext, forwarded: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus) -> bool:
+        """After the answer: the injection receipt (audit), then the turn, then the task."""
+        if ctx.recall is not None:
+            try:
+                self.recall.audit.append(receipt(ctx, ctx.recall))
+            except Exception as exc:
+                log.warning("injection receipt for %s not recorded: %s", ctx.turn_id, exc)
+                ctx.degraded.append("injection receipt not recorded: audit store unavailable")
+        return self.loop.record(ctx, assistant=assistant, raw=raw, status=status)
+
+    async def complete(self, ctx: TurnContext, forwarded: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], bool]]:
+        """The answer with the sidecar removed, and the work to run once it is sent (receipt,
+        turn record, extraction enqueue: off the latency path, still in that order)."""
         data = await self.loop.upstream.complete(ctx.actor.principal.tenant_id, forwarded)
         status, raw, visible = ParseStatus.MISSING, None, ""
         for index, choice in enumerate(data.get("choices") or []):
@@ -290,11 +296,8 @@ class ChatProxy:
             message["content"] = split.visible
             if index == 0:
                 status, raw, visible = split.status, split.raw, split.visible
-        recorded = await run_in_threadpool(
-            self.loop.record, ctx, assistant=visible, raw=raw, status=status
-        )
-        data["tenure"] = ctx.tenure(status.value, recorded)
-        return data
+        data["tenure"] = ctx.tenure(status.value, None)
+        return data, functools.partial(self.finish, ctx, assistant=visible, raw=raw, status=status)
 
     async def stream(self, ctx: TurnContext, forwarded: dict[str, Any]) -> AsyncIterator[bytes]:
         """Open the upstream stream (errors raise before anything is sent), then relay it."""
@@ -312,9 +315,7 @@ class ChatProxy:
         }
         try:
             async for event in Upstream.events(response):
-                template = {
-                    k: event[k] for k in ("id", "object", "created", "model") if k in event
-                } or template
+                template = {k: event[k] for k in ("id", "object", "created", "model") if k in event} or template
                 choices = event.get("choices") or []
                 choice = choices[0] if choices and isinstance(choices[0], dict) else {}
                 delta = choice.get("delta") or {}
@@ -331,12 +332,8 @@ class ChatProxy:
                     yield _sse(event)
         except Exception as exc:  # upstream broke off mid-stream
             log.warning("upstream stream failed: %s", exc)
-            error = UpstreamFailure(
-                f"the upstream stream broke off: {type(exc).__name__}", status=502
-            )
-            yield _sse(
-                {"error": openai_error_body(error.code.value, error.message, "upstream_error")}
-            )
+            error = UpstreamFailure(f"the upstream stream broke off: {type(exc).__name__}", status=502)
+            yield _sse({"error": openai_error_body(error.code.value, error.message, "upstream_error")})
             yield b"data: [DONE]\n\n"
             return
         finally:
@@ -351,10 +348,35 @@ class ChatProxy:
             yield _sse(event)
         split = split_sidecar(stripper.full_text)
         recorded = await run_in_threadpool(
-            self.loop.record, ctx, assistant=split.visible, raw=split.raw, status=split.status
+            self.finish, ctx, assistant=split.visible, raw=split.raw, status=split.status
         )
         yield _sse({**template, "choices": [], "tenure": ctx.tenure(split.status.value, recorded)})
         yield b"data: [DONE]\n\n"
+
+
+def receipt(ctx: TurnContext, result: RecallResult) -> AuditEvent:
+    """The injection receipt, as the recall API writes it, plus the turn it belongs to."""
+    injected: list[dict[str, Any]] = []
+    for tier, entries in (
+        ("pinned", result.pinned),
+        ("relevant", result.relevant),
+        ("questions", result.questions),
+    ):
+        injected += [{"id": e.belief.id, "tier": tier, "score": e.score} for e in entries]
+    return AuditEvent(
+        tenant_id=ctx.actor.principal.tenant_id,
+        action="recall",
+        actor_id=ctx.actor.principal.user_id,
+        actor_kind=ctx.actor.kind,
+        credential_id=ctx.actor.credential_id,
+        belief_ids=result.injected_ids,
+        session_id=ctx.session_id,
+        request_id=ctx.actor.request_id,
+        scopes=result.scopes,
+        query=result.query.text[:2000],
+        injected=injected,
+        details={"via": "proxy", "turn_id": ctx.turn_id, "model": ctx.body.model},
+    )
 
 
 def _content_chunk(event: dict[str, Any], text: str) -> dict[str, Any]:
@@ -374,7 +396,5 @@ def _sse(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
-def openai_error_body(
-    code: str, message: str, type_: str, param: str | None = None
-) -> dict[str, Any]:
+def openai_error_body(code: str, message: str, type_: str, param: str | None = None) -> dict[str, Any]:
     return {"message": message, "type": type_, "code": code, "param": param}

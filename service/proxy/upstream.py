@@ -56,9 +56,7 @@ def failure_for(response: httpx.Response) -> UpstreamFailure:
 class Upstream:
     def __init__(self, policy: MemoryLoopSettings):
         self.policy = policy
-        timeout = httpx.Timeout(
-            policy.upstream_timeout_s, connect=policy.upstream_connect_timeout_s
-        )
+        timeout = httpx.Timeout(policy.upstream_timeout_s, connect=policy.upstream_connect_timeout_s)
         self.client = httpx.AsyncClient(
             timeout=timeout, limits=httpx.Limits(max_connections=200, max_keepalive_connections=50)
         )
@@ -68,9 +66,7 @@ class Upstream:
         base = override.upstream_base_url or self.policy.upstream_base_url
         key = override.upstream_api_key or self.policy.upstream_api_key
         if not base:
-            raise UpstreamFailure(
-                "no upstream model endpoint is configured for this tenant", status=502
-            )
+            raise UpstreamFailure("no upstream model endpoint is configured for this tenant", status=502)
         return Target(base.rstrip("/"), key.get_secret_value() if key else None)
 
     def _headers(self, target: Target) -> dict[str, str]:
@@ -83,13 +79,9 @@ class Upstream:
                 f"{target.base_url}/chat/completions", json=body, headers=self._headers(target)
             )
         except httpx.TimeoutException as exc:
-            raise UpstreamFailure(
-                "the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT
-            ) from exc
+            raise UpstreamFailure("the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT) from exc
         except httpx.HTTPError as exc:
-            raise UpstreamFailure(
-                f"the upstream model is unreachable: {type(exc).__name__}", status=502
-            ) from exc
+            raise UpstreamFailure(f"the upstream model is unreachable: {type(exc).__name__}", status=502) from exc
         if response.status_code >= 400:
             raise failure_for(response)
         try:
@@ -110,13 +102,9 @@ class Upstream:
         try:
             response = await self.client.send(request, stream=True)
         except httpx.TimeoutException as exc:
-            raise UpstreamFailure(
-                "the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT
-            ) from exc
+            raise UpstreamFailure("the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT) from exc
         except httpx.HTTPError as exc:
-            raise UpstreamFailure(
-                f"the upstream model is unreachable: {type(exc).__name__}", status=502
-            ) from exc
+            raise UpstreamFailure(f"the upstream model is unreachable: {type(exc).__name__}", status=502) from exc
         if response.status_code >= 400:
             await response.aread()
             await response.aclose()

@@ -95,15 +95,16 @@ def test_paper_drift_session_through_the_proxy(
                     chunk_sizes=[1, 7, 18],
                 )
             )
+            stream = turn.index % 2 == 1
             body = {
                 "model": "claude-sonnet-4-5",
-                "stream": turn.index % 2 == 1,
+                "stream": stream,
                 "messages": [{"role": "user", "content": turn.user_message}],
                 "metadata": {"session_id": session.case_id, "scope": turn.scope},
             }
             response = api.post("/v1/chat/completions", json=body, headers=headers)
             assert response.status_code == 200, response.text
-            tenure = _tenure(response, stream=body["stream"])
+            tenure = _tenure(response, stream=stream)
             tiers = tenure["injected_tiers"]
             verdict = judge(
                 f"{session.case_id}#{turn.index}",

@@ -24,7 +24,7 @@ def post_turn(api: TestClient, headers: dict[str, str], answer: str, **extra: An
         "assistant_message": answer,
         **extra,
     }
-    return ok(api.post("/v1/turns", json=body, headers=headers), 202)
+    return dict(ok(api.post("/v1/turns", json=body, headers=headers), 202))
 
 
 def beliefs_named(api: TestClient, headers: dict[str, str], name: str) -> list[dict[str, Any]]:

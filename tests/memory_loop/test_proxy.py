@@ -202,7 +202,7 @@ def test_failing_store_degrades_to_answering_without_memory(
     body = ok(chat(client, headers, "hello"))
     assert body["choices"][0]["message"]["content"] == "still here"
     assert body["tenure"]["degraded"] is True
-    assert body["tenure"]["turn_id"] is None
+    assert body["tenure"]["turn_recording"] == "after_response"
     assert "memory unavailable: recall failed" in body["tenure"]["degraded_reasons"]
     assert "You have persistent memory" not in llm.requests[-1]["messages"][0]["content"]
     _, events, content = _sse(chat(client, headers, "hello", stream=True))
