@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import redis
 from fastapi import APIRouter, FastAPI
 
-from service.api.errors import RequestContextMiddleware, install_error_handlers
+from service.api.errors import RequestContextMiddleware, error_responses, install_error_handlers
 from service.api.routes import admin, audit, beliefs, health, recall
 from service.api.state import Services, ensure_indices
 from service.config import Settings, get_settings
@@ -38,17 +38,13 @@ or a JWT. Every error has the shape `{"error": {"code", "message", "details", "r
 """
 
 
-def create_app(
-    settings: Settings | None = None, *, extra_routers: Sequence[APIRouter] = ()
-) -> FastAPI:
+def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIRouter] = ()) -> FastAPI:
     config = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = build_client(config)
-        redis_client = redis.Redis.from_url(
-            config.redis_url, socket_timeout=5, socket_connect_timeout=2
-        )
+        redis_client = redis.Redis.from_url(config.redis_url, socket_timeout=5, socket_connect_timeout=2)
         services = Services.build(config, client, redis_client)
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
@@ -66,13 +62,7 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
-        responses={
-            401: {"description": "Missing or invalid credentials"},
-            422: {"description": "Invalid request"},
-            503: {
-                "description": "A backing store is unavailable; retry after the Retry-After delay"
-            },
-        },
+        responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
     )
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.api.max_body_bytes)

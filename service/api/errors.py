@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from opensearchpy import exceptions as os_exc
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -29,6 +30,37 @@ REQUEST_ID_HEADER = "X-Request-ID"
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine-readable code, e.g. validation_error, not_found")
+    message: str
+    details: Any = Field(None, description="Field paths for validation errors, or other context")
+    request_id: str | None = Field(None, description="Also in the X-Request-ID response header")
+
+
+class ErrorOut(BaseModel):
+    """The one error shape of every endpoint."""
+
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries documenting the error shape for ``statuses``."""
+    return {status: {"model": ErrorOut, "description": _DESCRIPTIONS[status]} for status in statuses}
+
+
+_DESCRIPTIONS = {
+    400: "Unreadable request body",
+    401: "Missing, malformed, expired or revoked credentials",
+    403: "The credential lacks the role or grant",
+    404: "Not found (also: not visible to this principal)",
+    405: "Method not allowed",
+    409: "Conflict with the current state",
+    413: "Request body too large",
+    422: "Invalid request (details carry field paths)",
+    503: "A backing store is unavailable; retry after the Retry-After delay",
+}
+
+
 class PayloadTooLarge(TenureError):
     code = ErrorCode.PAYLOAD_TOO_LARGE
 
@@ -38,9 +70,7 @@ def request_id_of(request: Request) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def error_body(
-    code: ErrorCode, message: str, details: Any, request_id: str | None
-) -> dict[str, Any]:
+def error_body(code: ErrorCode, message: str, details: Any, request_id: str | None) -> dict[str, Any]:
     return {
         "error": {
             "code": code.value,
@@ -107,9 +137,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     """Framework-raised errors (unknown route, wrong method, malformed JSON body...)."""
     assert isinstance(exc, StarletteHTTPException)
     status = exc.status_code
-    code = _HTTP_CODES.get(
-        status, ErrorCode.VALIDATION_ERROR if status < 500 else ErrorCode.INTERNAL
-    )
+    code = _HTTP_CODES.get(status, ErrorCode.VALIDATION_ERROR if status < 500 else ErrorCode.INTERNAL)
     message = exc.detail if isinstance(exc.detail, str) else code.value.replace("_", " ")
     if status == 404 and message == "Not Found":
         message = f"no route for {request.method} {request.url.path}"
@@ -119,16 +147,12 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _store_down(request: Request, exc: Exception) -> JSONResponse:
     """A client error from a store that escaped translation: still a retryable 503, never a 500."""
-    return await _tenure_error(
-        request, StoreUnavailable(f"a backing store is unavailable ({type(exc).__name__})")
-    )
+    return await _tenure_error(request, StoreUnavailable(f"a backing store is unavailable ({type(exc).__name__})"))
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error in request %s", request_id_of(request), exc_info=exc)
-    return _respond(
-        request, 500, ErrorCode.INTERNAL, "internal error; quote the request id when reporting it"
-    )
+    return _respond(request, 500, ErrorCode.INTERNAL, "internal error; quote the request id when reporting it")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -153,9 +177,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
-        }
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         given = headers.get(REQUEST_ID_HEADER.lower(), "")
         request_id = given if _REQUEST_ID_RE.match(given) else f"req-{uuid.uuid4().hex}"
         scope.setdefault("state", {})["request_id"] = request_id
@@ -183,9 +205,7 @@ class RequestContextMiddleware:
                 received += len(message.get("body", b""))
                 if received > limit:
                     too_large = True
-                    raise PayloadTooLarge(
-                        f"request body exceeds {limit} bytes", details={"limit": limit}
-                    )
+                    raise PayloadTooLarge(f"request body exceeds {limit} bytes", details={"limit": limit})
             return message
 
         replaced = False
@@ -203,9 +223,7 @@ class RequestContextMiddleware:
                         {"limit": limit},
                         request_id,
                     )
-                    response = JSONResponse(
-                        body, status_code=413, headers={REQUEST_ID_HEADER: request_id}
-                    )
+                    response = JSONResponse(body, status_code=413, headers={REQUEST_ID_HEADER: request_id})
                     await response(scope, receive, send)
                 return
             if message["type"] == "http.response.start":

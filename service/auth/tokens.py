@@ -12,12 +12,18 @@ from __future__ import annotations
 import json
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import httpx
-from authlib.jose import JsonWebKey, JsonWebToken, KeySet
-from authlib.jose.errors import JoseError
+from authlib.deprecate import AuthlibDeprecationWarning
+
+with warnings.catch_warnings():
+    # authlib.jose announces its successor (joserfc) on import; the API we use is stable in 1.x.
+    warnings.simplefilter("ignore", AuthlibDeprecationWarning)
+    from authlib.jose import JsonWebKey, JsonWebToken, KeySet
+    from authlib.jose.errors import JoseError
 
 from service.config import AuthSettings
 from service.domain.principal import Principal, Role

@@ -122,3 +122,21 @@ def test_opensearch_down_is_503_with_retry_after(down_client: TestClient) -> Non
     response = down_client.post("/v1/recall", json={"query": "x"}, headers=auth(fake_key))
     _shape(response, 503, "store_unavailable")
     assert int(response.headers["Retry-After"]) > 0
+
+
+def test_openapi_documents_security_and_the_error_shape(app: object) -> None:
+    schema = app.openapi()  # type: ignore[attr-defined]
+    assert schema["components"]["securitySchemes"]["BearerAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT or tnr_<key id>_<secret> API key",
+        "description": "An API key issued by an admin, or a JWT (RS256/ES256 via JWKS; HS256 in development).",
+    }
+    assert "HTTPValidationError" not in schema["components"]["schemas"]  # our 422 shape, not FastAPI's
+    for path, operations in schema["paths"].items():
+        if not path.startswith("/v1/") or path == "/v1/chat/completions":
+            continue
+        for method, operation in operations.items():
+            assert operation.get("security") == [{"BearerAuth": []}], (method, path)
+            ref = operation["responses"]["422"]["content"]["application/json"]["schema"]["$ref"]
+            assert ref.endswith("/ErrorOut"), (method, path)
