@@ -107,6 +107,10 @@ def cmd_dev_token(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
     return api.call("POST", f"/v1/admin/tenants/{args.tenant}/users/{args.user}/tokens", json=body)
 
 
+def cmd_revoke_token(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
+    return api.call("POST", "/v1/admin/tokens/revoke", json={"token": args.token})
+
+
 def cmd_whoami(api: Api, _args: argparse.Namespace, _out: TextIO) -> Any:
     return api.call("GET", "/v1/whoami")
 
@@ -236,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("user")
     p.add_argument("--ttl", type=int)
     p.set_defaults(handler=cmd_dev_token)
+    p = sub.add_parser("revoke-token", help="revoke a JWT until it expires")
+    p.add_argument("token")
+    p.set_defaults(handler=cmd_revoke_token)
     p = sub.add_parser("whoami", help="show the principal behind the credential")
     p.set_defaults(handler=cmd_whoami)
     p = sub.add_parser("recall", help="recall beliefs for a query")

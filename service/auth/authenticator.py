@@ -5,6 +5,9 @@ Two credential kinds share the ``Authorization: Bearer`` header: API keys (``tnr
 API key revocation bound: a verified key is cached in-process for ``api_key_cache_s`` (default 5 s).
 The process that handles a revoke drops its cache entry at once; every other process stops accepting
 the key within that bound. Tenant/user disablement and grant changes follow the same bound.
+
+JWT revocation: a token with a ``jti`` can be revoked; the id is kept in Redis until the token's own
+expiry and checked on every request (one Redis EXISTS), so it takes effect at once everywhere.
 """
 
 from __future__ import annotations
@@ -67,7 +70,30 @@ class Authenticator:
             return self._api_key(token)
         claims = self.verifier.verify(token)
         jti = claims.get("jti")
-        return Identity(principal_from_claims(claims), "jwt", jti if isinstance(jti, str) else None)
+        jti = jti if isinstance(jti, str) else None
+        if jti is not None and self._jti_revoked(jti):
+            raise Unauthenticated("this token has been revoked")
+        return Identity(principal_from_claims(claims), "jwt", jti)
+
+    # ----------------------------------------------------------------- JWTs
+
+    def _revoked_key(self, jti: str) -> str:
+        return f"{self.namespace}:revoked-jti:{jti}"
+
+    def _jti_revoked(self, jti: str) -> bool:
+        """Revoked token ids live in Redis until the token would have expired anyway. Fails
+        closed: if Redis cannot answer, the request is refused (503), not waved through."""
+        try:
+            return bool(self.redis.exists(self._revoked_key(jti)))
+        except redis.RedisError as exc:
+            raise StoreUnavailable("Redis is unreachable; cannot check token revocation") from exc
+
+    def revoke_jti(self, jti: str, expires_at: int) -> None:
+        ttl = max(1, expires_at - int(time.time()) + self.settings.jwt_leeway_s)
+        try:
+            self.redis.set(self._revoked_key(jti), "1", ex=ttl)
+        except redis.RedisError as exc:
+            raise StoreUnavailable("Redis is unreachable; the token was not revoked") from exc
 
     def forget_key(self, key_id: str) -> None:
         with self._lock:
@@ -82,18 +108,12 @@ class Authenticator:
         pepper = self.settings.api_key_pepper.get_secret_value()
         with self._lock:
             cached = self._cache.get(key_id)
-        if (
-            cached
-            and cached.until > time.monotonic()
-            and keys.matches(token, cached.key_hash, pepper)
-        ):
+        if cached and cached.until > time.monotonic() and keys.matches(token, cached.key_hash, pepper):
             return cached.identity
         identity, key_hash = self._load_key(key_id, token, pepper)
         if self.settings.api_key_cache_s > 0:
             with self._lock:
-                self._cache[key_id] = _Cached(
-                    time.monotonic() + self.settings.api_key_cache_s, key_hash, identity
-                )
+                self._cache[key_id] = _Cached(time.monotonic() + self.settings.api_key_cache_s, key_hash, identity)
         self._touch(key_id)
         return identity
 
@@ -103,9 +123,7 @@ class Authenticator:
             record = self.accounts.get_key(key_id)
             if not keys.matches(token, record.key_hash, pepper):
                 raise rejected
-            if record.revoked_at is not None or (
-                record.expires_at is not None and record.expires_at <= utcnow()
-            ):
+            if record.revoked_at is not None or (record.expires_at is not None and record.expires_at <= utcnow()):
                 raise rejected
             user = self.accounts.get_user(record.tenant_id, record.user_id)
             tenant = self.accounts.get_tenant(record.tenant_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -64,9 +65,7 @@ class KeySource:
                     self._fetched = time.monotonic()
                 except (httpx.HTTPError, ValueError) as exc:
                     if self._keys is None:
-                        raise Unauthenticated(
-                            "the JWKS could not be fetched; cannot verify the token"
-                        ) from exc
+                        raise Unauthenticated("the JWKS could not be fetched; cannot verify the token") from exc
             return self._keys
 
 
@@ -92,9 +91,7 @@ class TokenVerifier:
         key_set = self.keys.key_set()
         kty = ASYMMETRIC_ALGS[str(alg)]
         candidates = [
-            k
-            for k in key_set.keys
-            if k.kty == kty and (header.get("kid") is None or k.kid == header.get("kid"))
+            k for k in key_set.keys if k.kty == kty and (header.get("kid") is None or k.kid == header.get("kid"))
         ]
         if not candidates:
             raise Unauthenticated("no JWKS key matches the token's kid and algorithm")
@@ -114,9 +111,7 @@ class TokenVerifier:
         except Unauthenticated:
             raise
         except JoseError as exc:
-            raise Unauthenticated(
-                f"invalid token: {exc.error}: {exc.description or ''}".rstrip(": ")
-            ) from exc
+            raise Unauthenticated(f"invalid token: {exc.error}: {exc.description or ''}".rstrip(": ")) from exc
         except (ValueError, TypeError, KeyError) as exc:
             raise Unauthenticated("malformed token") from exc
         return dict(claims)
@@ -142,6 +137,7 @@ class TokenVerifier:
             "iat": now,
             "nbf": now,
             "exp": exp,
+            "jti": f"dev-{uuid.uuid4().hex}",  # the handle for revoking this token
         }
         token = JsonWebToken(["HS256"]).encode(
             {"alg": "HS256", "typ": "JWT"}, payload, secret.get_secret_value().encode()

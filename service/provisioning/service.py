@@ -17,7 +17,7 @@ from typing import Any
 
 from service.auth import keys
 from service.auth.authenticator import Authenticator
-from service.auth.tokens import TokenVerifier
+from service.auth.tokens import TokenVerifier, principal_from_claims
 from service.beliefs.api_service import Actor
 from service.config import AuthSettings
 from service.domain.accounts import (
@@ -111,9 +111,7 @@ class ProvisioningService:
 
     def create_tenant(self, actor: Actor, tenant_id: str, name: str) -> TenantRecord:
         if not is_operator(actor.principal):
-            raise Forbidden(
-                "creating tenants needs an operator credential (see `tenure bootstrap`)"
-            )
+            raise Forbidden("creating tenants needs an operator credential (see `tenure bootstrap`)")
         _slug(tenant_id, "tenant_id")
         if tenant_id == SYSTEM_TENANT:
             raise Conflict(f"tenant id {SYSTEM_TENANT!r} is reserved")
@@ -139,9 +137,7 @@ class ProvisioningService:
             **grants.model_dump(),
         )
         self.accounts.create_user(user)
-        self._record(
-            actor, tenant_id, "user.create", {"user_id": user_id, **grants.model_dump(mode="json")}
-        )
+        self._record(actor, tenant_id, "user.create", {"user_id": user_id, **grants.model_dump(mode="json")})
         return user
 
     def get_user(self, actor: Actor, tenant_id: str, user_id: str) -> UserRecord:
@@ -151,9 +147,7 @@ class ProvisioningService:
     def list_users(self, actor: Actor, tenant_id: str) -> list[UserRecord]:
         return self.accounts.list_users(self.acting_admin(actor.principal, tenant_id))
 
-    def change_grants(
-        self, actor: Actor, tenant_id: str, user_id: str, change: GrantChange
-    ) -> UserRecord:
+    def change_grants(self, actor: Actor, tenant_id: str, user_id: str, change: GrantChange) -> UserRecord:
         self.acting_admin(actor.principal, tenant_id)
         for _ in range(3):
             user, seq, term = self.accounts.get_user_versioned(tenant_id, user_id)
@@ -179,9 +173,7 @@ class ProvisioningService:
                 {
                     "user_id": user_id,
                     "before": user.model_dump(mode="json", include={"roles", "projects", "teams"}),
-                    "after": updated.model_dump(
-                        mode="json", include={"roles", "projects", "teams"}
-                    ),
+                    "after": updated.model_dump(mode="json", include={"roles", "projects", "teams"}),
                 },
             )
             return updated
@@ -209,9 +201,7 @@ class ProvisioningService:
             "roles": sorted(r.value for r in set(chosen.roles) - set(user.roles)),
         }
         if any(beyond.values()):
-            raise ValidationFailed(
-                "a key cannot carry grants its user does not hold", details=beyond
-            )
+            raise ValidationFailed("a key cannot carry grants its user does not hold", details=beyond)
         new = keys.generate()
         record = ApiKeyRecord(
             key_id=new.key_id,
@@ -238,17 +228,12 @@ class ProvisioningService:
                 record, seq, term = self.accounts.get_key_versioned(key_id)
             except NotFound:
                 raise NotFound(f"API key {key_id!r} not found") from None
-            own = (
-                record.tenant_id == actor.principal.tenant_id
-                and record.user_id == actor.principal.user_id
-            )
+            own = record.tenant_id == actor.principal.tenant_id and record.user_id == actor.principal.user_id
             if not own:
                 try:
                     self.acting_admin(actor.principal, record.tenant_id)
                 except (Forbidden, NotFound):
-                    raise NotFound(
-                        f"API key {key_id!r} not found"
-                    ) from None  # no oracle across tenants
+                    raise NotFound(f"API key {key_id!r} not found") from None  # no oracle across tenants
             if record.revoked_at is not None:
                 return record
             record.revoked_at = utcnow()
@@ -257,9 +242,7 @@ class ProvisioningService:
             except Conflict:
                 continue
             self.authenticator.forget_key(key_id)
-            self._record(
-                actor, record.tenant_id, "key.revoke", {"key_id": key_id, "user_id": record.user_id}
-            )
+            self._record(actor, record.tenant_id, "key.revoke", {"key_id": key_id, "user_id": record.user_id})
             return record
         raise Conflict(f"API key {key_id!r} was changed concurrently; retry")
 
@@ -268,18 +251,29 @@ class ProvisioningService:
 
     # ---------------------------------------------------------------- tokens
 
-    def dev_token(
-        self, actor: Actor, tenant_id: str, user_id: str, ttl_s: int | None
-    ) -> tuple[str, int]:
+    def dev_token(self, actor: Actor, tenant_id: str, user_id: str, ttl_s: int | None) -> tuple[str, int]:
         self.acting_admin(actor.principal, tenant_id)
         if self.settings.jwt_hs256_secret is None:
-            raise ValidationFailed(
-                "development tokens are disabled: set TENURE_AUTH_JWT_HS256_SECRET"
-            )
+            raise ValidationFailed("development tokens are disabled: set TENURE_AUTH_JWT_HS256_SECRET")
         user = self.accounts.get_user(tenant_id, user_id)
         token, exp = self.verifier.issue_dev_token(effective_principal(user), ttl_s=ttl_s)
         self._record(actor, tenant_id, "token.issue", {"user_id": user_id, "expires_at": exp})
         return token, exp
+
+    def revoke_token(self, actor: Actor, token: str) -> dict[str, Any]:
+        """Revoke a JWT by its ``jti`` until it expires. Allowed for the token's own user and for
+        admins of its tenant; the token must verify (a forged one cannot be used to probe)."""
+        claims = self.verifier.verify(token)
+        jti, exp = claims.get("jti"), claims.get("exp")
+        if not isinstance(jti, str) or not isinstance(exp, int):
+            raise ValidationFailed("this token has no jti/exp claim, so it cannot be revoked")
+        subject = principal_from_claims(claims)
+        own = (subject.tenant_id, subject.user_id) == (actor.principal.tenant_id, actor.principal.user_id)
+        if not own:
+            self.acting_admin(actor.principal, subject.tenant_id)
+        self.authenticator.revoke_jti(jti, exp)
+        self._record(actor, subject.tenant_id, "token.revoke", {"jti": jti, "user_id": subject.user_id})
+        return {"jti": jti, "revoked": True, "expires_at": exp}
 
     # ------------------------------------------------------------- bootstrap
 
@@ -288,9 +282,7 @@ class ProvisioningService:
         whoever can reach OpenSearch; idempotent except that each run issues a fresh key."""
         _slug(user_id, "user_id")
         with suppress(Conflict):  # bootstrapped before: reuse the tenant and the user
-            self.accounts.create_tenant(
-                TenantRecord(tenant_id=SYSTEM_TENANT, name="operators", created_by="bootstrap")
-            )
+            self.accounts.create_tenant(TenantRecord(tenant_id=SYSTEM_TENANT, name="operators", created_by="bootstrap"))
         with suppress(Conflict):
             self.accounts.create_user(
                 UserRecord(
@@ -300,8 +292,6 @@ class ProvisioningService:
                     created_by="bootstrap",
                 )
             )
-        operator = Principal(
-            tenant_id=SYSTEM_TENANT, user_id=user_id, roles=frozenset({Role.ADMIN, Role.MEMBER})
-        )
+        operator = Principal(tenant_id=SYSTEM_TENANT, user_id=user_id, roles=frozenset({Role.ADMIN, Role.MEMBER}))
         actor = Actor(principal=operator, kind="bootstrap")
         return self.issue_key(actor, SYSTEM_TENANT, user_id, name="bootstrap")

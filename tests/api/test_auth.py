@@ -214,3 +214,21 @@ def test_dev_token_endpoint(client: TestClient, team: Team) -> None:
     assert (me["tenant_id"], me["user_id"], me["projects"]) == (team.tenant, "bob", ["pay"])
     member = client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/tokens", json={}, headers=team.h("alice"))
     assert member.status_code == 403
+
+
+def test_dev_token_revocation(client: TestClient, team: Team) -> None:
+    url = f"/v1/admin/tenants/{team.tenant}/users/bob/tokens"
+    first = ok(client.post(url, json={}, headers=team.h("carol")), 201)["token"]
+    second = ok(client.post(url, json={}, headers=team.h("carol")), 201)["token"]
+    ok(client.get("/v1/whoami", headers=auth(first)))
+    # another member may not revoke bob's token; bob himself and the tenant admin may
+    denied = client.post("/v1/admin/tokens/revoke", json={"token": first}, headers=team.h("alice"))
+    assert denied.status_code == 403
+    revoked = ok(client.post("/v1/admin/tokens/revoke", json={"token": first}, headers=auth(first)))
+    assert revoked["revoked"] is True and revoked["jti"].startswith("dev-")
+    _rejected(client.get("/v1/whoami", headers=auth(first)))
+    ok(client.get("/v1/whoami", headers=auth(second)))  # only that token
+    ok(client.post("/v1/admin/tokens/revoke", json={"token": second}, headers=team.h("carol")))
+    _rejected(client.get("/v1/whoami", headers=auth(second)))
+    forged = client.post("/v1/admin/tokens/revoke", json={"token": "a.b.c"}, headers=team.h("carol"))
+    assert forged.status_code == 401

@@ -80,6 +80,8 @@ def test_cli_from_bootstrap_to_audit(
 
     token = _json(client, "--key", lead, "dev-token", tenant, "dev")["token"]
     assert _json(client, "--key", token, "whoami")["credential"] == "jwt"
+    assert _json(client, "--key", lead, "revoke-token", token)["revoked"] is True
+    assert _run(client, "--key", token, "whoami")[0] == 1
     assert _json(client, "--key", lead, "revoke-key", dev)["revoked_at"]
     code, _, err = _run(client, "--key", dev, "whoami")
     assert code == 1 and json.loads(err)["error"]["code"] == "unauthenticated"

@@ -67,9 +67,7 @@ class GrantsPatch(BaseModel):
 class KeyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("", max_length=200)
-    roles: list[Role] | None = Field(
-        None, max_length=4, description="Defaults to the user's roles; may only narrow"
-    )
+    roles: list[Role] | None = Field(None, max_length=4, description="Defaults to the user's roles; may only narrow")
     projects: list[GrantSlug] | None = Field(
         None, max_length=256, description="Defaults to the user's projects; may only narrow"
     )
@@ -102,6 +100,17 @@ class TokenIn(BaseModel):
     ttl_s: int | None = Field(None, ge=60, le=30 * 86_400)
 
 
+class TokenRevokeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    token: str = Field(..., min_length=1, max_length=8192, description="The JWT to revoke")
+
+
+class TokenRevokedOut(BaseModel):
+    jti: str
+    revoked: bool
+    expires_at: int
+
+
 class TokenOut(BaseModel):
     token: str
     token_type: str = "Bearer"  # noqa: S105 - the OAuth token type, not a secret
@@ -119,9 +128,7 @@ class WhoAmI(BaseModel):
 
 
 def _tenant(t: TenantRecord) -> TenantOut:
-    return TenantOut(
-        tenant_id=t.tenant_id, name=t.name, disabled=t.disabled, created_at=t.created_at
-    )
+    return TenantOut(tenant_id=t.tenant_id, name=t.name, disabled=t.disabled, created_at=t.created_at)
 
 
 def _user(u: UserRecord) -> UserOut:
@@ -132,9 +139,7 @@ def _key(k: ApiKeyRecord) -> KeyOut:
     return KeyOut(**k.model_dump(include=set(KeyOut.model_fields)))
 
 
-@router.get(
-    "/whoami", response_model=WhoAmI, tags=["auth"], summary="The principal behind the credential"
-)
+@router.get("/whoami", response_model=WhoAmI, tags=["auth"], summary="The principal behind the credential")
 def whoami(identity: CurrentIdentity) -> WhoAmI:
     p = identity.principal
     return WhoAmI(
@@ -169,9 +174,7 @@ def get_tenant(tenant_id: TenantPath, actor: CurrentActor, prov: ProvisioningDep
     status_code=status.HTTP_201_CREATED,
     summary="Create a user",
 )
-def create_user(
-    tenant_id: TenantPath, body: UserIn, actor: CurrentActor, prov: ProvisioningDep
-) -> UserOut:
+def create_user(tenant_id: TenantPath, body: UserIn, actor: CurrentActor, prov: ProvisioningDep) -> UserOut:
     grants = Grants(roles=body.roles, projects=body.projects, teams=body.teams)
     return _user(prov.create_user(actor, tenant_id, body.user_id, grants))
 
@@ -181,12 +184,8 @@ def list_users(tenant_id: TenantPath, actor: CurrentActor, prov: ProvisioningDep
     return [_user(u) for u in prov.list_users(actor, tenant_id)]
 
 
-@router.get(
-    "/admin/tenants/{tenant_id}/users/{user_id}", response_model=UserOut, summary="Get a user"
-)
-def get_user(
-    tenant_id: TenantPath, user_id: UserPath, actor: CurrentActor, prov: ProvisioningDep
-) -> UserOut:
+@router.get("/admin/tenants/{tenant_id}/users/{user_id}", response_model=UserOut, summary="Get a user")
+def get_user(tenant_id: TenantPath, user_id: UserPath, actor: CurrentActor, prov: ProvisioningDep) -> UserOut:
     return _user(prov.get_user(actor, tenant_id, user_id))
 
 
@@ -227,9 +226,7 @@ def issue_key(
             projects=body.projects if body.projects is not None else user.projects,
             teams=body.teams if body.teams is not None else user.teams,
         )
-    issued = prov.issue_key(
-        actor, tenant_id, user_id, name=body.name, grants=grants, expires_in_s=body.expires_in_s
-    )
+    issued = prov.issue_key(actor, tenant_id, user_id, name=body.name, grants=grants, expires_in_s=body.expires_in_s)
     return IssuedKeyOut(**_key(issued.record).model_dump(), key=issued.plaintext)
 
 
@@ -266,3 +263,12 @@ def dev_token(
 ) -> TokenOut:
     token, exp = prov.dev_token(actor, tenant_id, user_id, body.ttl_s if body else None)
     return TokenOut(token=token, expires_at=exp)
+
+
+@router.post(
+    "/admin/tokens/revoke",
+    response_model=TokenRevokedOut,
+    summary="Revoke a JWT (by its jti) until it expires (its own user, or an admin of its tenant)",
+)
+def revoke_token(body: TokenRevokeIn, actor: CurrentActor, prov: ProvisioningDep) -> TokenRevokedOut:
+    return TokenRevokedOut(**prov.revoke_token(actor, body.token))
