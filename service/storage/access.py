@@ -123,3 +123,9 @@ def maintenance_filters(tenant_id: str | None = None) -> list[dict[str, Any]]:
     return belief or turn content to any caller. ``tenant_id`` narrows a scan to one tenant
     (an admin's trigger); otherwise the caller's narrowing clauses are the whole query."""
     return [] if tenant_id is None else [{"term": {"tenant_id": tenant_id}}]
+
+
+def scope_narrowing(labels: Sequence[str]) -> dict[str, Any]:
+    """Restrict a listing to the given scope labels. Narrowing only: it is always combined with
+    :func:`access_filters`, so it can hide beliefs but never reveal one."""
+    return {"terms": {"scope": list(labels)}}

@@ -269,7 +269,6 @@ class ListFilter:
     scopes: tuple[str, ...] = ()
     pinned: bool | None = None
     text: str | None = None
-    owner_id: str | None = None
 
     def clauses(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -278,11 +277,9 @@ class ListFilter:
         if self.lifecycle:
             out.append({"terms": {"lifecycle": list(self.lifecycle)}})
         if self.scopes:
-            out.append({"terms": {"scope": list(self.scopes)}})
+            out.append(access.scope_narrowing(self.scopes))
         if self.pinned is not None:
             out.append({"term": {"pinned": self.pinned}})
-        if self.owner_id is not None:
-            out.append({"term": {"owner_id": self.owner_id}})
         return out
 
 
