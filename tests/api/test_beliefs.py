@@ -214,3 +214,30 @@ def test_erase_removes_versions_audit_payloads_and_renderings(
     assert any(e["action"] == "belief.erase" for e in events)
     assert "Second version" not in json.dumps(events)
     assert client.delete("/v1/beliefs/b-s2", headers=team.h("carol")).status_code == 404
+
+
+def test_concurrent_writers_never_lose_updates(client: TestClient, team: Team) -> None:
+    """Optimistic concurrency: every reinforce that reports success is counted, none is lost."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _create(client, team, "alice", "hot_belief", "project:pay", id="b-hot")
+
+    def reinforce(user: str) -> int:
+        return client.post("/v1/beliefs/b-hot/reinforce", json={}, headers=team.h(user)).status_code
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        statuses = list(pool.map(reinforce, ["alice", "bob", "carol"] * 3))
+    assert set(statuses) <= {200, 409}
+    final = ok(client.get("/v1/beliefs/b-hot", headers=team.h("bob")))
+    assert final["reinforcement_count"] == statuses.count(200) >= 1
+    assert final["version"] == 1 + statuses.count(200)
+
+
+def test_import_accepts_a_wrapped_list_and_rejects_other_shapes(client: TestClient, team: Team) -> None:
+    wrapped = {"beliefs": [{**belief_body("wrapped"), "_id": "b-wrapped"}]}
+    assert ok(client.post("/v1/beliefs/import", json=wrapped, headers=team.h("alice")))["imported"] == ["b-wrapped"]
+    for bad in ({"nope": 1}, "text", 3):
+        response = client.post("/v1/beliefs/import", json=bad, headers=team.h("alice"))
+        assert response.status_code == 422 and response.json()["error"]["code"] == "validation_error"
+    too_many = [{**belief_body(f"n_{i}"), "_id": f"b-n{i}"} for i in range(3)]
+    assert client.post("/v1/beliefs/import", json=[*too_many, 5], headers=team.h("alice")).status_code == 422
