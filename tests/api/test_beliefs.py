@@ -239,5 +239,11 @@ def test_import_accepts_a_wrapped_list_and_rejects_other_shapes(client: TestClie
     for bad in ({"nope": 1}, "text", 3):
         response = client.post("/v1/beliefs/import", json=bad, headers=team.h("alice"))
         assert response.status_code == 422 and response.json()["error"]["code"] == "validation_error"
+    deep = "[" * 100_000 + "]" * 100_000
+    for content_type in ("application/json", "application/x-ndjson"):
+        response = client.post(
+            "/v1/beliefs/import", content=deep, headers={**team.h("alice"), "Content-Type": content_type}
+        )
+        assert response.status_code == 422, response.text
     too_many = [{**belief_body(f"n_{i}"), "_id": f"b-n{i}"} for i in range(3)]
     assert client.post("/v1/beliefs/import", json=[*too_many, 5], headers=team.h("alice")).status_code == 422

@@ -28,9 +28,7 @@ JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonl
 
 class BeliefPage(BaseModel):
     items: list[Belief]
-    next_cursor: str | None = Field(
-        None, description="Pass as ?cursor= for the next page; null at the end"
-    )
+    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page; null at the end")
 
 
 class ImportResult(BaseModel):
@@ -45,24 +43,18 @@ class SupersedeResult(BaseModel):
 
 class AliasesIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    aliases: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
-        ..., min_length=1, max_length=25
-    )
+    aliases: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(..., min_length=1, max_length=25)
 
 
 class ReinforceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    aliases: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
-        default_factory=list, max_length=25
-    )
+    aliases: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(default_factory=list, max_length=25)
 
 
 class ResolveIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     note: str | None = Field(None, max_length=2000)
-    resolved_by: str | None = Field(
-        None, pattern=ID_RE.pattern, description="The belief that answers the question"
-    )
+    resolved_by: str | None = Field(None, pattern=ID_RE.pattern, description="The belief that answers the question")
 
 
 class RetractIn(BaseModel):
@@ -79,9 +71,7 @@ class HistoryEntry(BaseModel):
 class HistoryOut(BaseModel):
     belief_id: str
     chain: list[Belief] = Field(description="Every version in the supersession chain, oldest first")
-    change_log: list[HistoryEntry] = Field(
-        description="All change-log entries of the chain, in time order"
-    )
+    change_log: list[HistoryEntry] = Field(description="All change-log entries of the chain, in time order")
 
 
 class ErasureReceiptOut(BaseModel):
@@ -96,9 +86,7 @@ def _scopes(values: list[str]) -> tuple[str, ...]:
     try:
         return tuple(scope_rules.normalize_scopes(values))
     except scope_rules.InvalidScope as exc:
-        raise ValidationFailed(
-            str(exc), details=[{"loc": ["query", "scope"], "msg": str(exc)}]
-        ) from exc
+        raise ValidationFailed(str(exc), details=[{"loc": ["query", "scope"], "msg": str(exc)}]) from exc
 
 
 def _filter(
@@ -118,44 +106,41 @@ def _filter(
 
 
 TypeQ = Annotated[list[BeliefType], Query(alias="type", description="Belief types (repeatable)")]
-StatusQ = Annotated[
-    list[Lifecycle], Query(alias="status", description="Lifecycle states (repeatable)")
-]
+StatusQ = Annotated[list[Lifecycle], Query(alias="status", description="Lifecycle states (repeatable)")]
 ScopeQ = Annotated[list[str], Query(max_length=32, description="Scope labels (repeatable)")]
 TextQ = Annotated[str | None, Query(max_length=1000, description="Match names and aliases")]
 AllQ = Annotated[
     bool,
-    Query(
-        alias="all", description="Admins: the whole tenant, not only what they can see as a user"
-    ),
+    Query(alias="all", description="Admins: the whole tenant, not only what they can see as a user"),
 ]
 
 
-@router.post(
-    "", response_model=Belief, status_code=status.HTTP_201_CREATED, summary="Create one belief"
-)
+@router.post("", response_model=Belief, status_code=status.HTTP_201_CREATED, summary="Create one belief")
 def create_belief(body: BeliefCreate, actor: CurrentActor, beliefs: BeliefsDep) -> Belief:
     return beliefs.create(actor, body)
+
+
+def _loads(text: str, where: str, loc: list[Any]) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationFailed(
+            f"{where} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            details=[{"loc": loc, "msg": exc.msg}],
+        ) from exc
+    except RecursionError as exc:  # absurdly deep nesting: still the client's problem
+        raise ValidationFailed(f"{where} nests too deeply", details=[{"loc": loc}]) from exc
 
 
 def _parse_import(raw: bytes, content_type: str) -> list[dict[str, Any]]:
     text = raw.decode("utf-8", errors="strict") if raw else ""
     if any(content_type.startswith(t) for t in JSONL_TYPES):
-        records: list[Any] = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValidationFailed(
-                        f"line {number} is not valid JSON: {exc.msg}",
-                        details=[{"loc": ["body", number], "msg": exc.msg}],
-                    ) from exc
-        return records
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValidationFailed(f"body is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+        return [
+            _loads(line, f"line {number}", ["body", number])
+            for number, line in enumerate(text.splitlines(), start=1)
+            if line.strip()
+        ]
+    data = _loads(text, "body", ["body"])
     if isinstance(data, dict) and isinstance(data.get("beliefs"), list):
         data = data["beliefs"]
     if not isinstance(data, list):
@@ -177,14 +162,10 @@ def _parse_import(raw: bytes, content_type: str) -> list[dict[str, Any]]:
         }
     },
 )
-async def import_beliefs(
-    request: Request, actor: CurrentActor, beliefs: BeliefsDep
-) -> ImportResult:
+async def import_beliefs(request: Request, actor: CurrentActor, beliefs: BeliefsDep) -> ImportResult:
     raw = await request.body()
     try:
-        records = _parse_import(
-            raw, request.headers.get("content-type", "application/json").lower()
-        )
+        records = _parse_import(raw, request.headers.get("content-type", "application/json").lower())
     except UnicodeDecodeError as exc:
         raise ValidationFailed("body is not UTF-8") from exc
     report = await run_in_threadpool(beliefs.import_records, actor, records)
@@ -241,16 +222,10 @@ def get_belief(belief_id: BeliefIdPath, actor: CurrentActor, beliefs: BeliefsDep
     return beliefs.get(actor, belief_id)
 
 
-@router.get(
-    "/{belief_id}/history", response_model=HistoryOut, summary="Supersession chain and change log"
-)
+@router.get("/{belief_id}/history", response_model=HistoryOut, summary="Supersession chain and change log")
 def belief_history(belief_id: BeliefIdPath, actor: CurrentActor, beliefs: BeliefsDep) -> HistoryOut:
     history = beliefs.history(actor, belief_id)
-    entries = [
-        HistoryEntry(belief_id=b.id, version=b.version, entry=e)
-        for b in history.chain
-        for e in b.change_log
-    ]
+    entries = [HistoryEntry(belief_id=b.id, version=b.version, entry=e) for b in history.chain for e in b.change_log]
     entries.sort(key=lambda h: h.entry.changed_at)
     return HistoryOut(belief_id=belief_id, chain=history.chain, change_log=entries)
 
@@ -268,9 +243,7 @@ def supersede_belief(
     return SupersedeResult(superseded=old, current=new)
 
 
-@router.post(
-    "/{belief_id}/reinforce", response_model=Belief, summary="Reinforce (optionally adding aliases)"
-)
+@router.post("/{belief_id}/reinforce", response_model=Belief, summary="Reinforce (optionally adding aliases)")
 def reinforce_belief(
     belief_id: BeliefIdPath,
     actor: CurrentActor,
@@ -298,12 +271,8 @@ def resolve_question(
     return beliefs.resolve(actor, belief_id, body.note, body.resolved_by)
 
 
-@router.post(
-    "/{belief_id}/aliases", response_model=Belief, summary="Add aliases (within the cap of 25)"
-)
-def add_belief_aliases(
-    belief_id: BeliefIdPath, body: AliasesIn, actor: CurrentActor, beliefs: BeliefsDep
-) -> Belief:
+@router.post("/{belief_id}/aliases", response_model=Belief, summary="Add aliases (within the cap of 25)")
+def add_belief_aliases(belief_id: BeliefIdPath, body: AliasesIn, actor: CurrentActor, beliefs: BeliefsDep) -> Belief:
     return beliefs.add_aliases(actor, belief_id, body.aliases)
 
 
