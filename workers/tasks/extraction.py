@@ -28,12 +28,15 @@ def _res() -> resources.Resources:
 )
 def extract_turn(self: TenantTask, tenant_id: str, turn_id: str) -> dict[str, Any]:
     """Validate and merge the sidecar of one recorded turn. Idempotent per turn; a turn that is
-    already final is skipped. After the last failed retry the turn is marked ``failed``."""
+    already final is skipped. Transient store failures retry with backoff; after the last retry,
+    or on any other error, the turn is marked ``failed`` with the error."""
     res = _res()
     try:
         outcome = res.pipeline.run(tenant_id, turn_id)
     except Exception as exc:
-        if self.request.retries >= (self.max_retries or 0):
+        retryable = isinstance(exc, tuple(self.autoretry_for))
+        if not retryable or self.request.retries >= (self.max_retries or 0):
+            # final: record why on the turn (the sweep only picks up pending/running turns)
             res.pipeline.fail(tenant_id, turn_id, f"{type(exc).__name__}: {exc}")
         raise
     if outcome.alias_candidates:
@@ -68,9 +71,7 @@ def sweep_turns() -> int:
     """Beat: re-enqueue turns whose extraction never completed (lost message, dead worker)."""
     res = _res()
     loop = res.settings.loop
-    keys = res.turns.stale_keys(
-        older_than_s=loop.sweep_stale_after_s, max_attempts=loop.max_extraction_attempts
-    )
+    keys = res.turns.stale_keys(older_than_s=loop.sweep_stale_after_s, max_attempts=loop.max_extraction_attempts)
     for tenant_id, turn_id in keys:
         res.queue.extract(tenant_id, turn_id)
     if keys:
