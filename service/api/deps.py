@@ -10,18 +10,19 @@ for the audit trail. A route without one of them is public, and that is visible 
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.errors import request_id_of
-from service.api.state import Services
+from service.api.state import Services, ensure_indices
 from service.auth.authenticator import Identity
 from service.beliefs.api_service import Actor, BeliefService
 from service.config import Settings
 from service.domain.principal import Principal
-from service.errors import Forbidden, Unauthenticated, ValidationFailed
+from service.errors import Forbidden, StoreUnavailable, Unauthenticated, ValidationFailed
 from service.provisioning.service import ProvisioningService
 from service.recall.service import RecallService
 from service.storage.audit import AuditStore
@@ -30,15 +31,33 @@ from service.storage.beliefs import BeliefStore
 bearer_scheme = HTTPBearer(
     scheme_name="BearerAuth",
     bearerFormat="JWT or tnr_<key id>_<secret> API key",
-    description=(
-        "An API key issued by an admin, or a JWT (RS256/ES256 via JWKS; HS256 in development)."
-    ),
+    description=("An API key issued by an admin, or a JWT (RS256/ES256 via JWKS; HS256 in development)."),
     auto_error=False,
 )
 
 
-def get_services(request: Request) -> Services:
+def raw_services(request: Request) -> Services:
     services: Services = request.app.state.services
+    return services
+
+
+def get_services(request: Request) -> Services:
+    """The shared services, once the indices exist. If OpenSearch was down at start-up the
+    templates are applied by the first request that finds it back; until then: 503."""
+    services = raw_services(request)
+    state = request.app.state
+    if not state.indices_ready:
+        # At most one attempt per retry interval, so an outage does not make every request wait
+        # for a connection timeout.
+        now = time.monotonic()
+        if now - getattr(state, "indices_attempt_at", 0.0) >= services.settings.api.retry_after_s:
+            state.indices_attempt_at = now
+            state.indices_ready = ensure_indices(services)
+        if not state.indices_ready:
+            raise StoreUnavailable(
+                "OpenSearch is unreachable: the indices are not ready",
+                retry_after_s=services.settings.api.retry_after_s,
+            )
     return services
 
 

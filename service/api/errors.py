@@ -150,6 +150,14 @@ async def _store_down(request: Request, exc: Exception) -> JSONResponse:
     return await _tenure_error(request, StoreUnavailable(f"a backing store is unavailable ({type(exc).__name__})"))
 
 
+async def _opensearch_error(request: Request, exc: Exception) -> JSONResponse:
+    """An OpenSearch failure the storage layer did not translate (e.g. an index missing after a
+    store reset): the backend is not usable right now, which is a 503, not a crash."""
+    assert isinstance(exc, os_exc.TransportError)
+    log.warning("untranslated OpenSearch error in request %s: %s", request_id_of(request), exc)
+    return await _tenure_error(request, StoreUnavailable(f"OpenSearch could not serve the request ({exc.status_code})"))
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error in request %s", request_id_of(request), exc_info=exc)
     return _respond(request, 500, ErrorCode.INTERNAL, "internal error; quote the request id when reporting it")
@@ -160,6 +168,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(os_exc.ConnectionError, _store_down)
+    app.add_exception_handler(os_exc.TransportError, _opensearch_error)
     app.add_exception_handler(redis.ConnectionError, _store_down)
     app.add_exception_handler(redis.TimeoutError, _store_down)
     app.add_exception_handler(Exception, _unexpected)

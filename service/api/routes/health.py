@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from service.api.deps import ServicesDep
+from service.api.deps import raw_services
 from service.api.state import ensure_indices
 
 router = APIRouter(tags=["health"])
@@ -36,7 +36,8 @@ def healthz() -> Health:
     summary="OpenSearch and Redis are reachable",
     responses={503: {"model": Readiness, "description": "Not ready"}},
 )
-def readyz(request: Request, services: ServicesDep) -> JSONResponse:
+def readyz(request: Request) -> JSONResponse:
+    services = raw_services(request)
     try:
         opensearch_ok = bool(services.opensearch.ping())
     except Exception:  # noqa: BLE001 - any failure means "not reachable"
