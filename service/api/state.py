@@ -67,9 +67,7 @@ class Services:
                 refresh=settings.api.write_refresh,
             ),
             recall=RecallService(ContextBuilder(store, settings.recall), audit),
-            provisioning=ProvisioningService(
-                accounts, audit, verifier, authenticator, settings.auth
-            ),
+            provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),
             render_cache=render_cache,
         )
 
@@ -79,9 +77,7 @@ def ensure_indices(services: Services) -> bool:
     still starts, /healthz answers and /readyz reports the store as unreachable."""
     try:
         with translate_errors("apply index templates"):
-            apply_templates(
-                services.opensearch, services.settings.opensearch_namespace, ALL_FAMILIES
-            )
+            apply_templates(services.opensearch, services.settings.opensearch_namespace, ALL_FAMILIES)
     except StoreUnavailable as exc:
         log.warning("index templates not applied yet: %s", exc.message)
         return False

@@ -18,9 +18,7 @@ router = APIRouter(prefix="/v1/admin", tags=["audit"])
 
 class AuditPage(BaseModel):
     items: list[AuditEvent]
-    next_cursor: str | None = Field(
-        None, description="Pass as ?cursor= for the next page; null at the end"
-    )
+    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page; null at the end")
 
 
 Short = Annotated[str | None, Query(min_length=1, max_length=200)]

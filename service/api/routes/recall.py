@@ -24,9 +24,7 @@ class RecallIn(BaseModel):
         max_length=scope_rules.MAX_SCOPES,
         description="The session's scope labels",
     )
-    query: str = Field(
-        "", max_length=20_000, description="The user's message (or any text to recall for)"
-    )
+    query: str = Field("", max_length=20_000, description="The user's message (or any text to recall for)")
     session_id: str | None = Field(None, min_length=1, max_length=200)
     budget: RecallBudget | None = None
     explain: bool = Field(False, description="Add per-clause scores and why beliefs were filtered")
@@ -98,9 +96,7 @@ def _item(entry: TierEntry) -> TierItem:
     )
 
 
-@router.post(
-    "/recall", response_model=RecallOut, summary="Recall the four tiers and the injection block"
-)
+@router.post("/recall", response_model=RecallOut, summary="Recall the four tiers and the injection block")
 def recall(body: RecallIn, actor: CurrentActor, service: RecallDep) -> RecallOut:
     if body.session_id:
         actor = replace(actor, session_id=body.session_id)
@@ -117,9 +113,7 @@ def recall(body: RecallIn, actor: CurrentActor, service: RecallDep) -> RecallOut
         ),
         injected_ids=r.injected_ids,
         truncated=r.truncated,
-        injection=Injection(
-            beliefs=done.block.beliefs, dynamic=done.block.dynamic, text=done.block.text
-        ),
+        injection=Injection(beliefs=done.block.beliefs, dynamic=done.block.dynamic, text=done.block.text),
         receipt_id=done.receipt_id,
         explain=r.notes if body.explain else None,
     )
