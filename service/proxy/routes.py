@@ -5,14 +5,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Header, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import AdminPrincipal, CurrentActor, CurrentPrincipal, RecallDep
-from service.errors import ErrorCode, NotFound, TenureError, ValidationFailed
+from service.api.deps import (
+    SESSION_HEADER,
+    AdminPrincipal,
+    CurrentActor,
+    CurrentPrincipal,
+    bearer_scheme,
+    raw_services,
+)
+from service.api.errors import request_id_of
+from service.beliefs.api_service import Actor
+from service.errors import ErrorCode, NotFound, TenureError, Unauthenticated, ValidationFailed
 from service.extraction.audit import StoreAudit
 from service.extraction.reviews import Action, ReviewService
 from service.extraction.sidecar import ParseStatus, split_sidecar
@@ -50,6 +60,29 @@ def openai_error(exc: TenureError) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
+def proxy_actor(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
+) -> Actor:
+    """The API's authenticator, without the API's "indices ready" gate: the proxy must answer
+    (without memory) when OpenSearch is down, and JWTs verify without the store."""
+    if credentials is None or not credentials.credentials:
+        raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
+    identity = raw_services(request).authenticator.authenticate(credentials.credentials)
+    request.state.identity = identity
+    return Actor(
+        principal=identity.principal,
+        kind=identity.kind,
+        credential_id=identity.credential_id,
+        request_id=request_id_of(request),
+        session_id=session.strip() if session and session.strip() else None,
+    )
+
+
+ProxyActor = Annotated[Actor, Depends(proxy_actor)]
+
+
 def memory_loop(request: Request) -> MemoryLoop:
     loop: MemoryLoop = request.app.state.memory_loop
     return loop
@@ -78,13 +111,12 @@ async def _chat_body(request: Request) -> ChatRequest:
 )
 async def chat_completions(
     request: Request,
-    actor: CurrentActor,
-    recall: RecallDep,
+    actor: ProxyActor,
     x_session_id: Annotated[str | None, Header(max_length=200)] = None,
     x_tenure_scope: Annotated[str | None, Header(max_length=2000)] = None,
 ) -> Any:
     loop = memory_loop(request)
-    proxy = ChatProxy(loop, recall)
+    proxy = ChatProxy(loop, raw_services(request).recall)
     try:
         body = await _chat_body(request)
         ctx, forwarded = await proxy.prepare(actor, body, actor.session_id or x_session_id, x_tenure_scope)

@@ -43,6 +43,19 @@ def llm() -> Iterator[ScriptedLLM]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def llm_own() -> Iterator[ScriptedLLM]:
+    """A second upstream, configured for one tenant only (per-tenant upstream override)."""
+    server = ScriptedLLM().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+OWN_UPSTREAM_TENANT = "t-own-upstream"
+
+
 @pytest.fixture(autouse=True)
 def _fresh_script(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
@@ -56,7 +69,7 @@ def queue_prefix() -> str:
 
 
 @pytest.fixture(scope="session")
-def loop_settings(settings: Settings, llm: ScriptedLLM, queue_prefix: str) -> Settings:
+def loop_settings(settings: Settings, llm: ScriptedLLM, llm_own: ScriptedLLM, queue_prefix: str) -> Settings:
     return settings.model_copy(
         update={
             "auth": AuthSettings(api_key_pepper=SecretStr("test-pepper")),
@@ -65,7 +78,13 @@ def loop_settings(settings: Settings, llm: ScriptedLLM, queue_prefix: str) -> Se
                 upstream_base_url=llm.base_url,
                 upstream_api_key=SecretStr("sk-upstream-test"),
                 upstream_timeout_s=3.0,
-                tenants={"t-extraction-off": {"extraction_enabled": False}},  # type: ignore[dict-item]
+                tenants={  # type: ignore[dict-item]
+                    "t-extraction-off": {"extraction_enabled": False},
+                    OWN_UPSTREAM_TENANT: {
+                        "upstream_base_url": llm_own.base_url,
+                        "upstream_api_key": "sk-own",
+                    },
+                },
             ),
             "celery": CelerySettings(queue_prefix=queue_prefix),
         }

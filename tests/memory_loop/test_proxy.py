@@ -208,3 +208,18 @@ def test_failing_store_degrades_to_answering_without_memory(
     _, events, content = _sse(chat(client, headers, "hello", stream=True))
     assert content == "streamed"
     assert events[-1]["tenure"]["degraded"] is True
+
+
+def test_per_tenant_upstream(
+    api: TestClient, operator_headers: dict[str, str], llm: ScriptedLLM, llm_own: ScriptedLLM
+) -> None:
+    from tests.api.conftest import make_team
+    from tests.memory_loop.conftest import OWN_UPSTREAM_TENANT
+
+    team = make_team(api, operator_headers, tenant=OWN_UPSTREAM_TENANT)
+    llm_own.script(Reply(content="from the tenant's own upstream"))
+    body = ok(chat(api, team.h("alice"), "hello"))
+    assert body["choices"][0]["message"]["content"] == "from the tenant's own upstream"
+    assert llm_own.requests[-1]["_headers"]["authorization"] == "Bearer sk-own"
+    assert llm.requests == []
+    llm_own.reset()
