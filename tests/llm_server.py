@@ -84,8 +84,7 @@ class ScriptedLLM:
                 if reply.status != 200:
                     self._json(
                         reply.status,
-                        reply.error
-                        or {"error": {"message": "scripted failure", "type": "server_error"}},
+                        reply.error or {"error": {"message": "scripted failure", "type": "server_error"}},
                     )
                 elif request.get("stream"):
                     self._stream(request, reply)

@@ -56,9 +56,7 @@ def build(settings: Settings) -> Resources:
         redis=rds,
         turns=turns,
         pipeline=ExtractionPipeline(beliefs, turns, reviews, settings.loop, audit),
-        compactor=Compactor(
-            beliefs, settings.loop, audit, RedisCooldown(rds), llm_from_settings(settings)
-        ),
+        compactor=Compactor(beliefs, settings.loop, audit, RedisCooldown(rds), llm_from_settings(settings)),
         queue=TaskQueue(settings),
     )
 

@@ -41,13 +41,9 @@ class BeliefLookup:
     def __init__(self, store: BeliefStore):
         self.store = store
 
-    def _search(
-        self, principal: Principal, body: dict[str, Any], action: str
-    ) -> list[dict[str, Any]]:
+    def _search(self, principal: Principal, body: dict[str, Any], action: str) -> list[dict[str, Any]]:
         with translate_errors(action):
-            result = self.store.client.search(
-                index=self.store.alias, body=body, routing=access.routing(principal)
-            )
+            result = self.store.client.search(index=self.store.alias, body=body, routing=access.routing(principal))
         hits: list[dict[str, Any]] = result["hits"]["hits"]
         return hits
 
@@ -95,9 +91,7 @@ class BeliefLookup:
         rows = self._search(principal, body, "list a compaction bucket")
         return [Belief.from_document(r["_source"]) for r in rows]
 
-    def plan_buckets(
-        self, *, min_count: int, tenant_id: str | None = None, page: int = 500
-    ) -> list[BucketKey]:
+    def plan_buckets(self, *, min_count: int, tenant_id: str | None = None, page: int = 500) -> list[BucketKey]:
         """Key-only scan: every (tenant, owner, scope, type, subtype) with >= ``min_count`` live
         beliefs. ``tenant_id`` narrows it to one tenant (the admin trigger)."""
         narrow: list[dict[str, Any]] = [LIVE]

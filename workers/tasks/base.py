@@ -41,8 +41,6 @@ class TenantTask(Task):  # type: ignore[misc]
         if tenant is None and self.tenant_optional:
             return super().__call__(*args, **kwargs)
         if not isinstance(tenant, str) or not TENANT_RE.match(tenant):
-            logger.error(
-                "task %s refused: no valid tenant_id (got %r)", self.name, type(tenant).__name__
-            )
+            logger.error("task %s refused: no valid tenant_id (got %r)", self.name, type(tenant).__name__)
             raise MissingTenant(f"task {self.name} needs a tenant_id as its first argument")
         return super().__call__(*args, **kwargs)
