@@ -12,6 +12,7 @@ import argparse
 import os
 import platform
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -22,7 +23,6 @@ from typing import Any
 
 from opensearchpy import OpenSearch
 
-from deploy.devstack import Service, start_opensearch
 from evals.backends import (
     SPECS,
     default_backends,
@@ -82,10 +82,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--cache-dir", type=Path, default=None, help="embedding cache of the vector backend"
     )
+    p.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        help="skip the unrecorded warm-up pass (latency of the first backend will include cold start)",
+    )
     p.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--keep-indices", action="store_true", help="do not drop the run's namespaces")
     return p
+
+
+def _start_node(heap: str) -> Any:
+    """A throw-away node via deploy/devstack.py (repo dev tooling, not an installed package)."""
+    if str(REPO) not in sys.path and (REPO / "deploy" / "devstack.py").exists():
+        sys.path.insert(0, str(REPO))
+    from deploy.devstack import start_opensearch
+
+    return start_opensearch(Path(tempfile.mkdtemp(prefix="tenure-eval-os-")) / "home", heap=heap)
 
 
 def _split(values: list[str]) -> list[str]:
@@ -176,11 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     out_dir = args.out or REPO / "evals" / "out" / started.strftime("%Y%m%dT%H%M%SZ")
     run_id = uuid.uuid4().hex[:8]
-    node: Service | None = None
-    if args.start_node:
-        node = start_opensearch(
-            Path(tempfile.mkdtemp(prefix="tenure-eval-os-")) / "home", heap=args.heap
-        )
+    node: Any = _start_node(args.heap) if args.start_node else None
     base = Settings()
     settings = base.model_copy(
         update={
@@ -197,6 +208,19 @@ def main(argv: list[str] | None = None) -> int:
 
             progress = tqdm(
                 total=case_set.total * len(names), unit="case", file=sys.stderr, dynamic_ncols=True
+            )
+        if args.warmup:
+            # one unrecorded bm25 pass so the first measured backend does not pay the node's
+            # cold start (JIT, caches) in its latency figures
+            run_backend(
+                client,
+                settings,
+                case_set,
+                "bm25",
+                f"{run_id}w",
+                progress=None,
+                cache_dir=None,
+                keep=False,
             )
         for name in names:
             if progress is not None:
@@ -217,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
         if node:
             node.stop()
+            shutil.rmtree(node.home.parent, ignore_errors=True)
 
     meta = {
         "started_at": started.isoformat(timespec="seconds"),

@@ -412,10 +412,15 @@ def render_charts(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
             ax.bar([x + i * width for x in range(len(categories))], values, width, label=n)
         ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(categories))])
         ax.set_xticklabels(categories, rotation=35, ha="right", fontsize=8)
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, 1.3)
+        ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
         ax.set_ylabel(metric.replace("_", " "))
+        if metric == "mean_precision":
+            ax.set_xlabel(
+                "no bar: precision undefined (nothing returned in the relevant tier)", fontsize=7
+            )
         ax.set_title(f"{title} — {report['case_set']['name']}")
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=7, ncol=min(len(names), 4), loc="upper center")
         fig.tight_layout()
         fig.savefig(out_dir / fname, dpi=110)
         plt.close(fig)
