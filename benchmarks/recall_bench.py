@@ -396,6 +396,7 @@ class Stage:
     server_took_p50_ms: float
     server_took_p99_ms: float
     by_kind_p50_ms: dict[str, float] = field(default_factory=dict)
+    by_kind_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     mean_relevant_hits: float = 0.0
     concurrent_qps: float | None = None
     index_size_mb: float = 0.0
@@ -453,6 +454,10 @@ def measure(
         "server_took_p50_ms": pct(took, 50) if took else 0.0,
         "server_took_p99_ms": pct(took, 99) if took else 0.0,
         "by_kind_p50_ms": {k: round(pct(v, 50), 2) for k, v in sorted(kinds.items())},
+        "by_kind_ms": {
+            k: {"n": len(v), **{f"p{q}": round(pct(v, q), 2) for q in (50, 95, 99)}}
+            for k, v in sorted(kinds.items())
+        },
         "mean_relevant_hits": hits / len(measured),
         "concurrent_qps": concurrent_qps,
     }
@@ -509,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--users-per-tenant", type=int, default=5)
     parser.add_argument("--queries", type=int, default=2000, help="measured queries per size")
-    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument(
         "--threads",
         type=int,
@@ -610,6 +615,14 @@ def main(argv: list[str] | None = None) -> int:
                 + f"  (server took p50 {stage.server_took_p50_ms:.0f} ms, "
                 f"p99 {stage.server_took_p99_ms:.0f} ms;"
                 f" by kind p50 {stage.by_kind_p50_ms})",
+                flush=True,
+            )
+            print(
+                "  client latency by message kind (p50/p95/p99 ms): "
+                + ", ".join(
+                    f"{k} (n={v['n']:.0f}) {v['p50']:.1f}/{v['p95']:.1f}/{v['p99']:.1f}"
+                    for k, v in stage.by_kind_ms.items()
+                ),
                 flush=True,
             )
             print(
