@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -40,6 +40,9 @@ from service.storage.reviews import ReviewItem, ReviewKind, ReviewStatus
 from service.storage.turns import TurnRecord
 
 router = APIRouter(prefix="/v1", tags=["memory loop"])
+_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+TurnIdPath = Annotated[str, Path(pattern=_ID, description="A turn id")]
+ReviewIdPath = Annotated[str, Path(pattern=_ID, description="A review item id")]
 WARNING_HEADER = "x-tenure-warning"
 
 _TYPES = {
@@ -199,7 +202,7 @@ async def post_turn(request: Request, body: TurnIn, actor: CurrentActor) -> Any:
 
 
 @router.get("/turns/{turn_id}", response_model=TurnOut, summary="A turn of yours and its extraction outcome")
-async def get_turn(request: Request, turn_id: str, principal: CurrentPrincipal) -> TurnOut:
+async def get_turn(request: Request, turn_id: TurnIdPath, principal: CurrentPrincipal) -> TurnOut:
     turn = await run_in_threadpool(memory_loop(request).turns.get, principal, turn_id)
     return _turn_out(turn)
 
@@ -244,7 +247,9 @@ class ResolveIn(BaseModel):
 
 
 @router.post("/admin/reviews/{review_id}/resolve", response_model=ReviewItem, summary="Resolve a review item")
-async def resolve_review(request: Request, review_id: str, body: ResolveIn, admin: AdminPrincipal) -> ReviewItem:
+async def resolve_review(
+    request: Request, review_id: ReviewIdPath, body: ResolveIn, admin: AdminPrincipal
+) -> ReviewItem:
     service = _reviews(request)
     return await run_in_threadpool(service.resolve, admin, review_id, body.action)
 

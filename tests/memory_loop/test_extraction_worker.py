@@ -172,3 +172,34 @@ def test_hostile_sidecars_never_crash_the_worker_or_corrupt_a_belief(
     assert worker.proc.poll() is None
     [after] = beliefs_named(api, crew.h("alice"), "billing_db")
     assert after == before
+
+
+def test_turn_ids_are_validated_and_private(api: TestClient, crew: Team, other_crew: Team) -> None:
+    for bad in ("..%2F..%2Fx", "x" * 300, "-leading-dash"):
+        assert api.get(f"/v1/turns/{bad}", headers=crew.h("alice")).status_code in (404, 422)
+    posted = post_turn(api, crew.h("alice"), "no sidecar here")
+    assert posted["parse_status"] == "missing"
+    assert posted["extraction_status"] == "skipped"
+    turn_id = posted["turn_id"]
+    assert api.get(f"/v1/turns/{turn_id}", headers=crew.h("alice")).status_code == 200
+    assert api.get(f"/v1/turns/{turn_id}", headers=crew.h("bob")).status_code == 404
+    assert api.get(f"/v1/turns/{turn_id}", headers=crew.h("carol")).status_code == 200  # tenant admin
+    assert api.get(f"/v1/turns/{turn_id}", headers=other_crew.h("carol")).status_code == 404
+    again = api.post(
+        "/v1/turns",
+        json={"turn_id": "client-turn-1", "model": "gpt-4o", "user_message": "u", "assistant_message": "a"},
+        headers=crew.h("alice"),
+    )
+    assert again.status_code == 202
+    repeat = api.post(
+        "/v1/turns",
+        json={"turn_id": "client-turn-1", "model": "gpt-4o", "user_message": "u", "assistant_message": "a"},
+        headers=crew.h("alice"),
+    )
+    assert repeat.status_code == 200
+    assert repeat.json()["turn_id"] == "client-turn-1"
+    refused = api.post(
+        "/v1/turns", json={"model": "gpt-4", "user_message": "u", "assistant_message": "a"}, headers=crew.h("alice")
+    )
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "model_not_supported"
