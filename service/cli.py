@@ -5,6 +5,7 @@
     tenure create-tenant acme
     tenure create-user acme alice --project payments
     tenure issue-key acme alice
+    tenure disable-user acme alice        # enable-user, disable-tenant, enable-tenant likewise
     tenure recall --scope project:payments "how do we cache sessions?"
 
 The API URL and key come from ``--url``/``--key`` or ``TENURE_CLI_URL``/``TENURE_CLI_KEY``. Output
@@ -111,6 +112,36 @@ def cmd_revoke_token(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
     return api.call("POST", "/v1/admin/tokens/revoke", json={"token": args.token})
 
 
+def cmd_disable_tenant(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
+    return api.call("POST", f"/v1/admin/tenants/{args.tenant}/{'enable' if args.enable else 'disable'}")
+
+
+def cmd_disable_user(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
+    verb = "enable" if args.enable else "disable"
+    return api.call("POST", f"/v1/admin/tenants/{args.tenant}/users/{args.user}/{verb}")
+
+
+def _pages(api: Api, path: str, params: dict[str, Any], all_pages: bool) -> dict[str, Any]:
+    """One page, or with ``all_pages`` every page followed through ``next_cursor``."""
+    items: list[Any] = []
+    while True:
+        page = api.call("GET", path, params=params)
+        items += page["items"]
+        if not all_pages or not page["next_cursor"]:
+            return {"items": items, "next_cursor": page["next_cursor"]}
+        params = {**params, "cursor": page["next_cursor"]}
+
+
+def cmd_list_users(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
+    params = {"limit": args.limit} if args.limit else {}
+    return _pages(api, f"/v1/admin/tenants/{args.tenant}/users", params, args.all_pages)
+
+
+def cmd_list_keys(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
+    params = {"limit": args.limit} if args.limit else {}
+    return _pages(api, f"/v1/admin/tenants/{args.tenant}/keys", params, args.all_pages)
+
+
 def cmd_whoami(api: Api, _args: argparse.Namespace, _out: TextIO) -> Any:
     return api.call("GET", "/v1/whoami")
 
@@ -160,13 +191,7 @@ def cmd_audit(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
         }.items()
         if v is not None
     }
-    items: list[Any] = []
-    while True:
-        page = api.call("GET", "/v1/admin/audit", params=params)
-        items += page["items"]
-        if not args.all_pages or not page["next_cursor"]:
-            return {"items": items, "next_cursor": page["next_cursor"]}
-        params["cursor"] = page["next_cursor"]
+    return _pages(api, "/v1/admin/audit", params, args.all_pages)
 
 
 def bootstrap(settings: Settings, user: str) -> dict[str, Any]:
@@ -243,6 +268,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("revoke-token", help="revoke a JWT until it expires")
     p.add_argument("token")
     p.set_defaults(handler=cmd_revoke_token)
+    p = sub.add_parser("disable-tenant", help="disable a tenant: all its credentials stop working (operator)")
+    p.add_argument("tenant")
+    p.set_defaults(handler=cmd_disable_tenant, enable=False)
+    p = sub.add_parser("enable-tenant", help="re-enable a disabled tenant (operator)")
+    p.add_argument("tenant")
+    p.set_defaults(handler=cmd_disable_tenant, enable=True)
+    p = sub.add_parser("disable-user", help="disable a user: all their keys and tokens stop working")
+    p.add_argument("tenant")
+    p.add_argument("user")
+    p.set_defaults(handler=cmd_disable_user, enable=False)
+    p = sub.add_parser("enable-user", help="re-enable a disabled user")
+    p.add_argument("tenant")
+    p.add_argument("user")
+    p.set_defaults(handler=cmd_disable_user, enable=True)
+    for name, handler in (("list-users", cmd_list_users), ("list-keys", cmd_list_keys)):
+        p = sub.add_parser(name, help=f"{name.replace('-', ' ')} of a tenant (admins; --all-pages follows cursors)")
+        p.add_argument("tenant")
+        p.add_argument("--limit", type=int)
+        p.add_argument("--all-pages", action="store_true")
+        p.set_defaults(handler=handler)
     p = sub.add_parser("whoami", help="show the principal behind the credential")
     p.set_defaults(handler=cmd_whoami)
     p = sub.add_parser("recall", help="recall beliefs for a query")

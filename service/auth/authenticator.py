@@ -6,6 +6,13 @@ API key revocation bound: a verified key is cached in-process for ``api_key_cach
 The process that handles a revoke drops its cache entry at once; every other process stops accepting
 the key within that bound. Tenant/user disablement and grant changes follow the same bound.
 
+Disabled accounts: an API key is refused when its user or tenant is disabled (checked when the key
+is loaded). A JWT is refused when the account record of its subject or tenant is disabled: one
+``mget``, cached per (tenant, user) for the same ``api_key_cache_s`` bound. If OpenSearch cannot
+answer, the last known status is used, and with none known the token passes (logged): the
+proxy must keep answering JWT callers without the store, and everything else needs OpenSearch
+anyway.
+
 JWT revocation: a token with a ``jti`` can be revoked; the id is kept in Redis until the token's own
 expiry and checked on every request (one Redis EXISTS), so it takes effect at once everywhere.
 """
@@ -48,6 +55,12 @@ class _Cached:
     identity: Identity
 
 
+@dataclass(frozen=True)
+class _Status:
+    until: float
+    disabled: bool
+
+
 class Authenticator:
     def __init__(
         self,
@@ -63,6 +76,7 @@ class Authenticator:
         self.redis = redis_client
         self.namespace = namespace
         self._cache: dict[str, _Cached] = {}
+        self._status: dict[tuple[str, str], _Status] = {}
         self._lock = threading.Lock()
 
     def authenticate(self, token: str) -> Identity:
@@ -73,7 +87,10 @@ class Authenticator:
         jti = jti if isinstance(jti, str) else None
         if jti is not None and self._jti_revoked(jti):
             raise Unauthenticated("this token has been revoked")
-        return Identity(principal_from_claims(claims), "jwt", jti)
+        principal = principal_from_claims(claims)
+        if self._account_disabled(principal.tenant_id, principal.user_id):
+            raise Unauthenticated("this account is disabled")
+        return Identity(principal, "jwt", jti)
 
     # ----------------------------------------------------------------- JWTs
 
@@ -98,6 +115,37 @@ class Authenticator:
     def forget_key(self, key_id: str) -> None:
         with self._lock:
             self._cache.pop(key_id, None)
+
+    def forget_account(self, tenant_id: str, user_id: str | None = None) -> None:
+        """Drop everything cached for a user (or, without ``user_id``, a whole tenant), so the
+        process that disables an account enforces it at once; others follow within the bound."""
+
+        def matches(tenant: str, user: str) -> bool:
+            return tenant == tenant_id and (user_id is None or user == user_id)
+
+        with self._lock:
+            for key_id in [k for k, c in self._cache.items() if matches(*_owner(c.identity))]:
+                del self._cache[key_id]
+            for account in [a for a in self._status if matches(*a)]:
+                del self._status[account]
+
+    def _account_disabled(self, tenant_id: str, user_id: str) -> bool:
+        account = (tenant_id, user_id)
+        now = time.monotonic()
+        with self._lock:
+            known = self._status.get(account)
+        if known is not None and known.until > now:
+            return known.disabled
+        try:
+            disabled = self.accounts.is_disabled(tenant_id, user_id)
+        except StoreUnavailable as exc:
+            disabled = known.disabled if known is not None else False
+            log.warning("account status of %s/%s unknown (%s); using %s", tenant_id, user_id, exc.message, disabled)
+        if self.settings.api_key_cache_s > 0:
+            # Also cached after a failure, so an outage does not cost every request a timeout.
+            with self._lock:
+                self._status[account] = _Status(now + self.settings.api_key_cache_s, disabled)
+        return disabled
 
     # ------------------------------------------------------------- API keys
 
@@ -145,3 +193,7 @@ class Authenticator:
         except (redis.RedisError, StoreUnavailable) as exc:
             # Last-used is bookkeeping: never fail an authenticated request over it.
             log.warning("could not record API key use for %s: %s", key_id, exc)
+
+
+def _owner(identity: Identity) -> tuple[str, str]:
+    return identity.principal.tenant_id, identity.principal.user_id

@@ -62,6 +62,13 @@ def _slug(value: str, what: str) -> str:
         raise ValidationFailed(str(exc)) from exc
 
 
+def _enabled(user: UserRecord) -> UserRecord:
+    """New credentials for a disabled user would only fail at use: refuse them up front."""
+    if user.disabled:
+        raise Conflict(f"user {user.user_id!r} is disabled; enable it first")
+    return user
+
+
 class ProvisioningService:
     def __init__(
         self,
@@ -124,6 +131,27 @@ class ProvisioningService:
         self.acting_admin(actor.principal, tenant_id)
         return self.accounts.get_tenant(tenant_id)
 
+    def set_tenant_disabled(self, actor: Actor, tenant_id: str, disabled: bool) -> TenantRecord:
+        """Operators only: a tenant admin must not be able to re-enable a tenant an operator shut
+        off. Disabling refuses every credential of the tenant (API keys and JWTs)."""
+        if not is_operator(actor.principal):
+            raise Forbidden("disabling or enabling a tenant needs an operator credential")
+        if tenant_id == SYSTEM_TENANT and disabled:
+            raise Conflict(f"the operators' tenant {SYSTEM_TENANT!r} cannot be disabled")
+        for _ in range(3):
+            tenant, seq, term = self.accounts.get_tenant_versioned(tenant_id)
+            if tenant.disabled == disabled:
+                return tenant  # already so: nothing changed, nothing to audit
+            updated = tenant.model_copy(update={"disabled": disabled})
+            try:
+                self.accounts.replace_tenant(updated, (seq, term))
+            except Conflict:
+                continue
+            self.authenticator.forget_account(tenant_id)
+            self._record(actor, tenant_id, "tenant.disable" if disabled else "tenant.enable", {})
+            return updated
+        raise Conflict(f"tenant {tenant_id!r} was changed concurrently; retry")
+
     # ---------------------------------------------------------------- users
 
     def create_user(self, actor: Actor, tenant_id: str, user_id: str, grants: Grants) -> UserRecord:
@@ -144,8 +172,30 @@ class ProvisioningService:
         self.acting_admin(actor.principal, tenant_id)
         return self.accounts.get_user(tenant_id, user_id)
 
-    def list_users(self, actor: Actor, tenant_id: str) -> list[UserRecord]:
-        return self.accounts.list_users(self.acting_admin(actor.principal, tenant_id))
+    def list_users(
+        self, actor: Actor, tenant_id: str, *, size: int, after: str | None = None
+    ) -> tuple[list[UserRecord], str | None]:
+        return self.accounts.list_users(self.acting_admin(actor.principal, tenant_id), size=size, after=after)
+
+    def set_user_disabled(self, actor: Actor, tenant_id: str, user_id: str, disabled: bool) -> UserRecord:
+        """Tenant admins (and operators) disable or re-enable a user; every key and token of a
+        disabled user is refused. Nobody disables themselves: that would be a lock-out."""
+        self.acting_admin(actor.principal, tenant_id)
+        if disabled and (actor.principal.tenant_id, actor.principal.user_id) == (tenant_id, user_id):
+            raise Conflict("you cannot disable your own user; ask another admin")
+        for _ in range(3):
+            user, seq, term = self.accounts.get_user_versioned(tenant_id, user_id)
+            if user.disabled == disabled:
+                return user  # already so: nothing changed, nothing to audit
+            updated = user.model_copy(update={"disabled": disabled})
+            try:
+                self.accounts.replace_user(updated, (seq, term))
+            except Conflict:
+                continue
+            self.authenticator.forget_account(tenant_id, user_id)
+            self._record(actor, tenant_id, "user.disable" if disabled else "user.enable", {"user_id": user_id})
+            return updated
+        raise Conflict(f"user {user_id!r} was changed concurrently; retry")
 
     def change_grants(self, actor: Actor, tenant_id: str, user_id: str, change: GrantChange) -> UserRecord:
         self.acting_admin(actor.principal, tenant_id)
@@ -193,7 +243,7 @@ class ProvisioningService:
     ) -> IssuedKey:
         """A new key bound to one user; its grants default to the user's and may only narrow."""
         self.acting_admin(actor.principal, tenant_id)
-        user = self.accounts.get_user(tenant_id, user_id)
+        user = _enabled(self.accounts.get_user(tenant_id, user_id))
         chosen = grants or Grants(roles=user.roles, projects=user.projects, teams=user.teams)
         beyond = {
             "projects": sorted(set(chosen.projects) - set(user.projects)),
@@ -246,8 +296,10 @@ class ProvisioningService:
             return record
         raise Conflict(f"API key {key_id!r} was changed concurrently; retry")
 
-    def list_keys(self, actor: Actor, tenant_id: str) -> list[ApiKeyRecord]:
-        return self.accounts.list_keys(self.acting_admin(actor.principal, tenant_id))
+    def list_keys(
+        self, actor: Actor, tenant_id: str, *, size: int, after: str | None = None
+    ) -> tuple[list[ApiKeyRecord], str | None]:
+        return self.accounts.list_keys(self.acting_admin(actor.principal, tenant_id), size=size, after=after)
 
     # ---------------------------------------------------------------- tokens
 
@@ -255,7 +307,7 @@ class ProvisioningService:
         self.acting_admin(actor.principal, tenant_id)
         if self.settings.jwt_hs256_secret is None:
             raise ValidationFailed("development tokens are disabled: set TENURE_AUTH_JWT_HS256_SECRET")
-        user = self.accounts.get_user(tenant_id, user_id)
+        user = _enabled(self.accounts.get_user(tenant_id, user_id))
         token, exp = self.verifier.issue_dev_token(effective_principal(user), ttl_s=ttl_s)
         self._record(actor, tenant_id, "token.issue", {"user_id": user_id, "expires_at": exp})
         return token, exp

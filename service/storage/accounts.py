@@ -17,7 +17,7 @@ from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, NotFound
-from service.storage import access
+from service.storage import access, cursor
 from service.storage.client import translate_errors
 from service.storage.templates import ACCOUNTS
 
@@ -71,9 +71,7 @@ class AccountStore:
     def _get(self, doc_id: str, routing: str, model: type[R], what: str) -> tuple[R, int, int]:
         with translate_errors(f"read {what}"):
             try:
-                found: dict[str, Any] = self.client.get(
-                    index=self.alias, id=doc_id, routing=routing
-                )
+                found: dict[str, Any] = self.client.get(index=self.alias, id=doc_id, routing=routing)
             except Exception as exc:
                 if _status(exc) == 404:
                     raise NotFound(f"{what} not found") from exc
@@ -119,9 +117,28 @@ class AccountStore:
         )
 
     def get_tenant(self, tenant_id: str) -> TenantRecord:
-        return self._get(_tenant_doc(tenant_id), tenant_id, TenantRecord, f"tenant {tenant_id!r}")[
-            0
+        return self.get_tenant_versioned(tenant_id)[0]
+
+    def get_tenant_versioned(self, tenant_id: str) -> tuple[TenantRecord, int, int]:
+        return self._get(_tenant_doc(tenant_id), tenant_id, TenantRecord, f"tenant {tenant_id!r}")
+
+    def replace_tenant(self, tenant: TenantRecord, seq: tuple[int, int]) -> None:
+        tenant.updated_at = utcnow()
+        self._replace(
+            _tenant_doc(tenant.tenant_id), tenant.tenant_id, "tenant", tenant, seq, f"tenant {tenant.tenant_id!r}"
+        )
+
+    def is_disabled(self, tenant_id: str, user_id: str) -> bool:
+        """Whether the tenant or the user is disabled, in one real-time ``mget`` (both documents
+        share the tenant's routing). A missing record is not a disabled one: JWT subjects from an
+        identity provider need not be provisioned here."""
+        docs = [
+            {"_id": _tenant_doc(tenant_id), "routing": tenant_id, "_source": ["disabled"]},
+            {"_id": _user_doc(tenant_id, user_id), "routing": tenant_id, "_source": ["disabled"]},
         ]
+        with translate_errors("check whether an account is disabled"):
+            found = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
+        return any(d.get("found") and d.get("_source", {}).get("disabled") is True for d in found)
 
     # ----------------------------------------------------------------- users
 
@@ -151,8 +168,12 @@ class AccountStore:
             f"user {user.user_id!r}",
         )
 
-    def list_users(self, principal: Principal, *, size: int = 1000) -> list[UserRecord]:
-        return self._list(principal, "user", UserRecord, size)
+    def list_users(
+        self, principal: Principal, *, size: int, after: str | None = None
+    ) -> tuple[list[UserRecord], str | None]:
+        """One page of the admin's tenant's users in (created_at, user_id) order, and the cursor
+        of the next page (None at the end)."""
+        return self._page(principal, "user", "user_id", principal.tenant_id, UserRecord, size, after)
 
     # ------------------------------------------------------------------ keys
 
@@ -181,34 +202,35 @@ class AccountStore:
                 retry_on_conflict=3,
             )
 
-    def list_keys(self, principal: Principal, *, size: int = 1000) -> list[ApiKeyRecord]:
-        filters = [*access.admin_filters(principal), {"term": {"kind": "key"}}]
-        body = {
-            "size": size,
-            "query": {"bool": {"filter": filters}},
-            "sort": [{"created_at": "asc"}, {"key_id": "asc"}],
-        }
-        with translate_errors("list API keys"):
-            hits = self.client.search(index=self.alias, body=body, routing=KEY_ROUTING)["hits"][
-                "hits"
-            ]
-        return [
-            ApiKeyRecord.model_validate({k: v for k, v in h["_source"].items() if k != "kind"})
-            for h in hits
-        ]
+    def list_keys(
+        self, principal: Principal, *, size: int, after: str | None = None
+    ) -> tuple[list[ApiKeyRecord], str | None]:
+        """One page of the admin's tenant's API keys in (created_at, key_id) order. Keys share one
+        routing value (looked up by id alone), so the tenant term from the chokepoint does the
+        isolation."""
+        return self._page(principal, "key", "key_id", KEY_ROUTING, ApiKeyRecord, size, after)
 
-    def _list(self, principal: Principal, kind: str, model: type[R], size: int) -> list[R]:
+    def _page(
+        self,
+        principal: Principal,
+        kind: str,
+        id_field: str,
+        routing: str,
+        model: type[R],
+        size: int,
+        after: str | None,
+    ) -> tuple[list[R], str | None]:
         filters = [*access.admin_filters(principal), {"term": {"kind": kind}}]
-        body = {
+        body: dict[str, Any] = {
             "size": size,
             "query": {"bool": {"filter": filters}},
-            "sort": [{"created_at": "asc"}, {"user_id": "asc"}],
+            "sort": [{"created_at": "asc"}, {id_field: "asc"}],
+            "track_total_hits": False,
         }
+        search_after = cursor.decode(after, arity=2, types=(int, str))
+        if search_after is not None:
+            body["search_after"] = search_after
         with translate_errors(f"list {kind}s"):
-            hits = self.client.search(index=self.alias, body=body, routing=principal.tenant_id)[
-                "hits"
-            ]["hits"]
-        return [
-            model.model_validate({k: v for k, v in h["_source"].items() if k != "kind"})
-            for h in hits
-        ]
+            hits = self.client.search(index=self.alias, body=body, routing=routing)["hits"]["hits"]
+        records = [model.model_validate({k: v for k, v in h["_source"].items() if k != "kind"}) for h in hits]
+        return records, (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)

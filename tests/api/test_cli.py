@@ -85,3 +85,33 @@ def test_cli_from_bootstrap_to_audit(
     assert _json(client, "--key", lead, "revoke-key", dev)["revoked_at"]
     code, _, err = _run(client, "--key", dev, "whoami")
     assert code == 1 and json.loads(err)["error"]["code"] == "unauthenticated"
+
+
+def test_cli_disable_enable_and_list_pages(client: TestClient, operator: dict[str, str]) -> None:
+    op = ["--key", operator["Authorization"].removeprefix("Bearer ")]
+    tenant = f"cli-{uuid.uuid4().hex[:8]}"
+    _json(client, *op, "create-tenant", tenant)
+    for user in ("lead", "dev", "ops"):
+        _json(client, *op, "create-user", tenant, user, *(["--role", "admin"] if user == "lead" else []))
+    lead = _json(client, *op, "issue-key", tenant, "lead")["key"]
+    dev = _json(client, *op, "issue-key", tenant, "dev")["key"]
+
+    first = _json(client, "--key", lead, "list-users", tenant, "--limit", "2")
+    assert len(first["items"]) == 2 and first["next_cursor"]
+    every = _json(client, "--key", lead, "list-users", tenant, "--limit", "2", "--all-pages")
+    assert sorted(u["user_id"] for u in every["items"]) == ["dev", "lead", "ops"] and every["next_cursor"] is None
+    keys = _json(client, "--key", lead, "list-keys", tenant, "--limit", "1", "--all-pages")["items"]
+    assert {k["user_id"] for k in keys} == {"lead", "dev"}
+
+    assert _json(client, "--key", lead, "disable-user", tenant, "dev")["disabled"] is True
+    code, _, err = _run(client, "--key", dev, "whoami")
+    assert code == 1 and json.loads(err)["error"]["code"] == "unauthenticated"
+    assert _json(client, "--key", lead, "enable-user", tenant, "dev")["disabled"] is False
+    assert _json(client, "--key", dev, "whoami")["user_id"] == "dev"
+
+    code, _, err = _run(client, "--key", lead, "disable-tenant", tenant)  # tenant admins may not
+    assert code == 1 and json.loads(err)["error"]["code"] == "forbidden"
+    assert _json(client, *op, "disable-tenant", tenant)["disabled"] is True
+    assert _run(client, "--key", lead, "whoami")[0] == 1
+    assert _json(client, *op, "enable-tenant", tenant)["disabled"] is False
+    assert _json(client, "--key", lead, "whoami")["user_id"] == "lead"

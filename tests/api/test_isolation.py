@@ -161,5 +161,5 @@ def test_provisioning_across_tenants(client: TestClient, tenants: tuple[Team, Te
     a_key = a.keys["bob"].split("_")[1]
     assert client.delete(f"/v1/admin/keys/{a_key}", headers=b.h("carol")).status_code == 404
     assert client.delete(f"/v1/admin/keys/{a_key}", headers=a.h("alice")).status_code == 404  # not her key
-    users = ok(client.get(f"/v1/admin/tenants/{a.tenant}/users", headers=a.h("carol")))
+    users = ok(client.get(f"/v1/admin/tenants/{a.tenant}/users", headers=a.h("carol")))["items"]
     assert sorted(u["user_id"] for u in users) == ["alice", "bob", "carol"]

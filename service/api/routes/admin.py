@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, status
+from fastapi import APIRouter, Path, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.deps import CurrentActor, CurrentIdentity, ProvisioningDep
@@ -35,6 +35,10 @@ class TenantOut(BaseModel):
     created_at: datetime
 
 
+Limit = Annotated[int, Query(ge=1, le=500, description="Page size")]
+Cursor = Annotated[str | None, Query(max_length=2000, description="next_cursor of the previous page")]
+
+
 class UserIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     user_id: Slug
@@ -52,6 +56,11 @@ class UserOut(BaseModel):
     disabled: bool
     created_at: datetime
     updated_at: datetime
+
+
+class UserPage(BaseModel):
+    items: list[UserOut]
+    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page; null at the end")
 
 
 class GrantsPatch(BaseModel):
@@ -89,6 +98,11 @@ class KeyOut(BaseModel):
     expires_at: datetime | None
     revoked_at: datetime | None
     last_used_at: datetime | None
+
+
+class KeyPage(BaseModel):
+    items: list[KeyOut]
+    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page; null at the end")
 
 
 class IssuedKeyOut(KeyOut):
@@ -169,6 +183,20 @@ def get_tenant(tenant_id: TenantPath, actor: CurrentActor, prov: ProvisioningDep
 
 
 @router.post(
+    "/admin/tenants/{tenant_id}/disable",
+    response_model=TenantOut,
+    summary="Disable a tenant: every credential of it is refused (operators)",
+)
+def disable_tenant(tenant_id: TenantPath, actor: CurrentActor, prov: ProvisioningDep) -> TenantOut:
+    return _tenant(prov.set_tenant_disabled(actor, tenant_id, True))
+
+
+@router.post("/admin/tenants/{tenant_id}/enable", response_model=TenantOut, summary="Re-enable a tenant (operators)")
+def enable_tenant(tenant_id: TenantPath, actor: CurrentActor, prov: ProvisioningDep) -> TenantOut:
+    return _tenant(prov.set_tenant_disabled(actor, tenant_id, False))
+
+
+@router.post(
     "/admin/tenants/{tenant_id}/users",
     response_model=UserOut,
     status_code=status.HTTP_201_CREATED,
@@ -179,14 +207,35 @@ def create_user(tenant_id: TenantPath, body: UserIn, actor: CurrentActor, prov: 
     return _user(prov.create_user(actor, tenant_id, body.user_id, grants))
 
 
-@router.get("/admin/tenants/{tenant_id}/users", response_model=list[UserOut], summary="List users")
-def list_users(tenant_id: TenantPath, actor: CurrentActor, prov: ProvisioningDep) -> list[UserOut]:
-    return [_user(u) for u in prov.list_users(actor, tenant_id)]
+@router.get("/admin/tenants/{tenant_id}/users", response_model=UserPage, summary="List users (cursor pagination)")
+def list_users(
+    tenant_id: TenantPath, actor: CurrentActor, prov: ProvisioningDep, limit: Limit = 100, cursor: Cursor = None
+) -> UserPage:
+    users, next_cursor = prov.list_users(actor, tenant_id, size=limit, after=cursor)
+    return UserPage(items=[_user(u) for u in users], next_cursor=next_cursor)
 
 
 @router.get("/admin/tenants/{tenant_id}/users/{user_id}", response_model=UserOut, summary="Get a user")
 def get_user(tenant_id: TenantPath, user_id: UserPath, actor: CurrentActor, prov: ProvisioningDep) -> UserOut:
     return _user(prov.get_user(actor, tenant_id, user_id))
+
+
+@router.post(
+    "/admin/tenants/{tenant_id}/users/{user_id}/disable",
+    response_model=UserOut,
+    summary="Disable a user: all their keys and tokens are refused (tenant admins)",
+)
+def disable_user(tenant_id: TenantPath, user_id: UserPath, actor: CurrentActor, prov: ProvisioningDep) -> UserOut:
+    return _user(prov.set_user_disabled(actor, tenant_id, user_id, True))
+
+
+@router.post(
+    "/admin/tenants/{tenant_id}/users/{user_id}/enable",
+    response_model=UserOut,
+    summary="Re-enable a user (tenant admins)",
+)
+def enable_user(tenant_id: TenantPath, user_id: UserPath, actor: CurrentActor, prov: ProvisioningDep) -> UserOut:
+    return _user(prov.set_user_disabled(actor, tenant_id, user_id, False))
 
 
 @router.patch(
@@ -232,11 +281,14 @@ def issue_key(
 
 @router.get(
     "/admin/tenants/{tenant_id}/keys",
-    response_model=list[KeyOut],
-    summary="List API keys (never their secrets)",
+    response_model=KeyPage,
+    summary="List API keys, never their secrets (cursor pagination)",
 )
-def list_keys(tenant_id: TenantPath, actor: CurrentActor, prov: ProvisioningDep) -> list[KeyOut]:
-    return [_key(k) for k in prov.list_keys(actor, tenant_id)]
+def list_keys(
+    tenant_id: TenantPath, actor: CurrentActor, prov: ProvisioningDep, limit: Limit = 100, cursor: Cursor = None
+) -> KeyPage:
+    keys, next_cursor = prov.list_keys(actor, tenant_id, size=limit, after=cursor)
+    return KeyPage(items=[_key(k) for k in keys], next_cursor=next_cursor)
 
 
 @router.delete(
