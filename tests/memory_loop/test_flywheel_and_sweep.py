@@ -76,7 +76,7 @@ def test_alias_candidates_follow_the_flywheel_rules(
     )
     wait_turn(api, crew.h("alice"), second["turn_id"])
     wait_until(lambda: "kv store" in _belief(api, crew, "b-redis")["aliases"])
-    resolved = _reviews(api, crew, status="resolved")
+    resolved = wait_until(lambda: _reviews(api, crew, status="resolved"))  # closed right after the alias
     assert [(r["surface"], r["resolution"], r["sightings"]) for r in resolved] == [("kv store", "auto_applied", 2)]
     # low confidence waits for an admin
     hot = next(r for r in _reviews(api, crew) if r["surface"] == "hot keys")
