@@ -26,6 +26,8 @@ class Reply:
     status: int = 200
     delay_s: float = 0.0
     error: dict[str, Any] | None = None
+    finish_with_last: bool = False  # send the last piece in the same event as finish_reason
+    usage_chunk: bool = False  # a trailing usage-only chunk (stream_options.include_usage)
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -104,9 +106,14 @@ class ScriptedLLM:
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                for piece in _pieces(reply.content, reply.chunk_sizes):
+                pieces = _pieces(reply.content, reply.chunk_sizes)
+                last = pieces.pop() if reply.finish_with_last and pieces else None
+                for piece in pieces:
                     self._chunk(_event(_delta(request, piece)))
-                self._chunk(_event(_delta(request, None, finish="stop")))
+                self._chunk(_event(_delta(request, last, finish="stop")))
+                if reply.usage_chunk:
+                    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+                    self._chunk(_event({**_delta(request, None), "choices": [], "usage": usage}))
                 self._chunk(b"data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()

@@ -317,19 +317,20 @@ class ChatProxy:
             async for event in Upstream.events(response):
                 template = {k: event[k] for k in ("id", "object", "created", "model") if k in event} or template
                 choices = event.get("choices") or []
-                choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-                delta = choice.get("delta") or {}
-                piece = delta.get("content") if isinstance(delta, dict) else None
-                if choice.get("finish_reason") is not None:
+                if not choices:  # usage or other trailer events: after the visible text
                     held.append(event)
                     continue
+                choice = choices[0] if isinstance(choices[0], dict) else {}
+                delta = choice.get("delta") or {}
+                piece = delta.get("content") if isinstance(delta, dict) else None
                 if isinstance(piece, str):
                     visible = stripper.feed(piece)
                     if visible:
                         yield _sse(_content_chunk(event, visible))
-                    continue
-                if not stripper.marker_seen:
-                    yield _sse(event)
+                if choice.get("finish_reason") is not None:
+                    held.append(event)  # the finish comes after the held-back tail
+                elif piece is None and not stripper.marker_seen:
+                    yield _sse(event)  # role-only or tool-call deltas
         except Exception as exc:  # upstream broke off mid-stream
             log.warning("upstream stream failed: %s", exc)
             error = UpstreamFailure(f"the upstream stream broke off: {type(exc).__name__}", status=502)
@@ -387,7 +388,7 @@ def _content_chunk(event: dict[str, Any], text: str) -> dict[str, Any]:
     delta: dict[str, Any] = dict(raw_delta) if isinstance(raw_delta, dict) else {}
     delta["content"] = text
     first["delta"] = delta
-    first.setdefault("finish_reason", None)
+    first["finish_reason"] = None
     out["choices"] = [first]
     return out
 

@@ -114,6 +114,22 @@ def test_streaming_never_leaks_the_sidecar(api: TestClient, crew: Team, llm: Scr
     assert events[-2]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_streaming_final_piece_with_finish_reason_and_usage_trailer(
+    api: TestClient, crew: Team, llm: ScriptedLLM
+) -> None:
+    for text in (ANSWER, ANSWER + sidecar()):
+        llm.script(Reply(content=text, chunk_sizes=[6], finish_with_last=True, usage_chunk=True))
+        raw, events, content = _sse(chat(api, crew.h("alice"), "x", stream=True))
+        assert content == ANSWER
+        assert "<<<" not in raw
+        finish = [e for e in events if e.get("choices") and e["choices"][0].get("finish_reason")]
+        assert len(finish) == 1
+        assert events.index(finish[0]) > max(
+            i for i, e in enumerate(events) if e.get("choices") and e["choices"][0].get("delta", {}).get("content")
+        )
+        assert any("usage" in e for e in events)
+
+
 def test_streaming_truncated_and_missing_sidecars(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
     llm.script(Reply(content=ANSWER + BEGIN + '{"turn_signal": "substantive", "new_bel', chunk_sizes=[2]))
     _, events, content = _sse(chat(api, crew.h("alice"), "x", stream=True))
