@@ -137,7 +137,12 @@ class AccountStore:
             {"_id": _user_doc(tenant_id, user_id), "routing": tenant_id, "_source": ["disabled"]},
         ]
         with translate_errors("check whether an account is disabled"):
-            found = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
+            try:
+                found = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
+            except Exception as exc:
+                if _status(exc) == 404:  # no accounts index yet: no record, so nothing disabled
+                    return False
+                raise
         return any(d.get("found") and d.get("_source", {}).get("disabled") is True for d in found)
 
     # ----------------------------------------------------------------- users

@@ -8,13 +8,16 @@ import time
 from typing import Any
 
 import pytest
+from authlib.jose import JsonWebToken
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
 from service.auth.authenticator import Authenticator
 from service.config import Settings
 from service.errors import Unauthenticated
-from tests.api.conftest import Team, auth, ok
+from service.storage.accounts import AccountStore
+from service.storage.client import build_client
+from tests.api.conftest import HS_SECRET, Team, auth, ok
 
 
 def _refused(response: Any) -> None:
@@ -138,3 +141,34 @@ def test_disabling_reaches_other_processes_within_cache_bound(
     time.sleep(0.6)
     assert other.authenticate(key).principal.user_id == "bob"
     assert other.authenticate(token).principal.user_id == "bob"
+
+
+def test_jwt_of_an_unprovisioned_subject_is_not_blocked(client: TestClient, team: Team) -> None:
+    """Users known only to the identity provider have no account record, so nothing disables them."""
+    claims = {"tenant_id": team.tenant, "sub": "zed", "iss": "tenure", "aud": "tenure-api"}
+    now = int(time.time())
+    token = JsonWebToken(["HS256"]).encode({"alg": "HS256"}, {**claims, "exp": now + 60}, HS_SECRET.encode())
+    assert ok(client.get("/v1/whoami", headers=auth(token.decode())))["user_id"] == "zed"
+
+
+def test_store_outage_keeps_the_last_known_status(
+    client: TestClient, team: Team, services: Services, api_settings: Settings
+) -> None:
+    """With OpenSearch unreachable, a JWT is judged by the last status seen (a disabled user stays
+    refused); with none known it passes, so the proxy can answer without the store."""
+    settings = api_settings.auth.model_copy(update={"api_key_cache_s": 0.3})
+    other = Authenticator(settings, services.accounts, services.verifier, services.redis, "other-process")
+    bob, alice = _dev_token(client, team, "bob"), _dev_token(client, team, "alice")
+    ok(client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/disable", headers=team.h("carol")))
+    with pytest.raises(Unauthenticated):
+        other.authenticate(bob)
+    dead = api_settings.model_copy(update={"opensearch_url": "http://127.0.0.1:9", "opensearch_timeout_s": 0.5})
+    dead_client = build_client(dead)
+    other.accounts = AccountStore(dead_client, dead.opensearch_namespace)
+    time.sleep(0.4)  # the cached status has expired: the next check asks the (dead) store
+    try:
+        with pytest.raises(Unauthenticated):
+            other.authenticate(bob)
+        assert other.authenticate(alice).principal.user_id == "alice"
+    finally:
+        dead_client.close()
