@@ -62,6 +62,10 @@ class ApiSettings(BaseSettings):
     # Refresh policy of API writes: "wait_for" (default) makes a write visible to the next read
     # without forcing a refresh; "true" forces one (tests, tiny deployments).
     write_refresh: Literal["true", "wait_for"] = "wait_for"
+    # Per-credential token bucket (API key, or JWT tenant+subject): sustained requests per second
+    # and burst size. 0 requests/second turns the limiter off (no Redis call per request).
+    rate_limit_per_s: float = Field(20.0, ge=0.0, le=100_000.0)
+    rate_limit_burst: int = Field(60, ge=1, le=1_000_000)
 
 
 class TierFamily(BaseModel):

@@ -96,3 +96,13 @@ class StoreUnavailable(TenureError):
     def __init__(self, message: str, *, retry_after_s: int = 5, details: Any = None):
         super().__init__(message, details=details)
         self.retry_after_s = retry_after_s
+
+
+class RateLimited(TenureError):
+    """The credential spent its request budget; callers should retry after ``retry_after_s``."""
+
+    code = ErrorCode.RATE_LIMITED
+
+    def __init__(self, message: str, *, retry_after_s: int, details: Any = None):
+        super().__init__(message, details=details)
+        self.retry_after_s = retry_after_s

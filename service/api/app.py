@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
-        responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
+        responses=error_responses(400, 401, 403, 404, 409, 413, 422, 429, 503),
     )
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.api.max_body_bytes)

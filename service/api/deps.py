@@ -19,6 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from service.api.errors import request_id_of
 from service.api.state import Services, ensure_indices
 from service.auth.authenticator import Identity
+from service.auth.ratelimit import SAFE_METHODS
 from service.beliefs.api_service import Actor, BeliefService
 from service.config import Settings
 from service.domain.principal import Principal
@@ -105,7 +106,15 @@ def current_identity(
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
     identity = services.authenticator.authenticate(credentials.credentials)
     request.state.identity = identity
+    enforce_rate_limit(request, identity)
     return identity
+
+
+def enforce_rate_limit(request: Request, identity: Identity) -> None:
+    """Charge the credential's token bucket (429 ``rate_limited`` when empty). Every route that
+    authenticates through :func:`current_identity` is limited; a route with its own
+    authentication calls this after it."""
+    raw_services(request).limiter.charge(identity, read_only=request.method in SAFE_METHODS)
 
 
 CurrentIdentity = Annotated[Identity, Depends(current_identity)]

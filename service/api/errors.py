@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import ErrorCode, StoreUnavailable, TenureError
+from service.errors import ErrorCode, RateLimited, StoreUnavailable, TenureError
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ _DESCRIPTIONS = {
     409: "Conflict with the current state",
     413: "Request body too large",
     422: "Invalid request (details carry field paths)",
+    429: "The credential's rate limit is exhausted; retry after the Retry-After delay",
     503: "A backing store is unavailable; retry after the Retry-After delay",
 }
 
@@ -101,7 +102,7 @@ async def _tenure_error(request: Request, exc: Exception) -> JSONResponse:
     headers: dict[str, str] = {}
     if exc.code is ErrorCode.UNAUTHENTICATED:
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, StoreUnavailable):
+    if isinstance(exc, StoreUnavailable | RateLimited):
         headers["Retry-After"] = str(exc.retry_after_s)
     if exc.code.http_status >= 500:
         log.warning("request %s failed: %s", request_id_of(request), exc.message)

@@ -9,6 +9,7 @@ from opensearchpy import OpenSearch
 from redis import Redis
 
 from service.auth.authenticator import Authenticator
+from service.auth.ratelimit import RateLimiter
 from service.auth.tokens import TokenVerifier
 from service.beliefs.api_service import BeliefService
 from service.config import Settings
@@ -36,6 +37,7 @@ class Services:
     accounts: AccountStore
     verifier: TokenVerifier
     authenticator: Authenticator
+    limiter: RateLimiter
     beliefs: BeliefService
     recall: RecallService
     provisioning: ProvisioningService
@@ -59,6 +61,9 @@ class Services:
             accounts=accounts,
             verifier=verifier,
             authenticator=authenticator,
+            limiter=RateLimiter(
+                redis_client, ns, per_s=settings.api.rate_limit_per_s, burst=settings.api.rate_limit_burst
+            ),
             beliefs=BeliefService(
                 store,
                 audit,

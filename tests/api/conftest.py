@@ -56,7 +56,11 @@ def api_settings(settings: Settings, signing_keys: SigningKeys) -> Settings:
                 jwt_algorithms=["RS256", "ES256", "HS256"],
                 api_key_pepper=SecretStr("test-pepper"),
             ),
-            "api": ApiSettings(write_refresh="true", max_body_bytes=200_000),
+            # Tests fire requests far faster than any client: the limiter runs (one script call
+            # per request) with a budget they cannot exhaust; test_rate_limit.py uses a small one.
+            "api": ApiSettings(
+                write_refresh="true", max_body_bytes=200_000, rate_limit_per_s=100_000, rate_limit_burst=1_000_000
+            ),
         }
     )
 

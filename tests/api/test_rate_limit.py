@@ -1,0 +1,153 @@
+"""Per-credential rate limiting: a Redis token bucket per API key or JWT subject, 429
+``rate_limited`` with ``Retry-After`` in the one error shape, atomic across concurrent callers,
+and failing open for reads (logged) but closed for writes when Redis is unreachable."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from opensearchpy import OpenSearch
+
+from service.api.app import create_app
+from service.api.state import Services
+from service.auth.authenticator import Identity
+from service.auth.ratelimit import RateLimiter
+from service.config import Settings
+from service.domain.principal import Principal
+from service.errors import RateLimited
+from tests.api.conftest import Team, auth, ok
+
+PER_S, BURST = 2.0, 3
+
+
+def _with_api(settings: Settings, **api: Any) -> Settings:
+    return settings.model_copy(update={"api": settings.api.model_copy(update=api)})
+
+
+@pytest.fixture(scope="module")
+def limited(api_settings: Settings, os_client: OpenSearch) -> Iterator[TestClient]:
+    """The same deployment (same indices and Redis) with a small budget: 2 requests/s, burst 3."""
+    settings = _with_api(api_settings, rate_limit_per_s=PER_S, rate_limit_burst=BURST)
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def _spend(client: TestClient, headers: dict[str, str], n: int = BURST) -> None:
+    for _ in range(n):
+        ok(client.get("/v1/whoami", headers=headers))
+
+
+def _limited(response: Any) -> dict[str, Any]:
+    assert response.status_code == 429, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details", "request_id"}
+    error: dict[str, Any] = body["error"]
+    assert error["code"] == "rate_limited" and error["request_id"] == response.headers["X-Request-ID"]
+    assert int(response.headers["Retry-After"]) >= 1
+    assert 0 < error["details"]["retry_after_ms"] <= 1000 / PER_S
+    return error
+
+
+def test_each_credential_has_its_own_bucket(
+    limited: TestClient, team: Team, other_team: Team, services: Services, api_settings: Settings
+) -> None:
+    _spend(limited, team.h("alice"))
+    _limited(limited.get("/v1/whoami", headers=team.h("alice")))
+    _limited(limited.post("/v1/recall", json={"scopes": [], "query": "x"}, headers=team.h("alice")))
+    # Other users, and the same user name in another tenant, are untouched.
+    _spend(limited, team.h("bob"), 1)
+    _spend(limited, other_team.h("alice"), 1)
+    # Refill at PER_S tokens a second: one token after 1/PER_S seconds, not two.
+    time.sleep(1 / PER_S + 0.1)
+    ok(limited.get("/v1/whoami", headers=team.h("alice")))
+    _limited(limited.get("/v1/whoami", headers=team.h("alice")))
+    # An idle bucket expires once it would be full again.
+    bucket = f"{api_settings.opensearch_namespace}:rl:key:{team.keys['alice'].split('_')[1]}"
+    assert 0 < services.redis.pttl(bucket) <= (BURST / PER_S + 1) * 1000
+
+
+def test_tokens_of_one_subject_share_a_bucket(client: TestClient, limited: TestClient, team: Team) -> None:
+    url = f"/v1/admin/tenants/{team.tenant}/users/bob/tokens"
+    first, second = (ok(client.post(url, json={}, headers=team.h("carol")), 201)["token"] for _ in range(2))
+    _spend(limited, auth(first))
+    _limited(limited.get("/v1/whoami", headers=auth(second)))  # a fresh token buys nothing
+    ok(limited.get("/v1/whoami", headers=team.h("bob")))  # bob's API key is another credential
+
+
+def test_unauthenticated_requests_are_not_charged(limited: TestClient, team: Team) -> None:
+    for _ in range(BURST + 2):
+        assert limited.get("/v1/whoami").status_code == 401
+    _spend(limited, team.h("alice"))
+
+
+def test_concurrent_requests_never_overspend(services: Services) -> None:
+    """The bucket update is atomic: 60 simultaneous charges against a burst of 10 (refill
+    negligible) admit exactly 10. A read-then-write without the script would admit more."""
+    limiter = RateLimiter(services.redis, f"rl-{uuid.uuid4().hex[:8]}", per_s=0.001, burst=10)
+    identity = Identity(Principal(tenant_id="t-rl", user_id="u"), "api_key", uuid.uuid4().hex[:16])
+
+    def attempt(_: int) -> bool:
+        try:
+            limiter.charge(identity, read_only=True)
+        except RateLimited:
+            return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        admitted = sum(pool.map(attempt, range(60)))
+    assert admitted == 10
+
+
+def test_zero_rate_turns_the_limiter_off(services: Services) -> None:
+    namespace = f"rl-{uuid.uuid4().hex[:8]}"
+    limiter = RateLimiter(services.redis, namespace, per_s=0, burst=1)
+    identity = Identity(Principal(tenant_id="t-rl", user_id="u"), "jwt", None)
+    for _ in range(5):
+        limiter.charge(identity, read_only=False)
+    assert services.redis.keys(f"{namespace}:*") == []
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture(scope="module")
+def redis_down(api_settings: Settings, os_client: OpenSearch) -> Iterator[TestClient]:
+    """The deployment with Redis unreachable (nothing listens on the port); OpenSearch is up."""
+    settings = _with_api(api_settings, rate_limit_per_s=PER_S, rate_limit_burst=BURST).model_copy(
+        update={"redis_url": f"redis://127.0.0.1:{_closed_port()}/0"}
+    )
+    app: FastAPI = create_app(settings)
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def test_redis_down_lets_reads_through_and_logs_but_refuses_writes(
+    redis_down: TestClient, team: Team, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="service.auth.ratelimit"):
+        for _ in range(BURST + 2):  # more than the budget: nothing is counted while Redis is away
+            assert ok(redis_down.get("/v1/whoami", headers=team.h("alice")))["user_id"] == "alice"
+    assert any("rate limiter unavailable" in r.getMessage() for r in caplog.records)
+    write = redis_down.post("/v1/beliefs", json={"type": "preference"}, headers=team.h("alice"))
+    assert write.status_code == 503, write.text
+    error = write.json()["error"]
+    assert error["code"] == "store_unavailable" and "rate limit" in error["message"]
+    assert int(write.headers["Retry-After"]) >= 1
+
+
+def test_openapi_documents_the_429(app: FastAPI) -> None:
+    responses = app.openapi()["paths"]["/v1/beliefs"]["get"]["responses"]
+    assert "429" in responses and "ErrorOut" in str(responses["429"])
