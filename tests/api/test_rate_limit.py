@@ -83,6 +83,16 @@ def test_tokens_of_one_subject_share_a_bucket(client: TestClient, limited: TestC
     ok(limited.get("/v1/whoami", headers=team.h("bob")))  # bob's API key is another credential
 
 
+def test_one_request_is_one_token_however_many_dependencies_need_the_credential(
+    limited: TestClient, team: Team
+) -> None:
+    """The audit route resolves the credential through AdminPrincipal -> CurrentPrincipal ->
+    CurrentIdentity: still one charge per request."""
+    for _ in range(BURST):
+        ok(limited.get("/v1/admin/audit", headers=team.h("carol")))
+    _limited(limited.get("/v1/admin/audit", headers=team.h("carol")))
+
+
 def test_unauthenticated_requests_are_not_charged(limited: TestClient, team: Team) -> None:
     for _ in range(BURST + 2):
         assert limited.get("/v1/whoami").status_code == 401
