@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -641,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
         if node:
             node.stop()
+            if home is not None:
+                shutil.rmtree(home, ignore_errors=True)
         out = args.out or REPO / "benchmarks" / "results" / f"recall-{started:%Y%m%dT%H%MZ}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
