@@ -117,6 +117,9 @@ def env_for(settings: Settings) -> dict[str, str]:
         "TENURE_AUTH_API_KEY_PEPPER": settings.auth.api_key_pepper.get_secret_value(),
         "TENURE_LOOP_UPSTREAM_BASE_URL": settings.loop.upstream_base_url or "",
         "TENURE_LOOP_UPSTREAM_API_KEY": "sk-upstream",
+        # measure the proxy, not the per-credential rate limit (20/s by default)
+        "TENURE_API_RATE_LIMIT_PER_S": "100000",
+        "TENURE_API_RATE_LIMIT_BURST": "1000000",
         "PYTHONPATH": str(REPO),
         "PATH": "/usr/bin:/bin",
     }

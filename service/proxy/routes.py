@@ -72,8 +72,12 @@ def proxy_actor(
     (without memory) when OpenSearch is down, and JWTs verify without the store."""
     if credentials is None or not credentials.credentials:
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
-    identity = raw_services(request).authenticator.authenticate(credentials.credentials)
+    services = raw_services(request)
+    identity = services.authenticator.authenticate(credentials.credentials)
     request.state.identity = identity
+    # The API's per-credential rate limit. Charged as a read: the proxy writes no belief itself
+    # (extraction is asynchronous), so a Redis outage lets it answer rather than refuse.
+    services.limiter.charge(identity, read_only=True)
     return Actor(
         principal=identity.principal,
         kind=identity.kind,

@@ -73,7 +73,9 @@ def loop_settings(settings: Settings, llm: ScriptedLLM, llm_own: ScriptedLLM, qu
     return settings.model_copy(
         update={
             "auth": AuthSettings(api_key_pepper=SecretStr("test-pepper")),
-            "api": ApiSettings(write_refresh="true", max_body_bytes=2_000_000),
+            "api": ApiSettings(
+                write_refresh="true", max_body_bytes=2_000_000, rate_limit_per_s=100_000, rate_limit_burst=1_000_000
+            ),
             "loop": MemoryLoopSettings(
                 upstream_base_url=llm.base_url,
                 upstream_api_key=SecretStr("sk-upstream-test"),
