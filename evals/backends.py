@@ -63,6 +63,10 @@ def _no_fuzzy(text: str) -> list[dict[str, Any]]:
     return queries.relevance_clauses(text, fuzzy=False)
 
 
+def _field_analyzers(text: str) -> list[dict[str, Any]]:
+    return queries.relevance_clauses(text, word_analyzer=None)
+
+
 def _with_content(text: str) -> list[dict[str, Any]]:
     content = {"match": {"content": {"query": text, "boost": CONTENT_BOOST, "_name": "content"}}}
     return [*queries.relevance_clauses(text), content]
@@ -76,6 +80,7 @@ SPECS: dict[str, BackendSpec] = {
             "bm25-standard-analyzer",
             "names and aliases analysed with Lucene's standard analyzer instead of ours",
             index_variant="standard-analyzer",
+            clauses=_field_analyzers,
         ),
         BackendSpec(
             "bm25-no-aliases", "canonical names only: alias clauses dropped", clauses=_no_aliases

@@ -130,3 +130,16 @@ def test_injection_block_hedges_and_directs(store: BeliefStore, builder: Context
     assert '"why_it_matters": "Shapes data-layer code toward Prisma."' in block.dynamic
     assert '"hedge": "inferred, not confirmed by the user: hold loosely"' in block.dynamic
     assert '"confidence": 0.5' in block.dynamic
+
+
+def test_repeated_words_count_once_and_stop_words_never_fuzz(
+    store: BeliefStore, builder: ContextBuilder, tenant: str
+) -> None:
+    put_all(store, make_belief(tenant, "ana", "git_workflow", aliases=["fork", "rebase"]))
+    me = principal(tenant, "ana")
+    once = builder.build(me, ["domain:code"], "rebase please", explain=True)
+    twice = builder.build(me, ["domain:code"], "rebase rebase REBASE please", explain=True)
+    assert [e.score for e in once.relevant] == [e.score for e in twice.relevant] == [5.0]
+    # "for" is one edit from "fork", but a stop-word is never fuzz-matched
+    assert builder.build(me, ["domain:code"], "this is for you and for them").relevant_ids == []
+    assert builder.build(me, ["domain:code"], "should I fork it").relevant_ids == ["b-git-workflow-ana"]

@@ -36,9 +36,36 @@ LIVE = {"term": {"lifecycle": Lifecycle.LIVE.value}}
 _SOURCE_EXCLUDES = ["change_log"]
 
 
-def relevance_clauses(text: str, *, fuzzy: bool = True, use_aliases: bool = True) -> list[dict[str, Any]]:
+# Single words are matched after dropping the phrase-side stop-words ("the", "what", ...): no alias
+# is a stop-word, and fuzzing them only costs (one Levenshtein automaton per word and field) and
+# risks false hits ("for" -> "fork"). Multi-word clauses keep every word so shingles stay adjacent.
+WORD_ANALYZER = "tenure_query_terms"
+
+
+def distinct_words(text: str) -> str:
+    """Each whitespace-separated word once, in order. A word repeated in a long message would
+    otherwise add its boost again and cost another fuzzy expansion per field."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for word in text.split():
+        key = word.lower()
+        if key not in seen:
+            seen.add(key)
+            out.append(word)
+    return " ".join(out)
+
+
+def relevance_clauses(
+    text: str, *, fuzzy: bool = True, use_aliases: bool = True, word_analyzer: str | None = WORD_ANALYZER
+) -> list[dict[str, Any]]:
+    """The four relevance clauses. ``word_analyzer=None`` searches words with each field's own
+    search analyzer (the standard-analyzer ablation needs that)."""
+    words = distinct_words(text)
+
     def word(field: str, boost: float) -> dict[str, Any]:
-        body: dict[str, Any] = {"query": text, "boost": boost, "_name": field}
+        body: dict[str, Any] = {"query": words, "boost": boost, "_name": field}
+        if word_analyzer is not None:
+            body["analyzer"] = word_analyzer
         if fuzzy:
             body.update(fuzziness=FUZZINESS, prefix_length=PREFIX_LENGTH, max_expansions=MAX_FUZZY_EXPANSIONS)
         return {"match": {field: body}}
