@@ -43,7 +43,7 @@ from service.domain.principal import Principal
 from service.errors import Conflict
 from service.extraction.audit import AuditSink
 from service.extraction.merge import REFRESH
-from service.extraction.validator import _INJECTION
+from service.extraction.validator import INSTRUCTION_LIKE
 from service.storage.beliefs import BeliefStore
 from service.storage.lookup import BeliefLookup, BucketKey
 
@@ -170,7 +170,7 @@ def _owner_principal(key: BucketKey) -> Principal:
 
 
 def _clean_text(value: Any, limit: int) -> str | None:
-    if not isinstance(value, str) or not value.strip() or len(value) > limit or _INJECTION.search(value):
+    if not isinstance(value, str) or not value.strip() or len(value) > limit or INSTRUCTION_LIKE.search(value):
         return None
     return value.strip()
 

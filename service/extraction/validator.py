@@ -56,7 +56,7 @@ SECTION_LIMITS = {
 _FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
 _OBJECT = re.compile(r"\{[\s\S]*\}")
 # Text that addresses the system rather than stating a fact about the user or their work.
-_INJECTION = re.compile(
+INSTRUCTION_LIKE = re.compile(
     r"(ignore|disregard|forget|override)\s+(all\s+|any\s+|the\s+|your\s+)*(previous|prior|above|earlier|system)\s+"
     r"(instructions?|prompts?|rules?|messages?)"
     r"|system\s+prompt|<<<|>>>|</?(persona|scope|pinned_facts|relevant_beliefs|open_questions|system)\b"
@@ -252,7 +252,7 @@ def _text(item: dict[str, Any], key: str, limit: int, *, required: bool = True) 
     value = value.strip()
     if len(value) > limit:
         raise _Bad(f"{key} longer than {limit} characters")
-    if _INJECTION.search(value):
+    if INSTRUCTION_LIKE.search(value):
         raise _Bad(f"{key} looks like an instruction to the system (possible prompt injection)")
     return value
 
@@ -297,7 +297,7 @@ def _aliases(value: Any, key: str) -> list[str]:
         alias = normalize_alias(raw)
         if not alias or len(alias) > MAX_ALIAS_CHARS or len(alias.split()) > MAX_ALIAS_WORDS:
             continue  # a sentence is not an alias; drop it, keep the rest
-        if _INJECTION.search(alias):
+        if INSTRUCTION_LIKE.search(alias):
             raise _Bad(f"{key} contains an instruction-like alias (possible prompt injection)")
         if alias not in out:
             out.append(alias)
