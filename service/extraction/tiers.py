@@ -9,6 +9,7 @@ as ``gpt-4.1`` or ``gpt-5`` parse correctly.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -109,4 +110,7 @@ class TierGate:
 
     @staticmethod
     def _warning(model: str) -> str:
-        return f'Model "{model[:100]}" is not in a verified tier. Sidecar extraction may be unreliable.'
+        # the text goes into an HTTP header: json.dumps quotes it and escapes anything outside
+        # printable ASCII (non-latin-1 letters, CR/LF), so a client-chosen model name can neither
+        # break the response nor inject a header
+        return f"Model {json.dumps(model[:100])} is not in a verified tier. Sidecar extraction may be unreliable."

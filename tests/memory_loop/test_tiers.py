@@ -69,3 +69,12 @@ def test_configurable_table_and_non_strict_mode() -> None:
     with pytest.raises(ModelNotSupported):
         gate.check("llama-2-70b")
     assert TierGate(MemoryLoopSettings().tier_families, strict=False).check("gpt-4").warning
+
+
+def test_warning_is_header_safe_for_any_model_name() -> None:
+    """The warning travels in an HTTP header: non-latin-1 letters and CR/LF must be escaped."""
+    from service.extraction.tiers import TierGate
+
+    warning = TierGate._warning("Ā\r\nSet-Cookie: x=1")
+    warning.encode("ascii")  # raises if anything non-ASCII survived
+    assert "\r" not in warning and "\n" not in warning and "\\u0100" in warning
