@@ -233,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--team", action="append", help="team slug (repeatable)")
         p.add_argument("--role", action="append", choices=["member", "admin"], help="role (repeatable)")
 
+    sub.add_parser("eval", help="run the evaluation: backends side by side (see evals/README.md)", add_help=False)
     p = sub.add_parser("bootstrap", help="create the first operator key directly in OpenSearch")
     p.add_argument("--user", default="root")
     p = sub.add_parser("create-tenant", help="create a tenant (operator)")
@@ -333,6 +334,13 @@ def main(
 ) -> int:
     """Entry point. Tests pass an ``httpx.Client`` (e.g. FastAPI's TestClient) and settings."""
     out, err = out or sys.stdout, err or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["eval"]:
+        # `tenure eval ...` is the evaluation tool (evals/cli.py, also `tenure-eval`); imported
+        # lazily so the API client never loads matplotlib
+        from evals.cli import main as eval_main
+
+        return eval_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "bootstrap":

@@ -35,18 +35,14 @@ def _failed(report: dict[str, Any], backend: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def example_run(
-    opensearch_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[int, Path, dict[str, Any]]:
+def example_run(opensearch_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("eval-example")
     code = _run(out, opensearch_url, "--cases", str(EXAMPLE), "--backends", BM25_AND_ABLATIONS)
     return code, out, json.loads((out / "report.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def paper_run(
-    opensearch_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[int, Path, dict[str, Any], str]:
+def paper_run(opensearch_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, dict[str, Any], str]:
     out = tmp_path_factory.mktemp("eval-paper")
     capture: list[str] = []
     import contextlib
@@ -79,9 +75,7 @@ def test_example_run_writes_json_markdown_and_charts(
     assert case["category"] == "Alias resolution"
     assert case["latency_ms"] > 0
     assert {m["clause"] for m in case["matched_clauses"]["b-postgres"]} == {"aliases"}
-    turn = next(
-        c for c in report["backends"]["bm25"]["cases"] if c["case_id"] == "session-kafka-lag#2"
-    )
+    turn = next(c for c in report["backends"]["bm25"]["cases"] if c["case_id"] == "session-kafka-lag#2")
     assert turn["kind"] == "session"
     assert turn["drift"] == 0.0
 
@@ -162,9 +156,7 @@ def test_paper_no_aliases_fails_alias_cases(
     assert {"alias-ts-resolves", "alias-kube-resolves", "negative-guidance-mongoose"} <= failed
     assert report["backends"]["bm25-no-aliases"]["summary"]["passed"] < 72
     # fuzziness earns the typo cases; the counter-signal 'moongoose' is reached by one edit
-    assert {"fuzzy-single-edit-fires-non-pinned", "negative-guidance-mongoose"} <= _failed(
-        report, "bm25-no-fuzzy"
-    )
+    assert {"fuzzy-single-edit-fires-non-pinned", "negative-guidance-mongoose"} <= _failed(report, "bm25-no-fuzzy")
 
 
 def test_gate_fails_when_a_case_fails(opensearch_url: str, tmp_path: Path) -> None:
@@ -174,17 +166,10 @@ def test_gate_fails_when_a_case_fails(opensearch_url: str, tmp_path: Path) -> No
     cases[0]["expect"]["relevantBeliefs"]["shouldOnlyInclude"] = ["b-kafka"]  # deliberately wrong
     (broken / "retrieval.cases.json").write_text(json.dumps(cases))
     args = ("--cases", str(broken), "--backends", "bm25")
-    assert (
-        _run(tmp_path / "gated", opensearch_url, *args, "--gate", "bm25", "--no-charts")
-        == EXIT_GATE_FAILED
-    )
+    assert _run(tmp_path / "gated", opensearch_url, *args, "--gate", "bm25", "--no-charts") == EXIT_GATE_FAILED
     report = json.loads((tmp_path / "gated" / "report.json").read_text())
-    failed = next(
-        c for c in report["backends"]["bm25"]["cases"] if c["case_id"] == cases[0]["caseId"]
-    )
-    assert failed["failures"] == [
-        "relevantBeliefs.shouldOnlyInclude: expected ['b-kafka'], got ['b-postgres']"
-    ]
+    failed = next(c for c in report["backends"]["bm25"]["cases"] if c["case_id"] == cases[0]["caseId"])
+    assert failed["failures"] == ["relevantBeliefs.shouldOnlyInclude: expected ['b-kafka'], got ['b-postgres']"]
     # the same run without a gate reports the failure but exits 0
     assert _run(tmp_path / "ungated", opensearch_url, *args, "--no-charts") == EXIT_OK
 
@@ -220,3 +205,13 @@ def test_vector_backend_on_the_example_set(opensearch_url: str, tmp_path: Path) 
     assert "b-other-secret" not in case["tiers"]["relevant"]  # same access filters
     assert case["embed_ms"] > 0
     assert case["matched_clauses"]["b-postgres"][0]["clause"] == "cosine"
+
+
+def test_tenure_eval_subcommand_is_the_same_tool(opensearch_url: str, tmp_path: Path) -> None:
+    from service.cli import main as tenure_main
+
+    args = ["eval", "--opensearch-url", opensearch_url, "--out", str(tmp_path), "--no-progress"]
+    assert (
+        tenure_main([*args, "--cases", str(EXAMPLE), "--backends", "bm25", "--no-charts", "--gate", "bm25"]) == EXIT_OK
+    )
+    assert json.loads((tmp_path / "report.json").read_text())["backends"]["bm25"]["cases"]
