@@ -45,7 +45,7 @@ from service.storage import access
 from service.storage import queries as queries_mod
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, doc_id
-from service.storage.client import build_client
+from service.storage.client import FastJSONSerializer, build_client
 from service.storage.templates import BELIEFS, apply_templates, drop_namespace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -556,7 +556,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(opensearch_url=url, opensearch_namespace=namespace, opensearch_timeout_s=60)
     base = build_client(settings)
     client = TimedClient(
-        hosts=[url], timeout=60, max_retries=1, retry_on_timeout=False, pool_maxsize=32
+        hosts=[url],
+        timeout=60,
+        max_retries=1,
+        retry_on_timeout=False,
+        pool_maxsize=32,
+        serializer=FastJSONSerializer(),  # as build_client() configures the service's client
     )
     client.took = []
     load_before = loadavg()

@@ -7,12 +7,33 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from opensearchpy import OpenSearch
+import orjson
+from opensearchpy import JSONSerializer, OpenSearch
 from opensearchpy import exceptions as os_exc
+from opensearchpy.exceptions import SerializationError
 
 from service.config import Settings
 from service.errors import StoreUnavailable, TenureError, ValidationFailed
+
+
+class FastJSONSerializer(JSONSerializer):
+    """orjson for the recall hot path: decoding an _msearch response is ~3x faster than json."""
+
+    def loads(self, s: str) -> Any:
+        try:
+            return orjson.loads(s)
+        except orjson.JSONDecodeError as exc:
+            raise SerializationError(s, exc) from exc
+
+    def dumps(self, data: Any) -> Any:
+        if isinstance(data, str):
+            return data
+        try:
+            return orjson.dumps(data, default=self.default).decode()
+        except TypeError as exc:
+            raise SerializationError(data, exc) from exc
 
 
 def build_client(settings: Settings) -> OpenSearch:
@@ -27,6 +48,7 @@ def build_client(settings: Settings) -> OpenSearch:
         retry_on_timeout=False,
         http_compress=False,
         pool_maxsize=32,
+        serializer=FastJSONSerializer(),
     )
 
 
