@@ -102,15 +102,18 @@ def _put_json(url: str, body: dict[str, object]) -> None:
         resp.read()
 
 
-def start_opensearch(home: Path, port: int | None = None, heap: str = "1g", timeout_s: float = 180.0) -> Service:
-    """Start one embedded OpenSearch node with a fresh data dir under ``home``; wait until green-ish."""
+def start_opensearch(
+    home: Path, port: int | None = None, heap: str = "1g", timeout_s: float = 180.0, *, fresh: bool = True
+) -> Service:
+    """Start one embedded OpenSearch node under ``home``; wait until green-ish. ``fresh`` wipes the
+    home first; ``fresh=False`` restarts on the existing data dir (crash tests restart a killed node)."""
     build_opensearch()
     port = port or free_port()
     transport = free_port()
-    if home.exists():
+    if fresh and home.exists():
         shutil.rmtree(home)
-    (home / "config").mkdir(parents=True)
-    (home / "tmp").mkdir()
+    (home / "config").mkdir(parents=True, exist_ok=not fresh)
+    (home / "tmp").mkdir(exist_ok=not fresh)
     (home / "config" / "opensearch.yml").write_text(
         "\n".join(
             [
@@ -128,7 +131,7 @@ def start_opensearch(home: Path, port: int | None = None, heap: str = "1g", time
         )
     )
     shutil.copy(OS_DIR / "log4j2.properties", home / "config" / "log4j2.properties")
-    log = open(home / "server.log", "wb")  # noqa: SIM115 - handed to the child process
+    log = open(home / "server.log", "wb" if fresh else "ab")  # noqa: SIM115 - handed to the child process
     cmd = [
         JAVA,
         f"-Xms{heap}",
@@ -164,13 +167,14 @@ def redis_binary() -> str:
     return found
 
 
-def start_redis(home: Path, port: int | None = None, timeout_s: float = 30.0) -> Service:
-    """A real redis-server with an append-only file, so an acknowledged enqueue survives a crash."""
+def start_redis(home: Path, port: int | None = None, timeout_s: float = 30.0, *, fresh: bool = True) -> Service:
+    """A real redis-server with an append-only file, so an acknowledged enqueue survives a crash.
+    ``fresh=False`` restarts on the existing dir, replaying its append-only file."""
     port = port or free_port()
-    if home.exists():
+    if fresh and home.exists():
         shutil.rmtree(home)
-    home.mkdir(parents=True)
-    log = open(home / "server.log", "wb")  # noqa: SIM115
+    home.mkdir(parents=True, exist_ok=not fresh)
+    log = open(home / "server.log", "wb" if fresh else "ab")  # noqa: SIM115
     cmd = [
         redis_binary(),
         "--port",

@@ -208,6 +208,15 @@ class BeliefMerger:
             if nb.resolves_open_question:
                 self._close_question(ctx, nb.resolves_open_question)
             return Op("new_beliefs", index, "inserted", belief_id)
+        own_id = ctx.derived_id("b", "new", nb.canonical_name)
+        if any(m.id == own_id for m in matches):
+            # Inserted by an earlier attempt of this very turn (the worker died after the write,
+            # or the task was redelivered): finish that insert, which is idempotent, instead of
+            # letting the turn reinforce the belief it created.
+            belief_id = self._insert(ctx, nb, scopes, index)
+            if nb.resolves_open_question:
+                self._close_question(ctx, nb.resolves_open_question)
+            return Op("new_beliefs", index, "inserted", belief_id)
         existing = matches[0]
         if content_fingerprint(existing.content) == content_fingerprint(nb.content):
             updated = self._reinforce(ctx, existing.id, nb.aliases)
@@ -316,11 +325,14 @@ class BeliefMerger:
             for b in self.lookup.by_canonical_name(ctx.principal, q.canonical_name)
             if b.type is BeliefType.OPEN_QUESTION
         ]
-        if existing:
+        own_id = ctx.derived_id("b", "question", q.canonical_name)
+        # a question created by an earlier attempt of this turn is not reinforced by it (re-run
+        # after a crash): it falls through to the idempotent create below
+        if existing and all(b.id != own_id for b in existing):
             self._reinforce(ctx, existing[0].id, [])
             return Op("new_open_questions", index, "reinforced", existing[0].id)
         belief = Belief(
-            id=ctx.derived_id("b", "question", q.canonical_name),
+            id=own_id,
             tenant_id=ctx.principal.tenant_id,
             owner_id=ctx.principal.user_id,
             type=BeliefType.OPEN_QUESTION,
@@ -445,7 +457,8 @@ class BeliefMerger:
             # Created by an earlier attempt of this same turn (ids are derived from the turn).
             # Make sure it is really ours before treating it as done.
             self.store.get(ctx.principal, belief.id, tenant_wide=tenant_wide)
-            return
+            # that attempt may have died before its audit event: record it (same key, same
+            # event id; a duplicate is ignored)
         self.audit.record(
             ctx.principal,
             "belief.created",

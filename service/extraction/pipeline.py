@@ -89,7 +89,7 @@ class ExtractionPipeline:
     def run(self, tenant_id: str, turn_id: str) -> ExtractionOutcome:
         turn = self._claim(tenant_id, turn_id)
         if turn is None:
-            return ExtractionOutcome(turn_id, "already_final", {})
+            return self._already_final(tenant_id, turn_id)
         if turn.gate == "extraction_off":
             self._finish(turn, "skipped", {"reason": "extraction is switched off for this tenant"})
             return ExtractionOutcome(turn_id, "skipped", {})
@@ -113,6 +113,16 @@ class ExtractionPipeline:
         }
         self._finish(turn, "done", result)
         return ExtractionOutcome(turn_id, "done", result, len(validated.alias_candidates))
+
+    def _already_final(self, tenant_id: str, turn_id: str) -> ExtractionOutcome:
+        """A turn finished by an earlier attempt. Its alias candidates are reported again, so the
+        task enqueues ``aliases.enrich`` again: that attempt may have died after marking the turn
+        done and before the send (the flywheel is idempotent per turn; a second send is harmless,
+        a lost one would never be retried, as the sweep only looks at unfinished turns)."""
+        turn, _, _ = self.turns.load(tenant_id, turn_id)
+        done = turn.extraction_status == "done"
+        candidates = ((turn.result or {}).get("alias_candidates") or []) if done else []
+        return ExtractionOutcome(turn_id, "already_final", {}, len(candidates))
 
     def fail(self, tenant_id: str, turn_id: str, error: str) -> None:
         """Give up on a turn after the last retry (the sweep will not pick it up again)."""

@@ -326,3 +326,28 @@ def test_shared_scope_needs_a_grant(merger: BeliefMerger, crew: Team, loop_servi
     assert ledger.scope == ["project:pay"]
     assert other.scope == ["domain:code"]  # no grant for project:other: falls back to the session scope
     assert isinstance(ledger, Belief)
+
+
+def test_rerunning_the_turn_that_inserted_changes_nothing(
+    merger: BeliefMerger, crew: Team, loop_services: Services
+) -> None:
+    """A crash after the writes and before the turn is marked done re-runs the same turn: it must
+    not reinforce the belief or the open question it created itself (tests/durability crashes a
+    real worker at that point)."""
+    payload = {
+        "turn_signal": "substantive",
+        "new_beliefs": [new_belief("rerun_fact", "Inserted once.")],
+        "new_open_questions": [
+            {"canonical_name": "rerun_question", "content": "Asked once?", "scope": ["domain:code"]}
+        ],
+    }
+    validated = validate_sidecar(json.dumps(payload), ParseStatus.PARSED)
+    ctx = MergeContext(alice(crew), "sess", f"turn-{uuid.uuid4().hex[:8]}", "gpt-4o", ["domain:code"])
+    first = merger.apply(ctx, validated)
+    again = merger.apply(ctx, validated)
+    assert outcomes(first) == outcomes(again) == ["inserted", "inserted"]
+    assert [op.belief_id for op in again.ops] == [op.belief_id for op in first.ops]
+    for op in again.ops:
+        stored = loop_services.store.get(alice(crew), str(op.belief_id))
+        assert stored.reinforcement_count == 0
+        assert len(stored.change_log) == 1
