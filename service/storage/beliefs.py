@@ -96,8 +96,8 @@ class BeliefStore:
 
     # ---------------------------------------------------------------- writes
 
-    def put(self, belief: Belief, *, refresh: Refresh = "wait_for", create_only: bool = False) -> None:
-        """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id."""
+    def _index_one(self, belief: Belief, *, refresh: Refresh, on_conflict: str, **options: Any) -> None:
+        """Index one document; a 409 (create over an existing id, or a stale seq_no) is a Conflict."""
         with translate_errors("store a belief"):
             try:
                 self.client.index(
@@ -106,12 +106,21 @@ class BeliefStore:
                     body=belief.to_document(),
                     routing=belief.tenant_id,
                     refresh=refresh,
-                    op_type="create" if create_only else "index",
+                    **options,
                 )
-            except Exception as exc:  # opensearch-py raises ConflictError (409) for create_only
+            except Exception as exc:  # opensearch-py's ConflictError carries status 409
                 if getattr(exc, "status_code", None) == 409:
-                    raise Conflict(f"belief {belief.id!r} already exists") from exc
+                    raise Conflict(on_conflict) from exc
                 raise
+
+    def put(self, belief: Belief, *, refresh: Refresh = "wait_for", create_only: bool = False) -> None:
+        """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id."""
+        self._index_one(
+            belief,
+            refresh=refresh,
+            on_conflict=f"belief {belief.id!r} already exists",
+            op_type="create" if create_only else "index",
+        )
 
     def put_many(
         self, beliefs: Sequence[Belief], *, refresh: Refresh = "wait_for", create_only: bool = False
@@ -145,21 +154,13 @@ class BeliefStore:
 
     def replace(self, belief: Belief, *, if_seq_no: int, if_primary_term: int, refresh: Refresh = "wait_for") -> None:
         """Optimistic update: fails with Conflict if someone changed the belief meanwhile."""
-        with translate_errors("update a belief"):
-            try:
-                self.client.index(
-                    index=self.alias,
-                    id=doc_id(belief.tenant_id, belief.id),
-                    body=belief.to_document(),
-                    routing=belief.tenant_id,
-                    refresh=refresh,
-                    if_seq_no=if_seq_no,
-                    if_primary_term=if_primary_term,
-                )
-            except Exception as exc:
-                if getattr(exc, "status_code", None) == 409:
-                    raise Conflict(f"belief {belief.id!r} was changed concurrently; retry") from exc
-                raise
+        self._index_one(
+            belief,
+            refresh=refresh,
+            on_conflict=f"belief {belief.id!r} was changed concurrently; retry",
+            if_seq_no=if_seq_no,
+            if_primary_term=if_primary_term,
+        )
 
     # ----------------------------------------------------------------- reads
 
