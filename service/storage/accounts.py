@@ -16,9 +16,9 @@ from pydantic import BaseModel
 from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
-from service.errors import Conflict, NotFound
+from service.errors import NotFound
 from service.storage import access, cursor
-from service.storage.client import translate_errors
+from service.storage.client import get_routed, index_routed, status_of, translate_errors
 from service.storage.templates import ACCOUNTS
 
 R = TypeVar("R", bound=BaseModel)
@@ -39,11 +39,6 @@ def _key_doc(key_id: str) -> str:
     return f"key:{key_id}"
 
 
-def _status(exc: Exception) -> int | None:
-    status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
 class AccountStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
@@ -53,29 +48,22 @@ class AccountStore:
 
     def _create(self, doc_id: str, routing: str, kind: str, record: BaseModel, what: str) -> None:
         body = {"kind": kind, **record.model_dump(mode="json")}
-        with translate_errors(f"create {what}"):
-            try:
-                self.client.index(
-                    index=self.alias,
-                    id=doc_id,
-                    body=body,
-                    routing=routing,
-                    op_type="create",
-                    refresh="true",
-                )
-            except Exception as exc:
-                if _status(exc) == 409:
-                    raise Conflict(f"{what} already exists") from exc
-                raise
+        index_routed(
+            self.client,
+            index=self.alias,
+            doc_id=doc_id,
+            body=body,
+            routing=routing,
+            refresh="true",
+            action=f"create {what}",
+            on_conflict=f"{what} already exists",
+            op_type="create",
+        )
 
     def _get(self, doc_id: str, routing: str, model: type[R], what: str) -> tuple[R, int, int]:
-        with translate_errors(f"read {what}"):
-            try:
-                found: dict[str, Any] = self.client.get(index=self.alias, id=doc_id, routing=routing)
-            except Exception as exc:
-                if _status(exc) == 404:
-                    raise NotFound(f"{what} not found") from exc
-                raise
+        found = get_routed(self.client, index=self.alias, doc_id=doc_id, routing=routing, action=f"read {what}")
+        if found is None:
+            raise NotFound(f"{what} not found")
         source = {k: v for k, v in found["_source"].items() if k != "kind"}
         return model.model_validate(source), int(found["_seq_no"]), int(found["_primary_term"])
 
@@ -89,21 +77,18 @@ class AccountStore:
         what: str,
     ) -> None:
         body = {"kind": kind, **record.model_dump(mode="json")}
-        with translate_errors(f"update {what}"):
-            try:
-                self.client.index(
-                    index=self.alias,
-                    id=doc_id,
-                    body=body,
-                    routing=routing,
-                    refresh="true",
-                    if_seq_no=seq[0],
-                    if_primary_term=seq[1],
-                )
-            except Exception as exc:
-                if _status(exc) == 409:
-                    raise Conflict(f"{what} was changed concurrently; retry") from exc
-                raise
+        index_routed(
+            self.client,
+            index=self.alias,
+            doc_id=doc_id,
+            body=body,
+            routing=routing,
+            refresh="true",
+            action=f"update {what}",
+            on_conflict=f"{what} was changed concurrently; retry",
+            if_seq_no=seq[0],
+            if_primary_term=seq[1],
+        )
 
     # --------------------------------------------------------------- tenants
 
@@ -140,7 +125,7 @@ class AccountStore:
             try:
                 found = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
             except Exception as exc:
-                if _status(exc) == 404:  # no accounts index yet: no record, so nothing disabled
+                if status_of(exc) == 404:  # no accounts index yet: no record, so nothing disabled
                     return False
                 raise
         return any(d.get("found") and d.get("_source", {}).get("disabled") is True for d in found)

@@ -17,17 +17,16 @@ from opensearchpy import OpenSearch, helpers
 
 from service.domain.belief import Belief
 from service.domain.principal import Principal
-from service.errors import Conflict, NotFound, ValidationFailed
+from service.errors import NotFound, ValidationFailed
 from service.storage import access, cursor, queries
 from service.storage.access import ScopeView
-from service.storage.client import translate_errors
+from service.storage.client import index_routed, routed_id, translate_errors
 from service.storage.templates import BELIEFS
 
 Refresh = Literal["true", "false", "wait_for"]
 
 
-def doc_id(tenant_id: str, belief_id: str) -> str:
-    return f"{tenant_id}:{belief_id}"
+doc_id = routed_id  # belief documents are keyed <tenant>:<belief id>
 
 
 @dataclass(frozen=True)
@@ -97,21 +96,17 @@ class BeliefStore:
     # ---------------------------------------------------------------- writes
 
     def _index_one(self, belief: Belief, *, refresh: Refresh, on_conflict: str, **options: Any) -> None:
-        """Index one document; a 409 (create over an existing id, or a stale seq_no) is a Conflict."""
-        with translate_errors("store a belief"):
-            try:
-                self.client.index(
-                    index=self.alias,
-                    id=doc_id(belief.tenant_id, belief.id),
-                    body=belief.to_document(),
-                    routing=belief.tenant_id,
-                    refresh=refresh,
-                    **options,
-                )
-            except Exception as exc:  # opensearch-py's ConflictError carries status 409
-                if getattr(exc, "status_code", None) == 409:
-                    raise Conflict(on_conflict) from exc
-                raise
+        index_routed(
+            self.client,
+            index=self.alias,
+            doc_id=doc_id(belief.tenant_id, belief.id),
+            body=belief.to_document(),
+            routing=belief.tenant_id,
+            refresh=refresh,
+            action="store a belief",
+            on_conflict=on_conflict,
+            **options,
+        )
 
     def put(self, belief: Belief, *, refresh: Refresh = "wait_for", create_only: bool = False) -> None:
         """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id."""

@@ -15,7 +15,7 @@ from opensearchpy import exceptions as os_exc
 from opensearchpy.exceptions import SerializationError
 
 from service.config import Settings
-from service.errors import StoreUnavailable, TenureError, ValidationFailed
+from service.errors import Conflict, StoreUnavailable, TenureError, ValidationFailed
 
 
 class FastJSONSerializer(JSONSerializer):
@@ -70,3 +70,50 @@ def translate_errors(action: str) -> Iterator[None]:
         if status == 400:
             raise ValidationFailed(f"OpenSearch rejected the request to {action}: {exc.error}") from exc
         raise
+
+
+def status_of(exc: Exception) -> int | None:
+    """The HTTP status an opensearch-py exception carries, if any."""
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def routed_id(tenant_id: str, key: str) -> str:
+    """Document id of a tenant's record. The tenant is part of the key, so client-given ids (the
+    paper's ``b-redis-code``) never collide across tenants and a by-key read cannot cross them."""
+    return f"{tenant_id}:{key}"
+
+
+def index_routed(
+    client: OpenSearch,
+    *,
+    index: str,
+    doc_id: str,
+    body: dict[str, Any],
+    routing: str,
+    refresh: str,
+    action: str,
+    on_conflict: str,
+    **options: Any,
+) -> None:
+    """Index one routed document. A 409 (``op_type=create`` over an existing id, or a stale
+    ``if_seq_no``) becomes :class:`Conflict` with ``on_conflict`` as its message."""
+    with translate_errors(action):
+        try:
+            client.index(index=index, id=doc_id, body=body, routing=routing, refresh=refresh, **options)
+        except Exception as exc:
+            if status_of(exc) == 409:
+                raise Conflict(on_conflict) from exc
+            raise
+
+
+def get_routed(client: OpenSearch, *, index: str, doc_id: str, routing: str, action: str) -> dict[str, Any] | None:
+    """A document by key (real time, with ``_seq_no``/``_primary_term``); None when it is absent."""
+    with translate_errors(action):
+        try:
+            found: dict[str, Any] = client.get(index=index, id=doc_id, routing=routing)
+        except Exception as exc:
+            if status_of(exc) == 404:
+                return None
+            raise
+    return found

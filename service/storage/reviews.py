@@ -19,7 +19,7 @@ from service.domain.principal import Principal
 from service.errors import Conflict, NotFound
 from service.storage import access
 from service.storage.access import ScopeView
-from service.storage.client import translate_errors
+from service.storage.client import get_routed, index_routed, routed_id, translate_errors
 from service.storage.templates import IndexFamily
 
 REVIEWS = IndexFamily("reviews")
@@ -53,10 +53,6 @@ class ReviewItem(BaseModel):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
-def _doc_id(tenant_id: str, review_id: str) -> str:
-    return f"{tenant_id}:{review_id}"
-
-
 class ReviewStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
@@ -64,31 +60,33 @@ class ReviewStore:
 
     def create(self, item: ReviewItem) -> bool:
         """File an item; False (and no change) if an item with this id already exists."""
-        with translate_errors("file a review item"):
-            try:
-                self.client.index(
-                    index=self.alias,
-                    id=_doc_id(item.tenant_id, item.review_id),
-                    body=item.model_dump(mode="json"),
-                    routing=item.tenant_id,
-                    op_type="create",
-                    refresh="true",
-                )
-            except Exception as exc:
-                if getattr(exc, "status_code", None) == 409:
-                    return False
-                raise
+        try:
+            index_routed(
+                self.client,
+                index=self.alias,
+                doc_id=routed_id(item.tenant_id, item.review_id),
+                body=item.model_dump(mode="json"),
+                routing=item.tenant_id,
+                refresh="true",
+                action="file a review item",
+                on_conflict=f"review item {item.review_id!r} already exists",
+                op_type="create",
+            )
+        except Conflict:
+            return False
         return True
 
     def load(self, tenant_id: str, review_id: str) -> tuple[ReviewItem, int, int] | None:
         """By key (workers: the key embeds the tenant); None if absent."""
-        with translate_errors("read a review item"):
-            try:
-                hit = self.client.get(index=self.alias, id=_doc_id(tenant_id, review_id), routing=tenant_id)
-            except Exception as exc:
-                if getattr(exc, "status_code", None) == 404:
-                    return None
-                raise
+        hit = get_routed(
+            self.client,
+            index=self.alias,
+            doc_id=routed_id(tenant_id, review_id),
+            routing=tenant_id,
+            action="read a review item",
+        )
+        if hit is None:
+            return None
         return (
             ReviewItem.model_validate(hit["_source"]),
             int(hit["_seq_no"]),
@@ -97,21 +95,18 @@ class ReviewStore:
 
     def save(self, item: ReviewItem, *, seq_no: int, primary_term: int) -> None:
         item.updated_at = utcnow()
-        with translate_errors("update a review item"):
-            try:
-                self.client.index(
-                    index=self.alias,
-                    id=_doc_id(item.tenant_id, item.review_id),
-                    body=item.model_dump(mode="json"),
-                    routing=item.tenant_id,
-                    if_seq_no=seq_no,
-                    if_primary_term=primary_term,
-                    refresh="true",
-                )
-            except Exception as exc:
-                if getattr(exc, "status_code", None) == 409:
-                    raise Conflict(f"review item {item.review_id!r} changed concurrently") from exc
-                raise
+        index_routed(
+            self.client,
+            index=self.alias,
+            doc_id=routed_id(item.tenant_id, item.review_id),
+            body=item.model_dump(mode="json"),
+            routing=item.tenant_id,
+            refresh="true",
+            action="update a review item",
+            on_conflict=f"review item {item.review_id!r} changed concurrently",
+            if_seq_no=seq_no,
+            if_primary_term=primary_term,
+        )
 
     def _filters(self, principal: Principal, tenant_wide: bool) -> list[dict[str, Any]]:
         if tenant_wide:

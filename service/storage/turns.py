@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
-from service.errors import Conflict, NotFound
+from service.errors import NotFound
 from service.storage import access
-from service.storage.client import translate_errors
+from service.storage.client import get_routed, index_routed, routed_id, translate_errors
 from service.storage.templates import IndexFamily
 
 TURNS = IndexFamily("turns")
@@ -64,10 +64,6 @@ class TurnRecord(BaseModel):
         )
 
 
-def _doc_id(tenant_id: str, turn_id: str) -> str:
-    return f"{tenant_id}:{turn_id}"
-
-
 class TurnStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
@@ -75,30 +71,25 @@ class TurnStore:
 
     def create(self, turn: TurnRecord) -> None:
         """Durably record a new turn (readable by key at once). Conflict if the id exists."""
-        with translate_errors("record a turn"):
-            try:
-                self.client.index(
-                    index=self.alias,
-                    id=_doc_id(turn.tenant_id, turn.turn_id),
-                    body=turn.model_dump(mode="json"),
-                    routing=turn.tenant_id,
-                    op_type="create",
-                    refresh="false",
-                )
-            except Exception as exc:
-                if getattr(exc, "status_code", None) == 409:
-                    raise Conflict(f"turn {turn.turn_id!r} already exists") from exc
-                raise
+        index_routed(
+            self.client,
+            index=self.alias,
+            doc_id=routed_id(turn.tenant_id, turn.turn_id),
+            body=turn.model_dump(mode="json"),
+            routing=turn.tenant_id,
+            refresh="false",
+            action="record a turn",
+            on_conflict=f"turn {turn.turn_id!r} already exists",
+            op_type="create",
+        )
 
     def load(self, tenant_id: str, turn_id: str) -> tuple[TurnRecord, int, int]:
         """A turn by key, with its concurrency token. The key embeds the tenant."""
-        with translate_errors("read a turn"):
-            try:
-                hit = self.client.get(index=self.alias, id=_doc_id(tenant_id, turn_id), routing=tenant_id)
-            except Exception as exc:
-                if getattr(exc, "status_code", None) == 404:
-                    raise NotFound(f"turn {turn_id!r} not found") from exc
-                raise
+        hit = get_routed(
+            self.client, index=self.alias, doc_id=routed_id(tenant_id, turn_id), routing=tenant_id, action="read a turn"
+        )
+        if hit is None:
+            raise NotFound(f"turn {turn_id!r} not found")
         turn = TurnRecord.model_validate(hit["_source"])
         if turn.tenant_id != tenant_id:  # defence in depth: the key already embeds the tenant
             raise NotFound(f"turn {turn_id!r} not found")
@@ -107,21 +98,18 @@ class TurnStore:
     def save(self, turn: TurnRecord, *, seq_no: int, primary_term: int) -> None:
         """Optimistic update of a turn's extraction state."""
         turn.updated_at = utcnow()
-        with translate_errors("update a turn"):
-            try:
-                self.client.index(
-                    index=self.alias,
-                    id=_doc_id(turn.tenant_id, turn.turn_id),
-                    body=turn.model_dump(mode="json"),
-                    routing=turn.tenant_id,
-                    if_seq_no=seq_no,
-                    if_primary_term=primary_term,
-                    refresh="false",
-                )
-            except Exception as exc:
-                if getattr(exc, "status_code", None) == 409:
-                    raise Conflict(f"turn {turn.turn_id!r} changed concurrently") from exc
-                raise
+        index_routed(
+            self.client,
+            index=self.alias,
+            doc_id=routed_id(turn.tenant_id, turn.turn_id),
+            body=turn.model_dump(mode="json"),
+            routing=turn.tenant_id,
+            refresh="false",
+            action="update a turn",
+            on_conflict=f"turn {turn.turn_id!r} changed concurrently",
+            if_seq_no=seq_no,
+            if_primary_term=primary_term,
+        )
 
     def get(self, principal: Principal, turn_id: str) -> TurnRecord:
         """A turn of the principal (real-time, by key: the key embeds the principal's tenant).
