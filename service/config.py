@@ -193,3 +193,39 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def _prefix(model: type[BaseSettings]) -> str:
+    return str(model.model_config.get("env_prefix", "")).upper()
+
+
+def _nested_settings(annotation: object) -> type[BaseSettings] | None:
+    """The settings class of a nested field (``recall: RecallDefaults``), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseSettings):
+        return annotation
+    return None
+
+
+def environment_names() -> frozenset[str]:
+    """Every environment variable name the service's settings read (upper case).
+
+    Derived from the models, so a compose file, ``.env.example`` or README can be checked against
+    it: a misspelled name would otherwise be ignored silently (``extra="ignore"``). For a field
+    ``f`` of :class:`Settings`: ``TENURE_F``; for a nested settings class such as ``recall``, the
+    whole object as JSON (``TENURE_RECALL``), each sub-field through the nested delimiter
+    (``TENURE_RECALL__MAX_BELIEFS``) and through the class's own prefix (``TENURE_RECALL_MAX_BELIEFS``).
+    The CLI's :class:`CliSettings` (``TENURE_CLI_*``) is read on its own. Lists and dicts
+    (``TENURE_LOOP_TIER_FAMILIES``, ``TENURE_LOOP_TENANTS``) take JSON values.
+    """
+    top = _prefix(Settings)
+    delimiter = str(Settings.model_config.get("env_nested_delimiter") or "")
+    names = {f"{_prefix(CliSettings)}{sub.upper()}" for sub in CliSettings.model_fields}
+    for field, info in Settings.model_fields.items():
+        names.add(f"{top}{field.upper()}")
+        nested = _nested_settings(info.annotation)
+        if nested is None:
+            continue
+        for sub in nested.model_fields:
+            names.add(f"{top}{field.upper()}{delimiter}{sub.upper()}")
+            names.add(f"{_prefix(nested)}{sub.upper()}")
+    return frozenset(names)
