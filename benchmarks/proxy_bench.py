@@ -9,7 +9,7 @@ extraction throughput of one Celery worker.
   of recorded turns, each sidecar with a new belief, an entity update and a reinforcement.
 
 Real OpenSearch and Redis (started fresh unless URLs are given), the real app served by uvicorn
-and the scripted OpenAI-compatible upstream (tests/llm_server.py) each in their own process on
+and the scripted OpenAI-compatible upstream (loadtest/scripted_llm.py) each in their own process on
 loopback, as deployed; the load generator is a third process.
 
     .venv/bin/python -m benchmarks.proxy_bench                       # own OpenSearch + Redis
@@ -143,7 +143,7 @@ def processes(settings: Settings, upstream_port: int, app_port: int, tmp: Path) 
     reply = tmp / "reply.txt"
     reply.write_text(ANSWER + sidecar(0))
     upstream = subprocess.Popen(
-        [sys.executable, "-m", "tests.llm_server", "--port", str(upstream_port), "--content-file", str(reply)],
+        [sys.executable, "-m", "loadtest.scripted_llm", "--port", str(upstream_port), "--content-file", str(reply)],
         cwd=REPO,
         env=env_for(settings),
     )

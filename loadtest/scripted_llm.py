@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from service.extraction.sidecar import BEGIN, END
 
 
 @dataclass
@@ -66,7 +69,7 @@ class ScriptedLLM:
             responder = self.responder
         return responder(request) if responder else Reply(content="(no script)")
 
-    def start(self, port: int = 0) -> ScriptedLLM:
+    def start(self, port: int = 0, host: str = "127.0.0.1") -> ScriptedLLM:
         llm = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -122,7 +125,7 @@ class ScriptedLLM:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
@@ -176,20 +179,75 @@ def _event(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+# A load-test turn carries ``[[turn:<letters> scope:<label>]]`` in its last user message; the
+# answer's sidecar then records exactly one new belief named after it, so the load generator can
+# check afterwards that each acknowledged turn was extracted once (not lost, not applied twice).
+TURN_MARKER = re.compile(r"\[\[turn:([a-z]{6,40}) scope:([a-z]+:[a-z0-9_.:-]+)\]\]")
+LOAD_ANSWER = "Noted. For a pure cache use allkeys-lru; keep volatile-lru when some keys must persist."
+
+
+def load_turn_belief_name(token: str) -> str:
+    return f"load_turn_{token}"
+
+
+def load_reply(request: dict[str, Any]) -> Reply:
+    """The ``--mode load`` answer: visible text plus a sidecar with one belief per marked turn."""
+    users = [m for m in request.get("messages", []) if isinstance(m, dict) and m.get("role") == "user"]
+    text = users[-1].get("content") if users else None
+    found = TURN_MARKER.search(text) if isinstance(text, str) else None
+    beliefs = []
+    if found:
+        token, scope = found.groups()
+        beliefs.append(
+            {
+                "type": "decision",
+                "subtype": None,
+                "canonical_name": load_turn_belief_name(token),
+                "content": f"Load-test turn {token} settled a decision.",
+                "why_it_matters": "Answer with this decision in mind.",
+                "scope": [scope],
+                "confidence": 0.8,
+                "epistemic_status": "active",
+                "aliases": [f"loadturn {token}"],
+                "resolves_open_question": None,
+            }
+        )
+    sidecar = {
+        "turn_signal": "substantive" if beliefs else "chitchat",
+        "topic_shift": False,
+        "topic_label": "load test",
+        "new_beliefs": beliefs,
+        "belief_updates": [],
+        "entity_updates": [],
+        "possible_alias_candidates": [],
+        "resolved_open_questions": [],
+        "new_open_questions": [],
+        "style_signals": [],
+    }
+    return Reply(content=f"{LOAD_ANSWER}{BEGIN}{json.dumps(sidecar)}{END}", chunk_sizes=[16])
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Serve one fixed reply on a fixed port (benchmarks run the upstream in its own process)."""
+    """Serve scripted replies on a fixed port, in its own process (benchmarks, the load test, compose)."""
     import argparse
 
     parser = argparse.ArgumentParser(description="scripted OpenAI-compatible upstream")
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--content-file", required=True)
+    parser.add_argument("--mode", choices=["fixed", "load"], default="fixed")
+    parser.add_argument("--content-file", help="the fixed reply (--mode fixed)")
     parser.add_argument("--chunk", type=int, default=8)
     args = parser.parse_args(argv)
-    with open(args.content_file, encoding="utf-8") as fh:
-        content = fh.read()
     server = ScriptedLLM()
-    server.responder = lambda _request: Reply(content=content, chunk_sizes=[args.chunk])
-    server.start(port=args.port)
+    if args.mode == "load":
+        server.responder = load_reply
+    else:
+        if not args.content_file:
+            parser.error("--mode fixed needs --content-file")
+        with open(args.content_file, encoding="utf-8") as fh:
+            content = fh.read()
+        server.responder = lambda _request: Reply(content=content, chunk_sizes=[args.chunk])
+    server.start(port=args.port, host=args.host)
     try:
         while True:
             time.sleep(3600)

@@ -37,7 +37,7 @@ from tests.durability.conftest import (
 )
 from tests.durability.gate import HoldingGate
 from tests.factories import make_belief, put_all
-from tests.llm_server import Reply, ScriptedLLM
+from loadtest.scripted_llm import Reply, ScriptedLLM
 from tests.memory_loop.conftest import new_belief, sidecar
 
 # the worker's final write of a turn ("done"): held by the gate so the crash lands after the

@@ -28,7 +28,7 @@ from service.storage.reviews import REVIEWS
 from service.storage.templates import ALL_FAMILIES, apply_templates, drop_namespace
 from service.storage.turns import TURNS
 from tests.api.conftest import Team, auth, make_team, ok
-from tests.llm_server import ScriptedLLM
+from loadtest.scripted_llm import ScriptedLLM
 
 REPO = Path(__file__).resolve().parents[2]
 LOOP_FAMILIES = (*ALL_FAMILIES, TURNS, REVIEWS)

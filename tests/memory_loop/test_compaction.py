@@ -20,7 +20,7 @@ from service.extraction.compaction import CompactionLLM, Compactor, RedisCooldow
 from service.storage.lookup import BucketKey
 from tests.api.conftest import Team
 from tests.factories import make_belief, put_all
-from tests.llm_server import Reply, ScriptedLLM
+from loadtest.scripted_llm import Reply, ScriptedLLM
 from tests.memory_loop.conftest import WorkerProcess, wait_until
 
 

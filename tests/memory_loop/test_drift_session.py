@@ -14,7 +14,7 @@ from evals.judge import Tiers, judge
 from evals.runner import load_corpus
 from service.api.state import Services
 from tests.api.conftest import Team, auth, ok
-from tests.llm_server import Reply, ScriptedLLM
+from loadtest.scripted_llm import Reply, ScriptedLLM
 from tests.memory_loop.conftest import WorkerProcess, sidecar, wait_turn
 
 CASES = paper_case_set()

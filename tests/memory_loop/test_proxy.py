@@ -18,7 +18,7 @@ from service.domain.principal import Principal
 from service.extraction.sidecar import BEGIN
 from service.proxy.prompt import SIDECAR_INSTRUCTIONS
 from tests.api.conftest import Team, ok
-from tests.llm_server import Reply, ScriptedLLM
+from loadtest.scripted_llm import Reply, ScriptedLLM
 from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn
 
 ANSWER = "Use allkeys-lru for a pure cache; volatile-lru if some keys must persist."

@@ -1,0 +1,339 @@
+"""The deployment's whole topology as local processes, each one killable and restartable.
+
+The same parts as ``docker-compose.yml`` — OpenSearch, Redis (AOF), the scripted upstream LLM, the
+API (uvicorn with N workers), a Celery worker and Celery beat — started on free loopback ports under
+one state directory. The load test, the fault drills and the HTTP benchmarks drive it; a component
+can be SIGKILLed and started again on the same port and data directory, which is what a container
+restart does.
+
+    with LocalStack(StackConfig(root=Path("/tmp/stack"))) as stack:
+        key = stack.operator_key()
+        stack.kill("opensearch"); stack.start_component("opensearch")
+
+Every process runs in its own process group, so a kill takes a prefork worker with its pool
+children and a uvicorn supervisor with its workers, like a lost container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import redis
+from pydantic import SecretStr
+
+from deploy.devstack import Service, free_port, start_opensearch, start_redis
+from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
+
+REPO = Path(__file__).resolve().parents[1]
+COMPONENTS = ("opensearch", "redis", "llm", "api", "worker", "beat")
+PYTHON_COMPONENTS = ("llm", "api", "worker", "beat")
+
+
+@dataclass
+class StackConfig:
+    root: Path
+    # reuse running servers instead of starting (and owning) them; drills need owned ones
+    opensearch_url: str | None = None
+    redis_url: str | None = None
+    opensearch_heap: str = "2g"
+    api_workers: int = 2
+    worker_concurrency: int = 2
+    with_llm: bool = True
+    with_worker: bool = True
+    with_beat: bool = True
+    namespace: str = field(default_factory=lambda: f"stack-{uuid.uuid4().hex[:8]}")
+    pepper: str = "localstack-pepper"
+    # the scripted upstream's arguments after ``--port``; "load" answers every turn with a sidecar
+    llm_args: tuple[str, ...] = ("--mode", "load")
+    # extra TENURE_* variables for the API, worker and beat processes
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} not met within {timeout_s:.0f}s")
+
+
+class _Process:
+    """One Python component in its own process group, appending to its log."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path):
+        self.name = name
+        self.log_path = log_path
+        with log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", *args],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+class LocalStack:
+    def __init__(self, config: StackConfig):
+        self.config = config
+        self.root = config.root
+        self.logs = self.root / "logs"
+        self.ports = {"api": free_port(), "llm": free_port()}
+        self._servers: dict[str, Service] = {}
+        self._procs: dict[str, _Process] = {}
+        self._server_ports: dict[str, int] = {}
+        self.opensearch_url = config.opensearch_url or ""
+        self.redis_url = config.redis_url or ""
+        self._operator_key: str | None = None
+
+    # ------------------------------------------------------------------ addresses and settings
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['api']}"
+
+    @property
+    def llm_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['llm']}/v1"
+
+    @property
+    def owned(self) -> tuple[str, ...]:
+        """The components this stack started and may kill."""
+        return (*self._servers, *self._procs)
+
+    def settings(self) -> Settings:
+        """The settings every process of the stack runs with (also for in-process store access)."""
+        ns = self.config.namespace
+        return Settings(
+            opensearch_url=self.opensearch_url,
+            redis_url=self.redis_url,
+            opensearch_namespace=ns,
+            auth=AuthSettings(api_key_pepper=SecretStr(self.config.pepper)),
+            api=ApiSettings(rate_limit_per_s=100_000, rate_limit_burst=1_000_000),
+            loop=MemoryLoopSettings(upstream_base_url=self.llm_url, upstream_api_key=SecretStr("sk-scripted")),
+            celery=CelerySettings(queue_prefix=ns),
+        )
+
+    def process_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
+        env.update(
+            TENURE_OPENSEARCH_URL=self.opensearch_url,
+            TENURE_OPENSEARCH_NAMESPACE=self.config.namespace,
+            TENURE_REDIS_URL=self.redis_url,
+            TENURE_CELERY_QUEUE_PREFIX=self.config.namespace,
+            TENURE_AUTH_API_KEY_PEPPER=self.config.pepper,
+            # operators measure the service, not the per-credential limiter (20/s by default)
+            TENURE_API_RATE_LIMIT_PER_S="100000",
+            TENURE_API_RATE_LIMIT_BURST="1000000",
+            TENURE_LOOP_UPSTREAM_BASE_URL=self.llm_url,
+            TENURE_LOOP_UPSTREAM_API_KEY="sk-scripted",
+            PYTHONPATH=str(REPO),
+        )
+        env.update(self.config.env)
+        return env
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> LocalStack:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            if not self.config.opensearch_url:
+                self._start_server("opensearch", fresh=True)
+            if not self.config.redis_url:
+                self._start_server("redis", fresh=True)
+            for name in self._python_components():
+                self.start_component(name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for proc in self._procs.values():
+            if proc.alive():
+                proc.kill(signal.SIGTERM)
+        self._procs.clear()
+        for svc in self._servers.values():
+            svc.stop()
+        self._servers.clear()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _python_components(self) -> list[str]:
+        wanted = {
+            "llm": self.config.with_llm,
+            "api": True,
+            "worker": self.config.with_worker,
+            "beat": self.config.with_beat,
+        }
+        return [name for name in PYTHON_COMPONENTS if wanted[name]]
+
+    # ------------------------------------------------------------------ faults
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal a component's whole process group and reap it (SIGKILL: no shutdown at all)."""
+        if name in self._servers:
+            svc = self._servers[name]
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(svc.process.pid, sig)
+            svc.process.wait(timeout=60)
+        elif name in self._procs:
+            self._procs[name].kill(sig)
+        else:
+            raise KeyError(f"{name} is not a component this stack owns ({', '.join(self.owned)})")
+
+    def start_component(self, name: str) -> None:
+        """(Re)start a component on its port and data directory and wait until it serves."""
+        if name in ("opensearch", "redis"):
+            self._start_server(name, fresh=False)
+        elif name in PYTHON_COMPONENTS:
+            self._procs[name] = _Process(name, self._args(name), self.process_env(), self.logs / f"{name}.log")
+            self._wait_ready(name)
+        else:
+            raise KeyError(name)
+
+    def restart(self, name: str, sig: int = signal.SIGKILL) -> None:
+        self.kill(name, sig)
+        self.start_component(name)
+
+    def _start_server(self, name: str, *, fresh: bool) -> None:
+        home = self.root / name
+        port = self._server_ports.setdefault(name, free_port())
+        if name == "opensearch":
+            svc = start_opensearch(home, port=port, heap=self.config.opensearch_heap, fresh=fresh)
+            self.opensearch_url = svc.url
+        else:
+            svc = start_redis(home, port=port, fresh=fresh)
+            self.redis_url = svc.url
+        self._servers[name] = svc
+
+    def _args(self, name: str) -> list[str]:
+        ns = self.config.namespace
+        if name == "llm":
+            return ["loadtest.scripted_llm", "--port", str(self.ports["llm"]), *self.config.llm_args]
+        if name == "api":
+            return [
+                "uvicorn", "service.api.app:create_app", "--factory", "--host", "127.0.0.1",
+                "--port", str(self.ports["api"]), "--workers", str(self.config.api_workers),
+                "--log-level", "warning", "--no-access-log",
+            ]  # fmt: skip
+        if name == "worker":
+            return [
+                "celery", "-A", "workers.celery_app", "worker", "-Q", f"{ns}.heavy,{ns}.cheap",
+                "--pool=prefork", f"--concurrency={self.config.worker_concurrency}", "--without-gossip",
+                "--without-mingle", "-l", "INFO", "-n", f"stack-{uuid.uuid4().hex[:6]}@%h",
+            ]  # fmt: skip
+        return ["celery", "-A", "workers.celery_app", "beat", "-s", str(self.root / "beat-schedule"), "-l", "INFO"]
+
+    def _wait_ready(self, name: str) -> None:
+        proc = self._procs[name]
+
+        def ready() -> bool:
+            if not proc.alive():
+                raise RuntimeError(f"{name} exited: {proc.log_tail()}")
+            if name == "api":
+                return _http_status(f"{self.api_url}/readyz") == 200
+            if name == "llm":
+                return _http_status(f"{self.llm_url}/models") is not None
+            if name == "worker":
+                return "ready." in proc.log_tail(20_000)
+            return True
+
+        wait_until(ready, 120, f"{name} ready")
+
+    # ------------------------------------------------------------------ inspection
+
+    def pids(self) -> dict[str, list[int]]:
+        """Every live pid of each component: the group leader and its descendants."""
+        leaders = {name: svc.process.pid for name, svc in self._servers.items()}
+        leaders.update({name: p.proc.pid for name, p in self._procs.items() if p.alive()})
+        return {name: _process_tree(pid) for name, pid in leaders.items()}
+
+    def rss_bytes(self) -> dict[str, int]:
+        return {name: sum(_rss(pid) for pid in pids) for name, pids in self.pids().items()}
+
+    def operator_key(self) -> str:
+        """An operator API key, created once directly through the service layer (like ``tenure bootstrap``)."""
+        if self._operator_key is None:
+            from service.api.state import Services
+            from service.storage.client import build_client
+
+            settings = self.settings()
+            client = build_client(settings)
+            rds: redis.Redis[bytes] = redis.Redis.from_url(settings.redis_url)
+            try:
+                self._operator_key = Services.build(settings, client, rds).provisioning.bootstrap().plaintext
+            finally:
+                client.close()
+                rds.close()
+        return self._operator_key
+
+
+def _http_status(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def _process_tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = (entry / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if Path(f"/proc/{pid}").exists():
+            found.append(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _rss(pid: int) -> int:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0

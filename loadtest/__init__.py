@@ -1,0 +1,1 @@
+"""Load testing and fault drills against a running Tenure deployment (see loadtest/README.md)."""
