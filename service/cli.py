@@ -8,6 +8,11 @@
     tenure disable-user acme alice        # enable-user, disable-tenant, enable-tenant likewise
     tenure recall --scope project:payments "how do we cache sessions?"
 
+Operator commands that talk to OpenSearch directly (TENURE_OPENSEARCH_URL, TENURE_OPENSEARCH_NAMESPACE):
+
+    tenure apply-templates                # every index template and alias a deployment needs
+    tenure reindex beliefs                # template upgrade: copy into generation N+1, swap the alias
+
 The API URL and key come from ``--url``/``--key`` or ``TENURE_CLI_URL``/``TENURE_CLI_KEY``. Output
 is JSON (JSONL for export); an API error prints its JSON error to stderr and exits 1.
 """
@@ -219,6 +224,72 @@ def bootstrap(settings: Settings, user: str) -> dict[str, Any]:
     }
 
 
+def _opensearch(settings: Settings) -> Any:
+    from service.storage.client import build_client
+
+    return build_client(settings)
+
+
+def cmd_apply_templates(settings: Settings, _args: argparse.Namespace) -> Any:
+    """Idempotent: safe on every deploy and from several processes at once."""
+    from service.storage.operations import apply_all
+
+    client = _opensearch(settings)
+    try:
+        return apply_all(client, settings.opensearch_namespace)
+    finally:
+        client.close()
+
+
+def cmd_reindex(settings: Settings, args: argparse.Namespace) -> Any:
+    from dataclasses import asdict
+
+    from service.storage.operations import UpgradeError, family_by_name, upgrade_family
+
+    try:
+        family = family_by_name(args.family)
+    except ValueError as exc:
+        raise CliError({"error": {"code": "validation_error", "message": str(exc)}}) from exc
+    client = _opensearch(settings)
+    try:
+        result = upgrade_family(
+            client,
+            settings.opensearch_namespace,
+            family,
+            block_writes=not args.keep_writes_open,
+            delete_old=args.delete_old,
+        )
+    except UpgradeError as exc:
+        raise CliError({"error": {"code": "reindex_failed", "message": str(exc)}}) from exc
+    finally:
+        client.close()
+    return asdict(result)
+
+
+def _run_direct(handler: DirectHandler, settings: Settings, args: argparse.Namespace) -> Any:
+    """Run an OpenSearch-direct command; a store failure becomes the CLI's JSON error (exit 1)."""
+    from opensearchpy.exceptions import OpenSearchException
+
+    try:
+        return handler(settings, args)
+    except OpenSearchException as exc:
+        message = f"OpenSearch at {settings.opensearch_url}: {exc}"
+        raise CliError({"error": {"code": "store_unavailable", "message": message}}) from exc
+
+
+def cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> Any:
+    return bootstrap(settings, args.user)
+
+
+# Commands that need no API key: they talk to OpenSearch (and Redis) directly with the settings.
+DirectHandler = Callable[[Settings, argparse.Namespace], Any]
+DIRECT: dict[str, DirectHandler] = {
+    "bootstrap": cmd_bootstrap,
+    "apply-templates": cmd_apply_templates,
+    "reindex": cmd_reindex,
+}
+
+
 # -------------------------------------------------------------------- parser
 
 
@@ -236,6 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("eval", help="run the evaluation: backends side by side (see evals/README.md)", add_help=False)
     p = sub.add_parser("bootstrap", help="create the first operator key directly in OpenSearch")
     p.add_argument("--user", default="root")
+    sub.add_parser("apply-templates", help="put every index template and alias (directly in OpenSearch; idempotent)")
+    p = sub.add_parser(
+        "reindex", help="upgrade a family: current templates, copy into generation N+1, atomic alias swap"
+    )
+    p.add_argument("family", help="beliefs, audit, accounts, turns or reviews")
+    p.add_argument(
+        "--keep-writes-open",
+        action="store_true",
+        help="do not write-block the old generation during the copy (writes made meanwhile may be lost)",
+    )
+    p.add_argument("--delete-old", action="store_true", help="delete the old generation after the swap")
     p = sub.add_parser("create-tenant", help="create a tenant (operator)")
     p.add_argument("tenant")
     p.add_argument("--name")
@@ -343,8 +425,8 @@ def main(
         return eval_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "bootstrap":
-            _emit(bootstrap(settings or get_settings(), args.user), out)
+        if args.command in DIRECT:
+            _emit(_run_direct(DIRECT[args.command], settings or get_settings(), args), out)
             return 0
         cli = CliSettings()
         key = args.key or (cli.key.get_secret_value() if cli.key else None)

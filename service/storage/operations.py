@@ -1,0 +1,170 @@
+"""Operator actions on whole index families (``tenure apply-templates``, ``tenure reindex``).
+
+- :func:`apply_all` puts every template a deployment needs and makes sure each family's alias
+  exists; run once per deploy (the compose ``templates`` service) before the API and workers start.
+- :func:`upgrade_family` moves a family to the next generation: the current templates, a new
+  concrete index ``<alias>-NNNNNN``, a reindex of every document, a count check, then one atomic
+  alias swap. With ``block_writes`` (the default) the old generation is write-blocked for the copy,
+  so no write can land where the copy has already passed and be lost; writers get a retryable 503
+  meanwhile. Without it, writes made during the copy may be missing from the new generation.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+
+from service.storage import templates
+from service.storage.reviews import REVIEWS
+from service.storage.templates import ALL_FAMILIES, IndexFamily, apply_templates, component_name, load_json
+from service.storage.turns import TURNS
+
+# Everything a running deployment writes: the API's families plus the memory loop's (the proxy
+# ensures turns/reviews lazily, but the one-shot template job should leave nothing to chance).
+DEPLOYMENT_FAMILIES: tuple[IndexFamily, ...] = (*ALL_FAMILIES, TURNS, REVIEWS)
+_POLL_S = 0.5
+
+
+class UpgradeError(RuntimeError):
+    """The upgrade stopped before the alias moved: the old generation still serves everything."""
+
+
+def family_by_name(name: str) -> IndexFamily:
+    for family in DEPLOYMENT_FAMILIES:
+        if family.name == name:
+            return family
+    raise ValueError(f"unknown index family {name!r}; one of {[f.name for f in DEPLOYMENT_FAMILIES]}")
+
+
+def index_template_name(family: IndexFamily, namespace: str) -> str:
+    return f"{family.alias(namespace)}-v{load_json(f'index/tenure-{family.name}.json')['version']}"
+
+
+def remove_stale_index_templates(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
+    """Delete older versions of the family's index template. Two versions share the index pattern
+    and priority, which OpenSearch refuses, so a version bump could never be put otherwise.
+    Existing indices keep their mappings: a template only shapes indices created later."""
+    current = index_template_name(family, namespace)
+    own = re.compile(rf"^{re.escape(family.alias(namespace))}-v\d+$")
+    try:
+        listed = client.indices.get_index_template(name=f"{family.alias(namespace)}-v*")
+    except os_exc.NotFoundError:
+        return []
+    stale = [t["name"] for t in listed.get("index_templates", []) if own.match(t["name"]) and t["name"] != current]
+    for name in stale:
+        client.indices.delete_index_template(name=name)
+    return stale
+
+
+def generations(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
+    """The concrete indices behind the family's alias, oldest first."""
+    return sorted(client.indices.get_alias(name=family.alias(namespace)).keys())
+
+
+def _generation_number(index: str) -> int:
+    return int(index.rsplit("-", 1)[1])
+
+
+def apply_all(client: OpenSearch, namespace: str) -> dict[str, Any]:
+    """Templates and aliases for every family of a deployment; idempotent."""
+    removed = [name for f in DEPLOYMENT_FAMILIES for name in remove_stale_index_templates(client, f, namespace)]
+    apply_templates(client, namespace, DEPLOYMENT_FAMILIES)
+    components = sorted((templates.TEMPLATE_DIR / "component").glob("*.json"))
+    return {
+        "namespace": namespace,
+        "component_templates": [component_name(p.stem) for p in components],
+        "index_templates": [index_template_name(f, namespace) for f in DEPLOYMENT_FAMILIES],
+        "removed_stale_index_templates": removed,
+        "aliases": {f.alias(namespace): generations(client, f, namespace) for f in DEPLOYMENT_FAMILIES},
+    }
+
+
+@dataclass
+class UpgradeResult:
+    family: str
+    alias: str
+    template: str
+    source: list[str]
+    target: str
+    documents: dict[str, int] = field(default_factory=dict)
+    old_generation: str = "kept"
+    took_s: float = 0.0
+
+
+def _count(client: OpenSearch, index: str) -> int:
+    client.indices.refresh(index=index)
+    return int(client.count(index=index)["count"])
+
+
+def _set_write_block(client: OpenSearch, indices: list[str], blocked: bool) -> None:
+    client.indices.put_settings(index=",".join(indices), body={"index": {"blocks": {"write": blocked}}})
+
+
+def _copy(client: OpenSearch, source: list[str], target: str) -> dict[str, Any]:
+    """Reindex as a background task and poll it: a large family takes longer than any HTTP timeout.
+    ``_routing`` is kept, so routed beliefs stay on their tenant's shard."""
+    body = {"source": {"index": ",".join(source)}, "dest": {"index": target}}
+    task_id = client.reindex(body=body, wait_for_completion=False)["task"]
+    task = client.tasks.get(task_id=task_id)
+    while not task.get("completed"):
+        time.sleep(_POLL_S)
+        task = client.tasks.get(task_id=task_id)
+    if task.get("error"):
+        raise UpgradeError(f"reindex task {task_id} failed: {task['error']}")
+    response: dict[str, Any] = task.get("response", {})
+    if response.get("failures"):
+        raise UpgradeError(f"reindex into {target} had failures: {response['failures'][:3]}")
+    return response
+
+
+def _swap(client: OpenSearch, alias: str, source: list[str], target: str) -> None:
+    actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in source]
+    actions.append({"add": {"index": target, "alias": alias, "is_write_index": True}})
+    client.indices.update_aliases(body={"actions": actions})
+
+
+def _abort(client: OpenSearch, source: list[str], target: str, block_writes: bool) -> None:
+    """Undo a failed upgrade: the alias never moved, so drop the partial copy and reopen writes."""
+    client.indices.delete(index=target, ignore=[404])
+    if block_writes:
+        _set_write_block(client, source, False)
+
+
+def upgrade_family(
+    client: OpenSearch, namespace: str, family: IndexFamily, *, block_writes: bool = True, delete_old: bool = False
+) -> UpgradeResult:
+    """Current templates, then every document of the family copied into generation N+1 behind the alias."""
+    started = time.monotonic()
+    remove_stale_index_templates(client, family, namespace)
+    apply_templates(client, namespace, (family,))
+    alias = family.alias(namespace)
+    source = generations(client, family, namespace)
+    target = family.concrete(namespace, max(_generation_number(i) for i in source) + 1)
+    if client.indices.exists(index=target):
+        raise UpgradeError(f"{target} already exists (a previous run stopped?); inspect it and delete it first")
+    result = UpgradeResult(family.name, alias, index_template_name(family, namespace), source, target)
+    if block_writes:
+        _set_write_block(client, source, True)
+    try:
+        client.indices.create(index=target)  # shaped by the current index template
+        client.cluster.health(index=target, wait_for_status="yellow", request_timeout=60)
+        _copy(client, source, target)
+        result.documents = {"source": sum(_count(client, i) for i in source), "target": _count(client, target)}
+        if block_writes and result.documents["source"] != result.documents["target"]:
+            raise UpgradeError(f"document counts differ after the copy: {result.documents}")
+        _swap(client, alias, source, target)
+    except Exception:
+        _abort(client, source, target, block_writes)
+        raise
+    if delete_old:
+        client.indices.delete(index=",".join(source))
+        result.old_generation = "deleted"
+    elif block_writes:
+        result.old_generation = "kept, write-blocked (rollback: move the alias back and clear index.blocks.write)"
+    result.took_s = round(time.monotonic() - started, 3)
+    return result
