@@ -1,0 +1,433 @@
+"""docker-compose.yml describes a complete deployment: checked without a Docker engine.
+
+The file is parsed with PyYAML, interpolated the way Compose does (``${VAR:-default}``, ``$$``),
+validated against the official Compose Specification schema (tests/data/compose-spec.json) and
+checked against the project itself: pinned images that match the versions tests run against,
+health checks, start-up order, volumes, limits, and every ``TENURE_*`` name against the settings.
+Each checker returns a list of problems; the tests also feed them deliberately broken files.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from service.config import Settings, environment_names
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yml"
+SCHEMA = Path(__file__).parent / "data" / "compose-spec.json"
+
+CORE = {"opensearch", "redis", "templates", "api", "worker", "beat"}
+LOAD_PROFILE = {"llm", "load"}
+HEALTHCHECKED = {"opensearch", "redis", "api", "worker"}
+MEMORY_LIMITED = {"opensearch", "redis"}
+NEEDS_EVERYTHING = {"api", "worker", "beat"}
+READY_ORDER = {
+    "templates": "service_completed_successfully",
+    "opensearch": "service_healthy",
+    "redis": "service_healthy",
+}
+# (service, mount target inside the container) that must be backed by a named volume
+PERSISTENT = {
+    ("opensearch", "/usr/share/opensearch/data"),
+    ("redis", "/data"),
+    ("beat", "/var/lib/tenure/beat"),
+}
+PEPPER = "a-test-pepper"
+
+
+# ------------------------------------------------------------ interpolation
+
+_VARIABLE = re.compile(
+    r"\$(?:(?P<escaped>\$)|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+    r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+class MissingVariable(ValueError):
+    pass
+
+
+def _substitute(match: re.Match[str], env: Mapping[str, str]) -> str:
+    if match["escaped"]:
+        return "$"
+    name = match["braced"] or match["bare"]
+    value, op, arg = env.get(name), match["op"], match["arg"] or ""
+    unset = value is None or (op is not None and op.startswith(":") and value == "")
+    if op in (":-", "-") and unset:
+        return arg
+    if op in (":?", "?") and unset:
+        raise MissingVariable(f"{name}: {arg}")
+    return value or ""
+
+
+def interpolate(node: Any, env: Mapping[str, str]) -> Any:
+    """Compose's variable substitution over every string of the document."""
+    if isinstance(node, dict):
+        return {key: interpolate(value, env) for key, value in node.items()}
+    if isinstance(node, list):
+        return [interpolate(value, env) for value in node]
+    if isinstance(node, str):
+        return _VARIABLE.sub(lambda m: _substitute(m, env), node)
+    return node
+
+
+def variables(node: Any) -> set[str]:
+    """Every variable the document reads from the environment or .env."""
+    if isinstance(node, dict):
+        return set().union(*(variables(v) for v in node.values())) if node else set()
+    if isinstance(node, list):
+        return set().union(*(variables(v) for v in node)) if node else set()
+    if isinstance(node, str):
+        return {m["braced"] or m["bare"] for m in _VARIABLE.finditer(node) if not m["escaped"]}
+    return set()
+
+
+# ------------------------------------------------------------------ loading
+
+
+def load_raw() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())  # merge keys (<<) resolved here
+    return doc
+
+
+def resolved(doc: dict[str, Any] | None = None, **env: str) -> dict[str, Any]:
+    """The file as ``docker compose config`` would see it with only the required pepper set."""
+    result: dict[str, Any] = interpolate(doc or load_raw(), {"TENURE_AUTH_API_KEY_PEPPER": PEPPER, **env})
+    return result
+
+
+def _services(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    services: dict[str, dict[str, Any]] = doc.get("services", {})
+    return services
+
+
+def _walk_strings(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield str(key)
+            yield from _walk_strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk_strings(value)
+    elif isinstance(node, str):
+        yield node
+
+
+def _command(service: dict[str, Any]) -> list[str]:
+    command = service.get("command", [])
+    return command.split() if isinstance(command, str) else [str(c) for c in command]
+
+
+# ----------------------------------------------------------------- checkers
+
+
+def check_service_set(doc: dict[str, Any]) -> list[str]:
+    found = set(_services(doc))
+    expected = CORE | LOAD_PROFILE
+    return [f"services {sorted(found)} != {sorted(expected)}"] if found != expected else []
+
+
+_VERSION_TAG = re.compile(r"^\d+(\.\d+)+([-.][A-Za-z0-9.]+)?$")
+
+
+def image_tag(service: dict[str, Any]) -> tuple[str, str | None]:
+    image = str(service.get("image", ""))
+    name, sep, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
+    return name, (tag if sep else None)
+
+
+def check_pinned_images(doc: dict[str, Any]) -> list[str]:
+    problems = []
+    for name, service in _services(doc).items():
+        image, tag = image_tag(service)
+        if not image:
+            problems.append(f"{name}: no image (a built service still needs a versioned image name)")
+        elif tag is None or not _VERSION_TAG.match(tag):
+            problems.append(f"{name}: image {service.get('image')!r} is not pinned to an explicit version")
+    return problems
+
+
+def check_healthchecks(doc: dict[str, Any]) -> list[str]:
+    problems = []
+    for name in sorted(HEALTHCHECKED):
+        check = _services(doc).get(name, {}).get("healthcheck") or {}
+        test = check.get("test")
+        if check.get("disable") or not test or test in (["NONE"], "NONE"):
+            problems.append(f"{name}: no health check")
+    return problems
+
+
+def check_start_order(doc: dict[str, Any]) -> list[str]:
+    problems = []
+    services = _services(doc)
+    for name in sorted(NEEDS_EVERYTHING):
+        depends = services.get(name, {}).get("depends_on", {})
+        if not isinstance(depends, dict):
+            problems.append(f"{name}: depends_on without conditions")
+            continue
+        for dependency, condition in READY_ORDER.items():
+            got = (depends.get(dependency) or {}).get("condition")
+            if got != condition:
+                problems.append(f"{name}: depends_on {dependency} is {got!r}, expected {condition!r}")
+    templates = (services.get("templates", {}).get("depends_on") or {}).get("opensearch") or {}
+    if templates.get("condition") != "service_healthy":
+        problems.append("templates: must wait for opensearch service_healthy")
+    return problems
+
+
+def check_profiles(doc: dict[str, Any]) -> list[str]:
+    problems = []
+    for name, service in _services(doc).items():
+        profiles = service.get("profiles") or []
+        if name in LOAD_PROFILE and profiles != ["load"]:
+            problems.append(f"{name}: must be in profile 'load' only, has {profiles}")
+        if name not in LOAD_PROFILE and profiles:
+            problems.append(f"{name}: part of the deployment, must not be behind a profile ({profiles})")
+    return problems
+
+
+def _named_volume_at(doc: dict[str, Any], service: str, target: str) -> str | None:
+    declared = doc.get("volumes") or {}
+    for mount in _services(doc).get(service, {}).get("volumes", []):
+        source, _, rest = mount.partition(":") if isinstance(mount, str) else (mount.get("source"), ":", "")
+        mount_target = rest.split(":")[0] if isinstance(mount, str) else mount.get("target")
+        if mount_target == target and source in declared:
+            return str(source)
+    return None
+
+
+def check_named_volumes(doc: dict[str, Any]) -> list[str]:
+    return [
+        f"{service}: {target} is not on a named volume"
+        for service, target in sorted(PERSISTENT)
+        if _named_volume_at(doc, service, target) is None
+    ]
+
+
+def check_memory_limits(doc: dict[str, Any]) -> list[str]:
+    problems = []
+    for name in sorted(MEMORY_LIMITED):
+        service = _services(doc).get(name, {})
+        limit = service.get("mem_limit") or (
+            ((service.get("deploy") or {}).get("resources") or {}).get("limits") or {}
+        ).get("memory")
+        if not limit:
+            problems.append(f"{name}: no memory limit")
+    return problems
+
+
+_TENURE_NAME = re.compile(r"\bTENURE_[A-Z0-9_]*[A-Z0-9]")
+
+
+def check_tenure_names(doc: dict[str, Any], known: frozenset[str]) -> list[str]:
+    """Every TENURE_* name anywhere (environment keys, ${...} references, commands) is a setting."""
+    used = {m.group(0) for text in _walk_strings(doc) for m in _TENURE_NAME.finditer(text)}
+    return [f"{name} is not a setting the service reads" for name in sorted(used - known)]
+
+
+def check_schema(doc: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+    return [f"{error.json_path}: {error.message}" for error in validator.iter_errors(doc)]
+
+
+ALL_CHECKS = (
+    check_service_set,
+    check_pinned_images,
+    check_healthchecks,
+    check_start_order,
+    check_profiles,
+    check_named_volumes,
+    check_memory_limits,
+    check_schema,
+)
+
+
+# -------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda c: c.__name__)
+def test_compose_file_passes(check: Any) -> None:
+    assert check(resolved()) == []
+
+
+def test_every_tenure_name_is_a_setting() -> None:
+    raw = load_raw()
+    assert check_tenure_names(raw, environment_names()) == []
+    # names are also read, unresolved, from the text (comments included) so documentation stays true
+    in_text = set(_TENURE_NAME.findall(COMPOSE.read_text()))
+    assert in_text - environment_names() == set()
+    assert {"TENURE_OPENSEARCH_URL", "TENURE_REDIS_URL", "TENURE_AUTH_API_KEY_PEPPER"} <= in_text
+
+
+def _broken(mutate: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(resolved())
+    mutate(_services(doc))
+    return doc
+
+
+BROKEN = [
+    (check_service_set, lambda s: s.pop("beat")),
+    (check_pinned_images, lambda s: s["redis"].update(image="redis:latest")),
+    (check_pinned_images, lambda s: s["opensearch"].update(image="opensearchproject/opensearch")),
+    (check_pinned_images, lambda s: s["api"].pop("image")),
+    (check_healthchecks, lambda s: s["worker"].pop("healthcheck")),
+    (check_healthchecks, lambda s: s["api"].update(healthcheck={"disable": True})),
+    (check_start_order, lambda s: s["api"]["depends_on"]["templates"].update(condition="service_started")),
+    (check_start_order, lambda s: s["beat"]["depends_on"].pop("redis")),
+    (check_start_order, lambda s: s["worker"].update(depends_on=["opensearch", "redis"])),
+    (check_profiles, lambda s: s["load"].pop("profiles")),
+    (check_profiles, lambda s: s["api"].update(profiles=["load"])),
+    (check_named_volumes, lambda s: s["redis"].update(volumes=["./redis:/data"])),
+    (check_named_volumes, lambda s: s["opensearch"].pop("volumes")),
+    (check_memory_limits, lambda s: s["opensearch"].pop("mem_limit")),
+    (check_schema, lambda s: s["api"].update(healthcheck={"tset": ["CMD", "true"]})),
+    (check_schema, lambda s: s["redis"].update(depends_on={"opensearch": {"condition": "service_ready"}})),
+]
+
+
+@pytest.mark.parametrize(("check", "mutate"), BROKEN, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(BROKEN)])
+def test_checkers_catch_a_broken_file(check: Any, mutate: Any) -> None:
+    assert check(_broken(mutate)) != []
+
+
+def test_a_misspelled_setting_is_caught() -> None:
+    doc = load_raw()
+    doc["services"]["api"]["environment"] = {**doc["services"]["api"]["environment"], "TENURE_REDIS_ULR": "x"}
+    doc["services"]["worker"]["command"] = ["celery", "--", "${TENURE_CELERY_QUEUE_PREFX:-tenure}"]
+    assert check_tenure_names(doc, environment_names()) == [
+        "TENURE_CELERY_QUEUE_PREFX is not a setting the service reads",
+        "TENURE_REDIS_ULR is not a setting the service reads",
+    ]
+
+
+# ----------------------------------------------- the versions tests run on
+
+
+def test_opensearch_image_is_the_version_tests_run_against() -> None:
+    build = (ROOT / "deploy/opensearch/build.sh").read_text()
+    pom = (ROOT / "deploy/opensearch/pom.xml").read_text()
+    built = re.search(r"OpenSearch (\d+\.\d+\.\d+)", build)
+    pinned = re.search(r"<opensearch\.version>([^<]+)</opensearch\.version>", pom)
+    assert built and pinned and built.group(1) == pinned.group(1)
+    image, tag = image_tag(load_raw()["services"]["opensearch"])
+    assert (image, tag) == ("opensearchproject/opensearch", built.group(1))
+
+
+def test_redis_image_is_the_version_tests_run_against() -> None:
+    server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not Path(server).exists():
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it; tests need it anyway)")
+    output = subprocess.run([server, "--version"], capture_output=True, text=True, check=True).stdout
+    version = re.search(r"v=(\d+\.\d+\.\d+)", output)
+    assert version, output
+    image, tag = image_tag(load_raw()["services"]["redis"])
+    assert image == "redis" and tag is not None and tag.split("-")[0] == version.group(1)
+
+
+def test_tenure_image_is_the_package_version() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for name in CORE - {"opensearch", "redis"} | LOAD_PROFILE:
+        assert load_raw()["services"][name]["image"] == f"tenure-service:{version}", name
+
+
+# ---------------------------------------------- the environment really works
+
+
+def test_the_pepper_is_required() -> None:
+    with pytest.raises(MissingVariable, match="TENURE_AUTH_API_KEY_PEPPER"):
+        interpolate(load_raw(), {})
+    with pytest.raises(MissingVariable):
+        interpolate(load_raw(), {"TENURE_AUTH_API_KEY_PEPPER": ""})
+
+
+def _settings_from(environment: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    for name in environment_names():
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def test_shared_environment_is_a_valid_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    services = _services(resolved())
+    environments = {name: services[name]["environment"] for name in CORE - {"opensearch", "redis"} | LOAD_PROFILE}
+    assert len({json.dumps(env, sort_keys=True) for env in environments.values()}) == 1  # one shared block
+    settings = _settings_from(environments["api"], monkeypatch)
+    assert settings.opensearch_url == "http://opensearch:9200" and settings.redis_url == "redis://redis:6379/0"
+    assert settings.auth.api_key_pepper.get_secret_value() == PEPPER
+    assert not settings.auth.jwks_url and not settings.loop.upstream_api_key  # empty means "not set"
+    assert settings.loop.upstream_base_url == "http://llm:8081/v1"
+    assert settings.auth.jwt_hs256_secret is None  # the development-only HS256 path stays off
+
+
+def test_worker_consumes_the_queues_the_app_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.extraction.queue import queue_names
+
+    for prefix in (None, "blue"):
+        doc = resolved(**({"TENURE_CELERY_QUEUE_PREFIX": prefix} if prefix else {}))
+        worker = _services(doc)["worker"]
+        settings = _settings_from(worker["environment"], monkeypatch)
+        command = _command(worker)
+        assert set(command[command.index("-Q") + 1].split(",")) == set(queue_names(settings))
+
+
+def test_commands_point_at_real_entry_points() -> None:
+    from service.cli import build_parser
+
+    services = _services(resolved())
+    assert _command(services["templates"]) == ["tenure", "apply-templates"]
+    assert build_parser().parse_args(["apply-templates"]).command == "apply-templates"
+    api = _command(services["api"])
+    assert api[:3] == ["uvicorn", "service.api.app:create_app", "--factory"] and "--workers" in api
+    for name in ("worker", "beat"):
+        assert _command(services[name])[:3] == ["celery", "-A", "workers.celery_app:app"]
+    from service.api.app import create_app  # noqa: F401 - the factory uvicorn loads
+    from workers.celery_app import app  # noqa: F401 - the app celery loads
+
+    schedule = _command(services["beat"])[_command(services["beat"]).index("--schedule") + 1]
+    assert Path(schedule).parent == Path("/var/lib/tenure/beat")
+
+
+def test_compose_only_knobs_carry_no_tenure_prefix() -> None:
+    """A TENURE_-prefixed knob would look like a setting that the service then silently ignores."""
+    knobs = variables(load_raw()) - environment_names()
+    assert knobs and all(not k.startswith("TENURE_") for k in knobs)
+
+
+# ------------------------------------------------ documented names are real
+
+
+def _readme_table_names() -> set[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    return {m for line in section.splitlines() if line.startswith("|") for m in _TENURE_NAME.findall(line)}
+
+
+def _env_example_names() -> set[str]:
+    return set(_TENURE_NAME.findall((ROOT / ".env.example").read_text()))
+
+
+def test_readme_configuration_table_names_real_settings() -> None:
+    names = _readme_table_names()
+    assert len(names) >= 10
+    assert names - environment_names() == set()
+
+
+def test_env_example_names_real_settings_and_every_compose_variable() -> None:
+    names = _env_example_names()
+    assert names - environment_names() == set()
+    documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.M))
+    assert variables(load_raw()) - documented == set()
