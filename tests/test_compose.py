@@ -401,6 +401,20 @@ def test_commands_point_at_real_entry_points() -> None:
     assert Path(schedule).parent == Path("/var/lib/tenure/beat")
 
 
+def test_load_profile_commands_parse() -> None:
+    import importlib.util
+
+    from loadtest.__main__ import build_parser as load_parser
+
+    services = _services(resolved())
+    llm, load = _command(services["llm"]), _command(services["load"])
+    assert llm[:3] == ["python", "-m", "loadtest.scripted_llm"] and importlib.util.find_spec("loadtest.scripted_llm")
+    assert load[:3] == ["python", "-m", "loadtest"]
+    args = load_parser().parse_args(load[3:])
+    assert args.url == "http://api:8000" and args.bootstrap
+    assert services["load"]["volumes"] == ["load-results:/results"]
+
+
 def test_compose_only_knobs_carry_no_tenure_prefix() -> None:
     """A TENURE_-prefixed knob would look like a setting that the service then silently ignores."""
     knobs = variables(load_raw()) - environment_names()
