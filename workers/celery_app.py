@@ -11,9 +11,9 @@ from celery import Celery
 from kombu import Queue  # type: ignore[attr-defined]
 
 from service.config import Settings, get_settings
-from service.extraction.queue import TASK_PLAN_COMPACTION, TASK_SWEEP_TURNS, queue_names
+from service.extraction.queue import TASK_DRAIN_RECEIPTS, TASK_PLAN_COMPACTION, TASK_SWEEP_TURNS, queue_names
 
-TASK_MODULES = ["workers.tasks.extraction", "workers.tasks.compaction"]
+TASK_MODULES = ["workers.tasks.extraction", "workers.tasks.compaction", "workers.tasks.audit"]
 
 
 def create_celery(settings: Settings) -> Celery:
@@ -51,6 +51,12 @@ def create_celery(settings: Settings) -> Celery:
                 "task": TASK_SWEEP_TURNS,
                 "schedule": float(settings.loop.sweep_interval_s),
                 "options": {"queue": cheap, "expires": float(settings.loop.sweep_interval_s)},
+            },
+            "receipts-drain": {
+                "task": TASK_DRAIN_RECEIPTS,
+                "schedule": settings.api.receipt_drain_interval_s,
+                # a missed tick is not worth running late: the next one drains everything
+                "options": {"queue": cheap, "expires": max(1.0, settings.api.receipt_drain_interval_s)},
             },
         },
     )

@@ -15,6 +15,7 @@ from service.extraction.audit import StoreAudit
 from service.extraction.compaction import Compactor, RedisCooldown, llm_from_settings
 from service.extraction.pipeline import ExtractionPipeline
 from service.extraction.queue import TaskQueue
+from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client
@@ -31,6 +32,7 @@ class Resources:
     pipeline: ExtractionPipeline
     compactor: Compactor
     queue: TaskQueue
+    receipts: ReceiptOutbox
 
     def close(self) -> None:
         self.client.close()
@@ -48,7 +50,8 @@ def build(settings: Settings) -> Resources:
     beliefs = BeliefStore(client, ns)
     reviews = ReviewStore(client, ns)
     turns = TurnStore(client, ns)
-    audit = StoreAudit(AuditStore(client, ns), actor_kind="worker")
+    audit_store = AuditStore(client, ns)
+    audit = StoreAudit(audit_store, actor_kind="worker")
     rds = redis.Redis.from_url(settings.redis_url)
     return Resources(
         settings=settings,
@@ -58,6 +61,7 @@ def build(settings: Settings) -> Resources:
         pipeline=ExtractionPipeline(beliefs, turns, reviews, settings.loop, audit),
         compactor=Compactor(beliefs, settings.loop, audit, RedisCooldown(rds), llm_from_settings(settings)),
         queue=TaskQueue(settings),
+        receipts=ReceiptOutbox.from_settings(settings, rds, audit_store),
     )
 
 

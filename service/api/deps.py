@@ -25,8 +25,8 @@ from service.config import Settings
 from service.domain.principal import Principal
 from service.errors import Forbidden, StoreUnavailable, Unauthenticated, ValidationFailed
 from service.provisioning.service import ProvisioningService
+from service.recall.audit_trail import AuditTrail
 from service.recall.service import RecallService
-from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 
 bearer_scheme = HTTPBearer(
@@ -81,8 +81,8 @@ def get_recall(services: ServicesDep) -> RecallService:
     return services.recall
 
 
-def get_audit(services: ServicesDep) -> AuditStore:
-    return services.audit
+def get_audit(services: ServicesDep) -> AuditTrail:
+    return AuditTrail(services.audit, services.receipts)
 
 
 def get_provisioning(services: ServicesDep) -> ProvisioningService:
@@ -93,7 +93,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[BeliefStore, Depends(get_store)]
 BeliefsDep = Annotated[BeliefService, Depends(get_beliefs)]
 RecallDep = Annotated[RecallService, Depends(get_recall)]
-AuditDep = Annotated[AuditStore, Depends(get_audit)]
+AuditDep = Annotated[AuditTrail, Depends(get_audit)]
 ProvisioningDep = Annotated[ProvisioningService, Depends(get_provisioning)]
 
 
@@ -110,11 +110,17 @@ def current_identity(
     return identity
 
 
+# POSTs that only read: recall takes a body, changes no belief, and its injection receipt falls
+# back to a direct audit write when Redis is down, so a limiter outage must not stop it either.
+READ_ONLY_POSTS = frozenset({"/v1/recall"})
+
+
 def enforce_rate_limit(request: Request, identity: Identity) -> None:
     """Charge the credential's token bucket (429 ``rate_limited`` when empty). Every route that
     authenticates through :func:`current_identity` is limited; a route with its own
     authentication calls this after it."""
-    raw_services(request).limiter.charge(identity, read_only=request.method in SAFE_METHODS)
+    read_only = request.method in SAFE_METHODS or request.url.path in READ_ONLY_POSTS
+    raw_services(request).limiter.charge(identity, read_only=read_only)
 
 
 CurrentIdentity = Annotated[Identity, Depends(current_identity)]

@@ -17,6 +17,7 @@ from service.errors import StoreUnavailable
 from service.provisioning.service import ProvisioningService
 from service.recall.cache import RenderCache
 from service.recall.context import ContextBuilder
+from service.recall.receipts import ReceiptOutbox
 from service.recall.service import RecallService
 from service.storage.accounts import AccountStore
 from service.storage.audit import AuditStore
@@ -42,6 +43,7 @@ class Services:
     recall: RecallService
     provisioning: ProvisioningService
     render_cache: RenderCache
+    receipts: ReceiptOutbox
 
     @classmethod
     def build(cls, settings: Settings, client: OpenSearch, redis_client: Redis[bytes]) -> Services:
@@ -52,6 +54,7 @@ class Services:
         verifier = TokenVerifier(settings.auth)
         authenticator = Authenticator(settings.auth, accounts, verifier, redis_client, ns)
         render_cache = RenderCache(redis_client, ns)
+        receipts = ReceiptOutbox.from_settings(settings, redis_client, audit)
         return cls(
             settings=settings,
             opensearch=client,
@@ -71,9 +74,10 @@ class Services:
                 max_import=settings.api.max_import_records,
                 refresh=settings.api.write_refresh,
             ),
-            recall=RecallService(ContextBuilder(store, settings.recall), audit),
+            recall=RecallService(ContextBuilder(store, settings.recall), receipts),
             provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),
             render_cache=render_cache,
+            receipts=receipts,
         )
 
 

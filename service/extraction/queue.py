@@ -17,6 +17,7 @@ TASK_ENRICH_ALIASES = "aliases.enrich"
 TASK_COMPACT_BUCKET = "beliefs.compact"
 TASK_PLAN_COMPACTION = "beliefs.compact_plan"
 TASK_SWEEP_TURNS = "turns.sweep"
+TASK_DRAIN_RECEIPTS = "audit.drain_receipts"
 
 
 def queue_names(settings: Settings) -> tuple[str, str]:
@@ -72,6 +73,10 @@ class TaskQueue:
 
     def plan_compaction(self, tenant_id: str | None, force: bool) -> None:
         self._send(TASK_PLAN_COMPACTION, [tenant_id, force], self.heavy)
+
+    def drain_receipts(self) -> None:
+        """Beat runs this every ``api.receipt_drain_interval_s``; also sendable by hand."""
+        self._send(TASK_DRAIN_RECEIPTS, [], self.cheap)
 
     def close(self) -> None:
         self.app.close()

@@ -277,7 +277,7 @@ class ChatProxy:
         """After the answer: the injection receipt (audit), then the turn, then the task."""
         if ctx.recall is not None:
             try:
-                self.recall.audit.append(receipt(ctx, ctx.recall))
+                self.recall.receipts.record(receipt(ctx, ctx.recall))
             except Exception as exc:
                 log.warning("injection receipt for %s not recorded: %s", ctx.turn_id, exc)
                 ctx.degraded.append("injection receipt not recorded: audit store unavailable")

@@ -8,8 +8,9 @@ from typing import Any
 from service.beliefs.api_service import Actor
 from service.domain import scopes as scope_rules
 from service.recall.context import ContextBuilder, RecallBudget, RecallResult
+from service.recall.receipts import ReceiptOutbox
 from service.recall.render import InjectionBlock, render_injection
-from service.storage.audit import AuditEvent, AuditStore
+from service.storage.audit import AuditEvent
 
 
 @dataclass(frozen=True)
@@ -20,9 +21,9 @@ class Recall:
 
 
 class RecallService:
-    def __init__(self, builder: ContextBuilder, audit: AuditStore):
+    def __init__(self, builder: ContextBuilder, receipts: ReceiptOutbox):
         self.builder = builder
-        self.audit = audit
+        self.receipts = receipts
 
     def recall(
         self,
@@ -51,7 +52,7 @@ class RecallService:
             query=result.query.text[:2000],
             injected=_injected(result),
         )
-        self.audit.append(receipt)
+        self.receipts.record(receipt)
         return Recall(result=result, block=block, receipt_id=receipt.event_id)
 
     @staticmethod
@@ -60,9 +61,7 @@ class RecallService:
         notes: list[dict[str, Any]] = []
         for label in scope_rules.normalize_scopes(scopes):
             if scope_rules.is_shared(label) and label not in actor.principal.shared_grants:
-                notes.append(
-                    {"scope": label, "outcome": "filtered: no grant for this shared scope"}
-                )
+                notes.append({"scope": label, "outcome": "filtered: no grant for this shared scope"})
         return notes
 
 

@@ -88,7 +88,9 @@ class AuditStore:
                 refresh="false",
             )
 
-    def append_many(self, events: list[AuditEvent]) -> None:
+    def append_many(self, events: list[AuditEvent], *, refresh: bool = False) -> None:
+        """Create events in bulk. An event that already exists (409: same id) counts as recorded,
+        so replaying a batch after a crash records nothing twice."""
         if not events:
             return
         actions = (
@@ -102,9 +104,16 @@ class AuditStore:
             for e in events
         )
         with translate_errors("record audit events"):
-            _, errors = helpers.bulk(self.client, actions, chunk_size=500, raise_on_error=False)
-        if errors:
-            raise StoreUnavailable(f"{len(errors)} audit events could not be recorded; retry")
+            _, errors = helpers.bulk(
+                self.client,
+                actions,
+                chunk_size=500,
+                raise_on_error=False,
+                refresh="wait_for" if refresh else "false",
+            )
+        failed = [e for e in errors if isinstance(e, dict) and _status(e) != 409]
+        if failed:
+            raise StoreUnavailable(f"{len(failed)} audit events could not be recorded; retry")
 
     def search(
         self, principal: Principal, query: AuditQuery, *, size: int, after: str | None
@@ -173,3 +182,8 @@ class AuditStore:
     def refresh(self) -> None:
         with translate_errors("refresh the audit trail"):
             self.client.indices.refresh(index=self.alias)
+
+
+def _status(bulk_error: dict[str, Any]) -> int | None:
+    item = next(iter(bulk_error.values()), None)
+    return item.get("status") if isinstance(item, dict) else None

@@ -22,9 +22,10 @@ from service.api.state import Services
 from service.auth.authenticator import Identity
 from service.auth.ratelimit import RateLimiter
 from service.config import Settings
-from service.domain.principal import Principal
+from service.domain.principal import Principal, Role
 from service.errors import RateLimited
-from tests.api.conftest import Team, auth, ok
+from service.storage.audit import AuditQuery
+from tests.api.conftest import Team, auth, belief_body, ok
 
 PER_S, BURST = 2.0, 3
 
@@ -161,3 +162,16 @@ def test_redis_down_lets_reads_through_and_logs_but_refuses_writes(
 def test_openapi_documents_the_429(app: FastAPI) -> None:
     responses = app.openapi()["paths"]["/v1/beliefs"]["get"]["responses"]
     assert "429" in responses and "ErrorOut" in str(responses["429"])
+
+
+def test_redis_down_still_serves_recall_and_records_its_receipt_directly(
+    redis_down: TestClient, client: TestClient, team: Team, services: Services
+) -> None:
+    ok(client.post("/v1/beliefs", json=belief_body("kafka_topics"), headers=team.h("alice")), 201)
+    body = {"scopes": ["domain:code"], "query": "how are kafka topics named?", "session_id": "redis-down"}
+    recalled = ok(redis_down.post("/v1/recall", json=body, headers=team.h("alice")))
+    assert [b["canonical_name"] for b in recalled["tiers"]["relevant"]] == ["kafka_topics"]
+    services.audit.refresh()  # written synchronously: no outbox to drain
+    admin = Principal(tenant_id=team.tenant, user_id="carol", roles=frozenset({Role.ADMIN}))
+    events, _ = services.audit.search(admin, AuditQuery(session_id="redis-down"), size=5, after=None)
+    assert [e.event_id for e in events] == [recalled["receipt_id"]]

@@ -1,0 +1,113 @@
+"""Injection receipts through the Redis outbox: recorded in the stream, moved to the audit index
+exactly once (replays after a crash create nothing twice), never lost when Redis is down or the
+drainer is behind, and always visible to an admin's audit read."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from deploy.devstack import free_port
+from service.api.state import Services
+from service.domain.principal import Principal, Role
+from service.recall.receipts import ReceiptOutbox
+from service.storage.audit import AuditEvent, AuditQuery
+from tests.api.conftest import Team, belief_body, ok
+
+
+def _recall(client: TestClient, team: Team, session: str) -> str:
+    body = {"scopes": ["domain:code"], "query": "how are our kafka topics named?", "session_id": session}
+    receipt_id: str = ok(client.post("/v1/recall", json=body, headers=team.h("alice")))["receipt_id"]
+    return receipt_id
+
+
+def _indexed(services: Services, team: Team, session: str) -> list[AuditEvent]:
+    services.audit.refresh()
+    admin = Principal(tenant_id=team.tenant, user_id="carol", roles=frozenset({Role.ADMIN}))
+    events, _ = services.audit.search(admin, AuditQuery(session_id=session, action="recall"), size=50, after=None)
+    return events
+
+
+@pytest.fixture
+def session_id() -> str:
+    return f"s-{uuid.uuid4().hex[:8]}"
+
+
+def _event(tenant: str, session: str) -> AuditEvent:
+    return AuditEvent(tenant_id=tenant, action="recall", actor_id="alice", actor_kind="api_key", session_id=session)
+
+
+def test_a_recall_receipt_waits_in_the_outbox_until_drained(
+    client: TestClient, team: Team, services: Services, session_id: str
+) -> None:
+    ok(client.post("/v1/beliefs", json=belief_body("kafka_topics"), headers=team.h("alice")), 201)
+    receipt_id = _recall(client, team, session_id)
+    assert _indexed(services, team, session_id) == []  # acknowledged by Redis, not yet indexed
+    assert services.receipts.drain() >= 1
+    assert [e.event_id for e in _indexed(services, team, session_id)] == [receipt_id]
+
+
+def test_an_audit_read_drains_first_so_admins_see_every_acknowledged_receipt(
+    client: TestClient, team: Team, session_id: str
+) -> None:
+    receipt_id = _recall(client, team, session_id)
+    params: dict[str, Any] = {"session_id": session_id, "action": "recall"}
+    items = ok(client.get("/v1/admin/audit", params=params, headers=team.h("carol")))["items"]
+    assert [e["event_id"] for e in items] == [receipt_id]
+
+
+def test_a_drain_replayed_after_a_crash_records_nothing_twice(team: Team, services: Services, session_id: str) -> None:
+    events = [_event(team.tenant, session_id) for _ in range(3)]
+    for e in events:
+        services.receipts.record(e)
+    # the crash: a drainer bulk-wrote the batch, then died before deleting it from the stream
+    services.audit.append_many(events[:2], refresh=True)
+    services.receipts.drain(refresh=True)
+    assert sorted(e.event_id for e in _indexed(services, team, session_id)) == sorted(e.event_id for e in events)
+    assert services.receipts.drain() == 0
+
+
+def test_with_redis_unreachable_the_receipt_is_written_directly(
+    team: Team, services: Services, session_id: str
+) -> None:
+    dead: redis.Redis[bytes] = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    outbox = ReceiptOutbox(dead, services.audit, "unused-ns", max_pending=10)
+    event = _event(team.tenant, session_id)
+    outbox.record(event)
+    assert [e.event_id for e in _indexed(services, team, session_id)] == [event.event_id]
+
+
+def test_when_the_drainer_is_behind_receipts_beyond_the_cap_are_written_directly(
+    team: Team, services: Services, session_id: str
+) -> None:
+    ns = f"cap-{uuid.uuid4().hex[:6]}"
+    outbox = ReceiptOutbox(services.redis, services.audit, ns, max_pending=2)
+    events = [_event(team.tenant, session_id) for _ in range(3)]
+    try:
+        for e in events:
+            outbox.record(e)
+        assert outbox.pending() == 2
+        assert [e.event_id for e in _indexed(services, team, session_id)] == [events[2].event_id]
+        outbox.drain(refresh=True)
+        assert len(_indexed(services, team, session_id)) == 3
+    finally:
+        services.redis.delete(outbox.key)
+
+
+def test_an_unreadable_entry_is_set_aside_not_dropped_and_does_not_block_the_rest(
+    team: Team, services: Services, session_id: str
+) -> None:
+    ns = f"bad-{uuid.uuid4().hex[:6]}"
+    outbox = ReceiptOutbox(services.redis, services.audit, ns, max_pending=10)
+    try:
+        services.redis.xadd(outbox.key, {"e": b"{not json"})
+        outbox.record(_event(team.tenant, session_id))
+        assert outbox.drain(refresh=True) == 1
+        assert outbox.pending() == 0 and services.redis.xlen(outbox.dead_key) == 1
+        assert len(_indexed(services, team, session_id)) == 1
+    finally:
+        services.redis.delete(outbox.key, outbox.dead_key)

@@ -1,0 +1,131 @@
+"""The load generator's pure parts: percentiles, the mix, the words it names beliefs with."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from loadtest import names
+from loadtest.generator import parse_mix
+from loadtest.report import LoadReport, OpStats, Sample
+from loadtest.stats import LatencySummary, percentile
+from loadtest.verification import Verification
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 95) == 95.0
+    assert percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+    assert percentile(values, 0) == 1.0
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([], 50) == 0.0
+    # unsorted input, and a value that was observed (no interpolation between 10 and 20)
+    assert percentile([20.0, 10.0], 50) == 10.0
+    assert percentile([20.0, 10.0], 51) == 20.0
+
+
+def test_percentile_rejects_out_of_range() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        percentile([1.0], 101)
+
+
+def test_latency_summary() -> None:
+    summary = LatencySummary.of([4.0, 1.0, 3.0, 2.0])
+    assert summary == LatencySummary(n=4, p50=2.0, p95=4.0, p99=4.0, max=4.0, mean=2.5)
+    assert LatencySummary.of([]).n == 0
+
+
+def test_parse_mix() -> None:
+    assert parse_mix("recall=80,write=15,turn=5") == {"recall": 80, "write": 15, "turn": 5}
+    assert parse_mix(" recall = 1 , turn=0 ") == {"recall": 1, "turn": 0}
+
+
+@pytest.mark.parametrize(
+    "text", ["recall", "recall=x", "read=5", "recall=-1", "recall=0,write=0", "", "recall=5,bogus=1"]
+)
+def test_parse_mix_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="mix|weight|entry"):
+        parse_mix(text)
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Same length: one substitution or one adjacent transposition (what fuzziness 1 reaches)."""
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    if len(diff) == 1:
+        return True
+    return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+
+
+def test_codewords_are_letters_and_never_one_edit_apart() -> None:
+    words = [names.codeword(n) for n in range(600)]
+    assert len(set(words)) == len(words)
+    assert all(w.isalpha() and w.islower() and len(w) == 6 for w in words)
+    assert not [(a, b) for a, b in itertools.combinations(words, 2) if _one_edit_apart(a, b)]
+    with pytest.raises(ValueError, match="out of range"):
+        names.codeword(names.CAPACITY)
+
+
+def test_turn_tokens_fit_the_scripted_marker() -> None:
+    from loadtest.scripted_llm import TURN_MARKER
+
+    token = names.turn_token(names.run_tag(), 12345)
+    found = TURN_MARKER.search(f"x [[turn:{token} scope:project:shared]]")
+    assert found is not None and found.group(1) == token
+
+
+def test_op_stats_split_successes_and_failures() -> None:
+    samples = [
+        Sample(0.0, "recall", "200", 10.0, True),
+        Sample(0.1, "recall", "200", 30.0, True),
+        Sample(0.2, "recall", "503", 2.0, False),
+        Sample(0.3, "recall", "timeout", 1000.0, False),
+        Sample(0.4, "write", "201", 50.0, True),
+    ]
+    stats = OpStats.of("recall", samples, elapsed_s=2.0)
+    assert (stats.count, stats.successes, stats.failures) == (4, 2, 2)
+    assert stats.throughput_ok_s == 1.0
+    assert stats.latency_ok_ms.max == 30.0 and stats.latency_failed_ms.max == 1000.0
+    assert stats.errors == {"503": 1, "timeout": 1}
+
+
+def test_verification_fails_on_any_loss_or_leak() -> None:
+    assert Verification().ok
+    for field in (
+        "lost_writes",
+        "unrecallable_writes",
+        "lost_extractions",
+        "duplicate_extractions",
+        "reapplied_extractions",
+        "isolation_leaks",
+    ):
+        result = Verification()
+        getattr(result, field).append({"belief_id": "x"})
+        assert not result.ok, field
+
+
+def test_report_json_is_compact_and_complete() -> None:
+    samples = [Sample(0.5, "write", "201", 12.5, True)]
+    report = LoadReport(
+        config={},
+        started_at="2026-11-30T00:00:00+00:00",
+        elapsed_s=1.0,
+        ops={op: OpStats.of(op, samples, 1.0) for op in ("recall", "write", "turn")},
+        timeline=samples,
+        acknowledged_writes=[],
+        acknowledged_turns=[],
+        unacknowledged_writes=[],
+        unacknowledged_turns=[],
+        isolation_leaks=[],
+        recall_expected_hits=0,
+        recall_missed_hits=[],
+        load_average_before=(0.0, 0.0, 0.0),
+        load_average_after=(0.0, 0.0, 0.0),
+    )
+    data = report.to_json()
+    assert data["timeline"] == [[0.5, "write", "201", 12.5, 1]]
+    assert data["ops"]["write"]["throughput_ok_s"] == 1.0
+    assert data["total_requests"] == 1 and data["total_errors"] == 0
+    assert "write" in report.format_summary()
