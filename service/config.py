@@ -66,6 +66,12 @@ class ApiSettings(BaseSettings):
     # and burst size. 0 requests/second turns the limiter off (no Redis call per request).
     rate_limit_per_s: float = Field(20.0, ge=0.0, le=100_000.0)
     rate_limit_burst: int = Field(60, ge=1, le=1_000_000)
+    # Injection receipts go through a Redis stream and are moved to the audit index in bulk
+    # (service/recall/receipts.py): no fsync on the recall path. False writes each one directly.
+    receipt_outbox: bool = True
+    # Undrained receipts beyond this (the drainer is down) are written directly again.
+    receipt_outbox_max_pending: int = Field(100_000, ge=1, le=10_000_000)
+    receipt_drain_interval_s: float = Field(1.0, ge=0.1, le=3600.0)
 
 
 class TierFamily(BaseModel):

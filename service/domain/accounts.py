@@ -24,9 +24,7 @@ Slug = str
 
 def check_slug(value: str, what: str) -> str:
     if not SLUG_RE.match(value):
-        raise ValueError(
-            f"{what} must match {SLUG_RE.pattern} (lower-case letters, digits, '_', '-', '.')"
-        )
+        raise ValueError(f"{what} must match {SLUG_RE.pattern} (lower-case letters, digits, '_', '-', '.')")
     return value
 
 
@@ -35,9 +33,7 @@ def _grants(values: list[str]) -> list[str]:
     for raw in values:
         value = raw.strip().lower()
         if not GRANT_RE.match(value):
-            raise ValueError(
-                f"invalid grant {raw!r}: expected a slug like 'payments' (no 'project:' prefix)"
-            )
+            raise ValueError(f"invalid grant {raw!r}: expected a slug like 'payments' (no 'project:' prefix)")
         if value not in out:
             out.append(value)
     return sorted(out)

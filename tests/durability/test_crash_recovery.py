@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
+from loadtest.scripted_llm import Reply, ScriptedLLM
 from service.config import Settings
 from tests.api.conftest import belief_body, ok
 from tests.durability.conftest import (
@@ -37,7 +38,6 @@ from tests.durability.conftest import (
 )
 from tests.durability.gate import HoldingGate
 from tests.factories import make_belief, put_all
-from loadtest.scripted_llm import Reply, ScriptedLLM
 from tests.memory_loop.conftest import new_belief, sidecar
 
 # the worker's final write of a turn ("done"): held by the gate so the crash lands after the

@@ -22,13 +22,13 @@ from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
+from loadtest.scripted_llm import ScriptedLLM
 from service.api.state import Services
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 from service.storage.reviews import REVIEWS
 from service.storage.templates import ALL_FAMILIES, apply_templates, drop_namespace
 from service.storage.turns import TURNS
 from tests.api.conftest import Team, auth, make_team, ok
-from loadtest.scripted_llm import ScriptedLLM
 
 REPO = Path(__file__).resolve().parents[2]
 LOOP_FAMILIES = (*ALL_FAMILIES, TURNS, REVIEWS)

@@ -11,6 +11,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from loadtest.scripted_llm import Reply, ScriptedLLM
 from service.api.state import Services
 from service.config import Settings
 from service.domain.belief import Belief, EpistemicStatus
@@ -20,7 +21,6 @@ from service.extraction.compaction import CompactionLLM, Compactor, RedisCooldow
 from service.storage.lookup import BucketKey
 from tests.api.conftest import Team
 from tests.factories import make_belief, put_all
-from loadtest.scripted_llm import Reply, ScriptedLLM
 from tests.memory_loop.conftest import WorkerProcess, wait_until
 
 

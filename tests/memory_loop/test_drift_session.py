@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from evals.cases import paper_case_set
 from evals.judge import Tiers, judge
 from evals.runner import load_corpus
+from loadtest.scripted_llm import Reply, ScriptedLLM
 from service.api.state import Services
 from tests.api.conftest import Team, auth, ok
-from loadtest.scripted_llm import Reply, ScriptedLLM
 from tests.memory_loop.conftest import WorkerProcess, sidecar, wait_turn
 
 CASES = paper_case_set()

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from loadtest.scripted_llm import Reply, ScriptedLLM
 from service.api.app import create_app
 from service.auth.tokens import TokenVerifier
 from service.config import AuthSettings, Settings
@@ -18,7 +19,6 @@ from service.domain.principal import Principal
 from service.extraction.sidecar import BEGIN
 from service.proxy.prompt import SIDECAR_INSTRUCTIONS
 from tests.api.conftest import Team, ok
-from loadtest.scripted_llm import Reply, ScriptedLLM
 from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn
 
 ANSWER = "Use allkeys-lru for a pure cache; volatile-lru if some keys must persist."
