@@ -445,3 +445,9 @@ def test_env_example_names_real_settings_and_every_compose_variable() -> None:
     assert names - environment_names() == set()
     documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.M))
     assert variables(load_raw()) - documented == set()
+
+
+def test_operations_guide_names_real_settings() -> None:
+    names = set(_TENURE_NAME.findall((ROOT / "docs/operations.md").read_text()))
+    assert "TENURE_AUTH_JWKS_CACHE_S" in names
+    assert names - environment_names() == set()
