@@ -17,10 +17,10 @@ from opensearchpy import OpenSearch, helpers
 
 from service.domain.belief import Belief
 from service.domain.principal import Principal
-from service.errors import NotFound, ValidationFailed
+from service.errors import NotFound
 from service.storage import access, cursor, queries
 from service.storage.access import ScopeView
-from service.storage.client import index_routed, routed_id, translate_errors
+from service.storage.client import index_routed, item_error, routed_id, translate_errors
 from service.storage.templates import BELIEFS
 
 Refresh = Literal["true", "false", "wait_for"]
@@ -235,7 +235,7 @@ class BeliefStore:
         hits = RecallHits()
         for (tier, _), result in zip(bodies, response["responses"], strict=True):
             if "error" in result:
-                raise ValidationFailed(f"recall query for tier {tier} failed", details=result["error"])
+                raise item_error(result.get("status"), result["error"], f"run the recall query for tier {tier}")
             rows = result["hits"]["hits"]
             if tier == "relevant":
                 hits.relevant = [self._scored(row, explain) for row in rows]

@@ -72,6 +72,16 @@ def translate_errors(action: str) -> Iterator[None]:
         raise
 
 
+def item_error(status: Any, error: Any, action: str) -> TenureError:
+    """The error for one failed item of a multi-request (``_msearch``), mapped as
+    :func:`translate_errors` maps a failed request: a 400 is the caller's; anything else (a 503
+    "all shards failed" while a restarted node recovers its shards, a 429 rejection, a missing
+    index) means the store cannot serve it now, which is a retryable 503, not a 422."""
+    if status == 400:
+        return ValidationFailed(f"OpenSearch rejected the request to {action}", details=error)
+    return StoreUnavailable(f"OpenSearch could not {action} ({status})")
+
+
 def status_of(exc: Exception) -> int | None:
     """The HTTP status an opensearch-py exception carries, if any."""
     status = getattr(exc, "status_code", None)
