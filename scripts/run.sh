@@ -2,7 +2,7 @@
 # Set everything up and run the service on its local stack:
 #   real OpenSearch (127.0.0.1:${TENURE_OPENSEARCH_PORT:-9200}) and Redis (127.0.0.1:${TENURE_REDIS_PORT:-6379}),
 #   a Celery worker (cheap + heavy queues) with the beat schedule, and the API on
-#   http://127.0.0.1:${TENURE_API_PORT:-8000} (OpenAPI at /docs) with ${TENURE_API_WORKERS:-2} uvicorn workers:
+#   http://127.0.0.1:${TENURE_API_PORT:-8000} (OpenAPI at /docs) with ${API_WORKERS:-2} uvicorn workers:
 #   the topology of docker-compose.yml as local processes. Ctrl-C stops the workers and the API;
 #   `python deploy/devstack.py down` stops OpenSearch and Redis.
 set -euo pipefail
@@ -12,7 +12,7 @@ bash scripts/setup.sh
 OS_PORT=${TENURE_OPENSEARCH_PORT:-9200}
 REDIS_PORT=${TENURE_REDIS_PORT:-6379}
 API_PORT=${TENURE_API_PORT:-8000}
-API_WORKERS=${TENURE_API_WORKERS:-2}
+API_WORKERS=${API_WORKERS:-2}
 .venv/bin/python deploy/devstack.py up --opensearch-port "$OS_PORT" --redis-port "$REDIS_PORT"
 
 export TENURE_OPENSEARCH_URL="http://127.0.0.1:$OS_PORT"

@@ -205,12 +205,13 @@ def bootstrap(settings: Settings, user: str) -> dict[str, Any]:
 
     from service.api.state import Services
     from service.storage.client import build_client
-    from service.storage.templates import ALL_FAMILIES, apply_templates
+    from service.storage.operations import DEPLOYMENT_FAMILIES
+    from service.storage.templates import apply_templates
 
     client = build_client(settings)
     redis_client = redis.Redis.from_url(settings.redis_url)
     try:
-        apply_templates(client, settings.opensearch_namespace, ALL_FAMILIES)
+        apply_templates(client, settings.opensearch_namespace, DEPLOYMENT_FAMILIES)
         issued = Services.build(settings, client, redis_client).provisioning.bootstrap(user)
     finally:
         client.close()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from opensearchpy import OpenSearch
 
 from service.config import Settings
 from service.domain.belief import Belief
+from service.errors import StoreUnavailable
 from service.storage.beliefs import BeliefStore
-from service.storage.templates import BELIEFS, apply_templates, drop_namespace, expected_mapping, swap_alias
+from service.storage.operations import upgrade_family
+from service.storage.templates import BELIEFS, apply_templates, drop_namespace, expected_mapping, index_template_name
 
 
 def _live_mapping(client: OpenSearch, alias: str) -> dict[str, Any]:
@@ -57,11 +60,47 @@ def test_reindex_swaps_alias_atomically_and_keeps_documents(os_client: OpenSearc
             scope=["domain:code"],
         )
         store.put(belief, refresh="true")
-        target = swap_alias(os_client, BELIEFS, ns, 2)
+        target = upgrade_family(os_client, ns, BELIEFS).target
         assert list(os_client.indices.get_alias(name=BELIEFS.alias(ns)).keys()) == [target]
         assert _normalise(_live_mapping(os_client, target)) == _normalise(expected_mapping(BELIEFS))
         from tests.conftest import principal
 
         assert store.get(principal("t1", "u1"), belief.id).canonical_name == "redis_cache"
     finally:
+        drop_namespace(os_client, ns)
+
+
+def test_a_stale_index_template_version_is_replaced_on_apply(os_client: OpenSearch) -> None:
+    """Start-up after a template version bump: the old version (same pattern and priority, which
+    OpenSearch refuses side by side) is removed, the current one put."""
+    ns = f"stale-{uuid.uuid4().hex[:6]}"
+    try:
+        apply_templates(os_client, ns)
+        current = index_template_name(BELIEFS, ns)
+        body = os_client.indices.get_index_template(name=current)["index_templates"][0]["index_template"]
+        os_client.indices.delete_index_template(name=current)
+        os_client.indices.put_index_template(name=f"{BELIEFS.alias(ns)}-v0", body=body)
+        assert apply_templates(os_client, ns) == [f"{BELIEFS.alias(ns)}-v0"]
+        names = [
+            t["name"] for t in os_client.indices.get_index_template(name=f"{BELIEFS.alias(ns)}-v*")["index_templates"]
+        ]
+        assert names == [current]
+    finally:
+        drop_namespace(os_client, ns)
+
+
+def test_a_write_blocked_index_is_a_retryable_store_outage(os_client: OpenSearch) -> None:
+    ns = f"blocked-{uuid.uuid4().hex[:6]}"
+    apply_templates(os_client, ns)
+    store = BeliefStore(os_client, ns)
+    belief = Belief(
+        tenant_id="t1", owner_id="u1", type="entity", canonical_name="kafka", content="Kafka.", scope=["domain:code"]
+    )
+    index = BELIEFS.concrete(ns, 1)
+    os_client.indices.put_settings(index=index, body={"index": {"blocks": {"write": True}}})
+    try:
+        with pytest.raises(StoreUnavailable, match="blocking writes"):
+            store.put(belief, refresh="true")
+    finally:
+        os_client.indices.put_settings(index=index, body={"index": {"blocks": {"write": False}}})
         drop_namespace(os_client, ns)

@@ -69,6 +69,10 @@ def translate_errors(action: str) -> Iterator[None]:
             ) from exc
         if status == 400:
             raise ValidationFailed(f"OpenSearch rejected the request to {action}: {exc.error}") from exc
+        if status == 403 and "cluster_block_exception" in str(exc.error):
+            # a write block (tenure reindex, or the disk flood stage): the store is read-only for
+            # now, so a worker's write is retried later instead of failing the task for good
+            raise StoreUnavailable(f"OpenSearch is blocking writes while trying to {action}") from exc
         raise
 
 

@@ -11,17 +11,21 @@
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
 
 from service.storage import templates
 from service.storage.reviews import REVIEWS
-from service.storage.templates import ALL_FAMILIES, IndexFamily, apply_templates, component_name, load_json
+from service.storage.templates import (
+    ALL_FAMILIES,
+    IndexFamily,
+    apply_templates,
+    component_name,
+    index_template_name,
+)
 from service.storage.turns import TURNS
 
 # Everything a running deployment writes: the API's families plus the memory loop's (the proxy
@@ -41,26 +45,6 @@ def family_by_name(name: str) -> IndexFamily:
     raise ValueError(f"unknown index family {name!r}; one of {[f.name for f in DEPLOYMENT_FAMILIES]}")
 
 
-def index_template_name(family: IndexFamily, namespace: str) -> str:
-    return f"{family.alias(namespace)}-v{load_json(f'index/tenure-{family.name}.json')['version']}"
-
-
-def remove_stale_index_templates(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
-    """Delete older versions of the family's index template. Two versions share the index pattern
-    and priority, which OpenSearch refuses, so a version bump could never be put otherwise.
-    Existing indices keep their mappings: a template only shapes indices created later."""
-    current = index_template_name(family, namespace)
-    own = re.compile(rf"^{re.escape(family.alias(namespace))}-v\d+$")
-    try:
-        listed = client.indices.get_index_template(name=f"{family.alias(namespace)}-v*")
-    except os_exc.NotFoundError:
-        return []
-    stale = [t["name"] for t in listed.get("index_templates", []) if own.match(t["name"]) and t["name"] != current]
-    for name in stale:
-        client.indices.delete_index_template(name=name)
-    return stale
-
-
 def generations(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
     """The concrete indices behind the family's alias, oldest first."""
     return sorted(client.indices.get_alias(name=family.alias(namespace)).keys())
@@ -72,8 +56,7 @@ def _generation_number(index: str) -> int:
 
 def apply_all(client: OpenSearch, namespace: str) -> dict[str, Any]:
     """Templates and aliases for every family of a deployment; idempotent."""
-    removed = [name for f in DEPLOYMENT_FAMILIES for name in remove_stale_index_templates(client, f, namespace)]
-    apply_templates(client, namespace, DEPLOYMENT_FAMILIES)
+    removed = apply_templates(client, namespace, DEPLOYMENT_FAMILIES)
     components = sorted((templates.TEMPLATE_DIR / "component").glob("*.json"))
     return {
         "namespace": namespace,
@@ -140,7 +123,6 @@ def upgrade_family(
 ) -> UpgradeResult:
     """Current templates, then every document of the family copied into generation N+1 behind the alias."""
     started = time.monotonic()
-    remove_stale_index_templates(client, family, namespace)
     apply_templates(client, namespace, (family,))
     alias = family.alias(namespace)
     source = generations(client, family, namespace)

@@ -9,6 +9,7 @@ Names (``ns`` is ``settings.opensearch_namespace``):
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,19 +70,43 @@ def expected_mapping(family: IndexFamily) -> dict[str, Any]:
     return out
 
 
-def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFamily, ...] = (BELIEFS,)) -> None:
-    """Put component and index templates, then make sure each family's alias exists.
+def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFamily, ...] = (BELIEFS,)) -> list[str]:
+    """Put component and index templates (older versions of a family's index template removed
+    first), then make sure each family's alias exists.
 
-    Safe to run on every start-up and from several processes at once.
+    Safe to run on every start-up and from several processes at once. Returns the names of the
+    stale index templates it removed.
     """
+    removed: list[str] = []
     for path in sorted((TEMPLATE_DIR / "component").glob("*.json")):
         client.cluster.put_component_template(name=component_name(path.stem), body=load_json(f"component/{path.name}"))
     for family in families:
+        removed += remove_stale_index_templates(client, family, namespace)
         client.indices.put_index_template(
-            name=f"{family.alias(namespace)}-v{load_json(f'index/tenure-{family.name}.json')['version']}",
-            body=index_template_body(family, namespace),
+            name=index_template_name(family, namespace), body=index_template_body(family, namespace)
         )
         ensure_alias(client, family, namespace)
+    return removed
+
+
+def index_template_name(family: IndexFamily, namespace: str) -> str:
+    return f"{family.alias(namespace)}-v{load_json(f'index/tenure-{family.name}.json')['version']}"
+
+
+def remove_stale_index_templates(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
+    """Delete older versions of the family's index template. Two versions share the index pattern
+    and priority, which OpenSearch refuses, so a version bump could never be put otherwise.
+    Existing indices keep their mappings: a template only shapes indices created later."""
+    current = index_template_name(family, namespace)
+    own = re.compile(rf"^{re.escape(family.alias(namespace))}-v\d+$")
+    try:
+        listed = client.indices.get_index_template(name=f"{family.alias(namespace)}-v*")
+    except os_exc.NotFoundError:
+        return []
+    stale = [t["name"] for t in listed.get("index_templates", []) if own.match(t["name"]) and t["name"] != current]
+    for name in stale:
+        client.indices.delete_index_template(name=name, ignore=[404])  # another process may be first
+    return stale
 
 
 def ensure_alias(client: OpenSearch, family: IndexFamily, namespace: str) -> str:
@@ -98,23 +123,8 @@ def ensure_alias(client: OpenSearch, family: IndexFamily, namespace: str) -> str
     return alias
 
 
-def swap_alias(client: OpenSearch, family: IndexFamily, namespace: str, new_generation: int) -> str:
-    """Reindex the family into a new generation and point the alias at it atomically."""
-    alias = family.alias(namespace)
-    current = list(client.indices.get_alias(name=alias).keys())
-    target = family.concrete(namespace, new_generation)
-    client.indices.create(index=target)
-    client.reindex(body={"source": {"index": alias}, "dest": {"index": target}}, refresh=True, wait_for_completion=True)
-    actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in current]
-    actions.append({"add": {"index": target, "alias": alias, "is_write_index": True}})
-    client.indices.update_aliases(body={"actions": actions})
-    return target
-
-
 def drop_namespace(client: OpenSearch, namespace: str, families: tuple[IndexFamily, ...] = (BELIEFS,)) -> None:
     """Delete a namespace's indices and index templates (tests and eval runs only)."""
     for family in families:
         client.indices.delete(index=f"{family.alias(namespace)}-*", ignore=[404])
-        client.indices.delete_index_template(
-            name=f"{family.alias(namespace)}-v{load_json(f'index/tenure-{family.name}.json')['version']}", ignore=[404]
-        )
+        client.indices.delete_index_template(name=index_template_name(family, namespace), ignore=[404])
