@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +123,7 @@ def config_from(args: argparse.Namespace, url: str, key: str) -> LoadConfig:
 class RssSampler:
     """Peak and end RSS of each stack process, sampled while the load runs."""
 
-    def __init__(self, sample: Any) -> None:
+    def __init__(self, sample: Callable[[], dict[str, int]]) -> None:
         self.sample = sample
         self.peak: dict[str, int] = {}
         self.end: dict[str, int] = {}
@@ -146,14 +146,70 @@ class RssSampler:
         return {"samples": self.samples, "interval_s": RSS_INTERVAL_S, "peak_bytes": self.peak, "end_bytes": self.end}
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """user + system CPU seconds of one live process (0 when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _machine_cpu_s() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    total = sum(values[:8])
+    idle = values[3] + values[4]
+    return (total - idle) / TICKS, total / TICKS
+
+
+class CpuMeter:
+    """Where the CPU went during the run: each stack component, the generator, and everything
+    else on the machine (other people's jobs on a shared box show up as "other")."""
+
+    def __init__(self, pids: Callable[[], dict[str, list[int]]]) -> None:
+        self.pids = pids
+        self.start: dict[str, float] = {}
+        self.machine_start = (0.0, 0.0)
+        self.wall_start = 0.0
+
+    def snapshot(self) -> dict[str, float]:
+        usage = {name: sum(_cpu_s(pid) for pid in pids) for name, pids in self.pids().items()}
+        usage["loadgen"] = _cpu_s(os.getpid())
+        return usage
+
+    def begin(self) -> None:
+        self.start = self.snapshot()
+        self.machine_start = _machine_cpu_s()
+        self.wall_start = time.monotonic()
+
+    def finish(self) -> dict[str, Any]:
+        end = self.snapshot()
+        busy, total = (b - a for a, b in zip(self.machine_start, _machine_cpu_s(), strict=True))
+        used = {name: round(end[name] - self.start.get(name, 0.0), 1) for name in end}
+        return {
+            "wall_s": round(time.monotonic() - self.wall_start, 1),
+            "cpu_s": used,
+            "machine_busy_cpu_s": round(busy, 1),
+            "machine_total_cpu_s": round(total, 1),
+            "other_processes_cpu_s": round(busy - sum(used.values()), 1),
+        }
+
+
 async def drive(
-    config: LoadConfig, drain_timeout_s: float, sampler: RssSampler | None
+    config: LoadConfig, drain_timeout_s: float, sampler: RssSampler | None = None, cpu: CpuMeter | None = None
 ) -> tuple[LoadReport, Verification]:
     say(f"provisioning {config.tenants} tenants x {config.users_per_tenant} users ...")
     fleet = await provision(config)
     say(f"running {config.duration_s:.0f} s ...")
     done = asyncio.Event()
     sampling = asyncio.create_task(sampler.run(done)) if sampler else None
+    if cpu:
+        cpu.begin()
     try:
         report = await run_load(config, fleet)
     finally:
@@ -162,6 +218,9 @@ async def drive(
             await sampling
     if sampler:
         report.extra["rss"] = sampler.to_json()
+    if cpu:
+        report.extra["cpu"] = cpu.finish()
+        say("cpu seconds during the run: " + json.dumps(report.extra["cpu"]))
     say(report.format_summary())
     say("verifying ...")
     verification = await verify(config, fleet, report, drain_timeout_s=drain_timeout_s)
@@ -183,7 +242,9 @@ def run_local(args: argparse.Namespace) -> tuple[LoadReport, Verification, dict[
     say(f"starting the local stack in {root} ...")
     with LocalStack(stack_config) as stack:
         config = config_from(args, stack.api_url, stack.operator_key())
-        report, verification = asyncio.run(drive(config, args.drain_timeout, RssSampler(stack.rss_bytes)))
+        report, verification = asyncio.run(
+            drive(config, args.drain_timeout, RssSampler(stack.rss_bytes), CpuMeter(stack.pids))
+        )
         stack_info = {
             "root": str(root),
             "namespace": stack_config.namespace,
@@ -203,7 +264,7 @@ def run_remote(args: argparse.Namespace) -> tuple[LoadReport, Verification, dict
     key = bootstrap_key() if args.bootstrap else args.key
     if not key:
         raise SystemExit("--url needs --key or --bootstrap")
-    report, verification = asyncio.run(drive(config_from(args, args.url, key), args.drain_timeout, None))
+    report, verification = asyncio.run(drive(config_from(args, args.url, key), args.drain_timeout))
     return report, verification, {"url": args.url}
 
 
