@@ -1,0 +1,560 @@
+"""Fault drills: kill one component of the local topology under load, bring it back, measure.
+
+    python -m loadtest.drills opensearch|redis|worker|api|api-graceful|all \\
+        --out docs/fault-drills/results.json
+
+Each drill starts a fresh :class:`deploy.localstack.LocalStack` that owns its OpenSearch node and
+redis-server (under a temporary directory), provisions a fleet, and drives the load generator's
+mix. After a warm period it injects the fault (SIGKILL of the component's whole process group,
+or SIGTERM for the graceful API restart), keeps the component down for a fixed time, starts it
+again on the same port and data directory, keeps loading for a recovery period, stops, lets the
+worker drain and verifies every acknowledged write and turn. A low-rate probe beside the load
+records what the load generator does not: the ``Retry-After`` header of each 503.
+
+What a drill judges (:class:`loadtest.drill_analysis.Criteria`): no 5xx other than 503, no
+request hanging until the client timeout, every failure of an expected kind (503, or a refused
+connection while the API process is gone) and faster than ``fail_fast_ms``, every operation
+served steadily again within ``recovery_budget_s`` of the component's return without anyone
+touching the stack, every 503 carrying Retry-After, no unhandled exception in the API log, and the
+verification: no acknowledged write lost, no stored turn left unextracted, none extracted twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from deploy.localstack import LocalStack, StackConfig
+from loadtest import names
+from loadtest.cleanup import drop_stack_data
+from loadtest.drill_analysis import Criteria, InFlight, Recovery, Window, per_second
+from loadtest.generator import Fleet, LoadConfig, provision, run_load, verify
+from loadtest.http import error_kind
+from loadtest.report import OPS, LoadReport
+from loadtest.stats import LatencySummary
+from loadtest.verification import Verification
+from service.storage.client import build_client
+from service.storage.turns import TURNS
+
+REPO = Path(__file__).resolve().parents[1]
+# the sweep at drill speed: a turn untouched for 10 s counts as lost, checked every 2 s (the
+# defaults, 120 s and 60 s, would make the whole-worker drill wait minutes for its in-flight turns)
+DRILL_ENV = {"TENURE_LOOP_SWEEP_STALE_AFTER_S": "10", "TENURE_LOOP_SWEEP_INTERVAL_S": "2"}
+STORE_DOWN = frozenset({"503"})
+# what a client sees while the API process is gone: a refused connection, or a connection broken
+# off mid-request ("other": the server closed it without an answer)
+API_DOWN = frozenset({"connect", "other"})
+
+
+@dataclass(frozen=True)
+class DrillPlan:
+    name: str
+    component: str  # a LocalStack component name
+    description: str
+    sig: int = signal.SIGKILL
+    warm_s: float = 10.0
+    outage_s: float = 10.0  # how long the component stays down before it is started again
+    recovery_s: float = 25.0  # load after the component is ready again
+    concurrency: int = 12
+    mix: dict[str, int] = field(default_factory=lambda: {"recall": 70, "write": 20, "turn": 10})
+    tenants: int = 2
+    users_per_tenant: int = 2
+    seed_beliefs_per_user: int = 5
+    request_timeout_s: float = 10.0
+    allowed_failures: frozenset[str] = STORE_DOWN
+    fail_fast_ms: float = 2000.0
+    recovery_budget_s: float = 15.0
+    # kill only once an extraction is running (the worker drill), at most this long after warm_s
+    wait_for_running_extraction_s: float = 0.0
+    drain_timeout_s: float = 150.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["sig"] = signal.Signals(self.sig).name
+        data["allowed_failures"] = sorted(self.allowed_failures)
+        return data
+
+
+PLANS: dict[str, DrillPlan] = {
+    plan.name: plan
+    for plan in (
+        DrillPlan(
+            "opensearch",
+            "opensearch",
+            "SIGKILL the OpenSearch node under load; restart it on the same data directory "
+            "(the restart replays the translog and recovers the shards).",
+            # a write arriving while a primary is still recovering waits for it (and succeeds)
+            fail_fast_ms=2000.0,
+        ),
+        DrillPlan(
+            "redis",
+            "redis",
+            "SIGKILL redis-server (AOF, appendfsync everysec) under load; restart it on the same "
+            "directory (the AOF is replayed).",
+        ),
+        DrillPlan(
+            "worker",
+            "worker",
+            "SIGKILL the whole Celery worker (main process and prefork pool) while extractions run; "
+            "start a new one. Turn-heavy mix so the queue is never empty.",
+            mix={"recall": 40, "write": 20, "turn": 40},
+            concurrency=8,
+            allowed_failures=frozenset(),
+            wait_for_running_extraction_s=30.0,
+        ),
+        DrillPlan(
+            "api",
+            "api",
+            "SIGKILL the uvicorn supervisor and its workers under load; start the API again at once.",
+            outage_s=0.0,
+            allowed_failures=API_DOWN,
+        ),
+        DrillPlan(
+            "api-graceful",
+            "api",
+            "SIGTERM the uvicorn supervisor and its workers under load (graceful shutdown: in-flight "
+            "requests should complete); start the API again once it has exited.",
+            sig=signal.SIGTERM,
+            outage_s=0.0,
+            allowed_failures=API_DOWN,
+        ),
+    )
+}
+
+
+# ---------------------------------------------------------------------------- the probe
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    t_s: float
+    op: str
+    outcome: str
+    latency_ms: float
+    retry_after: str | None
+
+
+class Probe:
+    """A steady low-rate recall and write of its own tenant, recording headers the load generator
+    does not keep (Retry-After). Its acknowledged writes are checked after the drill too."""
+
+    def __init__(self, url: str, key: str, interval_s: float = 0.5):
+        self.url = url
+        self.key = key
+        self.started = time.perf_counter()  # the drill aligns it with the load's clock
+        self.interval_s = interval_s
+        self.samples: list[ProbeSample] = []
+        self.acknowledged: list[str] = []
+        self._n = 0
+
+    @classmethod
+    async def create(cls, url: str, operator_key: str) -> Probe:
+        tenant = f"probe-{names.run_tag()}"
+        operator = {"Authorization": f"Bearer {operator_key}"}
+        async with httpx.AsyncClient(base_url=url, timeout=30, headers=operator) as client:
+            (await client.post("/v1/admin/tenants", json={"tenant_id": tenant, "name": tenant})).raise_for_status()
+            (await client.post(f"/v1/admin/tenants/{tenant}/users", json={"user_id": "probe"})).raise_for_status()
+            issued = await client.post(f"/v1/admin/tenants/{tenant}/users/probe/keys", json={"name": "drill"})
+            issued.raise_for_status()
+        return cls(url, str(issued.json()["key"]))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with httpx.AsyncClient(base_url=self.url, timeout=10, headers=self._auth()) as client:
+            while not stop.is_set():
+                await asyncio.gather(self._recall(client), self._write(client))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.interval_s)
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    async def _send(self, client: httpx.AsyncClient, op: str, path: str, body: dict[str, Any]) -> int | None:
+        t0 = time.perf_counter()
+        try:
+            response = await client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            self._note(op, t0, error_kind(exc), None)
+            return None
+        self._note(op, t0, str(response.status_code), response.headers.get("Retry-After"))
+        return response.status_code
+
+    def _note(self, op: str, t0: float, outcome: str, retry_after: str | None) -> None:
+        latency_ms = (time.perf_counter() - t0) * 1000
+        self.samples.append(ProbeSample(round(t0 - self.started, 4), op, outcome, round(latency_ms, 2), retry_after))
+
+    async def _recall(self, client: httpx.AsyncClient) -> None:
+        await self._send(client, "recall", "/v1/recall", {"scopes": ["domain:code"], "query": "probe drill state"})
+
+    async def _write(self, client: httpx.AsyncClient) -> None:
+        belief_id = f"probe-{names.write_word(self._n)}"
+        self._n += 1
+        body = {
+            "id": belief_id,
+            "type": "decision",
+            "canonical_name": f"probe_{belief_id.replace('-', '_')}",
+            "content": f"Probe write {belief_id} of the fault drill.",
+            "why_it_matters": "The drill checks that it survived.",
+            "scope": ["domain:code"],
+        }
+        if await self._send(client, "write", "/v1/beliefs", body) == 201:
+            self.acknowledged.append(belief_id)
+
+    async def lost_writes(self) -> list[str]:
+        """Acknowledged probe writes that cannot be read back (retried while the answer is transient)."""
+        lost: list[str] = []
+        async with httpx.AsyncClient(base_url=self.url, timeout=10, headers=self._auth()) as client:
+            for belief_id in self.acknowledged:
+                status = 0
+                for attempt in range(4):
+                    with contextlib.suppress(httpx.HTTPError):
+                        status = (await client.get(f"/v1/beliefs/{belief_id}")).status_code
+                    if status and status < 500:
+                        break
+                    await asyncio.sleep(0.5 * (attempt + 1))
+                if status != 200:
+                    lost.append(belief_id)
+        return lost
+
+    def summary(self, fault_s: float, ready_s: float) -> dict[str, Any]:
+        unavailable = [s for s in self.samples if s.outcome == "503"]
+        during = [s for s in self.samples if fault_s <= s.t_s < ready_s]
+        outcomes: dict[str, dict[str, int]] = {}
+        for s in during:
+            outcomes.setdefault(s.op, {}).setdefault(s.outcome, 0)
+            outcomes[s.op][s.outcome] += 1
+        return {
+            "requests": len(self.samples),
+            "during_outage": outcomes,
+            "failed_latency_ms": LatencySummary.of(
+                [s.latency_ms for s in self.samples if not s.outcome.startswith("2")]
+            ).to_json(),
+            "responses_503": len(unavailable),
+            "responses_503_without_retry_after": sum(1 for s in unavailable if not s.retry_after),
+            "retry_after_values": sorted({s.retry_after for s in unavailable if s.retry_after}),
+            "acknowledged_writes": len(self.acknowledged),
+        }
+
+
+# ---------------------------------------------------------------------------- broker and turn state
+
+
+def extraction_state(stack: LocalStack) -> dict[str, int]:
+    """Turns by extraction status (after a refresh) and the broker's queue and unacked counts."""
+    settings = stack.settings()
+    client = build_client(settings)
+    rds: redis.Redis[bytes] = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    try:
+        alias = TURNS.alias(settings.opensearch_namespace)
+        client.indices.refresh(index=alias)
+        body = {"size": 0, "aggs": {"status": {"terms": {"field": "extraction_status", "size": 10}}}}
+        buckets = client.search(index=alias, body=body)["aggregations"]["status"]["buckets"]
+        state = {f"turns_{b['key']}": int(b["doc_count"]) for b in buckets}
+        prefix = settings.celery.queue_prefix
+        state["queued_heavy"] = int(rds.llen(f"{prefix}.heavy"))
+        # kombu's Redis transport keeps delivered, unacknowledged messages here until acked or
+        # restored after the visibility timeout (1 h): what a dead worker leaves behind
+        state["broker_unacked"] = int(rds.hlen("unacked"))
+        return state
+    finally:
+        client.close()
+        rds.close()
+
+
+async def wait_for_running_extraction(stack: LocalStack, timeout_s: float) -> dict[str, int]:
+    """Poll until at least one turn is being extracted (status ``running``); the last state seen."""
+    deadline = time.monotonic() + timeout_s
+    state: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        state = await asyncio.to_thread(extraction_state, stack)
+        if state.get("turns_running", 0) > 0:
+            break
+        await asyncio.sleep(0.1)
+    return state
+
+
+def unhandled_errors(stack: LocalStack) -> int:
+    """Requests the API answered with its generic 500 (logged by the last-resort handler)."""
+    log = stack.logs / "api.log"
+    return log.read_text(errors="replace").count("unhandled error in request") if log.exists() else 0
+
+
+# ---------------------------------------------------------------------------- one drill
+
+
+@dataclass
+class Events:
+    """Seconds since the load started (the samples' clock)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    marks: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, name: str) -> float:
+        self.marks[name] = round(time.perf_counter() - self.started, 3)
+        return self.marks[name]
+
+
+async def inject(stack: LocalStack, plan: DrillPlan, events: Events) -> dict[str, Any]:
+    """The fault: signal the component, keep it down ``outage_s``, start it again."""
+    notes: dict[str, Any] = {}
+    if plan.wait_for_running_extraction_s:
+        notes["at_kill"] = await wait_for_running_extraction(stack, plan.wait_for_running_extraction_s)
+    events.mark("fault")
+    await asyncio.to_thread(stack.kill, plan.component, plan.sig)
+    events.mark("down")
+    if plan.outage_s:
+        await asyncio.sleep(plan.outage_s)
+    events.mark("restart")
+    await asyncio.to_thread(stack.start_component, plan.component)
+    events.mark("ready")
+    return notes
+
+
+async def drive(stack: LocalStack, plan: DrillPlan) -> dict[str, Any]:
+    config = LoadConfig(
+        url=stack.api_url,
+        operator_key=stack.operator_key(),
+        tenants=plan.tenants,
+        users_per_tenant=plan.users_per_tenant,
+        concurrency=plan.concurrency,
+        duration_s=3600.0,  # stopped by the drill
+        mix=plan.mix,
+        seed_beliefs_per_user=plan.seed_beliefs_per_user,
+        request_timeout_s=plan.request_timeout_s,
+    )
+    fleet = await provision(config)
+    probe = await Probe.create(stack.api_url, config.operator_key)
+    stop = asyncio.Event()
+    # the samples count from run_load's own start, a few milliseconds after this one
+    events = Events()
+    probe.started = events.started
+    load = asyncio.create_task(run_load(config, fleet, stop))
+    probing = asyncio.create_task(probe.run(stop))
+    try:
+        await asyncio.sleep(plan.warm_s)
+        notes = await inject(stack, plan, events)
+        await asyncio.sleep(plan.recovery_s)
+    finally:
+        stop.set()
+        report = await load
+        await probing
+    events.mark("stopped")
+    notes["after_stop"] = await asyncio.to_thread(extraction_state, stack)
+    verification = await verify(config, fleet, report, drain_timeout_s=plan.drain_timeout_s)
+    notes["after_verify"] = await asyncio.to_thread(extraction_state, stack)
+    lost_probe_writes = await probe.lost_writes()
+    return judge(plan, stack, report, verification, probe, lost_probe_writes, events, notes, fleet)
+
+
+def judge(
+    plan: DrillPlan,
+    stack: LocalStack,
+    report: LoadReport,
+    verification: Verification,
+    probe: Probe,
+    lost_probe_writes: list[str],
+    events: Events,
+    notes: dict[str, Any],
+    fleet: Fleet,
+) -> dict[str, Any]:
+    marks = events.marks
+    samples = report.timeline
+    ops = [op for op in OPS if any(s.op == op for s in samples)]
+    recoveries = [Recovery.of(op, samples, marks["ready"]) for op in ops]
+    criteria = Criteria(plan.allowed_failures, plan.fail_fast_ms, plan.recovery_budget_s)
+    criteria.judge_timeline(samples, marks["fault"], recoveries)
+    probe_summary = probe.summary(marks["fault"], marks["ready"])
+    criteria.check(
+        probe_summary["responses_503_without_retry_after"] == 0,
+        f"{probe_summary['responses_503_without_retry_after']} probe 503s without Retry-After",
+    )
+    crashes = unhandled_errors(stack)
+    criteria.check(crashes == 0, f"{crashes} unhandled exceptions in the API log")
+    turns = classify_lost_turns(verification)
+    judge_verification(criteria, verification, turns, lost_probe_writes)
+    if plan.wait_for_running_extraction_s:
+        running = notes.get("at_kill", {}).get("turns_running", 0)
+        criteria.check(running > 0, "no extraction was running when the worker was killed")
+    return {
+        "drill": plan.name,
+        "plan": plan.to_json(),
+        "events_s": marks,
+        "outage": Window.of(samples, marks["fault"], marks["ready"]).to_json(),
+        "before": Window.of(samples, 0.0, marks["fault"]).to_json(),
+        "after": Window.of(samples, marks["ready"], marks["stopped"]).to_json(),
+        "in_flight_at_fault": asdict(InFlight.of(samples, marks["fault"])),
+        "recovery_s": {r.op: asdict(r) for r in recoveries},
+        "probe": {**probe_summary, "lost_writes": lost_probe_writes},
+        "load": {
+            "requests": report.total_requests,
+            "errors": report.total_errors,
+            "ops": {op: stats.to_json() for op, stats in report.ops.items()},
+            "acknowledged_writes": len(report.acknowledged_writes),
+            "acknowledged_turns": len(report.acknowledged_turns),
+        },
+        "verification": verification_summary(verification, turns),
+        "state": notes,
+        "fleet": {"tag": fleet.tag, "tenants": fleet.tenants, "users": len(fleet.users), "seeds": len(fleet.seeds)},
+        "timeline_per_s": per_second(samples),
+        "criteria": criteria.to_json(),
+        "passed": not criteria.failures,
+    }
+
+
+def classify_lost_turns(verification: Verification) -> dict[str, list[dict[str, Any]]]:
+    """Split the turns without an extracted belief: the proxy (non-streaming) records a turn
+    *after* its answer (``turn_recording: after_response``), so an answered turn whose recording
+    failed (store down) or was cut off (API killed) was never stored: a documented window, not a
+    lost extraction. A stored turn without its belief is a lost extraction."""
+    unrecorded = [t for t in verification.lost_extractions if t.get("turn_status") == "GET 404"]
+    stored = [t for t in verification.lost_extractions if t.get("turn_status") != "GET 404"]
+    return {"unrecorded": unrecorded, "stored_not_extracted": stored}
+
+
+def judge_verification(
+    criteria: Criteria,
+    verification: Verification,
+    turns: dict[str, list[dict[str, Any]]],
+    lost_probe_writes: list[str],
+) -> None:
+    criteria.check(not verification.lost_writes, f"{len(verification.lost_writes)} acknowledged writes lost")
+    criteria.check(
+        not verification.unrecallable_writes,
+        f"{len(verification.unrecallable_writes)} acknowledged writes present but not recallable",
+    )
+    criteria.check(not lost_probe_writes, f"{len(lost_probe_writes)} acknowledged probe writes lost")
+    stored = turns["stored_not_extracted"]
+    criteria.check(not stored, f"{len(stored)} stored turns never extracted")
+    doubled = len(verification.duplicate_extractions) + len(verification.reapplied_extractions)
+    criteria.check(doubled == 0, f"{doubled} extractions applied twice")
+    criteria.check(verification.turns_not_drained == 0, f"{verification.turns_not_drained} turns not drained")
+    criteria.check(not verification.isolation_leaks, f"{len(verification.isolation_leaks)} isolation leaks")
+
+
+def verification_summary(verification: Verification, turns: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    data = verification.to_json()
+    data["turns_answered_but_not_recorded"] = len(turns["unrecorded"])
+    data["stored_turns_not_extracted"] = len(turns["stored_not_extracted"])
+    data["extractions_applied_twice"] = len(verification.duplicate_extractions) + len(
+        verification.reapplied_extractions
+    )
+    return data
+
+
+def stack_config(root: Path, opensearch_url: str | None = None) -> StackConfig:
+    return StackConfig(root=root, opensearch_url=opensearch_url, opensearch_heap="1g", env=dict(DRILL_ENV))
+
+
+def run_drill(plan: DrillPlan, root: Path, *, opensearch_url: str | None = None) -> dict[str, Any]:
+    """One drill on a fresh stack under ``root`` (its own Redis; its own OpenSearch unless
+    ``opensearch_url`` is given, which only a drill that does not kill OpenSearch may share)."""
+    if opensearch_url and plan.component == "opensearch":
+        raise ValueError("the OpenSearch drill kills its node: it cannot use a shared one")
+    started = time.monotonic()
+    with LocalStack(stack_config(root, opensearch_url)) as stack:
+        try:
+            result = asyncio.run(drive(stack, plan))
+            result["stack"] = {"root": str(root), "namespace": stack.config.namespace, "owned": list(stack.owned)}
+        finally:
+            if opensearch_url:  # leave nothing in a node the drill does not own
+                drop_stack_data(stack.settings())
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    return result
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def format_result(result: dict[str, Any]) -> str:
+    ev = result["events_s"]
+    out = result["outage"]
+    lines = [
+        f"== {result['drill']}: {'PASSED' if result['passed'] else 'FAILED'} ({result['wall_s']} s)",
+        "events (s): " + ", ".join(f"{k} {v}" for k, v in ev.items()),
+        f"outage requests: {json.dumps(out['outcomes'])}; failed max {out['failed_latency_ms']['max']} ms, "
+        f"p99 {out['failed_latency_ms']['p99']} ms",
+        "recovery after ready (s): "
+        + ", ".join(
+            f"{op} first {r['first_success_s']} sustained {r['sustained_s']}" for op, r in result["recovery_s"].items()
+        ),
+        f"in flight at fault: {result['in_flight_at_fault']}",
+    ]
+    v = result["verification"]
+    lines.append(
+        f"verification: writes {v['acknowledged_writes']} acknowledged, {len(v['lost_writes'])} lost; turns "
+        f"{v['acknowledged_turns']} acknowledged, {v['stored_turns_not_extracted']} stored-not-extracted, "
+        f"{v['turns_answered_but_not_recorded']} answered-not-recorded, {v['extractions_applied_twice']} twice"
+    )
+    lines += [f"  FAILED: {f}" for f in result["criteria"]["failures"]]
+    return "\n".join(lines)
+
+
+def say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def machine() -> dict[str, Any]:
+    import subprocess
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {"cpus": os.cpu_count(), "python": sys.version.split()[0], "commit": commit, "load_average": os.getloadavg()}
+
+
+def save(out: Path, results: dict[str, dict[str, Any]]) -> None:
+    """Merge into ``out``: drills run one at a time keep the others' results."""
+    data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    data.setdefault("drills", {}).update(results)
+    data["machine"] = machine()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.drills", description=__doc__.split("\n")[0])
+    parser.add_argument("drill", choices=[*PLANS, "all"])
+    parser.add_argument("--out", type=Path, help="merge the results into this JSON file")
+    parser.add_argument("--root", type=Path, help="state directory (default: a new temporary one per drill)")
+    parser.add_argument("--outage", type=float, help="override the plan's seconds of outage")
+    parser.add_argument("--recovery", type=float, help="override the plan's seconds of load after recovery")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    plans = list(PLANS.values()) if args.drill == "all" else [PLANS[args.drill]]
+    results: dict[str, dict[str, Any]] = {}
+    for plan in plans:
+        if args.outage is not None:
+            plan = replace(plan, outage_s=args.outage)
+        if args.recovery is not None:
+            plan = replace(plan, recovery_s=args.recovery)
+        root = (args.root / plan.name) if args.root else Path(tempfile.mkdtemp(prefix=f"tenure-drill-{plan.name}-"))
+        say(f"drill {plan.name}: {plan.description} (state in {root})")
+        result = run_drill(plan, root)
+        say(format_result(result))
+        results[plan.name] = result
+        if args.out:
+            save(args.out, {plan.name: result})
+    return 0 if all(r["passed"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
