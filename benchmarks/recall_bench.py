@@ -252,11 +252,7 @@ def belief_at(i: int, spec: Spec, now: datetime) -> Belief:
         scope=scope,
         epistemic_status=EpistemicStatus.SUPERSEDED
         if superseded
-        else (
-            EpistemicStatus.EXPLORATORY
-            if btype is BeliefType.OPEN_QUESTION
-            else EpistemicStatus.ACTIVE
-        ),
+        else (EpistemicStatus.EXPLORATORY if btype is BeliefType.OPEN_QUESTION else EpistemicStatus.ACTIVE),
         superseded_by=f"b{i + spec.tenants}" if superseded else None,
         resolved_at=now - timedelta(days=1) if resolved else None,
         confidence=round(0.5 + rng.random() / 2, 2),
@@ -273,9 +269,7 @@ def belief_at(i: int, spec: Spec, now: datetime) -> Belief:
 # ---------------------------------------------------------------------------------- loading
 
 
-def _actions(
-    alias: str, start: int, stop: int, spec: Spec, now: datetime
-) -> Iterator[dict[str, Any]]:
+def _actions(alias: str, start: int, stop: int, spec: Spec, now: datetime) -> Iterator[dict[str, Any]]:
     for i in range(start, stop):
         b = belief_at(i, spec, now)
         yield {
@@ -286,9 +280,7 @@ def _actions(
         }
 
 
-def load_range(
-    client: OpenSearch, alias: str, start: int, stop: int, spec: Spec, now: datetime, chunk: int
-) -> float:
+def load_range(client: OpenSearch, alias: str, start: int, stop: int, spec: Spec, now: datetime, chunk: int) -> float:
     """Bulk-load beliefs [start, stop) with refresh off; refresh and force-merge afterwards."""
     t0 = time.perf_counter()
     client.indices.put_settings(index=alias, body={"index": {"refresh_interval": "-1"}})
@@ -359,9 +351,7 @@ def draw_queries(n: int, loaded: int, spec: Spec, now: datetime, seed: int) -> l
             msg = " ".join(rng.choice(GENERIC) for _ in range(rng.randint(4, 14))) + "?"
         else:
             kind = "long"
-            filler = " ".join(
-                rng.choice(GENERIC + TECH_WORDS[:40]) for _ in range(rng.randint(80, 140))
-            )
+            filler = " ".join(rng.choice(GENERIC + TECH_WORDS[:40]) for _ in range(rng.randint(80, 140)))
             msg = (
                 f"ok so {filler[: len(filler) // 2]} and the {handles[0] if handles else 'thing'} "
                 f"part keeps failing see https://example.com/issues/{rng.randrange(9999)} and "
@@ -456,8 +446,7 @@ def measure(
         "server_took_p99_ms": pct(took, 99) if took else 0.0,
         "by_kind_p50_ms": {k: round(pct(v, 50), 2) for k, v in sorted(kinds.items())},
         "by_kind_ms": {
-            k: {"n": len(v), **{f"p{q}": round(pct(v, q), 2) for q in (50, 95, 99)}}
-            for k, v in sorted(kinds.items())
+            k: {"n": len(v), **{f"p{q}": round(pct(v, q), 2) for q in (50, 95, 99)}} for k, v in sorted(kinds.items())
         },
         "mean_relevant_hits": hits / len(measured),
         "concurrent_qps": concurrent_qps,
@@ -475,18 +464,12 @@ def tier_breakdown(
         filters = access.access_filters(q.principal, view)
         text = clean_query(q.message).text
         bodies = {
-            "persona": queries_mod.persona_body(
-                access.access_filters(q.principal, ScopeView(("user:universal",)))
-            ),
-            "pinned": queries_mod.pinned_body(
-                filters, access.cross_scope_pinned_filter(q.principal), size=10
-            ),
+            "persona": queries_mod.persona_body(access.access_filters(q.principal, ScopeView(("user:universal",)))),
+            "pinned": queries_mod.pinned_body(filters, access.cross_scope_pinned_filter(q.principal), size=10),
             "questions": queries_mod.open_questions_body(filters, size=15),
         }
         if text:
-            bodies[f"relevant/{q.kind}"] = queries_mod.relevant_body(
-                filters, text, size=20, min_score=3.0
-            )
+            bodies[f"relevant/{q.kind}"] = queries_mod.relevant_body(filters, text, size=20, min_score=3.0)
             bodies[f"relevant-nofuzzy/{q.kind}"] = queries_mod.relevant_body(
                 filters,
                 text,
@@ -497,10 +480,7 @@ def tier_breakdown(
         for name, body in bodies.items():
             response = client.search(index=alias, body=body, routing=access.routing(q.principal))
             took.setdefault(name, []).append(float(response["took"]))
-    return {
-        k: {"p50": pct(v, 50), "p95": pct(v, 95), "p99": pct(v, 99)}
-        for k, v in sorted(took.items())
-    }
+    return {k: {"p50": pct(v, 50), "p95": pct(v, 95), "p99": pct(v, 99)} for k, v in sorted(took.items())}
 
 
 def loadavg() -> list[float]:
@@ -509,9 +489,7 @@ def loadavg() -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--sizes", default="10000,100000,1000000", help="comma-separated corpus sizes (ascending)"
-    )
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated corpus sizes (ascending)")
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--users-per-tenant", type=int, default=5)
     parser.add_argument("--queries", type=int, default=2000, help="measured queries per size")
@@ -522,16 +500,10 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="client threads for the concurrent throughput figure (1 = skip)",
     )
-    parser.add_argument(
-        "--breakdown", type=int, default=300, help="queries for the per-tier server-side breakdown"
-    )
+    parser.add_argument("--breakdown", type=int, default=300, help="queries for the per-tier server-side breakdown")
     parser.add_argument("--chunk", type=int, default=2000, help="bulk chunk size (documents)")
-    parser.add_argument(
-        "--opensearch-url", default=None, help="default: TENURE_OPENSEARCH_URL / settings"
-    )
-    parser.add_argument(
-        "--start-node", action="store_true", help="start a throw-away OpenSearch node for the run"
-    )
+    parser.add_argument("--opensearch-url", default=None, help="default: TENURE_OPENSEARCH_URL / settings")
+    parser.add_argument("--start-node", action="store_true", help="start a throw-away OpenSearch node for the run")
     parser.add_argument("--heap", default="4g", help="heap of the node started by --start-node")
     parser.add_argument(
         "--out",
@@ -567,8 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = loadavg()
     report: dict[str, Any] = {
         "benchmark": "recall latency (ContextBuilder.build: one _msearch of 4 tiers + relation hop)",  # noqa: E501
-        "command": "python -m benchmarks.recall_bench "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.recall_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "started_at": started.isoformat(),
         "machine": {
             "cpus": os.cpu_count(),
@@ -613,11 +584,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"p99 {stage.p99_ms:.2f} ms  mean {stage.mean_ms:.2f} ms  "
                 f"max {stage.max_ms:.1f} ms  "
                 f"{stage.throughput_qps:.0f} q/s sequential"
-                + (
-                    f", {stage.concurrent_qps:.0f} q/s with {args.threads} threads"
-                    if stage.concurrent_qps
-                    else ""
-                )
+                + (f", {stage.concurrent_qps:.0f} q/s with {args.threads} threads" if stage.concurrent_qps else "")
                 + f"  (server took p50 {stage.server_took_p50_ms:.0f} ms, "
                 f"p99 {stage.server_took_p99_ms:.0f} ms;"
                 f" by kind p50 {stage.by_kind_p50_ms})",
@@ -633,9 +600,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(
                 "  server-side took by tier (p50/p95/p99 ms): "
-                + ", ".join(
-                    f"{k} {v['p50']:.0f}/{v['p95']:.0f}/{v['p99']:.0f}" for k, v in tiers.items()
-                ),
+                + ", ".join(f"{k} {v['p50']:.0f}/{v['p95']:.0f}/{v['p99']:.0f}" for k, v in tiers.items()),
                 flush=True,
             )
     finally:
