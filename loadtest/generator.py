@@ -106,12 +106,18 @@ class Fleet:
     tenants: list[str]
     users: list[FleetUser]
     seeds: list[WriteRecord] = field(default_factory=list)
+    # names are numbered per fleet, not per run: several runs on one fleet never reuse an id
+    writes_sent: int = 0
+    turns_sent: int = 0
+    # canonical name -> tenant of everything ever sent for this fleet (acknowledged or not): an
+    # answer that shows a reader another tenant's name is an isolation leak
+    owners: dict[str, str] = field(default_factory=dict)
 
     def user(self, index: int) -> FleetUser:
         return self.users[index]
 
-    def tenant_of_name(self) -> dict[str, str]:
-        return {w.canonical_name: w.tenant for w in self.seeds}
+    def own(self, canonical_name: str, tenant: str) -> None:
+        self.owners[canonical_name] = tenant
 
 
 def parse_mix(text: str) -> dict[str, int]:
@@ -176,6 +182,8 @@ async def provision(config: LoadConfig) -> Fleet:
                 key = await _provision_user(client, config, tenant, f"u{u}")
                 fleet.users.append(FleetUser(len(fleet.users), tenant, names.tenant_word(tag, t), f"u{u}", key))
         fleet.seeds = await _seed(client, config, fleet)
+        for seed in fleet.seeds:
+            fleet.own(seed.canonical_name, seed.tenant)
     return fleet
 
 
@@ -249,11 +257,6 @@ class _Run:
         self.leaks: list[dict[str, Any]] = []
         self.expected_hits = 0
         self.missed_hits: list[str] = []
-        self.writes_sent = 0
-        self.turns_sent = 0
-        # canonical name -> tenant of everything written (sent, not only acknowledged): a recall
-        # answer naming another tenant's belief is an isolation leak
-        self.owner_tenant = fleet.tenant_of_name()
         self.visible: dict[int, list[WriteRecord]] = {u.index: [] for u in fleet.users}
         self.seeds_of: dict[int, list[WriteRecord]] = {u.index: [] for u in fleet.users}
         for record in fleet.seeds:
@@ -317,7 +320,7 @@ class _Run:
     def _leaks(self, user: FleetUser, items: list[dict[str, Any]], query: str) -> bool:
         leaked = False
         for item in items:
-            owner = self.owner_tenant.get(str(item.get("canonical_name")))
+            owner = self.fleet.owners.get(str(item.get("canonical_name")))
             if owner is not None and owner != user.tenant:
                 leaked = True
                 self.leaks.append(
@@ -331,9 +334,9 @@ class _Run:
 
     async def write(self, user: FleetUser, due: float | None) -> None:
         scope = self.rng.choices(user.scopes, weights=(2, 3, 5))[0]
-        record = _write_record(self.fleet, user, scope, names.write_word(self.writes_sent))
-        self.writes_sent += 1
-        self.owner_tenant[record.canonical_name] = record.tenant
+        record = _write_record(self.fleet, user, scope, names.write_word(self.fleet.writes_sent))
+        self.fleet.writes_sent += 1
+        self.fleet.own(record.canonical_name, record.tenant)
         t0 = due if due is not None else time.perf_counter()
         out = await call(
             self.client, "POST", self.config.endpoint("/v1/beliefs"), user.key, json=_write_body(record), started=t0
@@ -350,11 +353,11 @@ class _Run:
     # ----------------------------------------------------------------- proxy turn
 
     async def turn(self, user: FleetUser, due: float | None) -> None:
-        token = names.turn_token(self.fleet.tag, self.turns_sent)
-        self.turns_sent += 1
+        token = names.turn_token(self.fleet.tag, self.fleet.turns_sent)
+        self.fleet.turns_sent += 1
         scope = self.rng.choice(user.scopes)
-        session = f"load-{self.fleet.tag}-{user.index}-{self.turns_sent}"
-        self.owner_tenant[f"load_turn_{token}"] = user.tenant
+        session = f"load-{self.fleet.tag}-{user.index}-{self.fleet.turns_sent}"
+        self.fleet.own(f"load_turn_{token}", user.tenant)
         body = {
             "model": TURN_MODEL,
             "messages": [{"role": "user", "content": f"Let us settle this one. [[turn:{token} scope:{scope}]]"}],

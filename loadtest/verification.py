@@ -96,9 +96,10 @@ class _Checker:
         self.result = Verification()
         writes = {w.belief_id: w for w in [*fleet.seeds, *report.acknowledged_writes]}
         self.writes = list(writes.values())
-        self.owner_tenant = {w.canonical_name: w.tenant for w in [*self.writes, *report.unacknowledged_writes]}
+        for write in [*self.writes, *report.unacknowledged_writes]:
+            fleet.own(write.canonical_name, write.tenant)
         for turn in [*report.acknowledged_turns, *report.unacknowledged_turns]:
-            self.owner_tenant[TURN_PREFIX + turn.token] = turn.tenant
+            fleet.own(TURN_PREFIX + turn.token, turn.tenant)
 
     async def request(self, method: str, path: str, user: FleetUser, **kwargs: Any) -> Outcome:
         """One call under the parallelism cap, retried while the answer is transient."""
@@ -156,7 +157,7 @@ class _Checker:
 
     def note_leaks(self, reader: FleetUser, items: list[dict[str, Any]], where: str) -> None:
         for item in items:
-            owner = self.owner_tenant.get(str(item.get("canonical_name")))
+            owner = self.fleet.owners.get(str(item.get("canonical_name")))
             if owner is not None and owner != reader.tenant:
                 self.result.isolation_leaks.append(
                     {"reader_tenant": reader.tenant, "reader": reader.user_id, "where": where,

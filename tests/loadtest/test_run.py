@@ -116,6 +116,23 @@ def test_open_model_keeps_the_rate(run: Run) -> None:
     assert report.total_errors == 0
 
 
+def test_timed_out_writes_are_unacknowledged_and_counted_when_they_land(run: Run) -> None:
+    # A write answers after the next index refresh (wait_for, ~0.5 s on average); a 50 ms client
+    # timeout gives up first while the server completes it: unacknowledged but landed.
+    config = LoadConfig(
+        **{**run.config.__dict__, "request_timeout_s": 0.05, "duration_s": 1.5, "concurrency": 2, "mix": {"write": 1}}
+    )
+    report = asyncio.run(run_load(config, run.fleet))
+    assert report.unacknowledged_writes, report.format_summary()
+    assert report.ops["write"].errors.get("timeout", 0) == len(report.unacknowledged_writes)
+    ids = {w.belief_id for w in report.unacknowledged_writes + report.acknowledged_writes}
+    assert not ids & {w.belief_id for w in run.report.acknowledged_writes}, "a second run reused ids"
+    verification = asyncio.run(verify(run.config, run.fleet, report, drain_timeout_s=10))
+    assert verification.unacknowledged_writes == len(report.unacknowledged_writes)
+    assert 1 <= verification.unacknowledged_writes_landed <= verification.unacknowledged_writes
+    assert verification.ok, verification.format_summary()
+
+
 def _admin_key(run: Run, tenant: str) -> str:
     """A tenant admin outside the fleet: members cannot erase beliefs."""
     op = {"Authorization": f"Bearer {run.config.operator_key}"}

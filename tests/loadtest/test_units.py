@@ -7,10 +7,10 @@ import itertools
 import pytest
 
 from loadtest import names
-from loadtest.generator import parse_mix
-from loadtest.report import LoadReport, OpStats, Sample
+from loadtest.generator import Fleet, FleetUser, LoadConfig, _Run, parse_mix
+from loadtest.report import LoadReport, OpStats, Sample, TurnRecord, WriteRecord
 from loadtest.stats import LatencySummary, percentile
-from loadtest.verification import Verification
+from loadtest.verification import Verification, _Checker
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -129,3 +129,43 @@ def test_report_json_is_compact_and_complete() -> None:
     assert data["ops"]["write"]["throughput_ok_s"] == 1.0
     assert data["total_requests"] == 1 and data["total_errors"] == 0
     assert "write" in report.format_summary()
+
+
+def _two_tenant_fleet() -> tuple[LoadConfig, Fleet]:
+    users = [
+        FleetUser(0, "load-t-0", "tawordaa", "u0", "key0"),
+        FleetUser(1, "load-t-1", "tawordbb", "u0", "key1"),
+    ]
+    seeds = [
+        WriteRecord("load-x-seed-a", "load-t-0", 0, "project:shared", "tawordaa saaaaaa", "load_seed_a"),
+        WriteRecord("load-x-seed-b", "load-t-1", 1, "project:shared", "tawordbb saaaaab", "load_seed_b"),
+    ]
+    fleet = Fleet("tag", ["load-t-0", "load-t-1"], users, seeds)
+    for seed in seeds:
+        fleet.own(seed.canonical_name, seed.tenant)  # as provision() does
+    return LoadConfig(url="http://unused", operator_key="op"), fleet
+
+
+def test_a_recall_answer_with_another_tenants_belief_is_a_leak() -> None:
+    config, fleet = _two_tenant_fleet()
+    run = _Run(config, fleet, client=None, started=0.0)  # type: ignore[arg-type]
+    reader = fleet.user(0)
+    assert not run._leaks(reader, [{"id": "load-x-seed-a", "canonical_name": "load_seed_a"}], "q")
+    assert not run._leaks(reader, [{"id": "other", "canonical_name": "unknown_name"}], "q")
+    assert run._leaks(reader, [{"id": "load-x-seed-b", "canonical_name": "load_seed_b"}], "q")
+    assert [leak["owner_tenant"] for leak in run.leaks] == ["load-t-1"]
+
+
+def test_the_verifier_counts_leaks_in_its_own_reads() -> None:
+    config, fleet = _two_tenant_fleet()
+    report = LoadReport(
+        config={}, started_at="", elapsed_s=0.0, ops={}, timeline=[], acknowledged_writes=[],
+        acknowledged_turns=[TurnRecord("tokenabc", "user:universal", "load-t-1", 1, "s")],
+        unacknowledged_writes=[], unacknowledged_turns=[], isolation_leaks=[], recall_expected_hits=0,
+        recall_missed_hits=[], load_average_before=(0, 0, 0), load_average_after=(0, 0, 0),
+    )  # fmt: skip
+    checker = _Checker(config, fleet, report, client=None)  # type: ignore[arg-type]
+    checker.note_leaks(fleet.user(0), [{"id": "b", "canonical_name": "load_turn_tokenabc"}], "list")
+    checker.note_leaks(fleet.user(1), [{"id": "b", "canonical_name": "load_turn_tokenabc"}], "list")
+    assert [leak["reader_tenant"] for leak in checker.result.isolation_leaks] == ["load-t-0"]
+    assert not checker.result.ok
