@@ -252,8 +252,10 @@ def run_local(args: argparse.Namespace) -> tuple[LoadReport, Verification, dict[
             "api_workers": args.api_workers,
             "worker_concurrency": args.worker_concurrency,
         }
-        if (args.opensearch_url or args.redis_url) and not args.keep_data:
-            drop_stack_data(stack.settings())
+        settings = stack.settings()
+    # after the stack stopped: a live worker or API would re-create queue keys
+    if (args.opensearch_url or args.redis_url) and not args.keep_data:
+        drop_stack_data(settings)
     return report, verification, stack_info
 
 
