@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -41,14 +42,16 @@ import redis
 
 from deploy.localstack import LocalStack, StackConfig
 from loadtest import names
-from loadtest.cleanup import drop_stack_data
 from loadtest.drill_analysis import Criteria, InFlight, Recovery, Window, per_second
 from loadtest.generator import Fleet, LoadConfig, provision, run_load, verify
 from loadtest.http import error_kind
-from loadtest.report import OPS, LoadReport
+from loadtest.report import OPS, LoadReport, TurnRecord
 from loadtest.stats import LatencySummary
 from loadtest.verification import Verification
+from service.config import Settings
 from service.storage.client import build_client
+from service.storage.reviews import REVIEWS
+from service.storage.templates import ALL_FAMILIES, drop_namespace
 from service.storage.turns import TURNS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +73,7 @@ class DrillPlan:
     warm_s: float = 10.0
     outage_s: float = 10.0  # how long the component stays down before it is started again
     recovery_s: float = 25.0  # load after the component is ready again
-    concurrency: int = 12
+    concurrency: int = 8
     mix: dict[str, int] = field(default_factory=lambda: {"recall": 70, "write": 20, "turn": 10})
     tenants: int = 2
     users_per_tenant: int = 2
@@ -111,9 +114,9 @@ PLANS: dict[str, DrillPlan] = {
             "worker",
             "worker",
             "SIGKILL the whole Celery worker (main process and prefork pool) while extractions run; "
-            "start a new one. Turn-heavy mix so the queue is never empty.",
-            mix={"recall": 40, "write": 20, "turn": 40},
-            concurrency=8,
+            "start a new one after the outage. More turns than the default mix, within what one worker "
+            "(concurrency 2) extracts, so the backlog comes from the outage alone.",
+            mix={"recall": 65, "write": 20, "turn": 15},
             allowed_failures=frozenset(),
             wait_for_running_extraction_s=30.0,
         ),
@@ -287,6 +290,48 @@ async def wait_for_running_extraction(stack: LocalStack, timeout_s: float) -> di
     return state
 
 
+class BacklogMonitor:
+    """Extraction state once a second while the drill runs: how the backlog grew while the
+    component was down and how fast the worker worked it off afterwards."""
+
+    def __init__(self, stack: LocalStack, events: Events):
+        self.stack = stack
+        self.events = events
+        self.series: list[dict[str, Any]] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            t_s = round(time.perf_counter() - self.events.started, 2)
+            try:
+                state: dict[str, Any] = await asyncio.to_thread(extraction_state, self.stack)
+            except Exception as exc:  # noqa: BLE001 - a store is down: that is the drill
+                state = {"error": type(exc).__name__}
+            self.series.append({"t_s": t_s, **state})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    def queue_recovered_s(self, fault_s: float, ready_s: float) -> float | None:
+        """Seconds after "ready" until the extraction queue was back to its length at the fault."""
+        before = [p["queued_heavy"] for p in self.series if p["t_s"] <= fault_s and "queued_heavy" in p]
+        baseline = before[-1] if before else 0
+        after = (p for p in self.series if p["t_s"] >= ready_s and "queued_heavy" in p)
+        return next((round(p["t_s"] - ready_s, 2) for p in after if p["queued_heavy"] <= baseline), None)
+
+
+def worker_log_counts(stack: LocalStack) -> dict[str, int]:
+    """What the worker did, from its log (every worker of the drill appends to it)."""
+    log = stack.logs / "worker.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    extract_done = [line for line in text.splitlines() if "Task beliefs.extract[" in line and "succeeded" in line]
+    return {
+        "extract_tasks_succeeded": len(extract_done),
+        # a turn already finished by an earlier message: a duplicate delivery, a no-op
+        "extract_tasks_already_final": sum(1 for line in extract_done if "already_final" in line),
+        "extract_retries": text.count("] retry: Retry in"),
+        "sweep_reenqueued": sum(int(m) for m in re.findall(r"sweep re-enqueued (\d+) turns", text)),
+    }
+
+
 def unhandled_errors(stack: LocalStack) -> int:
     """Requests the API answered with its generic 500 (logged by the last-resort handler)."""
     log = stack.logs / "api.log"
@@ -302,6 +347,7 @@ class Events:
 
     started: float = field(default_factory=time.perf_counter)
     marks: dict[str, float] = field(default_factory=dict)
+    skew_bound_ms: float = 0.0  # how much earlier than ``started`` the samples' origin may be
 
     def mark(self, name: str) -> float:
         self.marks[name] = round(time.perf_counter() - self.started, 3)
@@ -339,11 +385,18 @@ async def drive(stack: LocalStack, plan: DrillPlan) -> dict[str, Any]:
     fleet = await provision(config)
     probe = await Probe.create(stack.api_url, config.operator_key)
     stop = asyncio.Event()
-    # the samples count from run_load's own start, a few milliseconds after this one
-    events = Events()
-    probe.started = events.started
+    before = time.perf_counter()
     load = asyncio.create_task(run_load(config, fleet, stop))
+    # run_load takes its clock origin in its first step, which runs to its first suspension
+    # before this task resumes: the origin lies between ``before`` and now, and the first
+    # request is sent after now. Events count from now: a mark is early by at most the bound.
+    await asyncio.sleep(0)
+    events = Events()
+    events.skew_bound_ms = round((events.started - before) * 1000, 2)
+    probe.started = events.started
     probing = asyncio.create_task(probe.run(stop))
+    backlog = BacklogMonitor(stack, events)
+    monitoring = asyncio.create_task(backlog.run(stop))
     try:
         await asyncio.sleep(plan.warm_s)
         notes = await inject(stack, plan, events)
@@ -352,11 +405,19 @@ async def drive(stack: LocalStack, plan: DrillPlan) -> dict[str, Any]:
         stop.set()
         report = await load
         await probing
+        await monitoring
     events.mark("stopped")
     notes["after_stop"] = await asyncio.to_thread(extraction_state, stack)
+    report, unrecorded = await split_unrecorded(config, fleet, report)
+    events.mark("turns_checked")
     verification = await verify(config, fleet, report, drain_timeout_s=plan.drain_timeout_s)
+    events.mark("verified")
     notes["after_verify"] = await asyncio.to_thread(extraction_state, stack)
     lost_probe_writes = await probe.lost_writes()
+    notes["turns_answered_but_not_recorded"] = [asdict(t) for t in unrecorded]
+    notes["worker_log"] = worker_log_counts(stack)
+    notes["extraction_backlog"] = backlog.series
+    notes["queue_recovered_s"] = backlog.queue_recovered_s(events.marks["fault"], events.marks["ready"])
     return judge(plan, stack, report, verification, probe, lost_probe_writes, events, notes, fleet)
 
 
@@ -384,8 +445,7 @@ def judge(
     )
     crashes = unhandled_errors(stack)
     criteria.check(crashes == 0, f"{crashes} unhandled exceptions in the API log")
-    turns = classify_lost_turns(verification)
-    judge_verification(criteria, verification, turns, lost_probe_writes)
+    judge_verification(criteria, verification, lost_probe_writes)
     if plan.wait_for_running_extraction_s:
         running = notes.get("at_kill", {}).get("turns_running", 0)
         criteria.check(running > 0, "no extraction was running when the worker was killed")
@@ -393,6 +453,8 @@ def judge(
         "drill": plan.name,
         "plan": plan.to_json(),
         "events_s": marks,
+        "clock_skew_bound_ms": events.skew_bound_ms,
+        "slow_failures": [s._asdict() for s in samples if not s.ok and s.latency_ms > plan.fail_fast_ms][:50],
         "outage": Window.of(samples, marks["fault"], marks["ready"]).to_json(),
         "before": Window.of(samples, 0.0, marks["fault"]).to_json(),
         "after": Window.of(samples, marks["ready"], marks["stopped"]).to_json(),
@@ -405,8 +467,11 @@ def judge(
             "ops": {op: stats.to_json() for op, stats in report.ops.items()},
             "acknowledged_writes": len(report.acknowledged_writes),
             "acknowledged_turns": len(report.acknowledged_turns),
+            # the box is shared: what else ran shows in the load average around the run
+            "load_average_before": report.load_average_before,
+            "load_average_after": report.load_average_after,
         },
-        "verification": verification_summary(verification, turns),
+        "verification": verification_summary(verification, len(notes["turns_answered_but_not_recorded"])),
         "state": notes,
         "fleet": {"tag": fleet.tag, "tenants": fleet.tenants, "users": len(fleet.users), "seeds": len(fleet.seeds)},
         "timeline_per_s": per_second(samples),
@@ -415,44 +480,68 @@ def judge(
     }
 
 
-def classify_lost_turns(verification: Verification) -> dict[str, list[dict[str, Any]]]:
-    """Split the turns without an extracted belief: the proxy (non-streaming) records a turn
-    *after* its answer (``turn_recording: after_response``), so an answered turn whose recording
-    failed (store down) or was cut off (API killed) was never stored: a documented window, not a
-    lost extraction. A stored turn without its belief is a lost extraction."""
-    unrecorded = [t for t in verification.lost_extractions if t.get("turn_status") == "GET 404"]
-    stored = [t for t in verification.lost_extractions if t.get("turn_status") != "GET 404"]
-    return {"unrecorded": unrecorded, "stored_not_extracted": stored}
+async def split_unrecorded(config: LoadConfig, fleet: Fleet, report: LoadReport) -> tuple[LoadReport, list[TurnRecord]]:
+    """Move the answered turns that were never stored to the unacknowledged ones.
+
+    The load generator's proxy turns are non-streaming, and a non-streaming answer records its
+    turn *after* the response (``tenure.turn_recording: after_response``): the answer does not
+    acknowledge that the turn is stored. A turn whose recording failed (OpenSearch down) or was
+    cut off (the API killed) is absent for good: a documented window, not a lost extraction, and
+    without this split the verifier would wait its whole drain timeout for turns that cannot
+    appear. Asked after the load stopped, so no recording is still under way; a turn is read by
+    key (real time), so a 404 is final."""
+    async with httpx.AsyncClient(base_url=config.url, timeout=config.request_timeout_s) as client:
+        gate = asyncio.Semaphore(16)
+
+        async def absent(turn: TurnRecord) -> bool:
+            key = fleet.user(turn.user).key
+            for attempt in range(4):
+                with contextlib.suppress(httpx.HTTPError):
+                    async with gate:
+                        got = await client.get(f"/v1/turns/{turn.turn_id}", headers={"Authorization": f"Bearer {key}"})
+                    if got.status_code < 500:
+                        return got.status_code == 404
+                await asyncio.sleep(0.5 * (attempt + 1))
+            return False  # unknown: leave it to the verifier
+
+        flags = await asyncio.gather(*(absent(t) for t in report.acknowledged_turns))
+    unrecorded = [t for t, gone in zip(report.acknowledged_turns, flags, strict=True) if gone]
+    stored = [t for t, gone in zip(report.acknowledged_turns, flags, strict=True) if not gone]
+    split = replace(report, acknowledged_turns=stored, unacknowledged_turns=[*report.unacknowledged_turns, *unrecorded])
+    return split, unrecorded
 
 
-def judge_verification(
-    criteria: Criteria,
-    verification: Verification,
-    turns: dict[str, list[dict[str, Any]]],
-    lost_probe_writes: list[str],
-) -> None:
+def judge_verification(criteria: Criteria, verification: Verification, lost_probe_writes: list[str]) -> None:
     criteria.check(not verification.lost_writes, f"{len(verification.lost_writes)} acknowledged writes lost")
     criteria.check(
         not verification.unrecallable_writes,
         f"{len(verification.unrecallable_writes)} acknowledged writes present but not recallable",
     )
     criteria.check(not lost_probe_writes, f"{len(lost_probe_writes)} acknowledged probe writes lost")
-    stored = turns["stored_not_extracted"]
-    criteria.check(not stored, f"{len(stored)} stored turns never extracted")
+    lost = verification.lost_extractions
+    criteria.check(not lost, f"{len(lost)} acknowledged turns never extracted")
     doubled = len(verification.duplicate_extractions) + len(verification.reapplied_extractions)
     criteria.check(doubled == 0, f"{doubled} extractions applied twice")
     criteria.check(verification.turns_not_drained == 0, f"{verification.turns_not_drained} turns not drained")
     criteria.check(not verification.isolation_leaks, f"{len(verification.isolation_leaks)} isolation leaks")
 
 
-def verification_summary(verification: Verification, turns: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def verification_summary(verification: Verification, unrecorded: int) -> dict[str, Any]:
     data = verification.to_json()
-    data["turns_answered_but_not_recorded"] = len(turns["unrecorded"])
-    data["stored_turns_not_extracted"] = len(turns["stored_not_extracted"])
+    data["turns_answered_but_not_recorded"] = unrecorded
     data["extractions_applied_twice"] = len(verification.duplicate_extractions) + len(
         verification.reapplied_extractions
     )
     return data
+
+
+def drop_indices(settings: Settings) -> None:
+    """The namespace's indices and templates in a shared node (the drill's Redis is its own)."""
+    client = build_client(settings)
+    try:
+        drop_namespace(client, settings.opensearch_namespace, (*ALL_FAMILIES, TURNS, REVIEWS))
+    finally:
+        client.close()
 
 
 def stack_config(root: Path, opensearch_url: str | None = None) -> StackConfig:
@@ -465,13 +554,14 @@ def run_drill(plan: DrillPlan, root: Path, *, opensearch_url: str | None = None)
     if opensearch_url and plan.component == "opensearch":
         raise ValueError("the OpenSearch drill kills its node: it cannot use a shared one")
     started = time.monotonic()
-    with LocalStack(stack_config(root, opensearch_url)) as stack:
-        try:
+    stack = LocalStack(stack_config(root, opensearch_url))
+    try:
+        with stack:
             result = asyncio.run(drive(stack, plan))
             result["stack"] = {"root": str(root), "namespace": stack.config.namespace, "owned": list(stack.owned)}
-        finally:
-            if opensearch_url:  # leave nothing in a node the drill does not own
-                drop_stack_data(stack.settings())
+    finally:
+        if opensearch_url:  # leave nothing in a node the drill does not own (once no process can re-create it)
+            drop_indices(stack.settings())
     result["wall_s"] = round(time.monotonic() - started, 1)
     result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return result
@@ -493,11 +583,13 @@ def format_result(result: dict[str, Any]) -> str:
             f"{op} first {r['first_success_s']} sustained {r['sustained_s']}" for op, r in result["recovery_s"].items()
         ),
         f"in flight at fault: {result['in_flight_at_fault']}",
+        f"extraction queue back to its length at the fault {result['state']['queue_recovered_s']} s after ready; "
+        f"worker: {result['state']['worker_log']}",
     ]
     v = result["verification"]
     lines.append(
         f"verification: writes {v['acknowledged_writes']} acknowledged, {len(v['lost_writes'])} lost; turns "
-        f"{v['acknowledged_turns']} acknowledged, {v['stored_turns_not_extracted']} stored-not-extracted, "
+        f"{v['acknowledged_turns']} acknowledged, {len(v['lost_extractions'])} not extracted, "
         f"{v['turns_answered_but_not_recorded']} answered-not-recorded, {v['extractions_applied_twice']} twice"
     )
     lines += [f"  FAILED: {f}" for f in result["criteria"]["failures"]]
