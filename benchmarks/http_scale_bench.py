@@ -149,24 +149,40 @@ class Tenancy:
     admins: dict[str, str] = field(default_factory=dict)
 
 
-async def _post(client: httpx.AsyncClient, path: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
-    response = await client.post(path, json=body, headers={"Authorization": f"Bearer {key}"})
-    if response.status_code not in (200, 201, 202):
-        raise RuntimeError(f"POST {path}: {response.status_code} {response.text[:300]}")
-    data: dict[str, Any] = response.json()
-    return data
+class AdminClient:
+    """Admin API calls with at most ``concurrency`` in flight (so pooled connections stay busy and
+    never sit idle into uvicorn's keep-alive timeout), retrying a dropped connection once: a
+    create that did land before the drop then answers 409, which counts as done."""
+
+    def __init__(self, client: httpx.AsyncClient, operator: str, concurrency: int):
+        self.client = client
+        self.headers = {"Authorization": f"Bearer {operator}"}
+        self.gate = asyncio.Semaphore(concurrency)
+
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        for attempt in range(2):
+            try:
+                async with self.gate:
+                    response = await self.client.post(path, json=body, headers=self.headers)
+            except httpx.TransportError:
+                if attempt:
+                    raise
+                continue
+            if response.status_code in (200, 201) or (attempt and response.status_code == 409):
+                data: dict[str, Any] = response.json()
+                return data
+            raise RuntimeError(f"POST {path}: {response.status_code} {response.text[:300]}")
+        raise AssertionError("unreachable")
 
 
-async def _provision_tenant(
-    client: httpx.AsyncClient, operator: str, tenant: str, users: list[str], projects: list[str]
-) -> dict[str, str]:
-    await _post(client, "/v1/admin/tenants", operator, {"tenant_id": tenant, "name": tenant})
+async def _provision_tenant(admin: AdminClient, tenant: str, users: list[str], projects: list[str]) -> dict[str, str]:
+    await admin.post("/v1/admin/tenants", {"tenant_id": tenant, "name": tenant})
 
     async def user_and_key(user: str) -> tuple[str, str]:
         roles = ["member", "admin"] if user == users[0] else ["member"]
         base = f"/v1/admin/tenants/{tenant}/users"
-        await _post(client, base, operator, {"user_id": user, "roles": roles, "projects": projects})
-        issued = await _post(client, f"{base}/{user}/keys", operator, {"name": f"bench-{user}"})
+        await admin.post(base, {"user_id": user, "roles": roles, "projects": projects})
+        issued = await admin.post(f"{base}/{user}/keys", {"name": f"bench-{user}"})
         return user, str(issued["key"])
 
     return dict(await asyncio.gather(*(user_and_key(u) for u in users)))
@@ -177,15 +193,16 @@ async def provision(
 ) -> Tenancy:
     """Every tenant with its users (all granted every project) and one key per user, over HTTP."""
     out = Tenancy()
-    gate = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency * 4)
-    async with httpx.AsyncClient(base_url=api_url, timeout=60, limits=limits) as client:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=api_url, timeout=120, limits=limits) as client:
+        admin = AdminClient(client, operator, concurrency)
 
         async def one(tenant: str, users: list[str]) -> None:
-            async with gate:
-                keys = await _provision_tenant(client, operator, tenant, users, projects)
+            keys = await _provision_tenant(admin, tenant, users, projects)
             out.keys.update({(tenant, u): k for u, k in keys.items()})
             out.admins[tenant] = keys[users[0]]
+            if len(out.admins) % 100 == 0:
+                print(f"  {len(out.admins)} tenants provisioned", flush=True)
 
         await asyncio.gather(*(one(t, users) for t, users in tenants.items()))
     return out
@@ -701,7 +718,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--redis-url", help="reuse a running Redis instead of starting one")
     parser.add_argument("--heap", default="4g", help="heap of the OpenSearch node the stack starts")
     parser.add_argument("--api-workers", type=int, default=2)
-    parser.add_argument("--provision-concurrency", type=int, default=64, help="tenants provisioned at once")
+    parser.add_argument("--provision-concurrency", type=int, default=64, help="admin requests in flight")
     parser.add_argument("--importers", type=int, default=4, help="concurrent import clients")
     parser.add_argument("--max-body-bytes", type=int, default=API_DEFAULT_BODY_BYTES, help="per import request")
     parser.add_argument("--queries", type=int, default=2000, help="measured sequential recalls per stage")
@@ -818,7 +835,11 @@ def run_compaction(stack: LocalStack, args: argparse.Namespace, spec: Spec, now:
     n = args.compaction_beliefs
     users = compaction_users(n)
     projects = [f"p{k}" for k in range(spec.projects_per_tenant)]
-    tenancy = asyncio.run(provision(stack.api_url, stack.operator_key(), {"cmp-a": users, "cmp-b": users}, projects, 2))
+    tenancy = asyncio.run(
+        provision(
+            stack.api_url, stack.operator_key(), {"cmp-a": users, "cmp-b": users}, projects, args.provision_concurrency
+        )
+    )
     out: dict[str, Any] = {"beliefs_per_tenant": n, "users": len(users), "dup_fraction": args.dup_fraction}
     limits = (args.max_body_bytes, OPERATOR_BODY_BYTES)
     for tenant in ("cmp-a", "cmp-b"):
