@@ -7,12 +7,13 @@ Called by the ``beliefs.extract`` task with ``(tenant_id, turn_id)``. Idempotent
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 from service.config import MemoryLoopSettings
 from service.domain.belief import utcnow
-from service.errors import Conflict
+from service.errors import Conflict, StoreUnavailable
 from service.extraction.audit import AuditSink
 from service.extraction.flywheel import AliasFlywheel
 from service.extraction.merge import BeliefMerger, MergeContext
@@ -24,6 +25,8 @@ from service.storage.reviews import ReviewStore
 from service.storage.turns import TurnRecord, TurnStore
 
 FINAL = ("done", "skipped", "failed")
+# A store that cannot answer now: worth retrying, and never a reason to give a turn up.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (StoreUnavailable, ConnectionError, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -86,10 +89,32 @@ class ExtractionPipeline:
             except Conflict:
                 continue
 
+    def _release(self, turn: TurnRecord) -> None:
+        """Hand a claim back after a transient store failure: the turn is pending again and the
+        attempt does not count, since ``max_extraction_attempts`` bounds crashes, not outages (an
+        outage that outlasts the task's retries must leave the turn to the sweep, not use up its
+        attempts). Best effort: a store that cannot take this either leaves the turn running,
+        and the sweep finds it just the same."""
+        with contextlib.suppress(*TRANSIENT_ERRORS, Conflict):
+            current, seq, term = self.turns.load(turn.tenant_id, turn.turn_id)
+            if current.extraction_status != "running" or current.attempts != turn.attempts:
+                return  # another delivery moved it on meanwhile
+            current.extraction_status = "pending"
+            current.attempts -= 1
+            self.turns.save(current, seq_no=seq, primary_term=term)
+
     def run(self, tenant_id: str, turn_id: str) -> ExtractionOutcome:
         turn = self._claim(tenant_id, turn_id)
         if turn is None:
             return self._already_final(tenant_id, turn_id)
+        try:
+            return self._extract(turn)
+        except TRANSIENT_ERRORS:
+            self._release(turn)
+            raise
+
+    def _extract(self, turn: TurnRecord) -> ExtractionOutcome:
+        turn_id = turn.turn_id
         if turn.gate == "extraction_off":
             self._finish(turn, "skipped", {"reason": "extraction is switched off for this tenant"})
             return ExtractionOutcome(turn_id, "skipped", {})
@@ -125,7 +150,7 @@ class ExtractionPipeline:
         return ExtractionOutcome(turn_id, "already_final", {}, len(candidates))
 
     def fail(self, tenant_id: str, turn_id: str, error: str) -> None:
-        """Give up on a turn after the last retry (the sweep will not pick it up again)."""
+        """Give up on a turn that cannot be extracted (the sweep will not pick it up again)."""
         turn, _, _ = self.turns.load(tenant_id, turn_id)
         self._finish(turn, "failed", turn.result or {}, error[:2000])
 

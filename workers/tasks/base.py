@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import Task
 
-from service.errors import StoreUnavailable
+from service.extraction.pipeline import TRANSIENT_ERRORS
 
 logger = logging.getLogger("tenure.workers")
 TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -30,7 +30,7 @@ class TenantTask(Task):  # type: ignore[misc]
     acks_late = True
     reject_on_worker_lost = True
     ignore_result = True
-    autoretry_for = (StoreUnavailable, ConnectionError, TimeoutError)
+    autoretry_for = TRANSIENT_ERRORS
     retry_backoff = 2
     retry_backoff_max = 300
     retry_jitter = True

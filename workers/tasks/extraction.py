@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from service.extraction.pipeline import TRANSIENT_ERRORS
 from service.extraction.queue import TASK_ENRICH_ALIASES, TASK_EXTRACT, TASK_SWEEP_TURNS
 from workers import resources
 from workers.celery_app import app
@@ -28,16 +29,22 @@ def _res() -> resources.Resources:
 )
 def extract_turn(self: TenantTask, tenant_id: str, turn_id: str) -> dict[str, Any]:
     """Validate and merge the sidecar of one recorded turn. Idempotent per turn; a turn that is
-    already final is skipped. Transient store failures retry with backoff; after the last retry,
-    or on any other error, the turn is marked ``failed`` with the error."""
+    already final is skipped. Transient store failures retry with backoff; when a store outage
+    outlasts the retries the turn stays unfinished and the sweep enqueues it again once the
+    store is back. Any other error marks the turn ``failed`` with the error."""
     res = _res()
     try:
         outcome = res.pipeline.run(tenant_id, turn_id)
+    except TRANSIENT_ERRORS as exc:
+        if self.request.retries >= (self.max_retries or 0):
+            # Not "failed": that is final, and the sweep only looks at unfinished turns, so an
+            # outage longer than the retries (the jittered backoff can spend them in seconds)
+            # would lose the extraction for good (found by the OpenSearch fault drill).
+            logger.warning("extraction of %s gave up its retries (%s); the sweep will enqueue it again", turn_id, exc)
+        raise
     except Exception as exc:
-        retryable = isinstance(exc, tuple(self.autoretry_for))
-        if not retryable or self.request.retries >= (self.max_retries or 0):
-            # final: record why on the turn (the sweep only picks up pending/running turns)
-            res.pipeline.fail(tenant_id, turn_id, f"{type(exc).__name__}: {exc}")
+        # a bug or unusable data: record why on the turn (the sweep only picks up pending/running turns)
+        res.pipeline.fail(tenant_id, turn_id, f"{type(exc).__name__}: {exc}")
         raise
     if outcome.alias_candidates:
         res.queue.enrich_aliases(tenant_id, turn_id)
