@@ -115,7 +115,7 @@ PLANS: dict[str, DrillPlan] = {
             "worker",
             "SIGKILL the whole Celery worker (main process and prefork pool) while extractions run; "
             "start a new one after the outage. Fewer turns than the default mix: one worker (concurrency 2) "
-            "extracts ~11 turns/s on the shared box, so the backlog comes from the outage alone.",
+            "extracts only a few turns a second on the shared box, and the backlog should come from the outage.",
             mix={"recall": 72, "write": 20, "turn": 8},
             allowed_failures=frozenset(),
             wait_for_running_extraction_s=30.0,
