@@ -219,3 +219,15 @@ def stack(settings: Settings) -> Iterator[Stack]:
         services: Services = app.state.services
         operator = auth(services.provisioning.bootstrap().plaintext)
         yield Stack(settings, api, services, make_team(api, operator), operator)
+
+
+@contextlib.contextmanager
+def stack_and_procs(settings: Settings) -> Iterator[tuple[Stack, list[Proc]]]:
+    """:func:`stack`, plus a list the test adds its worker/beat processes to: all stopped at the end."""
+    procs: list[Proc] = []
+    try:
+        with stack(settings) as st:
+            yield st, procs
+    finally:
+        for p in procs:
+            p.stop()

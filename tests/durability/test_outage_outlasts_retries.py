@@ -15,7 +15,7 @@ from pathlib import Path
 
 from deploy.devstack import Service
 from tests.api.conftest import ok
-from tests.durability.conftest import Proc, make_settings, stack, start_beat, start_worker
+from tests.durability.conftest import make_settings, stack_and_procs, start_beat, start_worker
 from tests.durability.test_crash_recovery import beliefs_named, turn_body, wait_done
 from tests.durability.test_shard_recovery import beliefs_without_primaries
 from tests.memory_loop.conftest import new_belief, sidecar
@@ -25,26 +25,21 @@ def test_a_turn_outlasting_its_retries_is_left_to_the_sweep(
     module_node: Service, own_redis: Service, tmp_path: Path
 ) -> None:
     settings = make_settings(module_node.url, own_redis.url)
-    procs: list[Proc] = []
-    try:
-        with stack(settings) as st:
-            with beliefs_without_primaries(st.client, settings.opensearch_namespace):
-                worker = start_worker(settings, tmp_path / "worker.log", TENURE_CELERY_MAX_RETRIES="1")
-                procs.append(worker)
-                answer = "Noted." + sidecar(new_beliefs=[new_belief("outage_fact", "Outages are sat out.")])
-                posted = ok(st.api.post("/v1/turns", json=turn_body(answer), headers=st.team.h("alice")), 202)
-                turn_id = posted["turn_id"]
-                # the task claimed the turn, failed on the beliefs index, retried once, and gave up
-                worker.wait_log("raised unexpected: StoreUnavailable", timeout=60)
-                turn = st.turn(turn_id)
-                assert turn.extraction_status != "failed", f"a store outage failed the turn for good: {turn.error}"
-                assert (turn.extraction_status, turn.attempts) == ("pending", 0)
-            # only the sweep can bring it back now: the task's message was acknowledged
-            procs.append(start_beat(settings, tmp_path))
-            wait_done(st, turn_id)
-            assert st.turn(turn_id).attempts == 1
-            [belief] = beliefs_named(st, "outage_fact")
-            assert belief["reinforcement_count"] == 0
-    finally:
-        for p in procs:
-            p.stop()
+    with stack_and_procs(settings) as (st, procs):
+        with beliefs_without_primaries(st.client, settings.opensearch_namespace):
+            worker = start_worker(settings, tmp_path / "worker.log", TENURE_CELERY_MAX_RETRIES="1")
+            procs.append(worker)
+            answer = "Noted." + sidecar(new_beliefs=[new_belief("outage_fact", "Outages are sat out.")])
+            posted = ok(st.api.post("/v1/turns", json=turn_body(answer), headers=st.team.h("alice")), 202)
+            turn_id = posted["turn_id"]
+            # the task claimed the turn, failed on the beliefs index, retried once, and gave up
+            worker.wait_log("raised unexpected: StoreUnavailable", timeout=60)
+            turn = st.turn(turn_id)
+            assert turn.extraction_status != "failed", f"a store outage failed the turn for good: {turn.error}"
+            assert (turn.extraction_status, turn.attempts) == ("pending", 0)
+        # only the sweep can bring it back now: the task's message was acknowledged
+        procs.append(start_beat(settings, tmp_path))
+        wait_done(st, turn_id)
+        assert st.turn(turn_id).attempts == 1
+        [belief] = beliefs_named(st, "outage_fact")
+        assert belief["reinforcement_count"] == 0

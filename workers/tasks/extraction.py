@@ -79,8 +79,12 @@ def sweep_turns() -> int:
     res = _res()
     loop = res.settings.loop
     keys = res.turns.stale_keys(older_than_s=loop.sweep_stale_after_s, max_attempts=loop.max_extraction_attempts)
-    for tenant_id, turn_id in keys:
+    # a stale turn whose message still waits in the queue is behind a backlog, not lost
+    waiting = res.queue.waiting_extractions() if keys else set()
+    lost = [key for key in keys if key not in waiting]
+    for tenant_id, turn_id in lost:
         res.queue.extract(tenant_id, turn_id)
     if keys:
-        logger.info("sweep re-enqueued %d turns", len(keys))
-    return len(keys)
+        still_queued = len(keys) - len(lost)
+        logger.info("sweep re-enqueued %d turns (%d stale ones still waiting in the queue)", len(lost), still_queued)
+    return len(lost)
