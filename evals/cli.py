@@ -53,24 +53,15 @@ def _parser() -> argparse.ArgumentParser:
         default=PAPER_DIR,
         help="case set directory (default: the paper's, %(default)s)",
     )
-    p.add_argument(
-        "--name", default=None, help="case set name in the report (default: the directory name)"
-    )
+    p.add_argument("--name", default=None, help="case set name in the report (default: the directory name)")
     p.add_argument(
         "--backends",
         default=None,
-        help=f"comma-separated, from {', '.join(SPECS)} "
-        "(default: bm25 + ablations, + vector if installed)",
+        help=f"comma-separated, from {', '.join(SPECS)} (default: bm25 + ablations, + vector if installed)",
     )
-    p.add_argument(
-        "--out", type=Path, default=None, help="output directory (default: evals/out/<timestamp>/)"
-    )
-    p.add_argument(
-        "--opensearch-url", default=None, help="default: TENURE_OPENSEARCH_URL from the settings"
-    )
-    p.add_argument(
-        "--start-node", action="store_true", help="start a throw-away OpenSearch node for this run"
-    )
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: evals/out/<timestamp>/)")
+    p.add_argument("--opensearch-url", default=None, help="default: TENURE_OPENSEARCH_URL from the settings")
+    p.add_argument("--start-node", action="store_true", help="start a throw-away OpenSearch node for this run")
     p.add_argument("--heap", default="1g", help="heap of the node started by --start-node")
     p.add_argument(
         "--gate",
@@ -79,9 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="BACKEND",
         help="exit non-zero unless BACKEND passes every case (repeatable, or comma-separated)",
     )
-    p.add_argument(
-        "--cache-dir", type=Path, default=None, help="embedding cache of the vector backend"
-    )
+    p.add_argument("--cache-dir", type=Path, default=None, help="embedding cache of the vector backend")
     p.add_argument(
         "--no-warmup",
         dest="warmup",
@@ -163,9 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     gates = _split(args.gate)
     unknown = [n for n in [*names, *gates] if n not in SPECS]
     if unknown:
-        print(
-            f"tenure-eval: unknown backend(s) {unknown}; choose from {list(SPECS)}", file=sys.stderr
-        )
+        print(f"tenure-eval: unknown backend(s) {unknown}; choose from {list(SPECS)}", file=sys.stderr)
         return EXIT_USAGE
     if "vector" in names and not vector_available():
         print(
@@ -178,9 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         if gate not in names:
             names.append(gate)
     if not (args.cases / "beliefs.seed.json").exists():
-        print(
-            f"tenure-eval: {args.cases} is not a case set (no beliefs.seed.json)", file=sys.stderr
-        )
+        print(f"tenure-eval: {args.cases} is not a case set (no beliefs.seed.json)", file=sys.stderr)
         return EXIT_USAGE
     try:
         case_set = load_case_set(args.cases, args.name)
@@ -194,9 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     node: Any = _start_node(args.heap) if args.start_node else None
     base = Settings()
     settings = base.model_copy(
-        update={
-            "opensearch_url": node.url if node else (args.opensearch_url or base.opensearch_url)
-        }
+        update={"opensearch_url": node.url if node else (args.opensearch_url or base.opensearch_url)}
     )
     client = build_client(settings)
     runs: dict[str, BackendRun] = {}
@@ -206,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_progress:
             from tqdm import tqdm
 
-            progress = tqdm(
-                total=case_set.total * len(names), unit="case", file=sys.stderr, dynamic_ncols=True
-            )
+            progress = tqdm(total=case_set.total * len(names), unit="case", file=sys.stderr, dynamic_ncols=True)
         if args.warmup:
             # one unrecorded bm25 pass so the first measured backend does not pay the node's
             # cold start (JIT, caches) in its latency figures

@@ -84,9 +84,7 @@ def _pct(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-def case_rows(
-    run: BackendRun, case_set: CaseSet, categories: dict[str, str]
-) -> list[dict[str, Any]]:
+def case_rows(run: BackendRun, case_set: CaseSet, categories: dict[str, str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     static = {c.case_id: c for c in case_set.static}
     turns = {f"{s.case_id}#{t.index}": (s, t) for s in case_set.sessions for t in s.turns}
@@ -274,8 +272,7 @@ def render_markdown(report: dict[str, Any], charts: dict[str, str]) -> str:
                 _fmt(b["summary"]["mean_precision"]),
                 _fmt(b["summary"]["mean_recall"]),
                 _fmt(b["summary"]["max_drift"]),
-                f"{_fmt(b['summary']['latency_ms']['p50'], 1)} / "
-                f"{_fmt(b['summary']['latency_ms']['p95'], 1)}",
+                f"{_fmt(b['summary']['latency_ms']['p50'], 1)} / {_fmt(b['summary']['latency_ms']['p95'], 1)}",
                 b["description"],
             ]
             for n, b in backends.items()
@@ -319,13 +316,9 @@ def render_markdown(report: dict[str, Any], charts: dict[str, str]) -> str:
             [
                 c,
                 *[
-                    (
-                        lambda s: (
-                            f"{s['passed']}/{s['total']} ({_fmt(s['mean_precision'])})"
-                            if s
-                            else "–"
-                        )
-                    )(backends[n]["summary"]["by_category"].get(c))
+                    (lambda s: f"{s['passed']}/{s['total']} ({_fmt(s['mean_precision'])})" if s else "–")(
+                        backends[n]["summary"]["by_category"].get(c)
+                    )
                     for n in names
                 ],
             ]
@@ -343,10 +336,7 @@ def render_markdown(report: dict[str, Any], charts: dict[str, str]) -> str:
         ]
         lines += _table(
             ["turn", *[f"`{n}`" for n in names]],
-            (
-                [t, *[_fmt(backends[n]["summary"]["drift_by_turn"].get(t)) for n in names]]
-                for t in turns
-            ),
+            ([t, *[_fmt(backends[n]["summary"]["drift_by_turn"].get(t)) for n in names]] for t in turns),
         )
     if charts:
         lines += ["", "## Charts", ""]
@@ -405,10 +395,7 @@ def render_charts(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
     ):
         fig, ax = plt.subplots(figsize=(max(8.0, 1.1 * len(categories) + 2), 5.5))
         for i, n in enumerate(names):
-            values = [
-                (backends[n]["summary"]["by_category"].get(c) or {}).get(metric) or 0.0
-                for c in categories
-            ]
+            values = [(backends[n]["summary"]["by_category"].get(c) or {}).get(metric) or 0.0 for c in categories]
             ax.bar([x + i * width for x in range(len(categories))], values, width, label=n)
         ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(categories))])
         ax.set_xticklabels(categories, rotation=35, ha="right", fontsize=8)
@@ -416,9 +403,7 @@ def render_charts(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
         ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
         ax.set_ylabel(metric.replace("_", " "))
         if metric == "mean_precision":
-            ax.set_xlabel(
-                "no bar: precision undefined (nothing returned in the relevant tier)", fontsize=7
-            )
+            ax.set_xlabel("no bar: precision undefined (nothing returned in the relevant tier)", fontsize=7)
         ax.set_title(f"{title} — {report['case_set']['name']}")
         ax.legend(fontsize=7, ncol=min(len(names), 4), loc="upper center")
         fig.tight_layout()

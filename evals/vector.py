@@ -142,18 +142,12 @@ class VectorStore(BeliefStore):
         """Everything the relevant tier may return: same access filters, live only, no open
         questions or expertise (the BM25 relevant query's filters, with every document matching)."""
         filters = access.access_filters(principal, view)
-        body = queries.relevant_body(
-            filters, "", size=MAX_CANDIDATES, min_score=0.0, clauses=[{"match_all": {}}]
-        )
+        body = queries.relevant_body(filters, "", size=MAX_CANDIDATES, min_score=0.0, clauses=[{"match_all": {}}])
         with translate_errors("read vector candidates"):
-            result = self.client.search(
-                index=self.alias, body=body, routing=access.routing(principal)
-            )
+            result = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
         return [Belief.from_document(h["_source"]) for h in result["hits"]["hits"]]
 
-    def nearest(
-        self, principal: Principal, view: ScopeView, text: str, k: int
-    ) -> list[ScoredBelief]:
+    def nearest(self, principal: Principal, view: ScopeView, text: str, k: int) -> list[ScoredBelief]:
         beliefs = self.candidates(principal, view)
         self.last_candidates = len(beliefs)
         model = load_model()
