@@ -139,6 +139,8 @@ class MemoryLoopSettings(BaseSettings):
     sweep_interval_s: int = Field(60, ge=1)
     sweep_stale_after_s: int = Field(120, ge=1)
     max_extraction_attempts: int = Field(3, ge=1)
+    # proxy turns parked in Redis while OpenSearch was down are stored this often
+    parked_drain_interval_s: int = Field(5, ge=1, le=3600)
 
     def for_tenant(self, tenant_id: str) -> TenantLoopOverride:
         return self.tenants.get(tenant_id) or TenantLoopOverride()

@@ -11,7 +11,13 @@ from celery import Celery
 from kombu import Queue  # type: ignore[attr-defined]
 
 from service.config import Settings, get_settings
-from service.extraction.queue import TASK_DRAIN_RECEIPTS, TASK_PLAN_COMPACTION, TASK_SWEEP_TURNS, queue_names
+from service.extraction.queue import (
+    TASK_DRAIN_PARKED_TURNS,
+    TASK_DRAIN_RECEIPTS,
+    TASK_PLAN_COMPACTION,
+    TASK_SWEEP_TURNS,
+    queue_names,
+)
 
 TASK_MODULES = ["workers.tasks.extraction", "workers.tasks.compaction", "workers.tasks.audit"]
 
@@ -51,6 +57,11 @@ def create_celery(settings: Settings) -> Celery:
                 "task": TASK_SWEEP_TURNS,
                 "schedule": float(settings.loop.sweep_interval_s),
                 "options": {"queue": cheap, "expires": float(settings.loop.sweep_interval_s)},
+            },
+            "parked-turns-drain": {
+                "task": TASK_DRAIN_PARKED_TURNS,
+                "schedule": float(settings.loop.parked_drain_interval_s),
+                "options": {"queue": cheap, "expires": float(settings.loop.parked_drain_interval_s)},
             },
             "receipts-drain": {
                 "task": TASK_DRAIN_RECEIPTS,

@@ -13,6 +13,7 @@ from opensearchpy import OpenSearch
 from service.config import Settings
 from service.extraction.audit import StoreAudit
 from service.extraction.compaction import Compactor, RedisCooldown, llm_from_settings
+from service.extraction.parked_turns import ParkedTurns
 from service.extraction.pipeline import ExtractionPipeline
 from service.extraction.queue import TaskQueue
 from service.recall.receipts import ReceiptOutbox
@@ -33,6 +34,7 @@ class Resources:
     compactor: Compactor
     queue: TaskQueue
     receipts: ReceiptOutbox
+    parked_turns: ParkedTurns
 
     def close(self) -> None:
         self.client.close()
@@ -53,6 +55,7 @@ def build(settings: Settings) -> Resources:
     audit_store = AuditStore(client, ns)
     audit = StoreAudit(audit_store, actor_kind="worker")
     rds = redis.Redis.from_url(settings.redis_url)
+    queue = TaskQueue(settings)
     return Resources(
         settings=settings,
         client=client,
@@ -60,8 +63,9 @@ def build(settings: Settings) -> Resources:
         turns=turns,
         pipeline=ExtractionPipeline(beliefs, turns, reviews, settings.loop, audit),
         compactor=Compactor(beliefs, settings.loop, audit, RedisCooldown(rds), llm_from_settings(settings)),
-        queue=TaskQueue(settings),
+        queue=queue,
         receipts=ReceiptOutbox.from_settings(settings, rds, audit_store),
+        parked_turns=ParkedTurns(rds, turns, queue, settings),
     )
 
 

@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         services = Services.build(config, client, redis_client)
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
-        app.state.memory_loop = MemoryLoop(config, client)
+        app.state.memory_loop = MemoryLoop(config, client, redis_client)
         app.state.memory_loop.ensure_indices()
         try:
             yield

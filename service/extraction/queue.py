@@ -21,6 +21,7 @@ TASK_COMPACT_BUCKET = "beliefs.compact"
 TASK_PLAN_COMPACTION = "beliefs.compact_plan"
 TASK_SWEEP_TURNS = "turns.sweep"
 TASK_DRAIN_RECEIPTS = "audit.drain_receipts"
+TASK_DRAIN_PARKED_TURNS = "turns.drain_parked"
 
 
 def queue_names(settings: Settings) -> tuple[str, str]:
@@ -102,6 +103,9 @@ class TaskQueue:
             if key is not None:
                 waiting.add(key)
         return waiting
+
+    def drain_parked_turns(self) -> None:
+        self._send(TASK_DRAIN_PARKED_TURNS, [], self.cheap)
 
     def close(self) -> None:
         self.app.close()

@@ -22,7 +22,7 @@ from service.api.deps import (
 )
 from service.api.errors import request_id_of
 from service.beliefs.api_service import Actor
-from service.errors import ErrorCode, NotFound, TenureError, Unauthenticated, ValidationFailed
+from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, Unauthenticated, ValidationFailed
 from service.extraction.audit import StoreAudit
 from service.extraction.reviews import Action, ReviewService
 from service.extraction.sidecar import ParseStatus, split_sidecar
@@ -196,9 +196,11 @@ async def post_turn(request: Request, body: TurnIn, actor: CurrentActor) -> Any:
     )
     if body.turn_id:
         ctx.turn_id = body.turn_id
-    recorded = await run_in_threadpool(loop.record, ctx, assistant=split.visible, raw=split.raw, status=split.status)
+    recorded = await run_in_threadpool(
+        loop.record, ctx, assistant=split.visible, raw=split.raw, status=split.status, park_on_outage=False
+    )
     if not recorded:
-        raise TenureError("the turn could not be recorded; retry later", code=ErrorCode.STORE_UNAVAILABLE)
+        raise StoreUnavailable("the turn could not be recorded; retry later")
     turn = await run_in_threadpool(loop.turns.get, principal, ctx.turn_id)
     headers = {WARNING_HEADER: gate.warning} if gate.warning else {}
     visible = split.visible if split.status is not ParseStatus.MISSING else body.assistant_message

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+import redis
 from opensearchpy import OpenSearch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
@@ -24,7 +25,8 @@ from starlette.concurrency import run_in_threadpool
 from service.beliefs.api_service import Actor
 from service.config import Settings
 from service.domain import scopes as scope_rules
-from service.errors import ValidationFailed
+from service.errors import StoreUnavailable, ValidationFailed
+from service.extraction.parked_turns import ParkedTurns
 from service.extraction.queue import TaskQueue
 from service.extraction.sidecar import ParseStatus, StreamStripper, split_sidecar
 from service.extraction.tiers import GateDecision, TierGate
@@ -156,12 +158,13 @@ class TurnContext:
 class MemoryLoop:
     """What the proxy routes share (built once in the app lifespan)."""
 
-    def __init__(self, settings: Settings, client: OpenSearch):
+    def __init__(self, settings: Settings, client: OpenSearch, rds: redis.Redis[bytes]):
         ns = settings.opensearch_namespace
         self.settings = settings
         self.turns = TurnStore(client, ns)
         self.reviews = ReviewStore(client, ns)
         self.queue = TaskQueue(settings)
+        self.parked = ParkedTurns(rds, self.turns, self.queue, settings)
         self.upstream = Upstream(settings.loop)
         self.gate = TierGate(settings.loop.tier_families, strict=settings.loop.strict_model_tiers)
         self.client = client
@@ -182,9 +185,13 @@ class MemoryLoop:
 
     # ------------------------------------------------------------------ turn recording
 
-    def record(self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus) -> bool:
+    def record(
+        self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus, park_on_outage: bool = True
+    ) -> bool:
         """Durably record the turn, then enqueue its extraction. False when it could not be
-        recorded (the answer still goes out; the turn is reported as degraded)."""
+        recorded (the answer still goes out; the turn is reported as degraded). With
+        ``park_on_outage`` (the proxy: nobody is left to retry) an OpenSearch outage parks the
+        turn in Redis; ``POST /v1/turns`` answers 503 instead and its caller retries."""
         extract = ctx.gate.extract and status is not ParseStatus.MISSING
         turn = TurnRecord(
             tenant_id=ctx.actor.principal.tenant_id,
@@ -204,12 +211,14 @@ class MemoryLoop:
             injected_ids=ctx.injected_ids,
             extraction_status="pending" if extract else "skipped",
         )
-        return self.store_and_enqueue(turn, ctx.degraded)
+        return self.store_and_enqueue(turn, ctx.degraded, park_on_outage=park_on_outage)
 
-    def store_and_enqueue(self, turn: TurnRecord, degraded: list[str]) -> bool:
+    def store_and_enqueue(self, turn: TurnRecord, degraded: list[str], *, park_on_outage: bool) -> bool:
         try:
             self.turns.create(turn)
         except Exception as exc:
+            if park_on_outage and isinstance(exc, StoreUnavailable):
+                return self._park(turn, degraded, exc)
             log.warning("turn %s not recorded: %s", turn.turn_id, exc)
             degraded.append("turn not recorded: store unavailable")
             return False
@@ -220,6 +229,16 @@ class MemoryLoop:
                 log.warning("extraction of %s not enqueued (sweep will retry): %s", turn.turn_id, exc)
                 degraded.append("extraction delayed: queue unavailable")
         return True
+
+    def _park(self, turn: TurnRecord, degraded: list[str], exc: StoreUnavailable) -> bool:
+        """OpenSearch is down: keep the turn in Redis; the beat stores and extracts it later."""
+        if self.parked.park(turn):
+            log.warning("turn %s parked in Redis until OpenSearch is back: %s", turn.turn_id, exc.message)
+            degraded.append("turn parked: stored and extracted once the store is back")
+            return True
+        log.warning("turn %s not recorded (OpenSearch and Redis both unavailable): %s", turn.turn_id, exc.message)
+        degraded.append("turn not recorded: store unavailable")
+        return False
 
 
 class ChatProxy:

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from service.extraction.pipeline import TRANSIENT_ERRORS
-from service.extraction.queue import TASK_ENRICH_ALIASES, TASK_EXTRACT, TASK_SWEEP_TURNS
+from service.extraction.queue import TASK_DRAIN_PARKED_TURNS, TASK_ENRICH_ALIASES, TASK_EXTRACT, TASK_SWEEP_TURNS
 from workers import resources
 from workers.celery_app import app
 from workers.tasks.base import TenantTask
@@ -88,3 +88,15 @@ def sweep_turns() -> int:
         still_queued = len(keys) - len(lost)
         logger.info("sweep re-enqueued %d turns (%d stale ones still waiting in the queue)", len(lost), still_queued)
     return len(lost)
+
+
+@app.task(  # type: ignore[untyped-decorator]
+    base=_Sweep,
+    name=TASK_DRAIN_PARKED_TURNS,
+    soft_time_limit=_limits.cheap_soft_time_limit_s,
+    time_limit=_limits.cheap_time_limit_s,
+    max_retries=0,  # the next beat tick is the retry
+)
+def drain_parked_turns() -> int:
+    """Beat: store the proxy turns parked in Redis during an OpenSearch outage, then extract them."""
+    return _res().parked_turns.drain()

@@ -1,0 +1,52 @@
+"""Proxy turns parked in Redis while OpenSearch is down (``service/outbox.py``).
+
+The proxy answers first and records the turn after (non-streaming) or just before its final chunk
+(streaming). If OpenSearch cannot take the turn at that moment, the answer has still gone out:
+its memory (the sidecar) must not be lost with it. The turn is parked in a Redis outbox instead,
+and the ``turns.drain_parked`` beat task stores it and enqueues its extraction once OpenSearch is
+back. Storing is idempotent (``op_type=create`` on the turn id; a 409 means an earlier drain
+stored it), and the extraction is too, so a drain that dies half-way and runs again applies
+nothing twice. Only when Redis is unreachable as well is the turn lost, which is reported to the
+client (``extraction: not_recorded``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import redis
+
+from service.config import Settings
+from service.errors import Conflict
+from service.extraction.queue import TaskQueue
+from service.outbox import RedisOutbox
+from service.storage.turns import TurnRecord, TurnStore
+
+# Parked turns carry whole messages (up to loop.max_turn_message_chars each): a modest cap.
+MAX_PARKED_TURNS = 50_000
+
+
+class ParkedTurns:
+    def __init__(self, rds: redis.Redis[bytes], turns: TurnStore, queue: TaskQueue, settings: Settings):
+        self.turns = turns
+        self.queue = queue
+        key = f"{settings.opensearch_namespace}:turns:parked"
+        self.outbox = RedisOutbox(rds, key, TurnRecord, max_pending=MAX_PARKED_TURNS)
+
+    def park(self, turn: TurnRecord) -> bool:
+        """True when the turn is safe in Redis; False when Redis cannot take it either."""
+        try:
+            return self.outbox.put(turn)
+        except redis.RedisError:
+            return False
+
+    def drain(self) -> int:
+        return self.outbox.drain(self._store_and_enqueue, batch=100)
+
+    def _store_and_enqueue(self, turns: list[TurnRecord]) -> None:
+        for turn in turns:
+            # Conflict: stored by an earlier drain that died before deleting its batch
+            with contextlib.suppress(Conflict):
+                self.turns.create(turn)
+            if turn.extraction_status == "pending":
+                self.queue.extract(turn.tenant_id, turn.turn_id)

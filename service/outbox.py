@@ -1,0 +1,85 @@
+"""A Redis stream of records waiting to be written to OpenSearch (the transactional-outbox shape).
+
+Two users: injection receipts (``service/recall/receipts.py``: every recall, so no fsync on the
+recall path) and proxy turns that could not be recorded because OpenSearch was down
+(``service/proxy/service.py``: the answer went out, its memory must not be lost).
+
+Durability is the broker's: Redis writes its append-only file before it replies, so a killed
+redis-server, API or worker process loses no acknowledged record; only a machine crash can lose
+the last second (``appendfsync everysec``), the same bound as an enqueued Celery task. Draining is
+at-least-once: a drain that dies between delivering a batch and deleting it from the stream
+delivers it again, so every ``deliver`` must be idempotent (records keep their ids and are
+created with ``op_type=create``; a 409 means "already there").
+
+The stream is capped (``max_pending``): :meth:`RedisOutbox.put` refuses beyond it, and the caller
+writes directly instead. Nothing is ever trimmed or dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+import orjson
+import redis
+from pydantic import BaseModel, ValidationError
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+# XADD only while the stream is under its cap; one round trip either way.
+_ADD_UNDER_CAP = """
+if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[2]) then return false end
+return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
+"""
+
+
+class RedisOutbox(Generic[M]):
+    def __init__(self, rds: redis.Redis[bytes], key: str, model: type[M], *, max_pending: int):
+        self.redis = rds
+        self.key = key
+        self.dead_key = f"{key}:unreadable"
+        self.model = model
+        self.max_pending = max_pending
+        self._add = rds.register_script(_ADD_UNDER_CAP)
+
+    def put(self, record: M) -> bool:
+        """Append durably; False when the stream is full. Raises ``redis.RedisError`` when Redis
+        cannot take it: the caller then writes the record directly."""
+        payload = orjson.dumps(record.model_dump(mode="json", exclude_none=True))
+        if self._add(keys=[self.key], args=[payload, self.max_pending]) is not None:
+            return True
+        log.warning("outbox %s is full (%d pending)", self.key, self.max_pending)
+        return False
+
+    def pending(self) -> int:
+        return int(self.redis.xlen(self.key))
+
+    def drain(self, deliver: Callable[[list[M]], None], *, batch: int = 500) -> int:
+        """Deliver every pending record, batch by batch, deleting each batch once delivered.
+        Whatever ``deliver`` raises stops the drain with the batch still pending."""
+        moved = 0
+        while True:
+            entries = self.redis.xrange(self.key, count=batch)
+            if not entries:
+                return moved
+            records = self._decode(entries)
+            if records:
+                deliver(records)
+            self.redis.xdel(self.key, *[entry_id for entry_id, _ in entries])
+            moved += len(records)
+            if len(entries) < batch:
+                return moved
+
+    def _decode(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[M]:
+        records: list[M] = []
+        for entry_id, fields in entries:
+            try:
+                records.append(self.model.model_validate_json(fields[b"e"]))
+            except (KeyError, ValidationError) as exc:
+                # kept aside, not dropped: an operator can inspect it; it must not block the rest
+                log.error("unreadable outbox entry %s moved to %s: %s", entry_id, self.dead_key, exc)
+                self.redis.xadd(self.dead_key, fields)  # type: ignore[arg-type]
+        return records
