@@ -449,7 +449,7 @@ def profile_workers(
     stack: LocalStack, seconds: int, tag: str, within: str, drive: Callable[[], Any], *, idle: bool
 ) -> dict[str, Any]:
     """Record every API worker while ``drive()`` runs; keep the worker that served the requests."""
-    runs = {pid: RESULTS / f"ops-profile-{tag}-{pid}.txt" for pid in api_worker_pids(stack)}
+    runs = {pid: RESULTS / f"{tag}-{pid}.txt" for pid in api_worker_pids(stack)}
     procs = {pid: start_py_spy(pid, seconds, out, idle=idle) for pid, out in runs.items()}
     time.sleep(1.0)  # py-spy attaches
     driven = drive()
@@ -463,7 +463,7 @@ def profile_workers(
     for pid, out in runs.items():
         if pid != busiest:
             out.unlink(missing_ok=True)
-    final = RESULTS / f"ops-profile-{tag}.txt"
+    final = RESULTS / f"{tag}.txt"
     runs[busiest].replace(final)
     return {"pid": busiest, "file": str(final.relative_to(REPO)), "idle": idle, "driven": driven, **summaries[busiest]}
 
@@ -794,11 +794,12 @@ def index_stats(stack: LocalStack) -> dict[str, Any]:
 
 
 def run_profiles(
-    stack: LocalStack, args: argparse.Namespace, tenancy: Tenancy, loaded: int, spec: Spec, now: datetime
+    stack: LocalStack, args: argparse.Namespace, tenancy: Tenancy, loaded: int, spec: Spec, now: datetime, prefix: str
 ) -> dict[str, Any]:
     """Separate runs after the measured ones, so py-spy's sampling does not skew the figures:
     wall-clock (``--idle``) and CPU profiles of the worker serving sequential recalls, the cost of
-    one receipt write on its own, and a wall-clock profile of small per-tenant imports."""
+    one receipt write on its own, and a wall-clock profile of small per-tenant imports. Profiles
+    are saved as ``results/<prefix>-<what>.txt``."""
     queries = draw_queries(20_000, loaded, spec, now, seed=loaded + 1)
 
     def drive_recalls() -> dict[str, Any]:
@@ -821,11 +822,11 @@ def run_profiles(
     seconds = args.profile_s
     return {
         # wall clock of the recall service call (threadpool thread): recall, receipt, rendering
-        "recall_wall": profile_workers(stack, seconds, "recall-wall", RECALL_FRAME, drive_recalls, idle=True),
+        "recall_wall": profile_workers(stack, seconds, f"{prefix}-recall-wall", RECALL_FRAME, drive_recalls, idle=True),
         # CPU of the whole worker: event loop (HTTP, auth, JSON) and the threadpool
-        "recall_cpu": profile_workers(stack, seconds, "recall-cpu", "", drive_recalls, idle=False),
+        "recall_cpu": profile_workers(stack, seconds, f"{prefix}-recall-cpu", "", drive_recalls, idle=False),
         "receipt_probe": receipt_probe(stack.opensearch_url, stack.config.namespace, 300),
-        "import_wall": profile_workers(stack, seconds, "import-wall", IMPORT_FRAME, drive_imports, idle=True),
+        "import_wall": profile_workers(stack, seconds, f"{prefix}-import-wall", IMPORT_FRAME, drive_imports, idle=True),
     }
 
 
@@ -901,7 +902,7 @@ def main(argv: list[str] | None = None) -> int:
             report.save()
         if args.profile_s:
             print("profiling the API worker (py-spy) ...", flush=True)
-            data["profiles"] = run_profiles(stack, args, tenancy, loaded, spec, now)
+            data["profiles"] = run_profiles(stack, args, tenancy, loaded, spec, now, f"{report.path.stem}-profile")
             report.save()
         if args.compaction_beliefs:
             print(f"compaction: two tenants of {args.compaction_beliefs:,} beliefs ...", flush=True)
