@@ -240,7 +240,7 @@ class BeliefService:
             if belief.id in seen:
                 raise ValidationFailed(f"duplicate id {belief.id!r} in the import")
             seen.add(belief.id)
-        result = self.store.put_many(beliefs, create_only=True, refresh="true")
+        result = self.store.put_many(beliefs, create_only=True, refresh=self.refresh)
         report = ImportReport(imported=result.written)
         for belief_id, reason in result.failed.items():
             code = "conflict" if "already exists" in reason or "version_conflict" in reason else "rejected"

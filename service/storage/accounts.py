@@ -64,8 +64,7 @@ class AccountStore:
         found = get_routed(self.client, index=self.alias, doc_id=doc_id, routing=routing, action=f"read {what}")
         if found is None:
             raise NotFound(f"{what} not found")
-        source = {k: v for k, v in found["_source"].items() if k != "kind"}
-        return model.model_validate(source), int(found["_seq_no"]), int(found["_primary_term"])
+        return _record(model, found["_source"]), int(found["_seq_no"]), int(found["_primary_term"])
 
     def _replace(
         self,
@@ -129,6 +128,19 @@ class AccountStore:
                     return False
                 raise
         return any(d.get("found") and d.get("_source", {}).get("disabled") is True for d in found)
+
+    def owner_records(self, tenant_id: str, user_id: str) -> tuple[UserRecord, TenantRecord]:
+        """A user and its tenant in one real-time ``mget`` (both share the tenant's routing);
+        NotFound when either is missing."""
+        docs = [
+            {"_id": _user_doc(tenant_id, user_id), "routing": tenant_id},
+            {"_id": _tenant_doc(tenant_id), "routing": tenant_id},
+        ]
+        with translate_errors("read an account"):
+            user_doc, tenant_doc = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
+        if not user_doc.get("found") or not tenant_doc.get("found"):
+            raise NotFound(f"user {user_id!r} of tenant {tenant_id!r} not found")
+        return _record(UserRecord, user_doc["_source"]), _record(TenantRecord, tenant_doc["_source"])
 
     # ----------------------------------------------------------------- users
 
@@ -224,3 +236,8 @@ class AccountStore:
             hits = self.client.search(index=self.alias, body=body, routing=routing)["hits"]["hits"]
         records = [model.model_validate({k: v for k, v in h["_source"].items() if k != "kind"}) for h in hits]
         return records, (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
+
+
+def _record(model: type[R], source: dict[str, Any]) -> R:
+    """A stored account document as its record (the ``kind`` discriminator is storage-only)."""
+    return model.model_validate({k: v for k, v in source.items() if k != "kind"})

@@ -109,7 +109,7 @@ class AuditStore:
                 actions,
                 chunk_size=500,
                 raise_on_error=False,
-                refresh="wait_for" if refresh else "false",
+                refresh="true" if refresh else "false",  # admin reads: rare, must see it now
             )
         failed = [e for e in errors if isinstance(e, dict) and _status(e) != 409]
         if failed:

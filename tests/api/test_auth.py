@@ -147,6 +147,9 @@ def test_api_key_is_prefixed_hashed_and_tracks_last_use(client: TestClient, team
     record = services.accounts.get_key(key_id)
     assert key not in json.dumps(record.model_dump(mode="json"))  # only the hash is stored
     assert ok(client.get("/v1/whoami", headers=auth(key)))["credential_id"] == key_id
+    deadline = time.monotonic() + 10  # written off the request path, by a background thread
+    while services.accounts.get_key(key_id).last_used_at is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert services.accounts.get_key(key_id).last_used_at is not None
 
 
