@@ -61,14 +61,16 @@ class StackConfig:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
+def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``check`` until it returns something truthy (returned); AssertionError on timeout, so a
+    test that waits in vain fails like any other assertion."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(0.1)
-    raise RuntimeError(f"{what} not met within {timeout_s:.0f}s")
+    raise AssertionError(f"{what} not met within {timeout:.0f}s")
 
 
 class _Process:

@@ -15,9 +15,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
 from deploy.devstack import Service, start_opensearch, start_redis
+from deploy.localstack import wait_until
 from service.api.state import Services
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 from service.storage.client import build_client
@@ -47,16 +47,6 @@ def kill9(proc: subprocess.Popen[Any]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met within {timeout:.0f}s")
 
 
 @pytest.fixture(scope="module")
