@@ -54,6 +54,13 @@ class RedisOutbox(Generic[M]):
         log.warning("outbox %s is full (%d pending)", self.key, self.max_pending)
         return False
 
+    def set_aside(self, record: M, reason: str) -> None:
+        """Keep a record its destination refuses for good (not retryable) out of the way of the
+        rest, for an operator to inspect: never dropped, never blocking."""
+        log.error("outbox %s: record set aside in %s: %s", self.key, self.dead_key, reason)
+        payload = orjson.dumps(record.model_dump(mode="json", exclude_none=True))
+        self.redis.xadd(self.dead_key, {"e": payload, "reason": reason.encode()[:2000]})
+
     def pending(self) -> int:
         return int(self.redis.xlen(self.key))
 

@@ -12,12 +12,10 @@ client (``extraction: not_recorded``).
 
 from __future__ import annotations
 
-import contextlib
-
 import redis
 
 from service.config import Settings
-from service.errors import Conflict
+from service.errors import Conflict, ValidationFailed
 from service.extraction.queue import TaskQueue
 from service.outbox import RedisOutbox
 from service.storage.turns import TurnRecord, TurnStore
@@ -45,8 +43,12 @@ class ParkedTurns:
 
     def _store_and_enqueue(self, turns: list[TurnRecord]) -> None:
         for turn in turns:
-            # Conflict: stored by an earlier drain that died before deleting its batch
-            with contextlib.suppress(Conflict):
+            try:
                 self.turns.create(turn)
+            except Conflict:
+                pass  # stored by an earlier drain that died before deleting its batch
+            except ValidationFailed as exc:  # refused for good: retrying cannot help
+                self.outbox.set_aside(turn, exc.message)
+                continue
             if turn.extraction_status == "pending":
                 self.queue.extract(turn.tenant_id, turn.turn_id)

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from deploy.devstack import free_port
 from service.api.state import Services
 from service.domain.principal import Principal, Role
+from service.outbox import RedisOutbox
 from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditEvent, AuditQuery
 from tests.api.conftest import Team, belief_body, ok
@@ -109,5 +110,19 @@ def test_an_unreadable_entry_is_set_aside_not_dropped_and_does_not_block_the_res
         assert outbox.drain(refresh=True) == 1
         assert outbox.pending() == 0 and services.redis.xlen(outbox.dead_key) == 1
         assert len(_indexed(services, team, session_id)) == 1
+    finally:
+        services.redis.delete(outbox.key, outbox.dead_key)
+
+
+def test_a_record_refused_for_good_is_set_aside_with_its_reason_not_dropped(
+    team: Team, services: Services, session_id: str
+) -> None:
+    outbox = RedisOutbox(services.redis, f"aside-{uuid.uuid4().hex[:6]}", AuditEvent, max_pending=10)
+    event = _event(team.tenant, session_id)
+    try:
+        outbox.set_aside(event, "mapper_parsing_exception")
+        [(_, fields)] = services.redis.xrange(outbox.dead_key)
+        assert AuditEvent.model_validate_json(fields[b"e"]).event_id == event.event_id
+        assert fields[b"reason"] == b"mapper_parsing_exception" and outbox.pending() == 0
     finally:
         services.redis.delete(outbox.key, outbox.dead_key)
