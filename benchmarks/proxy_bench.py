@@ -39,6 +39,7 @@ import redis
 from pydantic import SecretStr
 
 from deploy.devstack import free_port, start_opensearch, start_redis
+from deploy.localstack import celery_worker_args
 from evals.cases import paper_case_set
 from evals.runner import load_corpus
 from service.api.state import Services
@@ -266,23 +267,7 @@ def throughput(args: argparse.Namespace, settings: Settings, tenant: str) -> dic
         queue.extract(tenant, turn_id)
     log = tempfile.NamedTemporaryFile("w", suffix=".log", delete=False)  # noqa: SIM115
     worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers.celery_app",
-            "worker",
-            "-Q",
-            f"{settings.celery.queue_prefix}.heavy,{settings.celery.queue_prefix}.cheap",
-            "--pool=prefork",
-            "--concurrency=1",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            "WARNING",
-        ],
+        [sys.executable, "-m", *celery_worker_args(settings.celery.queue_prefix, name="bench", loglevel="WARNING")],
         cwd=REPO,
         env=env,
         stdout=log,

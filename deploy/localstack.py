@@ -61,6 +61,18 @@ class StackConfig:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def celery_worker_args(
+    queue_prefix: str, *, concurrency: int = 1, name: str = "tenure", loglevel: str = "INFO"
+) -> list[str]:
+    """``python -m`` arguments of a Celery worker on both of a deployment's queues, as the stack,
+    the tests and the benchmarks run it (prefork, no gossip/mingle/heartbeat chatter)."""
+    return [
+        "celery", "-A", "workers.celery_app", "worker", "-Q", f"{queue_prefix}.heavy,{queue_prefix}.cheap",
+        "--pool=prefork", f"--concurrency={concurrency}", "--without-gossip", "--without-mingle",
+        "--without-heartbeat", "-l", loglevel, "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h",
+    ]  # fmt: skip
+
+
 def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     """Poll ``check`` until it returns something truthy (returned); AssertionError on timeout, so a
     test that waits in vain fails like any other assertion."""
@@ -257,11 +269,7 @@ class LocalStack:
                 "--log-level", "warning", "--no-access-log",
             ]  # fmt: skip
         if name == "worker":
-            return [
-                "celery", "-A", "workers.celery_app", "worker", "-Q", f"{ns}.heavy,{ns}.cheap",
-                "--pool=prefork", f"--concurrency={self.config.worker_concurrency}", "--without-gossip",
-                "--without-mingle", "-l", "INFO", "-n", f"stack-{uuid.uuid4().hex[:6]}@%h",
-            ]  # fmt: skip
+            return celery_worker_args(ns, concurrency=self.config.worker_concurrency, name="stack")
         return ["celery", "-A", "workers.celery_app", "beat", "-s", str(self.root / "beat-schedule"), "-l", "INFO"]
 
     def _wait_ready(self, name: str) -> None:

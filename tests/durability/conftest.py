@@ -28,7 +28,7 @@ from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
 from deploy.devstack import Service, start_opensearch, start_redis
-from deploy.localstack import wait_until
+from deploy.localstack import celery_worker_args, wait_until
 from service.api.state import Services
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 from service.storage.client import build_client
@@ -147,16 +147,7 @@ class Proc:
 
 
 def start_worker(settings: Settings, log_path: Path, **env: str) -> Proc:
-    cheap, heavy = f"{settings.celery.queue_prefix}.cheap", f"{settings.celery.queue_prefix}.heavy"
-    proc = Proc(
-        [
-            "celery", "-A", "workers.celery_app", "worker", "-Q", f"{heavy},{cheap}",
-            "--pool=prefork", "--concurrency=1", "--without-gossip", "--without-mingle",
-            "--without-heartbeat", "-l", "INFO", "-n", f"crash-{uuid.uuid4().hex[:6]}@%h",
-        ],
-        process_env(settings, **env),
-        log_path,
-    )  # fmt: skip
+    proc = Proc(celery_worker_args(settings.celery.queue_prefix, name="crash"), process_env(settings, **env), log_path)
     proc.wait_log("ready.")
     return proc
 

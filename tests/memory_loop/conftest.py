@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
+from deploy.localstack import celery_worker_args
 from loadtest.scripted_llm import ScriptedLLM
 from service.api.state import Services
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
@@ -152,32 +153,10 @@ def worker_env(settings: Settings) -> dict[str, str]:
 
 class WorkerProcess:
     def __init__(self, settings: Settings, log_path: Path):
-        cheap, heavy = (
-            f"{settings.celery.queue_prefix}.cheap",
-            f"{settings.celery.queue_prefix}.heavy",
-        )
         self.log_path = log_path
         self.log = log_path.open("w")
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "workers.celery_app",
-                "worker",
-                "-Q",
-                f"{heavy},{cheap}",
-                "--pool=prefork",
-                "--concurrency=1",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-l",
-                "INFO",
-                "-n",
-                f"test-{uuid.uuid4().hex[:6]}@%h",
-            ],
+            [sys.executable, "-m", *celery_worker_args(settings.celery.queue_prefix, name="test")],
             cwd=REPO,
             env=worker_env(settings),
             stdout=self.log,
