@@ -58,10 +58,64 @@ def test_tenant_in_a_record_is_ignored_in_favour_of_the_callers() -> None:
         ("redisCache", "redis_cache"),
         ("  ci-pipeline ", "ci_pipeline"),
         ("MongoDB__raw", "mongo_db_raw"),
+        ("HTTPServer v2", "httpserver_v2"),
+        ("k8sCluster", "k8s_cluster"),
+        # any script: NFKC, lower-cased, Latin snake_cased, CJK kept as written
+        ("テスト方針", "テスト方針"),
+        ("数据库选型", "数据库选型"),
+        ("Größenlimit", "größenlimit"),
+        ("Überwachung", "überwachung"),
+        ("configuración regional", "configuración_regional"),
+        ("configuraciónRegional", "configuración_regional"),
+        ("ＡＰＩ　Ｇａｔｅｗａｙ", "api_gateway"),
+        ("ｻｰﾊﾞｰ設定", "サーバー設定"),
+        ("Cafe\u0301 au lait", "café_au_lait"),
+        ("テスト・方針", "テスト_方針"),
+        ("데이터베이스 선택", "데이터베이스_선택"),
+        ("हिन्दी नाम", "हिन्दी_नाम"),
     ],
 )
 def test_canonical_names_become_snake_case(raw: str, expected: str) -> None:
     assert normalize_canonical_name(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw", ["Redis Cache", "テスト・方針", "Größenlimit", "İstanbul Ofisi", "ǅungla", "ＡＰＩ", "Cafe\u0301", "ﬁle"]
+)
+def test_normalising_a_canonical_name_twice_changes_nothing(raw: str) -> None:
+    once = normalize_canonical_name(raw)
+    assert normalize_canonical_name(once) == once
+
+
+def test_every_english_name_of_the_paper_keeps_its_exact_form() -> None:
+    for record in SEED:
+        assert normalize_canonical_name(record["canonical_name"]) == record["canonical_name"]
+
+
+def test_cjk_and_accented_names_and_aliases_are_accepted_as_written() -> None:
+    belief = Belief.model_validate(
+        base(canonical_name="テスト方針", aliases=["セッションストア", "ＲＥＤＩＳ", "Überwachung", "ｻｰﾊﾞｰ"])
+    )
+    assert belief.canonical_name == "テスト方針"
+    assert belief.aliases == ["セッションストア", "redis", "überwachung", "サーバー"]
+
+
+def test_name_length_is_checked_on_the_normalised_value() -> None:
+    # 120 ideographs are within the limit; "a - " * 40 is 160 raw characters but 79 normalised
+    assert Belief.model_validate(base(canonical_name="数" * 120)).canonical_name == "数" * 120
+    assert Belief.model_validate(base(canonical_name="a - " * 40)).canonical_name == "_".join("a" * 40)
+    assert any(
+        loc == "canonical_name" and "once normalised" in msg for loc, msg in errors_of(canonical_name="数" * 121)
+    )
+    # NFKC expands U+FDFA to 18 characters: 7 of them are 126 once normalised
+    assert any(loc == "canonical_name" for loc, _ in errors_of(canonical_name="\ufdfa" * 7))
+
+
+def test_alias_length_is_checked_on_the_normalised_value() -> None:
+    # runs of (full-width) spaces collapse: 152 raw characters, 3 normalised
+    assert Belief.model_validate(base(aliases=["ｘ" + "\u3000 " * 75 + "y"])).aliases == ["x y"]
+    too_long = errors_of(aliases=["設" * 101])
+    assert any(loc == "aliases" and "longer than 100" in msg and "設" in msg for loc, msg in too_long), too_long
 
 
 def test_aliases_are_normalised_and_deduplicated() -> None:
@@ -78,6 +132,7 @@ def test_aliases_are_normalised_and_deduplicated() -> None:
         ({"scope": []}, "scope", "at least 1"),
         ({"aliases": [f"a{i}" for i in range(26)]}, "aliases", "at most 25 aliases"),
         ({"canonical_name": "!!!"}, "canonical_name", "at least one letter or digit"),
+        ({"canonical_name": "・・　！"}, "canonical_name", "at least one letter or digit"),
         ({"content": ""}, "content", "at least 1 character"),
         ({"type": "entity", "subtype": "style"}, "", "subtype"),
         ({"type": "relation"}, "", "at least two participants"),

@@ -20,7 +20,6 @@ from service.beliefs.service import add_aliases, merge_aliases, mutate
 from service.domain import scopes as scope_rules
 from service.domain.belief import (
     MAX_CONTENT_CHARS,
-    MAX_NAME_CHARS,
     MAX_WHY_CHARS,
     Belief,
     BeliefId,
@@ -64,7 +63,8 @@ class BeliefCreate(BaseModel):
     id: BeliefId | None = None
     type: BeliefType
     subtype: Subtype | None = None
-    canonical_name: str = Field(..., min_length=1, max_length=MAX_NAME_CHARS)
+    # Emptiness and length are checked on the normalised name by the Belief model.
+    canonical_name: str
     aliases: list[str] = Field(default_factory=list, max_length=25)
     content: str = Field(..., min_length=1, max_length=MAX_CONTENT_CHARS)
     why_it_matters: str = Field("", max_length=MAX_WHY_CHARS)
@@ -86,7 +86,7 @@ class SupersedeIn(BaseModel):
 
     id: BeliefId | None = None
     content: str = Field(..., min_length=1, max_length=MAX_CONTENT_CHARS)
-    canonical_name: str | None = Field(None, min_length=1, max_length=MAX_NAME_CHARS)
+    canonical_name: str | None = Field(None, min_length=1)
     why_it_matters: str | None = Field(None, max_length=MAX_WHY_CHARS)
     aliases: list[str] = Field(default_factory=list, max_length=25)
     confidence: float | None = Field(None, ge=0.0, le=1.0)

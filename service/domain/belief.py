@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 import uuid
 from datetime import UTC, datetime
 from enum import Enum
@@ -24,6 +25,7 @@ from pydantic import (
 )
 
 from service.domain import scopes as scope_rules
+from service.domain.text import clip
 
 MAX_ALIASES = 25
 MAX_ALIAS_CHARS = 100
@@ -78,21 +80,45 @@ def new_belief_id() -> str:
     return f"b-{uuid.uuid4().hex}"
 
 
-_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_NON_WORD = re.compile(r"[^a-z0-9]+")
+def _is_word_char(char: str) -> bool:
+    """A letter or digit of any script, or a combining mark that belongs to one (Devanagari vowel
+    signs, a decomposed accent NFKC could not compose)."""
+    return char.isalnum() or unicodedata.category(char).startswith("M")
+
+
+def _is_camel_boundary(before: str, after: str) -> bool:
+    """``redisCache``, ``k8sCluster``, ``configuraciónRegional``: a lower-case letter or digit
+    followed by an upper-case one starts a new word (any cased script, not only ASCII)."""
+    return (before.islower() or before.isdigit()) and after.isupper()
 
 
 def normalize_canonical_name(value: str) -> str:
-    """``Redis Cache`` / ``redisCache`` / ``redis-cache`` -> ``redis_cache``."""
-    snake = _CAMEL_BOUNDARY.sub("_", value.strip())
-    snake = _NON_WORD.sub("_", snake.lower()).strip("_")
-    return snake
+    """``Redis Cache`` / ``redisCache`` / ``redis-cache`` -> ``redis_cache``; letters and digits of
+    every script are kept: ``Überwachung`` -> ``überwachung``, ``テスト方針`` stays as written.
+
+    NFKC first, so full-width ``ＡＰＩ`` is ``api`` and half-width katakana is full-width; then
+    lower-case (not ``casefold``: ``ß`` stays ``ß`` as the user wrote it, the analyzers fold it to
+    ``ss`` for matching); every run of anything that is not a letter, digit or mark becomes one
+    ``_``. Pure-ASCII input gives exactly the form it always had.
+    """
+    text = unicodedata.normalize("NFKC", value).strip()
+    pieces: list[str] = []
+    for index, char in enumerate(text):
+        if index and _is_camel_boundary(text[index - 1], char):
+            pieces.append("_")
+        pieces.append(char if _is_word_char(char) else "_")
+    snake = "".join(pieces).lower()
+    return _UNDERSCORE_RUNS.sub("_", snake).strip("_")
+
+
+_UNDERSCORE_RUNS = re.compile(r"_+")
 
 
 def normalize_alias(value: str) -> str:
-    """Aliases are lower-cased, trimmed and whitespace-collapsed; punctuation is kept because
-    the analyzers turn ``react.js`` or ``allkeys-lru`` into their word forms themselves."""
-    return " ".join(value.strip().lower().split())
+    """Aliases are NFKC-normalised, lower-cased, trimmed and whitespace-collapsed; punctuation is
+    kept because the analyzers turn ``react.js`` or ``allkeys-lru`` into their word forms
+    themselves. CJK aliases are kept as written (``セッションストア``)."""
+    return " ".join(unicodedata.normalize("NFKC", value).lower().split())
 
 
 def normalize_aliases(values: list[str], *, cap: int | None = MAX_ALIASES) -> list[str]:
@@ -159,7 +185,8 @@ class Belief(BaseModel):
     owner_id: str = Field(..., min_length=1, max_length=128, validation_alias=AliasChoices("owner_id", "user_id"))
     type: BeliefType
     subtype: Subtype | None = None
-    canonical_name: str = Field(..., min_length=1, max_length=MAX_NAME_CHARS)
+    # Lengths are checked on the normalised value (NFKC can grow or shrink a string).
+    canonical_name: str
     aliases: list[str] = Field(default_factory=list)
     content: str = Field(..., min_length=1, max_length=MAX_CONTENT_CHARS)
     why_it_matters: str = Field("", max_length=MAX_WHY_CHARS)
@@ -190,14 +217,17 @@ class Belief(BaseModel):
         name = normalize_canonical_name(value)
         if not name:
             raise ValueError("canonical_name must contain at least one letter or digit")
+        if len(name) > MAX_NAME_CHARS:
+            raise ValueError(f"canonical_name longer than {MAX_NAME_CHARS} characters once normalised")
         return name
 
     @field_validator("aliases")
     @classmethod
     def _aliases(cls, values: list[str]) -> list[str]:
         for raw in values:
-            if len(raw) > MAX_ALIAS_CHARS:
-                raise ValueError(f"alias longer than {MAX_ALIAS_CHARS} characters: {raw[:40]!r}…")
+            alias = normalize_alias(raw)
+            if len(alias) > MAX_ALIAS_CHARS:
+                raise ValueError(f"alias longer than {MAX_ALIAS_CHARS} characters: {clip(alias, 40)!r}…")
         return normalize_aliases(values)
 
     @field_validator("scope")

@@ -258,12 +258,15 @@ def _text(item: dict[str, Any], key: str, limit: int, *, required: bool = True) 
 
 
 def _name(item: dict[str, Any], key: str = "canonical_name", *, required: bool = True) -> str | None:
-    value = _text(item, key, MAX_NAME_CHARS, required=required)
+    # the bound that matters is on the normalised name; the raw one only stops absurd input
+    value = _text(item, key, MAX_CONTENT, required=required)
     if value is None:
         return None
     name = normalize_canonical_name(value)
     if not name:
         raise _Bad(f"{key} has no letters or digits")
+    if len(name) > MAX_NAME_CHARS:
+        raise _Bad(f"{key} longer than {MAX_NAME_CHARS} characters")
     return name
 
 

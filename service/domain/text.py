@@ -1,0 +1,32 @@
+"""Text helpers that respect what a reader sees as one character.
+
+Python slices code points; a person reads graphemes. Cutting ``e`` + combining accent, an emoji
+with its skin tone or ZWJ sequence, or a Hangul jamo sequence in the middle leaves a broken glyph,
+so every place that shortens text for a person goes through :func:`clip`.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+_ZWJ = "\u200d"
+
+
+def _extends_previous(char: str) -> bool:
+    """Code points that never start a grapheme: combining marks (incl. Hangul vowel/final jamo and
+    Indic vowel signs), variation selectors, emoji modifiers, the zero-width joiner."""
+    if char == _ZWJ or "\ufe00" <= char <= "\ufe0f" or "\U0001f3fb" <= char <= "\U0001f3ff":
+        return True
+    if "\u1160" <= char <= "\u11ff":  # conjoining Hangul medial vowels and final consonants
+        return True
+    return unicodedata.category(char) in ("Mn", "Mc", "Me")
+
+
+def clip(text: str, limit: int) -> str:
+    """At most ``limit`` code points of ``text``, cut only between graphemes (shorter if needed)."""
+    if len(text) <= limit:
+        return text
+    end = max(limit, 0)
+    while end > 0 and (_extends_previous(text[end]) or text[end - 1] == _ZWJ):
+        end -= 1
+    return text[:end]
