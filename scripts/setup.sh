@@ -14,6 +14,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
   (systemctl disable --now redis-server >/dev/null 2>&1 || service redis-server stop >/dev/null 2>&1 || true)
 fi
 
+# The console's browser tests drive Debian's Chromium through Playwright (a test tool's own browser
+# download does not work on this kind of machine).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "setup: installing chromium (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)

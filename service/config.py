@@ -72,6 +72,10 @@ class ApiSettings(BaseSettings):
     # Undrained receipts beyond this (the drainer is down) are written directly again.
     receipt_outbox_max_pending: int = Field(100_000, ge=1, le=10_000_000)
     receipt_drain_interval_s: float = Field(1.0, ge=0.1, le=3600.0)
+    # Admin console (/console): a sign-in opens a server-side session (Redis) that ends after this
+    # many idle seconds, and at the latest after console_session_max_s, whatever the activity.
+    console_session_idle_s: int = Field(1800, ge=60, le=86_400)
+    console_session_max_s: int = Field(8 * 3600, ge=60, le=7 * 86_400)
 
 
 class TierFamily(BaseModel):
@@ -174,6 +178,8 @@ class CliSettings(BaseSettings):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TENURE_", env_file=".env", extra="ignore", env_nested_delimiter="__")
 
+    # "development" relaxes one thing: the console's session cookie is not marked Secure, so it
+    # works over plain http on a laptop. Every other value gets Secure cookies.
     environment: str = "development"
 
     opensearch_url: str = "http://127.0.0.1:9200"

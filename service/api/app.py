@@ -17,6 +17,7 @@ from service.api.errors import RequestContextMiddleware, error_responses, instal
 from service.api.routes import admin, audit, beliefs, health, recall
 from service.api.state import Services, ensure_indices
 from service.config import Settings, get_settings
+from service.console import install_console
 from service.errors import TenureError
 from service.proxy import routes as memory_loop_routes
 from service.proxy.service import MemoryLoop
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.api.max_body_bytes)
     for router in (*ROUTERS, *extra_routers):
         app.include_router(router)
+    install_console(app)
     return app
 
 

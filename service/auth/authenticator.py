@@ -32,7 +32,7 @@ import redis
 from service.auth import keys
 from service.auth.tokens import TokenVerifier, principal_from_claims
 from service.config import AuthSettings
-from service.domain.accounts import effective_principal
+from service.domain.accounts import ApiKeyRecord, effective_principal
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import NotFound, StoreUnavailable, Unauthenticated
@@ -41,6 +41,7 @@ from service.storage.accounts import AccountStore
 log = logging.getLogger(__name__)
 
 CredentialKind = Literal["api_key", "jwt"]
+REJECTED_KEY = "invalid or revoked API key"
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Identity:
     principal: Principal
     kind: CredentialKind
     credential_id: str | None = None  # the key id for API keys, the jti (if any) for JWTs
+    expires_at: int | None = None  # a JWT's exp (epoch seconds): a console session never outlives it
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,23 @@ class Authenticator:
         principal = principal_from_claims(claims)
         if self._account_disabled(principal.tenant_id, principal.user_id):
             raise Unauthenticated("this account is disabled")
-        return Identity(principal, "jwt", jti)
+        exp = claims.get("exp")
+        return Identity(principal, "jwt", jti, exp if isinstance(exp, int) else None)
+
+    def revalidate(self, identity: Identity) -> Identity:
+        """The identity a console session was opened with, checked again without its secret:
+        an API key must still exist, be unrevoked and unexpired, and its user and tenant enabled
+        (grant changes apply at once); a JWT must not be revoked and its account not disabled.
+        Raises :class:`Unauthenticated` otherwise."""
+        if identity.kind == "api_key":
+            if identity.credential_id is None:
+                raise Unauthenticated(REJECTED_KEY)
+            return self._usable_key(self._key_record(identity.credential_id))
+        if identity.credential_id is not None and self._jti_revoked(identity.credential_id):
+            raise Unauthenticated("this token has been revoked")
+        if self._account_disabled(identity.principal.tenant_id, identity.principal.user_id):
+            raise Unauthenticated("this account is disabled")
+        return identity
 
     # ----------------------------------------------------------------- JWTs
 
@@ -169,20 +187,29 @@ class Authenticator:
         return identity
 
     def _load_key(self, key_id: str, token: str, pepper: str) -> tuple[Identity, str]:
-        rejected = Unauthenticated("invalid or revoked API key")
+        record = self._key_record(key_id)
+        if not keys.matches(token, record.key_hash, pepper):
+            raise Unauthenticated(REJECTED_KEY)
+        return self._usable_key(record), record.key_hash
+
+    def _key_record(self, key_id: str) -> ApiKeyRecord:
         try:
-            record = self.accounts.get_key(key_id)
-            if not keys.matches(token, record.key_hash, pepper):
-                raise rejected
-            if record.revoked_at is not None or (record.expires_at is not None and record.expires_at <= utcnow()):
-                raise rejected
+            return self.accounts.get_key(key_id)
+        except NotFound as exc:
+            raise Unauthenticated(REJECTED_KEY) from exc
+
+    def _usable_key(self, record: ApiKeyRecord) -> Identity:
+        """The identity of a key whose secret has been checked (or, for a console session, was
+        checked at sign-in): refused when revoked, expired, or its user or tenant is disabled."""
+        if record.revoked_at is not None or (record.expires_at is not None and record.expires_at <= utcnow()):
+            raise Unauthenticated(REJECTED_KEY)
+        try:
             user, tenant = self.accounts.owner_records(record.tenant_id, record.user_id)
         except NotFound as exc:
-            raise rejected from exc
+            raise Unauthenticated(REJECTED_KEY) from exc
         if user.disabled or tenant.disabled:
-            raise rejected
-        principal = effective_principal(user, record)
-        return Identity(principal, "api_key", key_id), record.key_hash
+            raise Unauthenticated(REJECTED_KEY)
+        return Identity(effective_principal(user, record), "api_key", record.key_id)
 
     def _touch(self, key_id: str) -> None:
         """Write last_used_at at most once per interval per key, across all processes: a Redis

@@ -275,8 +275,10 @@ class BeliefService:
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, actor: Actor, belief_id: str) -> Belief:
-        return self.store.get(actor.principal, belief_id)
+    def get(self, actor: Actor, belief_id: str, *, tenant_wide: bool = False) -> Belief:
+        if tenant_wide and not actor.principal.is_admin:
+            raise Forbidden("only an admin may read the whole tenant")
+        return self.store.get(actor.principal, belief_id, tenant_wide=tenant_wide)
 
     def list_beliefs(
         self,
@@ -316,14 +318,15 @@ class BeliefService:
             if after is None:
                 return
 
-    def history(self, actor: Actor, belief_id: str) -> History:
-        """The supersession chain through ``belief_id`` (oldest first), each with its change log."""
-        current = self.store.get(actor.principal, belief_id)
+    def history(self, actor: Actor, belief_id: str, *, tenant_wide: bool = False) -> History:
+        """The supersession chain through ``belief_id`` (oldest first), each with its change log.
+        ``tenant_wide`` (admins) follows the chain through beliefs they could not see as a user."""
+        current = self.get(actor, belief_id, tenant_wide=tenant_wide)
         chain = [current]
         seen = {current.id}
         cursor = current
         while cursor.supersedes and cursor.supersedes not in seen and len(chain) < 100:
-            older = self._maybe_get(actor.principal, cursor.supersedes)
+            older = self._maybe_get(actor.principal, cursor.supersedes, tenant_wide=tenant_wide)
             if older is None:
                 break
             chain.insert(0, older)
@@ -331,7 +334,7 @@ class BeliefService:
             cursor = older
         cursor = current
         while cursor.superseded_by and cursor.superseded_by not in seen and len(chain) < 100:
-            newer = self._maybe_get(actor.principal, cursor.superseded_by)
+            newer = self._maybe_get(actor.principal, cursor.superseded_by, tenant_wide=tenant_wide)
             if newer is None:
                 break
             chain.append(newer)

@@ -10,7 +10,7 @@ take their tenant filter from :mod:`service.storage.access`.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from opensearchpy import OpenSearch, helpers
@@ -154,6 +154,37 @@ class AuditStore:
                 bounds["lt"] = query.until.isoformat()
             out.append({"range": {"at": bounds}})
         return out
+
+    def daily_counts(self, principal: Principal, action: str, *, days: int) -> list[tuple[str, int]]:
+        """Events of one action per UTC day over the last ``days`` days (admins of the tenant;
+        empty days included), oldest first."""
+        start = (utcnow() - timedelta(days=days - 1)).strftime("%Y-%m-%d")
+        body = {
+            "size": 0,
+            "query": {
+                "bool": {
+                    "filter": [
+                        *access.admin_filters(principal),
+                        {"term": {"action": action}},
+                        {"range": {"at": {"gte": start}}},
+                    ]
+                }
+            },
+            "aggs": {
+                "per_day": {
+                    "date_histogram": {
+                        "field": "at",
+                        "calendar_interval": "day",
+                        "format": "yyyy-MM-dd",
+                        "min_doc_count": 0,
+                        "extended_bounds": {"min": start, "max": utcnow().strftime("%Y-%m-%d")},
+                    }
+                }
+            },
+        }
+        with translate_errors("count audit events"):
+            result = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+        return [(str(b["key_as_string"]), int(b["doc_count"])) for b in result["aggregations"]["per_day"]["buckets"]]
 
     def erase_payloads(self, principal: Principal, belief_ids: list[str]) -> int:
         """Strip before/after copies of ``belief_ids`` from the tenant's events; returns a count."""

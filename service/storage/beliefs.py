@@ -265,9 +265,12 @@ class ListFilter:
     scopes: tuple[str, ...] = ()
     pinned: bool | None = None
     text: str | None = None
+    owners: tuple[str, ...] = ()
 
     def clauses(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        if self.owners:
+            out.append(access.owner_narrowing(self.owners))
         if self.types:
             out.append({"terms": {"type": list(self.types)}})
         if self.lifecycle:
@@ -318,6 +321,31 @@ def list_page(
     view = view or ScopeView.everything()
     filters = access.access_filters(principal, view, tenant_wide=tenant_wide)
     return _page(store, principal, filters, narrow, size, after, include_change_log)
+
+
+FACETS = ("type", "lifecycle", "scope")
+
+
+def facet_counts(
+    store: BeliefStore, principal: Principal, *, tenant_wide: bool = False, size: int = 12
+) -> dict[str, list[tuple[str, int]]]:
+    """How many beliefs of each type, lifecycle and scope the principal may see (or, for an admin
+    with ``tenant_wide``, the tenant holds): the console's overview figures. One aggregation
+    request, no documents returned."""
+    filters = access.access_filters(principal, ScopeView.everything(), tenant_wide=tenant_wide)
+    body = {
+        "size": 0,
+        "track_total_hits": True,
+        "query": {"bool": {"filter": filters}},
+        "aggs": {facet: {"terms": {"field": facet, "size": size}} for facet in FACETS},
+    }
+    result = store._search(principal, body, "count beliefs")
+    counts = {
+        facet: [(str(b["key"]), int(b["doc_count"])) for b in result["aggregations"][facet]["buckets"]]
+        for facet in FACETS
+    }
+    counts["total"] = [("all", int(result["hits"]["total"]["value"]))]
+    return counts
 
 
 def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) -> list[str]:

@@ -120,6 +120,17 @@ class TurnStore:
             raise NotFound(f"turn {turn_id!r} not found")
         return turn
 
+    def outcome_counts(self, principal: Principal) -> list[tuple[str, int]]:
+        """The tenant's turns by extraction status (admins; nothing for a member)."""
+        body = {
+            "size": 0,
+            "query": {"bool": {"filter": access.admin_filters(principal)}},
+            "aggs": {"status": {"terms": {"field": "extraction_status", "size": 10}}},
+        }
+        with translate_errors("count turns"):
+            result = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+        return [(str(b["key"]), int(b["doc_count"])) for b in result["aggregations"]["status"]["buckets"]]
+
     def stale_keys(self, *, older_than_s: int, max_attempts: int, limit: int = 200) -> list[tuple[str, str]]:
         """Maintenance sweep: ``(tenant_id, turn_id)`` of turns whose extraction never finished."""
         cutoff = (utcnow() - timedelta(seconds=older_than_s)).isoformat()

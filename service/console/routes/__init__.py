@@ -1,0 +1,9 @@
+"""Console pages, one module per area; :data:`ROUTERS` is what :func:`install_console` mounts."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.console.routes import beliefs, session
+
+ROUTERS: list[APIRouter] = [session.router, beliefs.router]

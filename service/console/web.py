@@ -1,0 +1,204 @@
+"""Console plumbing shared by its pages: templates, the signed-in user, CSRF, HTML errors.
+
+Every console page is an ordinary FastAPI route whose handler calls the same domain services as the
+REST API with the same :class:`Actor`; nothing here touches OpenSearch. A session cookie replaces the
+bearer header, and :func:`console_user` re-validates the credential behind it on every request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.templating import Jinja2Templates
+
+from service.api.deps import get_services, raw_services
+from service.api.errors import request_id_of
+from service.api.state import Services
+from service.auth.authenticator import Identity
+from service.beliefs.api_service import Actor
+from service.console.sessions import COOKIE, ConsoleSession, SessionStore
+from service.domain.principal import Principal
+from service.errors import ErrorCode, Forbidden, TenureError, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+STATIC_DIR = HERE / "static"
+PREFIX = "/console"
+
+_env = Environment(
+    loader=FileSystemLoader(HERE / "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+templates = Jinja2Templates(env=_env)
+
+
+def session_store(services: Services) -> SessionStore:
+    api = services.settings.api
+    return SessionStore(
+        services.redis,
+        services.settings.opensearch_namespace,
+        idle_s=api.console_session_idle_s,
+        max_s=api.console_session_max_s,
+    )
+
+
+def secure_cookies(services: Services) -> bool:
+    """Secure cookies everywhere but a development deployment on plain http."""
+    return services.settings.environment != "development"
+
+
+@dataclass(frozen=True)
+class ConsoleUser:
+    session: ConsoleSession
+    identity: Identity
+    actor: Actor
+
+    @property
+    def principal(self) -> Principal:
+        return self.identity.principal
+
+    @property
+    def is_admin(self) -> bool:
+        return self.principal.is_admin
+
+
+class LoginRequired(Exception):
+    """No (live) session: GET pages redirect to the sign-in page, posts answer 401."""
+
+
+def console_user(request: Request, services: Annotated[Services, Depends(get_services)]) -> ConsoleUser:
+    cookie = request.cookies.get(COOKIE)
+    session = session_store(services).load(cookie) if cookie else None
+    if session is None:
+        raise LoginRequired()
+    try:
+        identity = services.authenticator.revalidate(session.identity())
+    except Unauthenticated:
+        session_store(services).revoke(session.session_id)
+        raise LoginRequired() from None
+    services.limiter.charge(identity, read_only=request.method in ("GET", "HEAD"))
+    actor = Actor(
+        principal=identity.principal,
+        kind=identity.kind,
+        credential_id=identity.credential_id,
+        request_id=request_id_of(request),
+    )
+    user = ConsoleUser(session=session, identity=identity, actor=actor)
+    request.state.console_user = user
+    return user
+
+
+CurrentUser = Annotated[ConsoleUser, Depends(console_user)]
+
+
+def admin_user(user: CurrentUser) -> ConsoleUser:
+    if not user.is_admin:
+        raise Forbidden("this page needs the admin role")
+    return user
+
+
+AdminUser = Annotated[ConsoleUser, Depends(admin_user)]
+
+
+async def checked_form(request: Request, user: CurrentUser) -> dict[str, str]:
+    """The posted form, after its CSRF token matched the session's (403 otherwise). Every
+    state-changing console route depends on this."""
+    form = await request.form()
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    if not user.session.csrf_ok(fields.get("csrf_token")):
+        raise Forbidden("the form's CSRF token is missing or does not match this session; reload the page")
+    return fields
+
+
+Form = Annotated[dict[str, str], Depends(checked_form)]
+
+
+def writer(user: CurrentUser, _form: Form) -> ConsoleUser:
+    """Console changes are for admins: members get a read-only view of what they may see."""
+    if not user.is_admin:
+        raise Forbidden("the console is read-only for members")
+    return user
+
+
+Writer = Annotated[ConsoleUser, Depends(writer)]
+
+
+def page(request: Request, template: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
+    user: ConsoleUser | None = getattr(request.state, "console_user", None)
+    response = templates.TemplateResponse(
+        request,
+        template,
+        {"user": user, "csrf_token": user.session.csrf_token if user else "", "prefix": PREFIX, **context},
+        status_code=status_code,
+    )
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def redirect(path: str, *, notice: str | None = None) -> RedirectResponse:
+    url = f"{PREFIX}{path}"
+    if notice:
+        url += ("&" if "?" in url else "?") + "notice=" + quote(notice)
+    return RedirectResponse(url, status_code=303)
+
+
+def _error_page(request: Request, status_code: int, code: str, message: str) -> Response:
+    return page(request, "error.html", status_code=status_code, code=code, message=message)
+
+
+class ConsoleRoute(APIRoute):
+    """Errors on console pages become HTML pages with the same status and code the REST API
+    would answer with; a missing session sends a browser to the sign-in page."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except LoginRequired:
+                if request.method in ("GET", "HEAD"):
+                    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    return RedirectResponse(f"{PREFIX}/login?next={quote(target)}", status_code=303)
+                return _error_page(request, 401, ErrorCode.UNAUTHENTICATED.value, "sign in again")
+            except TenureError as exc:
+                return _error_page(request, exc.code.http_status, exc.code.value, exc.message)
+            except RequestValidationError as exc:
+                problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+                return _error_page(request, 422, ErrorCode.VALIDATION_ERROR.value, problems)
+
+        return guarded
+
+
+def safe_next(target: str | None) -> str:
+    """Only a console path may follow a sign-in (no open redirect)."""
+    if target and target.startswith(PREFIX + "/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return PREFIX + "/"
+
+
+__all__ = [
+    "AdminUser",
+    "ConsoleRoute",
+    "ConsoleUser",
+    "CurrentUser",
+    "Form",
+    "Writer",
+    "page",
+    "raw_services",
+    "redirect",
+    "session_store",
+]

@@ -1,0 +1,293 @@
+"""The admin console over HTTP (no browser): sessions, cookie flags, CSRF, the read-only member view,
+isolation by URL guessing, and the belief actions through the same service layer as the REST API.
+The browser scenarios are in ``test_console_browser.py``."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from http.cookies import SimpleCookie
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.api.state import Services
+from service.config import Settings
+from service.console.sessions import COOKIE, LOGIN_CSRF_COOKIE
+from tests.api.conftest import Team, belief_body, make_team, ok
+
+CSRF_RE = re.compile(r'name="csrf_token" value="([^"]+)"')
+LOGIN_RE = re.compile(r'name="login_csrf" value="([^"]+)"')
+
+
+def browser(app: FastAPI) -> TestClient:
+    """A client with its own cookie jar, on the app the session fixture already started."""
+    return TestClient(app, follow_redirects=False)
+
+
+def sign_in(app: FastAPI, credential: str) -> TestClient:
+    web = browser(app)
+    form = web.get("/console/login")
+    token = LOGIN_RE.search(form.text)
+    assert token, form.text
+    done = web.post("/console/login", data={"credential": credential, "login_csrf": token.group(1), "next": ""})
+    assert done.status_code == 303, done.text
+    return web
+
+
+def csrf_of(web: TestClient, path: str = "/console/") -> str:
+    page = web.get(path)
+    assert page.status_code == 200, page.text
+    found = CSRF_RE.search(page.text)
+    assert found
+    return found.group(1)
+
+
+def set_cookie_headers(response: object) -> dict[str, SimpleCookie]:
+    out: dict[str, SimpleCookie] = {}
+    for raw in response.headers.get_list("set-cookie"):  # type: ignore[attr-defined]
+        jar: SimpleCookie = SimpleCookie()
+        jar.load(raw)
+        for name in jar:
+            out[name] = jar
+    return out
+
+
+@pytest.fixture(scope="module")
+def seeded(client: TestClient, operator: dict[str, str]) -> tuple[Team, Team]:
+    """Tenant A: alice's personal belief, a project belief (alice, bob, carol hold project pay),
+    a team:core belief only alice holds. Tenant B the same ids."""
+    a, b = make_team(client, operator), make_team(client, operator)
+    for team in (a, b):
+        for belief_id, scope in (("b-private", "domain:code"), ("b-pay", "project:pay"), ("b-core", "team:core")):
+            name = belief_id.removeprefix("b-") + "_provider"
+            body = belief_body(name, scope, id=belief_id, content=f"{team.tenant} secret {name}")
+            ok(client.post("/v1/beliefs", json=body, headers=team.h("alice")), 201)
+    return a, b
+
+
+def test_sign_in_sets_a_strict_httponly_session_cookie_kept_in_redis(
+    app: FastAPI, services: Services, seeded: tuple[Team, Team]
+) -> None:
+    a, _ = seeded
+    web = browser(app)
+    form = web.get("/console/login")
+    login_cookie = set_cookie_headers(form)[LOGIN_CSRF_COOKIE][LOGIN_CSRF_COOKIE]
+    assert login_cookie["httponly"] and login_cookie["samesite"] == "strict"
+    token = LOGIN_RE.search(form.text)
+    assert token
+    done = web.post("/console/login", data={"credential": a.keys["carol"], "login_csrf": token.group(1)})
+    assert done.status_code == 303 and done.headers["location"] == "/console/"
+    morsel = set_cookie_headers(done)[COOKIE][COOKIE]
+    assert morsel["httponly"] and morsel["samesite"] == "strict" and morsel["path"] == "/console"
+    assert not morsel["secure"]  # development: plain http on a laptop
+    assert 0 < int(morsel["max-age"]) <= services.settings.api.console_session_max_s
+    digest = hashlib.sha256(morsel.value.encode()).hexdigest()
+    key = f"{services.settings.opensearch_namespace}:console:session:{digest}"
+    assert services.redis.exists(key) and 0 < services.redis.ttl(key) <= services.settings.api.console_session_idle_s
+    assert a.keys["carol"].encode() not in services.redis.get(key)  # the secret is never stored
+    home = web.get("/console/")
+    assert home.status_code == 200 and "carol" in home.text and a.tenant in home.text
+    assert home.headers["cache-control"] == "no-store"
+
+
+def test_secure_cookie_outside_development(api_settings: Settings, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    production = create_app(api_settings.model_copy(update={"environment": "production"}))
+    with TestClient(production, base_url="https://testserver", follow_redirects=False) as web:
+        form = web.get("/console/login")
+        assert set_cookie_headers(form)[LOGIN_CSRF_COOKIE][LOGIN_CSRF_COOKIE]["secure"]
+        token = LOGIN_RE.search(form.text)
+        assert token
+        done = web.post("/console/login", data={"credential": a.keys["carol"], "login_csrf": token.group(1)})
+        assert done.status_code == 303
+        assert set_cookie_headers(done)[COOKIE][COOKIE]["secure"]
+
+
+def test_bad_credentials_and_login_csrf(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    web = browser(app)
+    token = LOGIN_RE.search(web.get("/console/login").text)
+    assert token
+    wrong = web.post("/console/login", data={"credential": "tnr_0000000000000000_nope", "login_csrf": token.group(1)})
+    assert wrong.status_code == 401 and COOKIE not in wrong.cookies
+    # a sign-in posted from elsewhere (no login cookie, or another token) is refused
+    other = browser(app)
+    forged = other.post("/console/login", data={"credential": a.keys["carol"], "login_csrf": token.group(1)})
+    assert forged.status_code == 403 and COOKIE not in forged.cookies
+
+
+def test_pages_need_a_session(app: FastAPI) -> None:
+    web = browser(app)
+    for path in ("/console/", "/console/beliefs", "/console/beliefs/b-pay"):
+        response = web.get(path)
+        assert response.status_code == 303 and response.headers["location"].startswith("/console/login?next=")
+    web.cookies.set(COOKIE, "made-up-session-id", path="/console")
+    assert web.get("/console/beliefs").status_code == 303
+
+
+def test_open_redirect_is_refused(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    web = browser(app)
+    token = LOGIN_RE.search(web.get("/console/login").text)
+    assert token
+    done = web.post(
+        "/console/login",
+        data={"credential": a.keys["carol"], "login_csrf": token.group(1), "next": "//evil.example/console/"},
+    )
+    assert done.headers["location"] == "/console/"
+
+
+def test_forms_without_the_session_csrf_token_change_nothing(
+    app: FastAPI, client: TestClient, seeded: tuple[Team, Team]
+) -> None:
+    a, _ = seeded
+    web = sign_in(app, a.keys["carol"])
+    for data in ({}, {"csrf_token": "forged"}, {"csrf_token": csrf_of(sign_in(app, a.keys["carol"]))}):
+        response = web.post("/console/beliefs/b-pay/pin", data={**data, "confirmed": "yes"})
+        assert response.status_code == 403, response.text
+    assert ok(client.get("/v1/beliefs/b-pay", headers=a.h("carol")))["pinned"] is False
+    # with the session's own token it goes through (after the confirmation step)
+    token = csrf_of(web)
+    confirm = web.post("/console/beliefs/b-pay/pin", data={"csrf_token": token})
+    assert confirm.status_code == 200 and 'name="confirmed" value="yes"' in confirm.text
+    assert ok(client.get("/v1/beliefs/b-pay", headers=a.h("carol")))["pinned"] is False
+    done = web.post("/console/beliefs/b-pay/pin", data={"csrf_token": token, "confirmed": "yes"})
+    assert done.status_code == 303
+    assert ok(client.get("/v1/beliefs/b-pay", headers=a.h("carol")))["pinned"] is True
+    web.post("/console/beliefs/b-pay/unpin", data={"csrf_token": token, "confirmed": "yes"})
+    assert ok(client.get("/v1/beliefs/b-pay", headers=a.h("carol")))["pinned"] is False
+
+
+def test_sign_out_revokes_the_session(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    web = sign_in(app, a.keys["bob"])
+    stolen = web.cookies.get(COOKIE)
+    assert stolen
+    assert web.post("/console/logout", data={}).status_code == 403  # sign-out is a form too
+    out = web.post("/console/logout", data={"csrf_token": csrf_of(web)})
+    assert out.status_code == 303
+    replay = browser(app)
+    replay.cookies.set(COOKIE, stolen, path="/console")
+    assert replay.get("/console/").status_code == 303
+
+
+def test_revoking_the_key_ends_its_console_sessions(app: FastAPI, client: TestClient, operator: dict[str, str]) -> None:
+    team = make_team(client, operator)
+    web = sign_in(app, team.keys["carol"])
+    assert web.get("/console/").status_code == 200
+    keys = ok(client.get(f"/v1/admin/tenants/{team.tenant}/keys", headers=operator))["items"]
+    carol_key = next(k["key_id"] for k in keys if k["user_id"] == "carol")
+    ok(client.delete(f"/v1/admin/keys/{carol_key}", headers=operator))
+    assert web.get("/console/").status_code == 303
+
+
+def test_dev_jwt_sign_in(app: FastAPI, client: TestClient, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    token = ok(
+        client.post(f"/v1/admin/tenants/{a.tenant}/users/bob/tokens", json={"ttl_s": 600}, headers=a.h("carol")), 201
+    )
+    web = sign_in(app, token["token"])
+    page = web.get("/console/beliefs")
+    assert page.status_code == 200 and "pay_provider" in page.text
+    ok(client.post("/v1/admin/tokens/revoke", json={"token": token["token"]}, headers=a.h("carol")))
+    assert web.get("/console/beliefs").status_code == 303
+
+
+def test_member_view_is_read_only_and_shows_only_what_they_may_see(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    web = sign_in(app, a.keys["bob"])
+    listing = web.get("/console/beliefs")
+    assert listing.status_code == 200
+    assert "pay_provider" in listing.text
+    assert "private_provider" not in listing.text and "core_provider" not in listing.text
+    # URL guessing: a colleague's personal or unshared belief is "not found", like a missing one
+    for belief_id in ("b-private", "b-core", "b-does-not-exist"):
+        assert web.get(f"/console/beliefs/{belief_id}").status_code == 404
+    page = web.get("/console/beliefs/b-pay")
+    assert page.status_code == 200 and "Supersede" not in page.text and 'id="actions"' not in page.text
+    token = csrf_of(web)
+    for action in ("pin", "retract", "erase", "supersede", "alias"):
+        refused = web.post(f"/console/beliefs/b-pay/{action}", data={"csrf_token": token, "confirmed": "yes"})
+        assert refused.status_code == 403, action
+
+
+def test_admin_of_another_tenant_sees_nothing_of_this_one(
+    app: FastAPI, client: TestClient, seeded: tuple[Team, Team]
+) -> None:
+    a, b = seeded
+    ok(
+        client.post("/v1/beliefs", json=belief_body("only_in_a", "project:pay", id="b-only-a"), headers=a.h("alice")),
+        201,
+    )
+    web = sign_in(app, b.keys["carol"])
+    assert web.get("/console/beliefs/b-only-a").status_code == 404
+    listing = web.get("/console/beliefs?q=only+in+a")
+    assert listing.status_code == 200 and "only_in_a" not in listing.text
+    own = web.get("/console/beliefs/b-pay")
+    assert b.tenant in own.text and a.tenant not in own.text
+    token = csrf_of(web)
+    erase = web.post("/console/beliefs/b-only-a/erase", data={"csrf_token": token, "confirmed": "yes"})
+    assert erase.status_code == 404
+    assert ok(client.get("/v1/beliefs/b-only-a", headers=a.h("alice")))["id"] == "b-only-a"
+
+
+def test_admin_sees_the_tenant_and_the_same_whole_unit_search(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    web = sign_in(app, a.keys["carol"])
+    everything = web.get("/console/beliefs")
+    for name in ("private_provider", "pay_provider", "core_provider"):
+        assert name in everything.text
+    assert "private_provider" not in web.get("/console/beliefs?mine=true").text
+    found = web.get("/console/beliefs", params={"q": "pay provider"})
+    assert "pay_provider" in found.text and "core_provider" not in found.text
+    assert "pay_provider" not in web.get("/console/beliefs", params={"q": "provider"}).text  # part of a unit
+    by_owner = web.get("/console/beliefs", params={"owner": "bob"})
+    assert "pay_provider" not in by_owner.text
+    bad = web.get("/console/beliefs", params={"scope": "nonsense scope"})
+    assert bad.status_code == 422 and "validation_error" in bad.text
+    # a colleague's personal belief: readable for the admin, but only erasable (as over REST)
+    private = web.get("/console/beliefs/b-private")
+    assert private.status_code == 200 and "Erase" in private.text and "Supersede" not in private.text
+
+
+def test_supersede_then_the_chain_and_change_log(app: FastAPI, client: TestClient, operator: dict[str, str]) -> None:
+    team = make_team(client, operator)
+    ok(
+        client.post(
+            "/v1/beliefs",
+            json=belief_body("payment_provider", "project:pay", id="b-psp", content="We use Stripe."),
+            headers=team.h("alice"),
+        ),
+        201,
+    )
+    web = sign_in(app, team.keys["carol"])
+    token = csrf_of(web)
+    form = {"csrf_token": token, "content": "We use Adyen <b>now</b>.", "reason": "contract ended"}
+    confirm = web.post("/console/beliefs/b-psp/supersede", data=form)
+    assert confirm.status_code == 200 and "Adyen &lt;b&gt;now&lt;/b&gt;" in confirm.text
+    done = web.post("/console/beliefs/b-psp/supersede", data={**form, "confirmed": "yes"})
+    assert done.status_code == 303
+    new_page = web.get(done.headers["location"])
+    assert new_page.status_code == 200
+    chain = new_page.text[new_page.text.index('id="chain"') : new_page.text.index("</ol>")]
+    assert chain.index("We use Stripe.") < chain.index("We use Adyen &lt;b&gt;now&lt;/b&gt;.")
+    assert "superseded" in chain and "contract ended" in new_page.text
+    assert "<b>now</b>" not in new_page.text  # stored text never becomes markup
+    current = ok(client.get("/v1/beliefs/b-psp/history", headers=team.h("carol")))["chain"]
+    assert [b["content"] for b in current] == ["We use Stripe.", "We use Adyen <b>now</b>."]
+
+
+def test_erase_shows_the_receipt(app: FastAPI, client: TestClient, operator: dict[str, str]) -> None:
+    team = make_team(client, operator)
+    ok(client.post("/v1/beliefs", json=belief_body("doomed", "domain:code", id="b-doomed"), headers=team.h("bob")), 201)
+    web = sign_in(app, team.keys["carol"])
+    token = csrf_of(web)
+    confirm = web.post("/console/beliefs/b-doomed/erase", data={"csrf_token": token})
+    assert confirm.status_code == 200 and "cannot be undone" in confirm.text
+    assert ok(client.get("/v1/beliefs/b-doomed", headers=team.h("bob")))["id"] == "b-doomed"
+    receipt = web.post("/console/beliefs/b-doomed/erase", data={"csrf_token": token, "confirmed": "yes"})
+    assert receipt.status_code == 200 and 'id="erasure-receipt"' in receipt.text and "b-doomed" in receipt.text
+    assert client.get("/v1/beliefs/b-doomed", headers=team.h("bob")).status_code == 404
