@@ -267,6 +267,7 @@ class LocalStack:
                 "uvicorn", "service.api.app:create_app", "--factory", "--host", "127.0.0.1",
                 "--port", str(self.ports["api"]), "--workers", str(self.config.api_workers),
                 "--log-level", "warning", "--no-access-log",
+                "--http", "service.api.http_protocol:JsonErrorHttpProtocol",
             ]  # fmt: skip
         if name == "worker":
             return celery_worker_args(ns, concurrency=self.config.worker_concurrency, name="stack")

@@ -14,6 +14,7 @@ class ErrorCode(str, Enum):
     """Stable machine-readable codes, each with the HTTP status it maps to."""
 
     VALIDATION_ERROR = "validation_error"
+    BAD_REQUEST = "bad_request"  # an HTTP request the server could not parse at all
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     CONFLICT = "conflict"
@@ -34,6 +35,7 @@ class ErrorCode(str, Enum):
 
 _STATUS: dict[ErrorCode, int] = {
     ErrorCode.VALIDATION_ERROR: 422,
+    ErrorCode.BAD_REQUEST: 400,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.CONFLICT: 409,

@@ -100,8 +100,13 @@ async def _chat_body(request: Request) -> ChatRequest:
         raw = await request.json()
     except ValueError:
         raise ValidationFailed("the request body is not valid JSON") from None
+    except RecursionError:
+        # json's C decoder recurses per nesting level: 1,000 brackets exhaust the stack
+        raise ValidationFailed("the request body is nested too deeply") from None
     try:
         return ChatRequest.model_validate(raw)
+    except RecursionError:
+        raise ValidationFailed("the request body is nested too deeply") from None
     except ValidationError as exc:
         details = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()[:20]]
         raise ValidationFailed("invalid chat completion request", details=details) from None

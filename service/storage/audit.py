@@ -125,7 +125,7 @@ class AuditStore:
             "sort": _SORT,
             "track_total_hits": False,
         }
-        search_after = cursor.decode(after, arity=2)
+        search_after = cursor.decode(after, arity=2, types=(int, str))
         if search_after is not None:
             body["search_after"] = search_after
         with translate_errors("read the audit trail"):

@@ -8,6 +8,7 @@ tenants.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from service.storage.templates import BELIEFS
 
 Refresh = Literal["true", "false", "wait_for"]
 
+
+log = logging.getLogger(__name__)
 
 doc_id = routed_id  # belief documents are keyed <tenant>:<belief id>
 
@@ -87,6 +90,15 @@ def _named_clauses(hit: dict[str, Any]) -> tuple[ClauseMatch, ...]:
     return tuple(ClauseMatch(clause=name) for name in sorted(matched))
 
 
+def _refusal(belief_id: str, info: dict[str, Any]) -> str:
+    """The client's reason for a refused bulk item. OpenSearch's own text names the internal
+    document id (``<tenant>:<id>``) and index: it goes to the log, never into a response."""
+    if info.get("status") == 409:
+        return f"belief {belief_id!r} already exists"
+    log.warning("the store refused belief %s: %s", belief_id, info.get("error"))
+    return f"the store refused belief {belief_id!r}"
+
+
 class BeliefStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
@@ -141,8 +153,7 @@ class BeliefStore:
                 if ok:
                     written.append(belief_id)
                 else:
-                    err = info.get("error")
-                    failed[belief_id] = err.get("reason", str(err)) if isinstance(err, dict) else str(err)
+                    failed[belief_id] = _refusal(belief_id, info)
             if refresh != "false" and beliefs:
                 self.client.indices.refresh(index=self.alias)
         return WriteResult(written=written, failed=failed)
@@ -291,7 +302,7 @@ def _page(
     after: str | None,
     include_change_log: bool,
 ) -> tuple[list[Belief], str | None]:
-    search_after = cursor.decode(after, arity=2)
+    search_after = cursor.decode(after, arity=2, types=(int, str))
     body = queries.list_body(
         filters,
         narrow.clauses(),

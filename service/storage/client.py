@@ -5,6 +5,7 @@ Clients are created by the app lifespan / worker init, never at import time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,6 +17,8 @@ from opensearchpy.exceptions import SerializationError
 
 from service.config import Settings
 from service.errors import Conflict, StoreUnavailable, TenureError, ValidationFailed
+
+log = logging.getLogger(__name__)
 
 
 class FastJSONSerializer(JSONSerializer):
@@ -68,7 +71,10 @@ def translate_errors(action: str) -> Iterator[None]:
                 f"OpenSearch is overloaded or unavailable ({status}) while trying to {action}"
             ) from exc
         if status == 400:
-            raise ValidationFailed(f"OpenSearch rejected the request to {action}: {exc.error}") from exc
+            # OpenSearch's own text names index and document ids: it goes to the log, never to
+            # the client.
+            log.warning("OpenSearch refused the request to %s: %s", action, exc.info or exc.error)
+            raise ValidationFailed(f"the store refused the request to {action}; check the parameters") from exc
         if status == 403 and "cluster_block_exception" in str(exc.error):
             # a write block (tenure reindex, or the disk flood stage): the store is read-only for
             # now, so a worker's write is retried later instead of failing the task for good
@@ -82,7 +88,8 @@ def item_error(status: Any, error: Any, action: str) -> TenureError:
     "all shards failed" while a restarted node recovers its shards, a 429 rejection, a missing
     index) means the store cannot serve it now, which is a retryable 503, not a 422."""
     if status == 400:
-        return ValidationFailed(f"OpenSearch rejected the request to {action}", details=error)
+        log.warning("OpenSearch refused the request to %s: %s", action, error)
+        return ValidationFailed(f"the store refused the request to {action}; check the parameters")
     return StoreUnavailable(f"OpenSearch could not {action} ({status})")
 
 

@@ -1,0 +1,73 @@
+"""uvicorn HTTP protocols that answer an unparseable request in the service's JSON error shape.
+
+A request the HTTP parser itself refuses (a control character in a header value, a space in a
+header name, a broken request line) never reaches the ASGI app, so uvicorn answers it with its
+own ``text/plain`` 400. These subclasses replace only that answer: same status, same connection
+close, but the one error body every other failure has, with code ``bad_request`` and a request
+id. Served with ``uvicorn --http service.api.http_protocol:JsonErrorHttpProtocol``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from service.errors import ErrorCode
+
+REQUEST_ID_HEADER = b"x-request-id"
+
+
+def bad_request_body(message: str) -> tuple[str, bytes]:
+    """A fresh request id and the JSON error body for an unparseable request."""
+    request_id = f"req-{uuid.uuid4().hex}"
+    error = {
+        "code": ErrorCode.BAD_REQUEST.value,
+        "message": f"malformed HTTP request: {message}",
+        "details": None,
+        "request_id": request_id,
+    }
+    return request_id, json.dumps({"error": error}).encode()
+
+
+class JsonErrorH11Protocol(H11Protocol):
+    def send_400_response(self, msg: str) -> None:
+        request_id, body = bad_request_body(msg)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (REQUEST_ID_HEADER, request_id.encode()),
+            (b"connection", b"close"),
+        ]
+        self.transport.write(self.conn.send(h11.Response(status_code=400, headers=headers, reason=b"Bad Request")))
+        self.transport.write(self.conn.send(h11.Data(data=body)))
+        self.transport.write(self.conn.send(h11.EndOfMessage()))
+        self.transport.close()
+
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # pragma: no cover - httptools ships with uvicorn[standard]
+    JsonErrorHttpProtocol: type = JsonErrorH11Protocol
+else:
+
+    class JsonErrorHttpToolsProtocol(HttpToolsProtocol):
+        def send_400_response(self, msg: str) -> None:
+            request_id, body = bad_request_body(msg)
+            head = [b"HTTP/1.1 400 Bad Request\r\n"]
+            for name, value in self.server_state.default_headers:
+                head.extend([name, b": ", value, b"\r\n"])
+            head.extend(
+                [
+                    b"content-type: application/json\r\n",
+                    b"content-length: " + str(len(body)).encode() + b"\r\n",
+                    REQUEST_ID_HEADER + b": " + request_id.encode() + b"\r\n",
+                    b"connection: close\r\n\r\n",
+                ]
+            )
+            self.transport.write(b"".join(head) + body)
+            self.transport.close()
+
+    JsonErrorHttpProtocol = JsonErrorHttpToolsProtocol

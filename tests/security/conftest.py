@@ -1,0 +1,38 @@
+"""Fixtures of the abuse suite: the API fixtures of ``tests/api`` (the real app on a real
+OpenSearch node and Redis server, teams provisioned over HTTP), plus the API served by a real
+uvicorn process for what only the HTTP server itself sees (malformed header bytes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deploy.localstack import LocalStack, StackConfig
+from tests.api.conftest import (  # noqa: F401 - fixtures shared with the API suite
+    api_settings,
+    app,
+    client,
+    operator,
+    other_team,
+    services,
+    signing_keys,
+    team,
+)
+
+
+@pytest.fixture(scope="module")
+def served_api(tmp_path_factory: pytest.TempPathFactory, opensearch_url: str, redis_url: str) -> Iterator[LocalStack]:
+    """The app under uvicorn (one worker), on the session's OpenSearch and Redis."""
+    config = StackConfig(
+        root=Path(tmp_path_factory.mktemp("served-api")),
+        opensearch_url=opensearch_url,
+        redis_url=redis_url,
+        api_workers=1,
+        with_llm=False,
+        with_worker=False,
+        with_beat=False,
+    )
+    with LocalStack(config) as stack:
+        yield stack

@@ -1,0 +1,115 @@
+"""Issue 10 finding 6: bad input is a 4xx in the service's JSON error shape, never a 500 and never
+a framework's text/plain page: cursors holding integers beyond 64 bits, deeply nested JSON on the
+chat proxy, header values the HTTP parser refuses."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from deploy.localstack import LocalStack
+from tests.api.conftest import Team, belief_body, ok
+
+
+def _cursor(values: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
+
+
+def _json_error(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error: dict[str, Any] = response.json()["error"]
+    assert error["code"] and error["message"] and error["request_id"]
+    return error
+
+
+HUGE = [2**63, -(2**63) - 1, 2**64 + 5, 10**40, 1e309]
+
+
+# beyond the signed 64-bit range OpenSearch sorts dates in, or not a finite number at all
+# (json writes ``Infinity``/``NaN`` and reads them back)
+HUGE: list[Any] = [2**63, -(2**63) - 1, 2**64 + 5, 10**40, float("inf"), float("nan"), 1.5, "x" * 5000]
+
+
+@pytest.mark.parametrize("value", HUGE, ids=lambda v: str(v)[:24])
+def test_cursor_with_out_of_range_value_is_422(client: TestClient, team: Team, value: Any) -> None:
+    client.post("/v1/beliefs", json=belief_body("cursor_probe"), headers=team.h("carol"))
+    users = f"/v1/admin/tenants/{team.tenant}/users"
+    keys = f"/v1/admin/tenants/{team.tenant}/keys"
+    for path in ("/v1/beliefs", "/v1/admin/audit", users, keys):
+        cursor = _cursor([value, "x"])
+        response = client.get(path, params={"cursor": cursor}, headers=team.h("carol"))
+        error = _json_error(response, 422)
+        assert error["code"] == "validation_error", (path, error)
+        assert error["details"][0]["loc"] == ["query", "cursor"], (path, error)
+
+
+def test_deeply_nested_json_on_the_proxy_is_4xx(client: TestClient, team: Team) -> None:
+    body = '{"model": "gpt-4o", "messages": ' + "[" * 1000 + "]" * 1000 + "}"
+    response = client.post(
+        "/v1/chat/completions",
+        content=body.encode(),
+        headers={**team.h("alice"), "Content-Type": "application/json"},
+    )
+    assert 400 <= response.status_code < 500, response.text
+    assert response.json()["error"]["message"]
+
+
+def test_deeply_nested_json_on_the_api_is_4xx(client: TestClient, team: Team) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    for path in ("/v1/beliefs", "/v1/recall", "/v1/beliefs/import", "/v1/turns"):
+        response = client.post(
+            path,
+            content=f'{{"content": {deep}}}'.encode(),
+            headers={**team.h("alice"), "Content-Type": "application/json"},
+        )
+        assert 400 <= response.status_code < 500, (path, response.text)
+        _json_error(response, response.status_code)
+
+
+def _raw_request(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:] if ":" in line)}
+    return status, headers, body
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"X-Tenure-Session: a\x01b", b"Authorization: Bearer \x00tnr_x", b"X-Odd\x7f: v", b"Bad Header Name: v"],
+    ids=["control-char-value", "nul-in-credential", "del-in-name", "space-in-name"],
+)
+def test_malformed_header_gets_the_json_error_shape(served_api: LocalStack, header: bytes) -> None:
+    request = b"GET /v1/beliefs HTTP/1.1\r\nHost: api\r\n" + header + b"\r\nConnection: close\r\n\r\n"
+    status, headers, body = _raw_request(served_api.api_url, request)
+    assert status == 400, body
+    assert headers["content-type"].startswith("application/json"), headers
+    error = json.loads(body)["error"]
+    assert error["code"] == "bad_request" and error["message"] and error["request_id"]
+    assert headers["x-request-id"] == error["request_id"]
+
+
+def test_served_api_still_answers_good_requests(served_api: LocalStack) -> None:
+    request = b"GET /healthz HTTP/1.1\r\nHost: api\r\nConnection: close\r\n\r\n"
+    status, _, body = _raw_request(served_api.api_url, request)
+    assert status == 200 and json.loads(body) == {"status": "ok"}
+
+
+def test_belief_list_survives_a_good_cursor(client: TestClient, team: Team) -> None:
+    for i in range(3):
+        ok(client.post("/v1/beliefs", json=belief_body(f"paged_{i}"), headers=team.h("alice")), 201)
+    page = ok(client.get("/v1/beliefs", params={"limit": 2}, headers=team.h("alice")))
+    assert page["next_cursor"]
+    rest = ok(client.get("/v1/beliefs", params={"limit": 2, "cursor": page["next_cursor"]}, headers=team.h("alice")))
+    assert len(page["items"]) + len(rest["items"]) == 3
