@@ -25,12 +25,12 @@ fi
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
-stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+stamp=$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
   echo "setup: installing Python dependencies into .venv"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[dev,evals]"
+  .venv/bin/pip install -q -e ".[dev,evals]" -e "clients/python[openai,anthropic]"
   echo "$stamp" > .venv/.installed
 fi
 

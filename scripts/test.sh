@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check service workers evals tests deploy benchmarks
+.venv/bin/ruff check service workers evals tests deploy benchmarks clients
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

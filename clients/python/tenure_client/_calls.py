@@ -1,0 +1,260 @@
+"""What each API operation sends and how its answer is read, shared by the sync and async clients.
+
+A :class:`Call` is a plain description (method, path, query, body, parser); the clients only
+execute it, so both surfaces stay identical by construction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from pydantic import BaseModel, TypeAdapter
+
+from tenure_client import models
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+SESSION_HEADER = "X-Tenure-Session"
+JSONL = "application/x-ndjson"
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    json: Any = None
+    content: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def idempotent(self) -> bool:
+        """Safe to resend after a dropped connection (the server may have done it already)."""
+        return self.method in ("GET", "HEAD", "OPTIONS", "DELETE")
+
+
+def seg(value: str) -> str:
+    """One path segment, escaped (an id can never reach another route)."""
+    return quote(value, safe="")
+
+
+def model(cls: type[M]) -> Callable[[Any], M]:
+    return cls.model_validate
+
+
+def model_list(cls: type[M]) -> Callable[[Any], list[M]]:
+    adapter = TypeAdapter(list[cls])  # type: ignore[valid-type]
+    return adapter.validate_python
+
+
+def raw(data: Any) -> Any:
+    return data
+
+
+def body(cls: type[BaseModel], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a request body against its model (a typo fails here, not at the server) and drop
+    what the caller did not set, so the server's defaults apply."""
+    given = {k: v for k, v in values.items() if v is not None}
+    return cls.model_validate(given).model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def query(**values: Any) -> dict[str, Any]:
+    """Query parameters without the unset ones; lists stay lists (repeated parameters)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None or (isinstance(value, list | tuple) and not value):
+            continue
+        out[key.rstrip("_")] = list(value) if isinstance(value, list | tuple) else value
+    return out
+
+
+def bool_param(value: bool | None) -> str | None:
+    return None if value is None else ("true" if value else "false")
+
+
+# ------------------------------------------------------------------ beliefs
+
+
+def belief_filters(
+    *,
+    type: Sequence[str] = (),  # noqa: A002 - the API's parameter name
+    status: Sequence[str] = (),
+    scope: Sequence[str] = (),
+    pinned: bool | None = None,
+    q: str | None = None,
+    all: bool = False,  # noqa: A002
+) -> dict[str, Any]:
+    return query(type=type, status=status, scope=scope, pinned=bool_param(pinned), q=q, all_=bool_param(all or None))
+
+
+def create_belief(values: Mapping[str, Any], session_id: str | None = None) -> Call[models.Belief]:
+    return Call(
+        "POST",
+        "/v1/beliefs",
+        model(models.Belief),
+        json=body(models.BeliefCreate, values),
+        headers=session(session_id),
+    )
+
+
+def get_belief(belief_id: str) -> Call[models.Belief]:
+    return Call("GET", f"/v1/beliefs/{seg(belief_id)}", model(models.Belief))
+
+
+def list_beliefs(filters: dict[str, Any], limit: int | None, cursor: str | None) -> Call[models.BeliefPage]:
+    return Call("GET", "/v1/beliefs", model(models.BeliefPage), params={**filters, **query(limit=limit, cursor=cursor)})
+
+
+def history(belief_id: str) -> Call[models.HistoryOut]:
+    return Call("GET", f"/v1/beliefs/{seg(belief_id)}/history", model(models.HistoryOut))
+
+
+def supersede(belief_id: str, values: Mapping[str, Any], session_id: str | None) -> Call[models.SupersedeResult]:
+    return Call(
+        "POST",
+        f"/v1/beliefs/{seg(belief_id)}/supersede",
+        model(models.SupersedeResult),
+        json=body(models.SupersedeIn, values),
+        headers=session(session_id),
+    )
+
+
+def belief_action(
+    belief_id: str, action: str, payload: dict[str, Any] | None = None, session_id: str | None = None
+) -> Call[models.Belief]:
+    return Call(
+        "POST",
+        f"/v1/beliefs/{seg(belief_id)}/{action}",
+        model(models.Belief),
+        json=payload,
+        headers=session(session_id),
+    )
+
+
+def erase(belief_id: str) -> Call[models.ErasureReceiptOut]:
+    return Call("DELETE", f"/v1/beliefs/{seg(belief_id)}", model(models.ErasureReceiptOut))
+
+
+def import_beliefs(records: Iterable[Mapping[str, Any]], session_id: str | None) -> Call[models.ImportResult]:
+    lines = "".join(json.dumps(dict(r), ensure_ascii=False) + "\n" for r in records)
+    return Call(
+        "POST",
+        "/v1/beliefs/import",
+        model(models.ImportResult),
+        content=lines.encode(),
+        headers={"Content-Type": JSONL, **session(session_id)},
+    )
+
+
+def session(session_id: str | None) -> dict[str, str]:
+    return {SESSION_HEADER: session_id} if session_id else {}
+
+
+# ------------------------------------------------------------------- recall
+
+
+def recall(
+    query_text: str,
+    scopes: Sequence[str],
+    session_id: str | None,
+    budget: Mapping[str, Any] | None,
+    explain: bool,
+) -> Call[models.RecallOut]:
+    payload = body(
+        models.RecallIn,
+        {"query": query_text, "scopes": list(scopes), "session_id": session_id, "budget": budget, "explain": explain},
+    )
+    return Call("POST", "/v1/recall", model(models.RecallOut), json=payload)
+
+
+def whoami() -> Call[models.WhoAmI]:
+    return Call("GET", "/v1/whoami", model(models.WhoAmI))
+
+
+# -------------------------------------------------------------------- admin
+
+
+def tenants(path: str = "") -> str:
+    return f"/v1/admin/tenants{path}"
+
+
+def create_tenant(tenant_id: str, name: str | None) -> Call[models.TenantOut]:
+    payload = body(models.TenantIn, {"tenant_id": tenant_id, "name": name or tenant_id})
+    return Call("POST", tenants(), model(models.TenantOut), json=payload)
+
+
+def tenant_action(tenant_id: str, action: str = "") -> Call[models.TenantOut]:
+    suffix = f"/{action}" if action else ""
+    return Call("POST" if action else "GET", tenants(f"/{seg(tenant_id)}{suffix}"), model(models.TenantOut))
+
+
+def create_user(tenant_id: str, values: Mapping[str, Any]) -> Call[models.UserOut]:
+    return Call("POST", tenants(f"/{seg(tenant_id)}/users"), model(models.UserOut), json=body(models.UserIn, values))
+
+
+def user_action(tenant_id: str, user_id: str, action: str = "") -> Call[models.UserOut]:
+    suffix = f"/{action}" if action else ""
+    path = tenants(f"/{seg(tenant_id)}/users/{seg(user_id)}{suffix}")
+    return Call("POST" if action else "GET", path, model(models.UserOut))
+
+
+def list_users(tenant_id: str, limit: int | None, cursor: str | None) -> Call[models.UserPage]:
+    params = query(limit=limit, cursor=cursor)
+    return Call("GET", tenants(f"/{seg(tenant_id)}/users"), model(models.UserPage), params=params)
+
+
+def change_grants(tenant_id: str, user_id: str, values: Mapping[str, Any]) -> Call[models.UserOut]:
+    path = tenants(f"/{seg(tenant_id)}/users/{seg(user_id)}/grants")
+    return Call("PATCH", path, model(models.UserOut), json=body(models.GrantsPatch, values))
+
+
+def issue_key(tenant_id: str, user_id: str, values: Mapping[str, Any]) -> Call[models.IssuedKeyOut]:
+    path = tenants(f"/{seg(tenant_id)}/users/{seg(user_id)}/keys")
+    return Call("POST", path, model(models.IssuedKeyOut), json=body(models.KeyIn, values))
+
+
+def list_keys(tenant_id: str, limit: int | None, cursor: str | None) -> Call[models.KeyPage]:
+    params = query(limit=limit, cursor=cursor)
+    return Call("GET", tenants(f"/{seg(tenant_id)}/keys"), model(models.KeyPage), params=params)
+
+
+def revoke_key(key_id: str) -> Call[models.KeyOut]:
+    return Call("DELETE", f"/v1/admin/keys/{seg(key_id)}", model(models.KeyOut))
+
+
+def dev_token(tenant_id: str, user_id: str, ttl_s: int | None) -> Call[models.TokenOut]:
+    path = tenants(f"/{seg(tenant_id)}/users/{seg(user_id)}/tokens")
+    return Call("POST", path, model(models.TokenOut), json=body(models.TokenIn, {"ttl_s": ttl_s}))
+
+
+def revoke_token(token: str) -> Call[models.TokenRevokedOut]:
+    payload = body(models.TokenRevokeIn, {"token": token})
+    return Call("POST", "/v1/admin/tokens/revoke", model(models.TokenRevokedOut), json=payload)
+
+
+def audit(filters: Mapping[str, Any], limit: int | None, cursor: str | None) -> Call[models.AuditPage]:
+    params = {**query(**filters), **query(limit=limit, cursor=cursor)}
+    return Call("GET", "/v1/admin/audit", model(models.AuditPage), params=params)
+
+
+# -------------------------------------------------------------------- turns
+
+
+def post_turn(values: Mapping[str, Any], session_id: str | None) -> Call[models.TurnOut]:
+    return Call(
+        "POST", "/v1/turns", model(models.TurnOut), json=body(models.TurnIn, values), headers=session(session_id)
+    )
+
+
+def get_turn(turn_id: str) -> Call[models.TurnOut]:
+    return Call("GET", f"/v1/turns/{seg(turn_id)}", model(models.TurnOut))
+
+
+def health() -> Call[Any]:
+    return Call("GET", "/readyz", raw)

@@ -1,0 +1,546 @@
+"""``Tenure`` (sync) and ``AsyncTenure``: one method per API operation, typed answers.
+
+Both execute the same :mod:`tenure_client._calls` descriptions: requests carry the credential as
+``Authorization: Bearer``; 429 and 503 answers are retried after their ``Retry-After`` (at most
+``max_retries`` times, each wait capped by ``max_retry_wait_s``); a dropped connection is retried
+only for idempotent methods. Every failure is a :class:`~tenure_client.errors.TenureError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import httpx
+
+from tenure_client import _calls as calls
+from tenure_client import models
+from tenure_client.errors import ConnectionFailed, TenureError, from_response
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
+
+T = TypeVar("T")
+DEFAULT_URL = "http://127.0.0.1:8000"
+RETRY_STATUSES = frozenset({429, 503})
+USER_AGENT = "tenure-client/0.1"
+
+
+def _settings(base_url: str | None, api_key: str | None) -> tuple[str, str | None]:
+    url = base_url or os.environ.get("TENURE_URL") or os.environ.get("TENURE_CLI_URL") or DEFAULT_URL
+    key = api_key or os.environ.get("TENURE_API_KEY") or os.environ.get("TENURE_CLI_KEY")
+    return url.rstrip("/"), key
+
+
+def _backoff(attempt: int, error: TenureError | None, cap: float) -> float:
+    """The server's Retry-After when it gave one, else a short exponential back-off."""
+    hinted = error.retry_after_s if error is not None else None
+    return min(cap, hinted if hinted is not None else 0.25 * 2**attempt)
+
+
+def _should_retry(call: calls.Call[Any], error: TenureError, attempt: int, max_retries: int) -> bool:
+    if attempt >= max_retries:
+        return False
+    if isinstance(error, ConnectionFailed):
+        return call.idempotent
+    return error.status in RETRY_STATUSES
+
+
+class _Base:
+    def __init__(
+        self,
+        base_url: str | None,
+        api_key: str | None,
+        *,
+        session_id: str | None,
+        max_retries: int,
+        max_retry_wait_s: float,
+    ):
+        self.base_url, self.api_key = _settings(base_url, api_key)
+        self.session_id = session_id
+        self.max_retries = max_retries
+        self.max_retry_wait_s = max_retry_wait_s
+
+    def _headers(self, call: calls.Call[Any]) -> dict[str, str]:
+        headers = {"User-Agent": USER_AGENT, **call.headers}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _url(self, http: httpx.Client | httpx.AsyncClient, path: str) -> str:
+        return str(http.base_url.join(path)) if str(http.base_url) else f"{self.base_url}{path}"
+
+    def _connection_error(self, http: httpx.Client | httpx.AsyncClient, exc: httpx.HTTPError) -> ConnectionFailed:
+        base = str(http.base_url) or self.base_url
+        reason = str(exc) or type(exc).__name__
+        return ConnectionFailed(base.rstrip("/"), reason)
+
+    # ----------------------------------------------------------- proxy clients
+
+    def _proxy_headers(self, scopes: Sequence[str], session_id: str | None) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if scopes:
+            headers["X-Tenure-Scope"] = ",".join(scopes)
+        if session_id or self.session_id:
+            headers["X-Session-Id"] = str(session_id or self.session_id)
+        return headers
+
+    def openai_kwargs(self, scopes: Sequence[str] = (), session_id: str | None = None) -> dict[str, Any]:
+        """Arguments for ``openai.OpenAI(...)`` pointed at the proxy with this credential."""
+        return {
+            "base_url": f"{self.base_url}/v1",
+            "api_key": self.api_key or "",
+            "default_headers": self._proxy_headers(scopes, session_id),
+        }
+
+    def anthropic_kwargs(self, scopes: Sequence[str] = (), session_id: str | None = None) -> dict[str, Any]:
+        """Arguments for ``anthropic.Anthropic(...)`` pointed at the proxy with this credential (the
+        SDK sends it as ``x-api-key``; the proxy accepts that header too)."""
+        return {
+            "base_url": self.base_url,
+            "api_key": self.api_key or "",
+            "default_headers": self._proxy_headers(scopes, session_id),
+        }
+
+
+def _decode(response: httpx.Response) -> Any:
+    if response.status_code == 204 or not response.content:
+        return None
+    return response.json()
+
+
+class Tenure(_Base):
+    """The synchronous client. ``http_client`` may be any ``httpx.Client`` (tests pass FastAPI's
+    ``TestClient``); the client closes only what it created."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        session_id: str | None = None,
+        max_retries: int = 2,
+        max_retry_wait_s: float = 30.0,
+        http_client: httpx.Client | None = None,
+    ):
+        super().__init__(
+            base_url, api_key, session_id=session_id, max_retries=max_retries, max_retry_wait_s=max_retry_wait_s
+        )
+        self._owned = http_client is None
+        self.http = http_client or httpx.Client(base_url=self.base_url, timeout=timeout)
+        self.beliefs = Beliefs(self)
+        self.admin = Admin(self)
+
+    def __enter__(self) -> Tenure:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owned:
+            self.http.close()
+
+    def send(self, call: calls.Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = self.http.request(
+                    call.method,
+                    self._url(self.http, call.path),
+                    params=call.params or None,
+                    json=call.json,
+                    content=call.content,
+                    headers=self._headers(call),
+                )
+                if response.status_code < 400:
+                    return call.parse(_decode(response))
+                error: TenureError = from_response(response)
+            except httpx.HTTPError as exc:
+                error = self._connection_error(self.http, exc)
+            if not _should_retry(call, error, attempt, self.max_retries):
+                raise error
+            time.sleep(_backoff(attempt, error, self.max_retry_wait_s))
+            attempt += 1
+
+    def stream_lines(self, path: str, params: Mapping[str, Any]) -> Iterator[str]:
+        """The non-empty lines of a streamed answer (JSONL export), as they arrive."""
+        call: calls.Call[Any] = calls.Call("GET", path, calls.raw, params=params)
+        try:
+            with self.http.stream(
+                "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise from_response(response)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield line
+        except httpx.HTTPError as exc:
+            raise self._connection_error(self.http, exc) from exc
+
+    # -------------------------------------------------------------- top level
+
+    def recall(
+        self,
+        query: str = "",
+        *,
+        scopes: Sequence[str] = (),
+        session_id: str | None = None,
+        budget: Mapping[str, Any] | None = None,
+        explain: bool = False,
+    ) -> models.RecallOut:
+        """The four tiers and the injection block for ``query`` (writes an injection receipt)."""
+        return self.send(calls.recall(query, scopes, session_id or self.session_id, budget, explain))
+
+    def whoami(self) -> models.WhoAmI:
+        return self.send(calls.whoami())
+
+    def ready(self) -> Any:
+        return self.send(calls.health())
+
+    def post_turn(self, **values: Any) -> models.TurnOut:
+        return self.send(calls.post_turn(values, self.session_id))
+
+    def get_turn(self, turn_id: str) -> models.TurnOut:
+        return self.send(calls.get_turn(turn_id))
+
+    def openai(self, *, scopes: Sequence[str] = (), session_id: str | None = None, **kwargs: Any) -> openai.OpenAI:
+        """An ``openai.OpenAI`` client whose requests go through the Tenure proxy (needs the
+        ``openai`` extra)."""
+        import openai
+
+        return openai.OpenAI(**{**self.openai_kwargs(scopes, session_id), **kwargs})
+
+    def anthropic(
+        self, *, scopes: Sequence[str] = (), session_id: str | None = None, **kwargs: Any
+    ) -> anthropic.Anthropic:
+        """An ``anthropic.Anthropic`` client whose Messages calls go through the Tenure proxy
+        (needs the ``anthropic`` extra)."""
+        import anthropic
+
+        return anthropic.Anthropic(**{**self.anthropic_kwargs(scopes, session_id), **kwargs})
+
+
+class Beliefs:
+    def __init__(self, client: Tenure):
+        self._c = client
+
+    def create(self, **values: Any) -> models.Belief:
+        """Create one belief: ``type``, ``canonical_name``, ``content``, ``scope`` and optionally
+        ``aliases``, ``why_it_matters``, ``id``... (see :class:`models.BeliefCreate`)."""
+        return self._c.send(calls.create_belief(values, self._c.session_id))
+
+    def get(self, belief_id: str) -> models.Belief:
+        return self._c.send(calls.get_belief(belief_id))
+
+    def list(self, *, limit: int | None = None, cursor: str | None = None, **filters: Any) -> models.BeliefPage:
+        """One page. Filters: ``type``, ``status``, ``scope`` (lists), ``pinned``, ``q``, ``all``."""
+        return self._c.send(calls.list_beliefs(calls.belief_filters(**filters), limit, cursor))
+
+    def iter(self, *, page_size: int = 200, **filters: Any) -> Iterator[models.Belief]:
+        """Every belief matching the filters, page after page (follows ``next_cursor``)."""
+        cursor: str | None = None
+        while True:
+            page = self.list(limit=page_size, cursor=cursor, **filters)
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def history(self, belief_id: str) -> models.HistoryOut:
+        return self._c.send(calls.history(belief_id))
+
+    def supersede(self, belief_id: str, **values: Any) -> models.SupersedeResult:
+        """Replace with a new version: ``content`` and optionally ``canonical_name``, ``aliases``,
+        ``why_it_matters``, ``confidence``, ``reason``."""
+        return self._c.send(calls.supersede(belief_id, values, self._c.session_id))
+
+    def reinforce(self, belief_id: str, aliases: Sequence[str] = ()) -> models.Belief:
+        return self._c.send(calls.belief_action(belief_id, "reinforce", {"aliases": list(aliases)}, self._c.session_id))
+
+    def pin(self, belief_id: str) -> models.Belief:
+        return self._c.send(calls.belief_action(belief_id, "pin", None, self._c.session_id))
+
+    def unpin(self, belief_id: str) -> models.Belief:
+        return self._c.send(calls.belief_action(belief_id, "unpin", None, self._c.session_id))
+
+    def resolve(self, belief_id: str, *, note: str | None = None, resolved_by: str | None = None) -> models.Belief:
+        payload = calls.query(note=note, resolved_by=resolved_by)
+        return self._c.send(calls.belief_action(belief_id, "resolve", payload, self._c.session_id))
+
+    def add_aliases(self, belief_id: str, aliases: Sequence[str]) -> models.Belief:
+        return self._c.send(calls.belief_action(belief_id, "aliases", {"aliases": list(aliases)}, self._c.session_id))
+
+    def retract(self, belief_id: str, *, reason: str | None = None) -> models.Belief:
+        payload = calls.query(reason=reason)
+        return self._c.send(calls.belief_action(belief_id, "retract", payload, self._c.session_id))
+
+    def erase(self, belief_id: str) -> models.ErasureReceiptOut:
+        """Admins: hard delete of every version, audit payload copies and cached renderings."""
+        return self._c.send(calls.erase(belief_id))
+
+    def import_(self, records: Iterable[Mapping[str, Any]]) -> models.ImportResult:
+        """One import request (JSONL). For large files use :func:`tenure_client.chunked` to stay
+        under the server's body limit."""
+        return self._c.send(calls.import_beliefs(records, self._c.session_id))
+
+    def export(self, **filters: Any) -> Iterator[models.Belief]:
+        """Every matching belief with its change log, streamed (JSONL) as the server sends it."""
+        for line in self._c.stream_lines("/v1/beliefs/export", calls.belief_filters(**filters)):
+            yield models.Belief.model_validate(json.loads(line))
+
+
+class Admin:
+    def __init__(self, client: Tenure):
+        self._c = client
+
+    def create_tenant(self, tenant_id: str, name: str | None = None) -> models.TenantOut:
+        return self._c.send(calls.create_tenant(tenant_id, name))
+
+    def get_tenant(self, tenant_id: str) -> models.TenantOut:
+        return self._c.send(calls.tenant_action(tenant_id))
+
+    def disable_tenant(self, tenant_id: str) -> models.TenantOut:
+        return self._c.send(calls.tenant_action(tenant_id, "disable"))
+
+    def enable_tenant(self, tenant_id: str) -> models.TenantOut:
+        return self._c.send(calls.tenant_action(tenant_id, "enable"))
+
+    def create_user(self, tenant_id: str, user_id: str, **grants: Any) -> models.UserOut:
+        return self._c.send(calls.create_user(tenant_id, {"user_id": user_id, **grants}))
+
+    def get_user(self, tenant_id: str, user_id: str) -> models.UserOut:
+        return self._c.send(calls.user_action(tenant_id, user_id))
+
+    def disable_user(self, tenant_id: str, user_id: str) -> models.UserOut:
+        return self._c.send(calls.user_action(tenant_id, user_id, "disable"))
+
+    def enable_user(self, tenant_id: str, user_id: str) -> models.UserOut:
+        return self._c.send(calls.user_action(tenant_id, user_id, "enable"))
+
+    def list_users(self, tenant_id: str, *, limit: int | None = None, cursor: str | None = None) -> models.UserPage:
+        return self._c.send(calls.list_users(tenant_id, limit, cursor))
+
+    def iter_users(self, tenant_id: str, *, page_size: int = 200) -> Iterator[models.UserOut]:
+        cursor: str | None = None
+        while True:
+            page = self.list_users(tenant_id, limit=page_size, cursor=cursor)
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def change_grants(self, tenant_id: str, user_id: str, **changes: Any) -> models.UserOut:
+        """``add_projects``, ``remove_projects``, ``add_teams``, ... (see :class:`models.GrantsPatch`)."""
+        return self._c.send(calls.change_grants(tenant_id, user_id, changes))
+
+    def issue_key(self, tenant_id: str, user_id: str, **values: Any) -> models.IssuedKeyOut:
+        """The new key's secret is in ``.key``, once."""
+        return self._c.send(calls.issue_key(tenant_id, user_id, values))
+
+    def list_keys(self, tenant_id: str, *, limit: int | None = None, cursor: str | None = None) -> models.KeyPage:
+        return self._c.send(calls.list_keys(tenant_id, limit, cursor))
+
+    def iter_keys(self, tenant_id: str, *, page_size: int = 200) -> Iterator[models.KeyOut]:
+        cursor: str | None = None
+        while True:
+            page = self.list_keys(tenant_id, limit=page_size, cursor=cursor)
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def revoke_key(self, key_id: str) -> models.KeyOut:
+        return self._c.send(calls.revoke_key(key_id))
+
+    def dev_token(self, tenant_id: str, user_id: str, *, ttl_s: int | None = None) -> models.TokenOut:
+        return self._c.send(calls.dev_token(tenant_id, user_id, ttl_s))
+
+    def revoke_token(self, token: str) -> models.TokenRevokedOut:
+        return self._c.send(calls.revoke_token(token))
+
+    def audit(self, *, limit: int | None = None, cursor: str | None = None, **filters: Any) -> models.AuditPage:
+        """One page of the audit trail. Filters: ``tenant_id``, ``actor_id``, ``belief_id``,
+        ``session_id``, ``action``, ``request_id``, ``since``, ``until``."""
+        return self._c.send(calls.audit(filters, limit, cursor))
+
+    def iter_audit(self, *, page_size: int = 200, **filters: Any) -> Iterator[models.AuditEvent]:
+        cursor: str | None = None
+        while True:
+            page = self.audit(limit=page_size, cursor=cursor, **filters)
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+
+# ---------------------------------------------------------------------- async
+
+
+class AsyncTenure(_Base):
+    """The asyncio client: the same operations as :class:`Tenure`, awaited."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        session_id: str | None = None,
+        max_retries: int = 2,
+        max_retry_wait_s: float = 30.0,
+        http_client: httpx.AsyncClient | None = None,
+    ):
+        super().__init__(
+            base_url, api_key, session_id=session_id, max_retries=max_retries, max_retry_wait_s=max_retry_wait_s
+        )
+        self._owned = http_client is None
+        self.http = http_client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
+        self.beliefs = AsyncBeliefs(self)
+
+    async def __aenter__(self) -> AsyncTenure:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owned:
+            await self.http.aclose()
+
+    async def send(self, call: calls.Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = await self.http.request(
+                    call.method,
+                    self._url(self.http, call.path),
+                    params=call.params or None,
+                    json=call.json,
+                    content=call.content,
+                    headers=self._headers(call),
+                )
+                if response.status_code < 400:
+                    return call.parse(_decode(response))
+                error: TenureError = from_response(response)
+            except httpx.HTTPError as exc:
+                error = self._connection_error(self.http, exc)
+            if not _should_retry(call, error, attempt, self.max_retries):
+                raise error
+            await asyncio.sleep(_backoff(attempt, error, self.max_retry_wait_s))
+            attempt += 1
+
+    async def recall(
+        self,
+        query: str = "",
+        *,
+        scopes: Sequence[str] = (),
+        session_id: str | None = None,
+        budget: Mapping[str, Any] | None = None,
+        explain: bool = False,
+    ) -> models.RecallOut:
+        return await self.send(calls.recall(query, scopes, session_id or self.session_id, budget, explain))
+
+    async def whoami(self) -> models.WhoAmI:
+        return await self.send(calls.whoami())
+
+    async def post_turn(self, **values: Any) -> models.TurnOut:
+        return await self.send(calls.post_turn(values, self.session_id))
+
+    async def get_turn(self, turn_id: str) -> models.TurnOut:
+        return await self.send(calls.get_turn(turn_id))
+
+    def openai(self, *, scopes: Sequence[str] = (), session_id: str | None = None, **kwargs: Any) -> openai.AsyncOpenAI:
+        import openai
+
+        return openai.AsyncOpenAI(**{**self.openai_kwargs(scopes, session_id), **kwargs})
+
+    def anthropic(
+        self, *, scopes: Sequence[str] = (), session_id: str | None = None, **kwargs: Any
+    ) -> anthropic.AsyncAnthropic:
+        import anthropic
+
+        return anthropic.AsyncAnthropic(**{**self.anthropic_kwargs(scopes, session_id), **kwargs})
+
+
+class AsyncBeliefs:
+    def __init__(self, client: AsyncTenure):
+        self._c = client
+
+    async def create(self, **values: Any) -> models.Belief:
+        return await self._c.send(calls.create_belief(values, self._c.session_id))
+
+    async def get(self, belief_id: str) -> models.Belief:
+        return await self._c.send(calls.get_belief(belief_id))
+
+    async def list(self, *, limit: int | None = None, cursor: str | None = None, **filters: Any) -> models.BeliefPage:
+        return await self._c.send(calls.list_beliefs(calls.belief_filters(**filters), limit, cursor))
+
+    async def iter(self, *, page_size: int = 200, **filters: Any) -> AsyncIterator[models.Belief]:
+        cursor: str | None = None
+        while True:
+            page = await self.list(limit=page_size, cursor=cursor, **filters)
+            for item in page.items:
+                yield item
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def history(self, belief_id: str) -> models.HistoryOut:
+        return await self._c.send(calls.history(belief_id))
+
+    async def supersede(self, belief_id: str, **values: Any) -> models.SupersedeResult:
+        return await self._c.send(calls.supersede(belief_id, values, self._c.session_id))
+
+    async def reinforce(self, belief_id: str, aliases: Sequence[str] = ()) -> models.Belief:
+        payload = {"aliases": list(aliases)}
+        return await self._c.send(calls.belief_action(belief_id, "reinforce", payload, self._c.session_id))
+
+    async def pin(self, belief_id: str) -> models.Belief:
+        return await self._c.send(calls.belief_action(belief_id, "pin", None, self._c.session_id))
+
+    async def unpin(self, belief_id: str) -> models.Belief:
+        return await self._c.send(calls.belief_action(belief_id, "unpin", None, self._c.session_id))
+
+    async def resolve(
+        self, belief_id: str, *, note: str | None = None, resolved_by: str | None = None
+    ) -> models.Belief:
+        payload = calls.query(note=note, resolved_by=resolved_by)
+        return await self._c.send(calls.belief_action(belief_id, "resolve", payload, self._c.session_id))
+
+    async def add_aliases(self, belief_id: str, aliases: Sequence[str]) -> models.Belief:
+        payload = {"aliases": list(aliases)}
+        return await self._c.send(calls.belief_action(belief_id, "aliases", payload, self._c.session_id))
+
+    async def retract(self, belief_id: str, *, reason: str | None = None) -> models.Belief:
+        payload = calls.query(reason=reason)
+        return await self._c.send(calls.belief_action(belief_id, "retract", payload, self._c.session_id))
+
+    async def import_(self, records: Iterable[Mapping[str, Any]]) -> models.ImportResult:
+        return await self._c.send(calls.import_beliefs(records, self._c.session_id))
+
+
+def chunked(
+    records: Iterable[Mapping[str, Any]], *, max_bytes: int = 150_000, max_records: int = 500
+) -> Iterator[list[Mapping[str, Any]]]:
+    """Group records into import requests that stay under ``max_bytes`` of JSONL (and
+    ``max_records``), in order. A single record larger than ``max_bytes`` goes alone (the server
+    will say 413 for it, and only for it)."""
+    batch: list[Mapping[str, Any]] = []
+    size = 0
+    for record in records:
+        line = len(json.dumps(dict(record), ensure_ascii=False).encode()) + 1
+        if batch and (size + line > max_bytes or len(batch) >= max_records):
+            yield batch
+            batch, size = [], 0
+        batch.append(record)
+        size += line
+    if batch:
+        yield batch

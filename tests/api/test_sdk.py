@@ -1,0 +1,189 @@
+"""The Python SDK (``clients/python``, ``tenure_client``) against the real app: its models match the
+live OpenAPI schema, every belief operation round-trips typed, errors carry code and request id,
+429s are retried after Retry-After, cursors are followed, and the async client does the same."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from opensearchpy import OpenSearch
+from tenure_client import (
+    AsyncTenure,
+    AuthenticationFailed,
+    BadRequest,
+    ConnectionFailed,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    Tenure,
+    chunked,
+    models,
+)
+from tenure_client._codegen import render
+
+from service.api.app import create_app
+from service.config import Settings
+from tests.api.conftest import Team, belief_body
+
+MODELS = Path(__file__).resolve().parents[2] / "clients" / "python" / "tenure_client" / "models.py"
+
+
+def test_models_match_the_live_openapi_schema(app: FastAPI) -> None:
+    """Regenerate with: .venv/bin/python -m tenure_client._codegen <(curl -s localhost:8000/openapi.json)
+    > clients/python/tenure_client/models.py (or see clients/python/README.md)."""
+    expected = ast.dump(ast.parse(render(app.openapi())))
+    assert ast.dump(ast.parse(MODELS.read_text())) == expected, (
+        "clients/python/tenure_client/models.py is stale: regenerate it from the live schema"
+    )
+
+
+def _sdk(client: TestClient, key: str, **kwargs: Any) -> Tenure:
+    return Tenure("http://testserver", key, http_client=client, **kwargs)
+
+
+def test_belief_lifecycle_round_trips_typed(client: TestClient, team: Team) -> None:
+    alice = _sdk(client, team.keys["alice"], session_id="sdk-s1")
+    created = alice.beliefs.create(**belief_body("session_cache", "project:pay"))
+    assert isinstance(created, models.Belief) and created.owner_id == "alice" and created.version == 1
+
+    assert alice.beliefs.get(created.id or "").canonical_name == "session_cache"
+    assert alice.beliefs.reinforce(created.id or "", ["redis sessions"]).reinforcement_count == 1
+    assert "redis sessions" in (alice.beliefs.add_aliases(created.id or "", ["kv sessions"]).aliases or [])
+    assert alice.beliefs.pin(created.id or "").pinned is True
+    assert alice.beliefs.unpin(created.id or "").pinned is False
+
+    replaced = alice.beliefs.supersede(created.id or "", content="Sessions live in Valkey.", reason="migrated")
+    assert replaced.superseded.superseded_by == replaced.current.id
+    history = alice.beliefs.history(replaced.current.id or "")
+    assert [b.id for b in history.chain] == [created.id, replaced.current.id]
+
+    question = alice.beliefs.create(
+        **belief_body("cache_eviction_question", "project:pay", type="open_question", epistemic_status="exploratory")
+    )
+    assert alice.beliefs.resolve(question.id or "", note="LRU").resolved_at is not None
+    assert alice.beliefs.retract(replaced.current.id or "", reason="wrong").retracted_at is not None
+
+
+def test_recall_and_cursor_iteration(client: TestClient, team: Team) -> None:
+    alice = _sdk(client, team.keys["alice"])
+    names = [f"sdk_{w}_topic" for w in ("amber", "birch", "cedar", "dahlia", "elm")]
+    report = alice.beliefs.import_([{**belief_body(n, "project:pay"), "_id": f"b-{n}"} for n in names])
+    assert sorted(report.imported) == sorted(f"b-{n}" for n in names) and report.failed == {}
+
+    seen = [b.canonical_name for b in alice.beliefs.iter(page_size=2, scope=["project:pay"])]
+    assert sorted(seen) == names  # three pages, nothing twice
+    page = alice.beliefs.list(limit=2, scope=["project:pay"])
+    assert len(page.items) == 2 and page.next_cursor
+
+    recalled = alice.recall("what about the sdk cedar topic?", scopes=["project:pay"], session_id="sdk-recall")
+    assert recalled.injected_ids == ["b-sdk_cedar_topic"] and recalled.receipt_id
+    assert "sdk_cedar_topic" in recalled.injection.text
+
+    exported = [b.id for b in alice.beliefs.export(scope=["project:pay"])]
+    assert sorted(exported) == sorted(f"b-{n}" for n in names)
+    # bob shares project pay: he recalls it too; another tenant's member sees nothing
+    assert _sdk(client, team.keys["bob"]).recall("sdk cedar topic", scopes=["project:pay"]).injected_ids == [
+        "b-sdk_cedar_topic"
+    ]
+
+
+def test_errors_carry_code_status_and_request_id(client: TestClient, team: Team, other_team: Team) -> None:
+    alice = _sdk(client, team.keys["alice"])
+    mine = alice.beliefs.create(**belief_body("private_pref", "user:alice"))
+
+    with pytest.raises(NotFound) as missing:
+        _sdk(client, other_team.keys["alice"]).beliefs.get(mine.id or "")
+    assert missing.value.code == "not_found" and missing.value.status == 404
+    assert missing.value.request_id and missing.value.request_id.startswith("req-")
+    with pytest.raises(NotFound):
+        _sdk(client, team.keys["bob"]).beliefs.get(mine.id or "")  # a colleague's private belief
+
+    with pytest.raises(PermissionDenied) as denied:
+        alice.admin.audit()
+    assert denied.value.code == "forbidden"
+    with pytest.raises(AuthenticationFailed) as unauth:
+        _sdk(client, "tnr_notakey_secret").whoami()
+    assert unauth.value.code == "unauthenticated" and unauth.value.status == 401
+    with pytest.raises(BadRequest) as invalid:
+        alice.beliefs.create(**{**belief_body("x", "project:pay"), "scope": ["nonsense"]})
+    assert invalid.value.code == "validation_error" and invalid.value.details
+
+
+def test_connection_failure_names_the_url() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    dead = Tenure(f"http://127.0.0.1:{port}", "tnr_x_y", max_retries=1, max_retry_wait_s=0.01)
+    with dead, pytest.raises(ConnectionFailed) as failed:
+        dead.whoami()
+    assert failed.value.url == f"http://127.0.0.1:{port}" and f"127.0.0.1:{port}" in str(failed.value)
+
+
+@pytest.fixture(scope="module")
+def limited(api_settings: Settings, os_client: OpenSearch) -> Iterator[TestClient]:
+    """The same deployment with a budget of 1 request/s and a burst of 2."""
+    api = api_settings.api.model_copy(update={"rate_limit_per_s": 1.0, "rate_limit_burst": 2})
+    with TestClient(create_app(api_settings.model_copy(update={"api": api}))) as test_client:
+        yield test_client
+
+
+def test_rate_limited_calls_are_retried_after_retry_after(limited: TestClient, team: Team) -> None:
+    patient = _sdk(limited, team.keys["carol"], max_retries=3)
+    started = time.monotonic()
+    for _ in range(4):  # the 3rd and 4th exceed the burst: each waits for the server's Retry-After
+        assert patient.whoami().user_id == "carol"
+    assert time.monotonic() - started >= 1.0
+
+    impatient = _sdk(limited, team.keys["bob"], max_retries=0)
+    for _ in range(2):  # the burst
+        impatient.whoami()
+    with pytest.raises(RateLimited) as limited_error:
+        impatient.whoami()
+    assert limited_error.value.retry_after_s and limited_error.value.retry_after_s >= 1
+
+
+def test_chunked_stays_under_the_byte_limit() -> None:
+    records = [{"canonical_name": f"n{i}", "content": "x" * 1000} for i in range(50)]
+    batches = list(chunked(records, max_bytes=10_000))
+    assert [r for b in batches for r in b] == records
+    assert all(sum(len(str(r)) for r in b) < 10_000 for b in batches) and len(batches) >= 5
+
+
+def test_async_client_mirrors_the_sync_one(app: FastAPI, client: TestClient, team: Team) -> None:
+    async def scenario() -> tuple[str, list[str], list[str]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            alice = AsyncTenure("http://testserver", team.keys["alice"], http_client=http)
+            name = f"async_{uuid.uuid4().hex[:6]}"
+            created = await alice.beliefs.create(**belief_body(name, "project:pay"))
+            assert (await alice.beliefs.get(created.id or "")).canonical_name == name
+            listed = [b.id async for b in alice.beliefs.iter(page_size=1, scope=["project:pay"])]
+            assert created.id in listed and len(listed) == len(set(listed))
+            recalled = await alice.recall(name.replace("_", " "), scopes=["project:pay"])
+            with pytest.raises(NotFound):
+                await AsyncTenure("http://testserver", team.keys["bob"], http_client=http).beliefs.get("b-nope")
+            return created.id or "", listed, recalled.injected_ids
+
+    created_id, listed, injected = asyncio.run(scenario())
+    assert listed and injected == [created_id]
+
+
+def test_openai_and_anthropic_helpers_point_at_the_proxy() -> None:
+    tenure = Tenure("http://tenure.example:8000/", "tnr_k_s", session_id="s-9")
+    chat = tenure.openai(scopes=["project:pay", "domain:code"])
+    assert str(chat.base_url).rstrip("/") == "http://tenure.example:8000/v1" and chat.api_key == "tnr_k_s"
+    assert chat.default_headers["X-Tenure-Scope"] == "project:pay,domain:code"
+    assert chat.default_headers["X-Session-Id"] == "s-9"
+    messages = tenure.anthropic(scopes=["project:pay"])
+    assert str(messages.base_url).rstrip("/") == "http://tenure.example:8000" and messages.api_key == "tnr_k_s"
