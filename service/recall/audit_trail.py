@@ -4,6 +4,7 @@ receipt the service has acknowledged (read-your-writes over the receipt outbox).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import redis
 
@@ -12,6 +13,7 @@ from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditEvent, AuditQuery, AuditStore
 
 log = logging.getLogger(__name__)
+EXPORT_PAGE = 500
 
 
 class AuditTrail:
@@ -24,6 +26,19 @@ class AuditTrail:
     ) -> tuple[list[AuditEvent], str | None]:
         self._drain_pending()
         return self.store.search(principal, query, size=size, after=after)
+
+    def export(self, principal: Principal, query: AuditQuery, *, limit: int) -> Iterator[AuditEvent]:
+        """Every event of a filtered view, newest first, at most ``limit`` (pending receipts are
+        drained once, before the first page)."""
+        self._drain_pending()
+        after: str | None = None
+        sent = 0
+        while sent < limit:
+            page, after = self.store.search(principal, query, size=min(EXPORT_PAGE, limit - sent), after=after)
+            yield from page
+            sent += len(page)
+            if after is None:
+                return
 
     def _drain_pending(self) -> None:
         if not self.receipts.enabled:

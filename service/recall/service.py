@@ -7,6 +7,8 @@ from typing import Any
 
 from service.beliefs.api_service import Actor
 from service.domain import scopes as scope_rules
+from service.domain.principal import Principal
+from service.errors import Forbidden
 from service.recall.context import ContextBuilder, RecallBudget, RecallResult
 from service.recall.receipts import ReceiptOutbox
 from service.recall.render import InjectionBlock, render_injection
@@ -34,14 +36,46 @@ class RecallService:
         budget: RecallBudget | None = None,
         explain: bool = False,
     ) -> Recall:
-        result = self.builder.build(actor.principal, scopes, query, budget, explain=explain)
+        return self._run(actor, actor.principal, scopes, query, budget=budget, explain=explain)
+
+    def preview(
+        self,
+        actor: Actor,
+        as_principal: Principal,
+        scopes: list[str],
+        query: str,
+        *,
+        budget: RecallBudget | None = None,
+        explain: bool = True,
+    ) -> Recall:
+        """What recall would inject for ``as_principal`` (the console's playground). Nothing is
+        injected into anyone's prompt, so the receipt is a ``recall.preview`` event by the actor
+        who asked, naming the user it ran as; only an admin may run it as someone else."""
+        if as_principal != actor.principal and not (
+            actor.principal.is_admin and as_principal.tenant_id == actor.principal.tenant_id
+        ):
+            raise Forbidden("only an admin may preview recall as another user of the tenant")
+        return self._run(actor, as_principal, scopes, query, budget=budget, explain=explain, preview=True)
+
+    def _run(
+        self,
+        actor: Actor,
+        principal: Principal,
+        scopes: list[str],
+        query: str,
+        *,
+        budget: RecallBudget | None,
+        explain: bool,
+        preview: bool = False,
+    ) -> Recall:
+        result = self.builder.build(principal, scopes, query, budget, explain=explain)
         if explain:
-            result.notes += self._scope_notes(actor, scopes)
+            result.notes += self._scope_notes(principal, scopes)
         limits = (budget or RecallBudget()).resolve(self.builder.defaults)
         block = render_injection(result, max_chars_per_belief=limits.max_chars_per_belief)
         receipt = AuditEvent(
             tenant_id=actor.principal.tenant_id,
-            action="recall",
+            action="recall.preview" if preview else "recall",
             actor_id=actor.principal.user_id,
             actor_kind=actor.kind,
             credential_id=actor.credential_id,
@@ -51,16 +85,17 @@ class RecallService:
             scopes=result.scopes,
             query=result.query.text[:2000],
             injected=_injected(result),
+            details={"as_user": principal.user_id} if preview else None,
         )
         self.receipts.record(receipt)
         return Recall(result=result, block=block, receipt_id=receipt.event_id)
 
     @staticmethod
-    def _scope_notes(actor: Actor, scopes: list[str]) -> list[dict[str, Any]]:
+    def _scope_notes(principal: Principal, scopes: list[str]) -> list[dict[str, Any]]:
         """Explain which requested scopes contribute nothing because no grant covers them."""
         notes: list[dict[str, Any]] = []
         for label in scope_rules.normalize_scopes(scopes):
-            if scope_rules.is_shared(label) and label not in actor.principal.shared_grants:
+            if scope_rules.is_shared(label) and label not in principal.shared_grants:
                 notes.append({"scope": label, "outcome": "filtered: no grant for this shared scope"})
         return notes
 

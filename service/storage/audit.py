@@ -49,6 +49,7 @@ class AuditEvent(BaseModel):
 class AuditQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    event_id: str | None = None
     actor_id: str | None = None
     belief_id: str | None = None
     session_id: str | None = None
@@ -138,6 +139,7 @@ class AuditStore:
     def _narrowing(query: AuditQuery) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for field, value in (
+            ("event_id", query.event_id),
             ("actor_id", query.actor_id),
             ("belief_ids", query.belief_id),
             ("session_id", query.session_id),

@@ -4,7 +4,10 @@ The browser scenarios are in ``test_console_browser.py``."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
+import json
 import re
 from http.cookies import SimpleCookie
 
@@ -291,3 +294,103 @@ def test_erase_shows_the_receipt(app: FastAPI, client: TestClient, operator: dic
     receipt = web.post("/console/beliefs/b-doomed/erase", data={"csrf_token": token, "confirmed": "yes"})
     assert receipt.status_code == 200 and 'id="erasure-receipt"' in receipt.text and "b-doomed" in receipt.text
     assert client.get("/v1/beliefs/b-doomed", headers=team.h("bob")).status_code == 404
+
+
+def test_recall_playground_as_a_chosen_user(app: FastAPI, client: TestClient, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    web = sign_in(app, a.keys["carol"])
+    token = csrf_of(web, "/console/recall")
+    form = {"csrf_token": token, "as_user": "bob", "scopes": "project:pay, team:core", "message": "pay provider?"}
+    shown = web.post("/console/recall", data=form)
+    assert shown.status_code == 200, shown.text
+    tiers = shown.text[shown.text.index('id="tiers"') : shown.text.index('id="injection"')]
+    assert "pay_provider" in tiers and "core_provider" not in tiers  # bob holds no team:core
+    assert f"{a.tenant} secret pay_provider" in shown.text  # the rendered block
+    assert "team:core" in shown.text and "no grant" in shown.text  # explain: why core is filtered
+    receipt_id = re.search(r'id="receipt-id">([^<]+)<', shown.text)
+    assert receipt_id
+    events = ok(client.get("/v1/admin/audit", params={"action": "recall.preview"}, headers=a.h("carol")))["items"]
+    preview = next(e for e in events if e["event_id"] == receipt_id.group(1))
+    assert preview["actor_id"] == "carol" and preview["details"] == {"as_user": "bob"}
+    assert preview["belief_ids"] == ["b-pay"]
+    bob_recalls = ok(
+        client.get("/v1/admin/audit", params={"actor_id": "bob", "action": "recall"}, headers=a.h("carol"))
+    )
+    assert all(e["event_id"] != receipt_id.group(1) for e in bob_recalls["items"])  # not an injection
+
+
+def test_members_preview_only_as_themselves(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    web = sign_in(app, a.keys["bob"])
+    token = csrf_of(web, "/console/recall")
+    mine = web.post("/console/recall", data={"csrf_token": token, "as_user": "bob", "message": "pay provider"})
+    assert mine.status_code == 200 and "pay_provider" in mine.text
+    as_alice = web.post(
+        "/console/recall", data={"csrf_token": token, "as_user": "alice", "message": "private provider"}
+    )
+    assert as_alice.status_code == 403 and "private_provider" not in as_alice.text
+    assert web.post("/console/recall", data={"as_user": "bob", "message": "x"}).status_code == 403  # no CSRF token
+
+
+def test_audit_finds_what_was_injected_into_whose_prompt(
+    app: FastAPI, client: TestClient, operator: dict[str, str]
+) -> None:
+    team = make_team(client, operator)
+    ok(
+        client.post(
+            "/v1/beliefs",
+            json=belief_body("payment_provider", "project:pay", id="b-psp", content="We use Stripe."),
+            headers=team.h("alice"),
+        ),
+        201,
+    )
+    injected = ok(
+        client.post(
+            "/v1/recall",
+            json={"scopes": ["project:pay"], "query": "=HYPERLINK(payment provider)", "session_id": "s-tuesday"},
+            headers=team.h("bob"),
+        )
+    )
+    ok(client.post("/v1/recall", json={"scopes": ["project:pay"], "query": "unrelated"}, headers=team.h("alice")))
+    web = sign_in(app, team.keys["carol"])
+    listing = web.get("/console/audit", params={"actor_id": "bob", "action": "recall"})
+    assert listing.status_code == 200
+    rows = listing.text[listing.text.index('id="audit-list"') :]
+    assert rows.count("receipt →") == 1 and "b-psp" in rows
+    receipt = web.get(f"/console/audit/{injected['receipt_id']}")
+    assert receipt.status_code == 200
+    assert (
+        "Injection receipt" in receipt.text and "payment_provider" in receipt.text and "We use Stripe." in receipt.text
+    )
+    assert "s-tuesday" in receipt.text and "bob" in receipt.text
+    # a time range that ends before the recall finds nothing
+    empty = web.get("/console/audit", params={"actor_id": "bob", "until": "2000-01-01T00:00"})
+    assert "No event matches." in empty.text
+    assert web.get("/console/audit", params={"since": "yesterday"}).status_code == 422
+    # export of the filtered view
+    jsonl = web.get("/console/audit/export.jsonl", params={"actor_id": "bob", "action": "recall"})
+    assert jsonl.status_code == 200 and jsonl.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in jsonl.text.splitlines()]
+    assert [e["event_id"] for e in lines] == [injected["receipt_id"]]
+    assert "attachment" in jsonl.headers["content-disposition"]
+    table = web.get("/console/audit/export.csv", params={"actor_id": "bob", "action": "recall"})
+    rows_csv = list(csv.DictReader(io.StringIO(table.text)))
+    assert [r["event_id"] for r in rows_csv] == [injected["receipt_id"]]
+    assert rows_csv[0]["query"].startswith("'=")  # no formula injection into a spreadsheet
+    assert rows_csv[0]["belief_ids"] == "b-psp"
+
+
+def test_members_cannot_reach_admin_pages(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    a, _ = seeded
+    web = sign_in(app, a.keys["bob"])
+    for path in (
+        "/console/audit",
+        "/console/audit?actor_id=alice",
+        "/console/audit/export.jsonl",
+        "/console/audit/export.csv",
+        "/console/audit/ev-0123",
+    ):
+        response = web.get(path)
+        assert response.status_code == 403, path
+        assert "forbidden" in response.text
+    assert 'href="/console/audit"' not in web.get("/console/").text

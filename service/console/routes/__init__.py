@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.console.routes import beliefs, session
+from service.console.routes import audit, beliefs, recall, session
 
-ROUTERS: list[APIRouter] = [session.router, beliefs.router]
+ROUTERS: list[APIRouter] = [session.router, beliefs.router, recall.router, audit.router]

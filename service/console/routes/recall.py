@@ -1,0 +1,64 @@
+"""Recall playground: a message as a chosen user and scope set; the four tiers, the rendered
+injection block and the explain view, from :meth:`RecallService.preview` (the same builder and
+renderer as ``POST /v1/recall``; recorded as a ``recall.preview`` audit event, never as an
+injection)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from service.api.deps import ProvisioningDep, RecallDep
+from service.console.views import split_list
+from service.console.web import PREFIX, ConsoleRoute, CurrentUser, Form, page
+from service.domain import scopes as scope_rules
+from service.domain.accounts import effective_principal
+from service.domain.principal import Principal
+from service.errors import ValidationFailed
+from service.provisioning.service import ProvisioningService
+
+router = APIRouter(prefix=f"{PREFIX}/recall", route_class=ConsoleRoute, include_in_schema=False)
+MAX_MESSAGE = 20_000
+
+
+def _users(user: CurrentUser, prov: ProvisioningService) -> list[str]:
+    if not user.is_admin:
+        return [user.principal.user_id]
+    users, _ = prov.list_users(user.actor, user.principal.tenant_id, size=500)
+    return [u.user_id for u in users]
+
+
+@router.get("")
+def playground(
+    request: Request,
+    user: CurrentUser,
+    prov: ProvisioningDep,
+    as_user: Annotated[str, Query(max_length=200)] = "",
+    scopes: Annotated[str, Query(max_length=2000)] = "",
+    message: Annotated[str, Query(max_length=MAX_MESSAGE)] = "",
+) -> Response:
+    form = {"as_user": as_user or user.principal.user_id, "scopes": scopes, "message": message}
+    return page(request, "recall.html", nav="recall", users=_users(user, prov), form=form, done=None)
+
+
+def _as_principal(user: CurrentUser, prov: ProvisioningService, as_user: str) -> Principal:
+    if not as_user or as_user == user.principal.user_id:
+        return user.principal  # as oneself: the credential's own (possibly narrowed) grants
+    record = prov.get_user(user.actor, user.principal.tenant_id, as_user)  # admins only (403 otherwise)
+    return effective_principal(record)
+
+
+@router.post("")
+def run(request: Request, user: CurrentUser, form: Form, service: RecallDep, prov: ProvisioningDep) -> Response:
+    message = form.get("message", "")
+    if len(message) > MAX_MESSAGE:
+        raise ValidationFailed(f"the message is longer than {MAX_MESSAGE} characters")
+    try:
+        scopes = scope_rules.normalize_scopes(split_list(form.get("scopes", "")))
+    except scope_rules.InvalidScope as exc:
+        raise ValidationFailed(str(exc)) from exc
+    as_principal = _as_principal(user, prov, form.get("as_user", "").strip())
+    done = service.preview(user.actor, as_principal, scopes, message, explain=True)
+    shown = {"as_user": as_principal.user_id, "scopes": ", ".join(scopes), "message": message}
+    return page(request, "recall.html", nav="recall", users=_users(user, prov), form=shown, done=done)
