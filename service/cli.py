@@ -407,6 +407,21 @@ def _emit(result: Any, out: TextIO) -> None:
         out.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
 
 
+def run_mcp_stdio(argv: Sequence[str]) -> int:
+    """``tenure mcp``: the MCP server on stdin/stdout for an editor to spawn (docs/mcp.md). Every
+    tool is a REST call to ``--url`` with the user's own ``--key`` (TENURE_CLI_URL/TENURE_CLI_KEY)."""
+    parser = argparse.ArgumentParser(prog="tenure mcp", description="MCP server over stdio (see docs/mcp.md)")
+    parser.add_argument("--url", help="API base URL (default: TENURE_CLI_URL or http://127.0.0.1:8000)")
+    parser.add_argument("--key", help="your API key or JWT (default: TENURE_CLI_KEY)")
+    args = parser.parse_args(list(argv))
+    from service.mcp.server import stdio_server
+
+    cli = CliSettings()
+    key = args.key or (cli.key.get_secret_value() if cli.key else None)
+    stdio_server(args.url or cli.url, key).run("stdio")
+    return 0
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -424,6 +439,8 @@ def main(
         from evals.cli import main as eval_main
 
         return eval_main(argv[1:])
+    if argv[:1] == ["mcp"]:
+        return run_mcp_stdio(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command in DIRECT:

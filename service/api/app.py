@@ -19,6 +19,7 @@ from service.api.state import Services, ensure_indices
 from service.config import Settings, get_settings
 from service.console import install_console
 from service.errors import TenureError
+from service.mcp.server import mount as mount_mcp
 from service.proxy import routes as memory_loop_routes
 from service.proxy.service import MemoryLoop
 from service.storage.client import build_client
@@ -52,7 +53,8 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         app.state.memory_loop = MemoryLoop(config, client, redis_client)
         app.state.memory_loop.ensure_indices()
         try:
-            yield
+            async with mcp_server.session_manager.run():
+                yield
         finally:
             await app.state.memory_loop.aclose()
             client.close()
@@ -70,6 +72,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
     for router in (*ROUTERS, *extra_routers):
         app.include_router(router)
     install_console(app)
+    mcp_server = mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (service/mcp)
     return app
 
 

@@ -116,7 +116,8 @@ def _decode(response: httpx.Response) -> Any:
 
 class Tenure(_Base):
     """The synchronous client. ``http_client`` may be any ``httpx.Client`` (tests pass FastAPI's
-    ``TestClient``); the client closes only what it created."""
+    ``TestClient``; the client closes only what it created); ``transport`` an httpx transport for
+    the client it creates (e.g. ``httpx.ASGITransport`` to call an app in process)."""
 
     def __init__(
         self,
@@ -128,12 +129,13 @@ class Tenure(_Base):
         max_retries: int = 2,
         max_retry_wait_s: float = 30.0,
         http_client: httpx.Client | None = None,
+        transport: httpx.BaseTransport | None = None,
     ):
         super().__init__(
             base_url, api_key, session_id=session_id, max_retries=max_retries, max_retry_wait_s=max_retry_wait_s
         )
         self._owned = http_client is None
-        self.http = http_client or httpx.Client(base_url=self.base_url, timeout=timeout)
+        self.http = http_client or httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
         self.beliefs = Beliefs(self)
         self.admin = Admin(self)
 
@@ -397,12 +399,13 @@ class AsyncTenure(_Base):
         max_retries: int = 2,
         max_retry_wait_s: float = 30.0,
         http_client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ):
         super().__init__(
             base_url, api_key, session_id=session_id, max_retries=max_retries, max_retry_wait_s=max_retry_wait_s
         )
         self._owned = http_client is None
-        self.http = http_client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
+        self.http = http_client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
         self.beliefs = AsyncBeliefs(self)
 
     async def __aenter__(self) -> AsyncTenure:

@@ -1,0 +1,198 @@
+"""The MCP server driven by the official ``mcp`` SDK's own client, over both transports, against a
+real uvicorn serving the app (real OpenSearch and Redis): streamable HTTP at ``/mcp`` with each
+caller's own key, and ``tenure mcp`` over stdio talking to the REST API. A member probes another
+tenant's beliefs and a colleague's private ones and sees nothing; recalls leave receipts."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from service.api.app import create_app
+from service.config import Settings
+from tests.api.conftest import Team, belief_body, ok
+
+TENURE = str(Path(sys.executable).with_name("tenure"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def live_url(api_settings: Settings, client: TestClient) -> Iterator[str]:
+    """The app under uvicorn on a free port (same indices and Redis as the TestClient's)."""
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(api_settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=15)
+
+
+def _http(url: str, key: str) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30.0)
+    return Client(streamable_http_client(f"{url}/mcp", http_client=http), cache=None)
+
+
+def _stdio(url: str, key: str) -> Client:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}}
+    env.update({"TENURE_CLI_URL": url, "TENURE_CLI_KEY": key})
+    return Client(StdioServerParameters(command=TENURE, args=["mcp"], env=env), cache=None)
+
+
+async def _call(client: Client, tool: str, **arguments: Any) -> tuple[bool, Any]:
+    result = await client.call_tool(tool, arguments)
+    if result.is_error:
+        return True, " ".join(getattr(c, "text", "") for c in result.content)
+    return False, result.structured_content
+
+
+def _seed(client: TestClient, team: Team) -> dict[str, str]:
+    """alice: one belief shared with project pay, one private; bob: one private."""
+    ids = {}
+    for user, name, scope in (
+        ("alice", "billing_retry_policy", "project:pay"),
+        ("alice", "alice_editor_theme", "user:alice"),
+        ("bob", "bob_secret_shortcut", "user:bob"),
+    ):
+        created = ok(client.post("/v1/beliefs", json=belief_body(name, scope), headers=team.h(user)), 201)
+        ids[name] = created["id"]
+    return ids
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_tools_answer_only_what_the_callers_credential_allows(
+    transport: str, live_url: str, client: TestClient, team: Team, other_team: Team
+) -> None:
+    ids = _seed(client, team)
+    connect = _http if transport == "http" else _stdio
+
+    async def scenario() -> None:
+        async with connect(live_url, team.keys["alice"]) as alice:
+            names = {t.name for t in (await alice.list_tools()).tools}
+            assert {"recall", "remember", "supersede", "reinforce", "search_beliefs", "history"} <= names
+            assert {"open_questions", "resolve"} <= names
+
+            failed, recalled = await _call(
+                alice,
+                "recall",
+                query="billing retry policy and the alice editor theme",
+                scopes=["project:pay", "user:alice"],
+                session_id=f"mcp-{transport}",
+            )
+            assert not failed and sorted(recalled["injected_ids"]) == sorted(
+                [ids["billing_retry_policy"], ids["alice_editor_theme"]]
+            )
+            assert "Shapes answers about billing_retry_policy" in recalled["injection"]
+
+            failed, made = await _call(
+                alice,
+                "remember",
+                type="decision",
+                canonical_name=f"mcp_{transport}_decision",
+                content="Retries back off exponentially.",
+                scope=["project:pay"],
+                aliases=["backoff"],
+            )
+            assert not failed and made["canonical_name"] == f"mcp_{transport}_decision"
+            failed, swapped = await _call(alice, "supersede", belief_id=made["id"], content="Retries use jitter.")
+            assert not failed and swapped["current"]["content"] == "Retries use jitter."
+            failed, chain = await _call(alice, "history", belief_id=swapped["current"]["id"])
+            assert not failed and [b["id"] for b in chain["chain"]] == [made["id"], swapped["current"]["id"]]
+
+        async with connect(live_url, team.keys["bob"]) as bob:  # a colleague on the same project
+            failed, recalled = await _call(
+                bob, "recall", query="billing retry policy and alice editor theme", scopes=["project:pay", "user:alice"]
+            )
+            assert not failed and recalled["injected_ids"] == [ids["billing_retry_policy"]]
+            assert "alice_editor_theme" not in recalled["injection"]
+            failed, found = await _call(bob, "search_beliefs", query="alice editor theme")
+            assert not failed and found["items"] == []
+            failed, message = await _call(bob, "history", belief_id=ids["alice_editor_theme"])
+            assert failed and "not_found" in message
+            failed, message = await _call(bob, "reinforce", belief_id=ids["alice_editor_theme"])
+            assert failed and "not_found" in message
+
+        async with connect(live_url, other_team.keys["alice"]) as stranger:  # another tenant
+            failed, recalled = await _call(
+                stranger, "recall", query="billing retry policy editor theme secret shortcut", scopes=["project:pay"]
+            )
+            assert not failed and recalled["injected_ids"] == []
+            failed, found = await _call(stranger, "search_beliefs", query="billing retry policy")
+            assert not failed and found["items"] == []
+            failed, message = await _call(stranger, "history", belief_id=ids["bob_secret_shortcut"])
+            assert failed and "not_found" in message
+
+    anyio.run(scenario)
+
+    # the injections made through MCP left receipts, attributed to the caller (audit reads drain)
+    page = ok(
+        client.get(
+            "/v1/admin/audit", params={"action": "recall", "session_id": f"mcp-{transport}"}, headers=team.h("carol")
+        )
+    )
+    assert [r["actor_id"] for r in page["items"]] == ["alice"]
+    assert sorted(page["items"][0]["belief_ids"]) == sorted([ids["billing_retry_policy"], ids["alice_editor_theme"]])
+
+
+def test_http_endpoint_refuses_requests_without_a_credential(live_url: str) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    response = httpx.post(f"{live_url}/mcp", json=body, headers={"Accept": "application/json, text/event-stream"})
+    assert response.status_code == 401 and response.headers["WWW-Authenticate"] == "Bearer"
+    error = response.json()["error"]
+    assert error["code"] == "unauthenticated" and error["request_id"] == response.headers["X-Request-ID"]
+
+
+def test_a_wrong_credential_gets_a_tool_error_not_data(live_url: str, team: Team) -> None:
+    async def scenario() -> tuple[bool, Any]:
+        async with _http(live_url, "tnr_bogus_notasecret") as intruder:
+            return await _call(intruder, "search_beliefs", query="billing")
+
+    failed, message = anyio.run(scenario)
+    assert failed and "unauthenticated" in message
+
+
+def test_recall_over_mcp_matches_rest(live_url: str, client: TestClient, team: Team) -> None:
+    ids = _seed(client, team)
+    rest = ok(
+        client.post(
+            "/v1/recall", json={"query": "billing retry policy", "scopes": ["project:pay"]}, headers=team.h("bob")
+        )
+    )
+
+    async def scenario() -> tuple[bool, Any]:
+        async with _http(live_url, team.keys["bob"]) as bob:
+            return await _call(bob, "recall", query="billing retry policy", scopes=["project:pay"])
+
+    failed, recalled = anyio.run(scenario)
+    assert not failed and recalled["injected_ids"] == rest["injected_ids"] == [ids["billing_retry_policy"]]
+    assert recalled["injection"] == rest["injection"]["text"]
+    assert json.loads(json.dumps(recalled)) == recalled  # plain JSON for any MCP client
