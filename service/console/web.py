@@ -148,6 +148,31 @@ def page(request: Request, template: str, *, status_code: int = 200, **context: 
     return response
 
 
+DANGEROUS = frozenset({"erase", "retract", "revoke", "disable", "reject"})
+
+
+def confirm(
+    request: Request, *, action: str, what: str, form: dict[str, str], action_url: str, cancel_url: str, nav: str
+) -> HTMLResponse:
+    """The confirmation step of a console action: the same form again, with ``confirmed=yes``."""
+    fields = {k: v for k, v in form.items() if k not in ("csrf_token", "confirmed")}
+    return page(
+        request,
+        "confirm.html",
+        nav=nav,
+        action=action,
+        what=what,
+        fields=fields,
+        action_url=f"{PREFIX}{action_url}",
+        cancel_url=f"{PREFIX}{cancel_url}",
+        danger=action in DANGEROUS,
+    )
+
+
+def confirmed(form: dict[str, str]) -> bool:
+    return form.get("confirmed") == "yes"
+
+
 def redirect(path: str, *, notice: str | None = None) -> RedirectResponse:
     url = f"{PREFIX}{path}"
     if notice:

@@ -216,6 +216,8 @@ class ProvisioningService:
                 self.accounts.replace_user(updated, (seq, term))
             except Conflict:
                 continue
+            # A revoked grant must stop working here at once (other processes: within the cache bound).
+            self.authenticator.forget_account(tenant_id, user_id)
             self._record(
                 actor,
                 tenant_id,

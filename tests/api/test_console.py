@@ -19,6 +19,7 @@ from service.api.app import create_app
 from service.api.state import Services
 from service.config import Settings
 from service.console.sessions import COOKIE, LOGIN_CSRF_COOKIE
+from service.storage.reviews import ReviewItem, ReviewStore
 from tests.api.conftest import Team, belief_body, make_team, ok
 
 CSRF_RE = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -394,3 +395,106 @@ def test_members_cannot_reach_admin_pages(app: FastAPI, seeded: tuple[Team, Team
         assert response.status_code == 403, path
         assert "forbidden" in response.text
     assert 'href="/console/audit"' not in web.get("/console/").text
+
+
+def file_conflict(services: Services, team: Team, belief_id: str, content: str, review_id: str) -> None:
+    """A conflict as extraction files it (BeliefMerger._queue_conflict's shape), into the real store."""
+    created = ReviewStore(services.opensearch, services.settings.opensearch_namespace).create(
+        ReviewItem(
+            tenant_id=team.tenant,
+            review_id=review_id,
+            kind="conflict",
+            owner_id="alice",
+            scope=["project:pay"],
+            belief_id=belief_id,
+            canonical_name="payment_provider",
+            reason="contradicts an explicit belief with similar confidence",
+            paper_outcome="conflict",
+            proposed={"content": content, "confidence": 0.8},
+            session_id="s-1",
+            turn_ids=["turn-1"],
+        )
+    )
+    assert created
+    services.opensearch.indices.refresh(index=f"{services.settings.opensearch_namespace}-reviews")
+
+
+def test_review_queue_side_by_side_accept_and_reject(
+    app: FastAPI, client: TestClient, operator: dict[str, str], services: Services
+) -> None:
+    team = make_team(client, operator)
+    body = belief_body("payment_provider", "project:pay", id="b-psp", content="We use Stripe.")
+    ok(client.post("/v1/beliefs", json=body, headers=team.h("alice")), 201)
+    file_conflict(services, team, "b-psp", "We moved to Adyen.", "rv-accept")
+    file_conflict(services, team, "b-psp", "We use PayPal.", "rv-reject")
+    web = sign_in(app, team.keys["carol"])
+    queue = web.get("/console/reviews")
+    assert queue.status_code == 200
+    assert queue.text.count("We use Stripe.") == 2 and "We moved to Adyen." in queue.text
+    token = csrf_of(web, "/console/reviews")
+    reject = {"csrf_token": token, "action": "keep_existing"}
+    assert "confirm" in web.post("/console/reviews/rv-reject", data=reject).text.lower()
+    assert web.post("/console/reviews/rv-reject", data={**reject, "confirmed": "yes"}).status_code == 303
+    accepted = web.post(
+        "/console/reviews/rv-accept", data={"csrf_token": token, "action": "accept_proposed", "confirmed": "yes"}
+    )
+    assert accepted.status_code == 303 and "/console/beliefs/" in accepted.headers["location"]
+    chain = ok(client.get("/v1/beliefs/b-psp/history", headers=team.h("carol")))["chain"]
+    assert [b["content"] for b in chain] == ["We use Stripe.", "We moved to Adyen."]
+    assert "Nothing open." in web.get("/console/reviews").text
+    closed = web.get("/console/reviews", params={"status": "resolved"}).text
+    assert "rv-accept" in closed and "rv-reject" in closed and "reject" in closed
+    wrong = web.post("/console/reviews/rv-accept", data={"csrf_token": token, "action": "apply_alias"})
+    assert wrong.status_code == 422
+    member = sign_in(app, team.keys["bob"])
+    assert member.get("/console/reviews").status_code == 403
+    refused = member.post(
+        "/console/reviews/rv-accept", data={"csrf_token": csrf_of(member), "action": "dismiss", "confirmed": "yes"}
+    )
+    assert refused.status_code == 403
+
+
+def test_team_keys_grants_and_disable(app: FastAPI, client: TestClient, operator: dict[str, str]) -> None:
+    team = make_team(client, operator)
+    web = sign_in(app, team.keys["carol"])
+    page = web.get("/console/team")
+    assert page.status_code == 200 and all(u in page.text for u in ("alice", "bob", "carol"))
+    token = csrf_of(web, "/console/team")
+    created = web.post(
+        "/console/team/users", data={"csrf_token": token, "user_id": "dana", "projects": "pay", "teams": ""}
+    )
+    assert created.status_code == 303
+    issued = web.post("/console/team/keys", data={"csrf_token": token, "user_id": "dana", "name": "laptop"})
+    assert issued.status_code == 200 and issued.headers["cache-control"] == "no-store"
+    secret = re.search(r'<pre id="secret">(tnr_[^<]+)</pre>', issued.text)
+    assert secret
+    dana = {"Authorization": f"Bearer {secret.group(1)}"}
+    assert ok(client.get("/v1/whoami", headers=dana))["projects"] == ["pay"]
+    assert "laptop" in web.get("/console/team").text
+    # grants: confirm, then dana holds team core and no longer project pay (which her key loses at once)
+    grants = {"csrf_token": token, "add_teams": "core", "remove_projects": "pay"}
+    assert "Change dana" in web.post("/console/team/users/dana/grants", data=grants).text
+    assert ok(client.get("/v1/whoami", headers=dana))["projects"] == ["pay"]
+    web.post("/console/team/users/dana/grants", data={**grants, "confirmed": "yes"})
+    record = ok(client.get(f"/v1/admin/tenants/{team.tenant}/users/dana", headers=team.h("carol")))
+    assert record["teams"] == ["core"] and record["projects"] == []
+    assert ok(client.get("/v1/whoami", headers=dana))["projects"] == []
+    # disable ends dana's access (and her console session); enable brings it back
+    dana_web = sign_in(app, secret.group(1))
+    web.post("/console/team/users/dana/disable", data={"csrf_token": token, "confirmed": "yes"})
+    assert client.get("/v1/whoami", headers=dana).status_code == 401
+    assert dana_web.get("/console/").status_code == 303
+    web.post("/console/team/users/dana/enable", data={"csrf_token": token, "confirmed": "yes"})
+    assert ok(client.get("/v1/whoami", headers=dana))["user_id"] == "dana"
+    # revoke the key
+    key_id = ok(client.get("/v1/whoami", headers=dana))["credential_id"]
+    web.post(f"/console/team/keys/{key_id}/revoke", data={"csrf_token": token, "confirmed": "yes"})
+    assert client.get("/v1/whoami", headers=dana).status_code == 401
+    assert f"revoked {key_id}" not in web.get("/console/team").text  # the list shows the state, not the secret
+    assert secret.group(1) not in web.get("/console/team").text
+    bad = web.post("/console/team/users", data={"csrf_token": token, "user_id": "Not A Slug"})
+    assert bad.status_code == 422
+    member = sign_in(app, team.keys["bob"])
+    assert member.get("/console/team").status_code == 403
+    forged = member.post("/console/team/keys", data={"csrf_token": csrf_of(member), "user_id": "bob"})
+    assert forged.status_code == 403

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.console.routes import audit, beliefs, recall, session
+from service.console.routes import audit, beliefs, recall, reviews, session, team
 
-ROUTERS: list[APIRouter] = [session.router, beliefs.router, recall.router, audit.router]
+ROUTERS: list[APIRouter] = [
+    session.router,
+    beliefs.router,
+    recall.router,
+    audit.router,
+    reviews.router,
+    team.router,
+]

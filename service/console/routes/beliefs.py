@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from service.api.deps import BeliefsDep
 from service.beliefs.api_service import ErasureReceipt, SupersedeIn
 from service.console.views import belief_actions, change_log_rows, parse_list_filter, verdict
-from service.console.web import PREFIX, ConsoleRoute, CurrentUser, Form, Writer, page, redirect
+from service.console.web import PREFIX, ConsoleRoute, CurrentUser, Form, Writer, confirm, confirmed, page, redirect
 from service.domain.belief import ID_RE, BeliefType, Lifecycle
 from service.errors import NotFound, ValidationFailed
 
@@ -75,11 +75,6 @@ def belief_page(request: Request, belief_id: BeliefId, user: CurrentUser, belief
     )
 
 
-def _confirm(request: Request, belief_id: str, action: str, form: dict[str, str], what: str) -> Response:
-    fields = {k: v for k, v in form.items() if k not in ("csrf_token", "confirmed")}
-    return page(request, "confirm.html", nav="beliefs", belief_id=belief_id, action=action, fields=fields, what=what)
-
-
 @router.post("/{belief_id}/{action}")
 def act(
     request: Request,
@@ -90,8 +85,16 @@ def act(
     beliefs: BeliefsDep,
 ) -> Response:
     target = beliefs.get(user.actor, belief_id, tenant_wide=True)
-    if form.get("confirmed") != "yes":
-        return _confirm(request, belief_id, action, form, verdict(action, target, form))
+    if not confirmed(form):
+        return confirm(
+            request,
+            action=action,
+            what=verdict(action, target, form),
+            form=form,
+            action_url=f"/beliefs/{belief_id}/{action}",
+            cancel_url=f"/beliefs/{belief_id}",
+            nav="beliefs",
+        )
     actor = user.actor
     if action == "supersede":
         body = _supersede_body(form)
