@@ -121,6 +121,8 @@ def env_for(settings: Settings) -> dict[str, str]:
         # measure the proxy, not the per-credential rate limit (20/s by default)
         "TENURE_API_RATE_LIMIT_PER_S": "100000",
         "TENURE_API_RATE_LIMIT_BURST": "1000000",
+        "TENURE_API_TENANT_RATE_LIMIT_PER_S": "1000000",
+        "TENURE_API_TENANT_RATE_LIMIT_BURST": "10000000",
         "PYTHONPATH": str(REPO),
         "PATH": "/usr/bin:/bin",
     }

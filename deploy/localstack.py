@@ -154,7 +154,12 @@ class LocalStack:
             redis_url=self.redis_url,
             opensearch_namespace=ns,
             auth=AuthSettings(api_key_pepper=SecretStr(self.config.pepper)),
-            api=ApiSettings(rate_limit_per_s=100_000, rate_limit_burst=1_000_000),
+            api=ApiSettings(
+                rate_limit_per_s=100_000,
+                rate_limit_burst=1_000_000,
+                tenant_rate_limit_per_s=1_000_000,
+                tenant_rate_limit_burst=10_000_000,
+            ),
             loop=MemoryLoopSettings(upstream_base_url=self.llm_url, upstream_api_key=SecretStr("sk-scripted")),
             celery=CelerySettings(queue_prefix=ns),
         )
@@ -170,6 +175,8 @@ class LocalStack:
             # operators measure the service, not the per-credential limiter (20/s by default)
             TENURE_API_RATE_LIMIT_PER_S="100000",
             TENURE_API_RATE_LIMIT_BURST="1000000",
+            TENURE_API_TENANT_RATE_LIMIT_PER_S="1000000",
+            TENURE_API_TENANT_RATE_LIMIT_BURST="10000000",
             TENURE_LOOP_UPSTREAM_BASE_URL=self.llm_url,
             TENURE_LOOP_UPSTREAM_API_KEY="sk-scripted",
             PYTHONPATH=str(REPO),

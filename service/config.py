@@ -66,6 +66,16 @@ class ApiSettings(BaseSettings):
     # and burst size. 0 requests/second turns the limiter off (no Redis call per request).
     rate_limit_per_s: float = Field(20.0, ge=0.0, le=100_000.0)
     rate_limit_burst: int = Field(60, ge=1, le=1_000_000)
+    # Every request also draws from its tenant's bucket, so more keys do not buy more requests
+    # (0 leaves the tenant bucket out).
+    tenant_rate_limit_per_s: float = Field(200.0, ge=0.0, le=1_000_000.0)
+    tenant_rate_limit_burst: int = Field(600, ge=1, le=10_000_000)
+    # Failed authentications per client address and per API key id (service/auth/guard.py): the
+    # bucket's refill rate and size (0/s turns the limit off), and how long a credential that can
+    # never become valid is remembered in-process (no key lookup while it is; 0 turns it off).
+    failed_auth_per_s: float = Field(1.0, ge=0.0, le=100_000.0)
+    failed_auth_burst: int = Field(20, ge=1, le=1_000_000)
+    failed_auth_cache_s: float = Field(60.0, ge=0.0, le=3600.0)
     # Injection receipts go through a Redis stream and are moved to the audit index in bulk
     # (service/recall/receipts.py): no fsync on the recall path. False writes each one directly.
     receipt_outbox: bool = True

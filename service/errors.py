@@ -90,6 +90,12 @@ class Unauthenticated(TenureError):
     code = ErrorCode.UNAUTHENTICATED
 
 
+class InvalidCredential(Unauthenticated):
+    """A credential that can never become valid: an unknown key id, a wrong secret, a bad
+    signature, an expired or malformed token. Same code and status as any 401 (a client learns
+    nothing more); the server may remember it in its negative cache."""
+
+
 class StoreUnavailable(TenureError):
     """OpenSearch (or Redis) cannot be reached; callers should retry later."""
 

@@ -97,6 +97,12 @@ AuditDep = Annotated[AuditTrail, Depends(get_audit)]
 ProvisioningDep = Annotated[ProvisioningService, Depends(get_provisioning)]
 
 
+def client_address(request: Request) -> str | None:
+    """The peer address (behind a proxy: what uvicorn's ``--proxy-headers`` made of it): the
+    subject of the failed-authentication limit."""
+    return request.client.host if request.client else None
+
+
 def current_identity(
     request: Request,
     services: ServicesDep,
@@ -104,7 +110,7 @@ def current_identity(
 ) -> Identity:
     if credentials is None or not credentials.credentials:
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
-    identity = services.authenticator.authenticate(credentials.credentials)
+    identity = services.guard.authenticate(credentials.credentials, client_address(request))
     request.state.identity = identity
     enforce_rate_limit(request, identity)
     return identity

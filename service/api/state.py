@@ -9,6 +9,7 @@ from opensearchpy import OpenSearch
 from redis import Redis
 
 from service.auth.authenticator import Authenticator
+from service.auth.guard import AuthGuard
 from service.auth.ratelimit import RateLimiter
 from service.auth.tokens import TokenVerifier
 from service.beliefs.api_service import BeliefService
@@ -40,6 +41,7 @@ class Services:
     verifier: TokenVerifier
     authenticator: Authenticator
     limiter: RateLimiter
+    guard: AuthGuard
     beliefs: BeliefService
     recall: RecallService
     provisioning: ProvisioningService
@@ -66,7 +68,20 @@ class Services:
             verifier=verifier,
             authenticator=authenticator,
             limiter=RateLimiter(
-                redis_client, ns, per_s=settings.api.rate_limit_per_s, burst=settings.api.rate_limit_burst
+                redis_client,
+                ns,
+                per_s=settings.api.rate_limit_per_s,
+                burst=settings.api.rate_limit_burst,
+                tenant_per_s=settings.api.tenant_rate_limit_per_s,
+                tenant_burst=settings.api.tenant_rate_limit_burst,
+            ),
+            guard=AuthGuard(
+                authenticator,
+                redis_client,
+                ns,
+                per_s=settings.api.failed_auth_per_s,
+                burst=settings.api.failed_auth_burst,
+                negative_cache_s=settings.api.failed_auth_cache_s,
             ),
             beliefs=BeliefService(
                 store,

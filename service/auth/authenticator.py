@@ -13,12 +13,14 @@ answer, the last known status is used, and with none known the token passes (log
 proxy must keep answering JWT callers without the store, and everything else needs OpenSearch
 anyway.
 
-JWT revocation: a token with a ``jti`` can be revoked; the id is kept in Redis until the token's own
-expiry and checked on every request (one Redis EXISTS), so it takes effect at once everywhere.
+JWT revocation: a token with a ``jti`` can be revoked; issuer + tenant + subject + jti are kept in
+Redis until the token's own expiry and checked on every request (one Redis EXISTS), so it takes
+effect at once everywhere.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -35,7 +37,7 @@ from service.config import AuthSettings
 from service.domain.accounts import ApiKeyRecord, effective_principal
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
-from service.errors import NotFound, StoreUnavailable, Unauthenticated
+from service.errors import InvalidCredential, NotFound, StoreUnavailable, Unauthenticated
 from service.storage.accounts import AccountStore
 
 log = logging.getLogger(__name__)
@@ -90,9 +92,9 @@ class Authenticator:
         claims = self.verifier.verify(token)
         jti = claims.get("jti")
         jti = jti if isinstance(jti, str) else None
-        if jti is not None and self._jti_revoked(jti):
-            raise Unauthenticated("this token has been revoked")
         principal = principal_from_claims(claims)
+        if jti is not None and self._jti_revoked(principal, jti):
+            raise Unauthenticated("this token has been revoked")
         if self._account_disabled(principal.tenant_id, principal.user_id):
             raise Unauthenticated("this account is disabled")
         exp = claims.get("exp")
@@ -107,7 +109,7 @@ class Authenticator:
             if identity.credential_id is None:
                 raise Unauthenticated(REJECTED_KEY)
             return self._usable_key(self._key_record(identity.credential_id))
-        if identity.credential_id is not None and self._jti_revoked(identity.credential_id):
+        if identity.credential_id is not None and self._jti_revoked(identity.principal, identity.credential_id):
             raise Unauthenticated("this token has been revoked")
         if self._account_disabled(identity.principal.tenant_id, identity.principal.user_id):
             raise Unauthenticated("this account is disabled")
@@ -115,21 +117,31 @@ class Authenticator:
 
     # ----------------------------------------------------------------- JWTs
 
-    def _revoked_key(self, jti: str) -> str:
-        return f"{self.namespace}:revoked-jti:{jti}"
+    def _revoked_key(self, principal: Principal, jti: str) -> str:
+        """A ``jti`` is only unique per issuer and subject (RFC 7519 4.1.7): the revocation is
+        keyed on issuer + tenant + subject + jti, so revoking a token of one tenant can never
+        revoke another tenant's token that happens to carry the same id. Hashed: claims are
+        any text."""
+        parts = (self.settings.jwt_issuer, principal.tenant_id, principal.user_id, jti)
+        digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+        return f"{self.namespace}:revoked-jwt:{digest}"
 
-    def _jti_revoked(self, jti: str) -> bool:
+    def _jti_revoked(self, principal: Principal, jti: str) -> bool:
         """Revoked token ids live in Redis until the token would have expired anyway. Fails
         closed: if Redis cannot answer, the request is refused (503), not waved through."""
+        # Revocations written before the key included the tenant and subject (``revoked-jti:``) are
+        # honoured until they expire with their tokens; nothing writes them any more.
+        legacy = f"{self.namespace}:revoked-jti:{jti}"
         try:
-            return bool(self.redis.exists(self._revoked_key(jti)))
+            return bool(self.redis.exists(self._revoked_key(principal, jti), legacy))
         except redis.RedisError as exc:
             raise StoreUnavailable("Redis is unreachable; cannot check token revocation") from exc
 
-    def revoke_jti(self, jti: str, expires_at: int) -> None:
+    def revoke_jti(self, principal: Principal, jti: str, expires_at: int) -> None:
+        """Revoke the token ``jti`` of ``principal`` (its tenant and subject) until it expires."""
         ttl = max(1, expires_at - int(time.time()) + self.settings.jwt_leeway_s)
         try:
-            self.redis.set(self._revoked_key(jti), "1", ex=ttl)
+            self.redis.set(self._revoked_key(principal, jti), "1", ex=ttl)
         except redis.RedisError as exc:
             raise StoreUnavailable("Redis is unreachable; the token was not revoked") from exc
 
@@ -173,7 +185,7 @@ class Authenticator:
     def _api_key(self, token: str) -> Identity:
         key_id = keys.parse_key_id(token)
         if key_id is None:
-            raise Unauthenticated("malformed API key")
+            raise InvalidCredential("malformed API key")
         pepper = self.settings.api_key_pepper.get_secret_value()
         with self._lock:
             cached = self._cache.get(key_id)
@@ -189,14 +201,14 @@ class Authenticator:
     def _load_key(self, key_id: str, token: str, pepper: str) -> tuple[Identity, str]:
         record = self._key_record(key_id)
         if not keys.matches(token, record.key_hash, pepper):
-            raise Unauthenticated(REJECTED_KEY)
+            raise InvalidCredential(REJECTED_KEY)
         return self._usable_key(record), record.key_hash
 
     def _key_record(self, key_id: str) -> ApiKeyRecord:
         try:
             return self.accounts.get_key(key_id)
         except NotFound as exc:
-            raise Unauthenticated(REJECTED_KEY) from exc
+            raise InvalidCredential(REJECTED_KEY) from exc
 
     def _usable_key(self, record: ApiKeyRecord) -> Identity:
         """The identity of a key whose secret has been checked (or, for a console session, was

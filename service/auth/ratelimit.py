@@ -1,9 +1,12 @@
-"""Per-credential rate limiting: a token bucket in Redis, one atomic Lua call per request.
+"""Per-credential and per-tenant rate limiting: token buckets in Redis, one atomic Lua call per
+request.
 
 Each credential has a bucket of ``burst`` tokens refilled at ``per_s`` tokens a second; a request
 takes one token or is refused with 429 ``rate_limited`` and the seconds until a token is back
 (``Retry-After``). The bucket is keyed by the API key id, or for a JWT by its tenant and subject
-(every token of a user shares one bucket, so minting tokens does not buy requests).
+(every token of a user shares one bucket, so minting tokens does not buy requests). Every request
+also draws from its tenant's bucket (``tenant_per_s``/``tenant_burst``), so an admin who mints five
+keys does not get five times the tenant's rate.
 
 Why Lua: the read-refill-take-write must be atomic across API processes, and a script does it in
 one round trip using the Redis server's clock (API hosts' clocks never disagree about a bucket).
@@ -27,33 +30,50 @@ from service.errors import RateLimited, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-# KEYS[1] the bucket; ARGV[1] tokens per second, ARGV[2] burst.
-# Returns {allowed (0/1), milliseconds until one token is available}.
+# KEYS: the buckets one request draws from (the credential's, its tenant's); ARGV: per bucket,
+# tokens per second and burst. A request takes one token from every bucket or from none.
+# Returns {allowed (0/1), milliseconds until every bucket has a token, index of the bucket that
+# refused (1-based; 0 when allowed)}.
 BUCKET_SCRIPT = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) + tonumber(now_parts[2]) / 1000000
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
-local tokens = tonumber(state[1])
-local at = tonumber(state[2])
-if tokens == nil or at == nil then
-  tokens = burst
-  at = now
-end
-tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
-local allowed = 0
+local levels = {}
+local allowed = 1
 local wait_ms = 0
-if tokens >= 1 then
-  tokens = tokens - 1
-  allowed = 1
-else
-  wait_ms = math.ceil((1 - tokens) / rate * 1000)
+local refused = 0
+for i, key in ipairs(KEYS) do
+  local rate = tonumber(ARGV[2 * i - 1])
+  local burst = tonumber(ARGV[2 * i])
+  local state = redis.call('HMGET', key, 'tokens', 'at')
+  local tokens = tonumber(state[1])
+  local at = tonumber(state[2])
+  if tokens == nil or at == nil then
+    tokens = burst
+    at = now
+  end
+  tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
+  levels[i] = tokens
+  if tokens < 1 then
+    allowed = 0
+    local wait = math.ceil((1 - tokens) / rate * 1000)
+    if wait > wait_ms then
+      wait_ms = wait
+      refused = i
+    end
+  end
 end
-redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'at', string.format('%.6f', now))
--- an idle bucket is full again after burst/rate seconds: keep it no longer than that
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
-return {allowed, wait_ms}
+for i, key in ipairs(KEYS) do
+  local rate = tonumber(ARGV[2 * i - 1])
+  local burst = tonumber(ARGV[2 * i])
+  local tokens = levels[i]
+  if allowed == 1 then
+    tokens = tokens - 1
+  end
+  redis.call('HSET', key, 'tokens', string.format('%.6f', tokens), 'at', string.format('%.6f', now))
+  -- an idle bucket is full again after burst/rate seconds: keep it no longer than that
+  redis.call('PEXPIRE', key, math.ceil(burst / rate * 1000) + 1000)
+end
+return {allowed, wait_ms, refused}
 """
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -61,13 +81,25 @@ _OUTAGE_LOG_INTERVAL_S = 10.0
 
 
 class RateLimiter:
-    """``per_s <= 0`` disables the limiter (no Redis call at all)."""
+    """``per_s <= 0`` disables the limiter (no Redis call at all); ``tenant_per_s <= 0`` leaves
+    out the tenant's bucket."""
 
-    def __init__(self, redis_client: redis.Redis[bytes], namespace: str, *, per_s: float, burst: int):
+    def __init__(
+        self,
+        redis_client: redis.Redis[bytes],
+        namespace: str,
+        *,
+        per_s: float,
+        burst: int,
+        tenant_per_s: float = 0.0,
+        tenant_burst: int = 1,
+    ):
         self.redis = redis_client
         self.namespace = namespace
         self.per_s = per_s
         self.burst = burst
+        self.tenant_per_s = tenant_per_s
+        self.tenant_burst = tenant_burst
         self._script = redis_client.register_script(BUCKET_SCRIPT)
         self._last_outage_log = 0.0
 
@@ -79,25 +111,40 @@ class RateLimiter:
         principal = identity.principal
         if identity.kind == "api_key" and identity.credential_id:
             return f"{self.namespace}:rl:key:{identity.credential_id}"
-        # Tenant and subject come from a token's claims (any text): hash them into a safe key.
+        # Tenant and subject come from a token's claims: hash them into a safe key.
         subject = hashlib.sha256(f"{principal.tenant_id}\0{principal.user_id}".encode()).hexdigest()[:32]
         return f"{self.namespace}:rl:sub:{subject}"
 
+    def tenant_bucket(self, identity: Identity) -> str:
+        """Every credential of a tenant also draws from this one: minting keys buys nothing."""
+        tenant = hashlib.sha256(identity.principal.tenant_id.encode()).hexdigest()[:32]
+        return f"{self.namespace}:rl:tenant:{tenant}"
+
     def charge(self, identity: Identity, *, read_only: bool) -> None:
-        """Take one token from the credential's bucket, or raise :class:`RateLimited`."""
+        """Take one token from the credential's bucket and its tenant's, or raise :class:`RateLimited`."""
         if not self.enabled:
             return
+        keys = [self.bucket(identity)]
+        args: list[float] = [self.per_s, self.burst]
+        if self.tenant_per_s > 0:
+            keys.append(self.tenant_bucket(identity))
+            args += [self.tenant_per_s, self.tenant_burst]
         try:
-            allowed, wait_ms = self._script(keys=[self.bucket(identity)], args=[self.per_s, self.burst])
+            allowed, wait_ms, refused = self._script(keys=keys, args=args)
         except redis.RedisError as exc:
             self._outage(exc, read_only)
             return
         if not allowed:
             retry_after = max(1, math.ceil(int(wait_ms) / 1000))
+            whose, per_s, burst = (
+                ("this credential", self.per_s, self.burst)
+                if int(refused) <= 1
+                else ("this tenant", self.tenant_per_s, self.tenant_burst)
+            )
             raise RateLimited(
-                f"rate limit exceeded for this credential ({self.per_s:g}/s, burst {self.burst})",
+                f"rate limit exceeded for {whose} ({per_s:g}/s, burst {burst})",
                 retry_after_s=retry_after,
-                details={"retry_after_ms": int(wait_ms), "per_s": self.per_s, "burst": self.burst},
+                details={"retry_after_ms": int(wait_ms), "per_s": per_s, "burst": burst, "bucket": whose.split()[1]},
             )
 
     def _outage(self, exc: redis.RedisError, read_only: bool) -> None:

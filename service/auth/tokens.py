@@ -27,8 +27,9 @@ with warnings.catch_warnings():
     from authlib.jose.errors import JoseError
 
 from service.config import AuthSettings
+from service.domain.accounts import SLUG_RE
 from service.domain.principal import Principal, Role
-from service.errors import Unauthenticated
+from service.errors import InvalidCredential, Unauthenticated
 
 HMAC_ALGS = frozenset({"HS256"})
 ASYMMETRIC_ALGS = {"RS256": "RSA", "ES256": "EC"}
@@ -111,9 +112,10 @@ class TokenVerifier:
         except Unauthenticated:
             raise
         except JoseError as exc:
-            raise Unauthenticated(f"invalid token: {exc.error}: {exc.description or ''}".rstrip(": ")) from exc
-        except (ValueError, TypeError, KeyError) as exc:
-            raise Unauthenticated("malformed token") from exc
+            # bad signature, expired, wrong issuer/audience: this token never becomes valid
+            raise InvalidCredential(f"invalid token: {exc.error}: {exc.description or ''}".rstrip(": ")) from exc
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise InvalidCredential("malformed token") from exc
         return dict(claims)
 
     def principal(self, token: str) -> Principal:
@@ -157,7 +159,11 @@ def _string_list(claims: dict[str, Any], name: str) -> list[str]:
 def principal_from_claims(claims: dict[str, Any]) -> Principal:
     tenant, user = claims.get(TENANT_CLAIM), claims.get("sub")
     if not isinstance(tenant, str) or not tenant or not isinstance(user, str) or not user:
-        raise Unauthenticated("token lacks a tenant_id or sub claim")
+        raise InvalidCredential("token lacks a tenant_id or sub claim")
+    # The same grammar as provisioned tenants and users: a ``*``, ``t:x`` or a newline would
+    # otherwise reach cache keys, Redis keys and audit records as if it were a name.
+    if not SLUG_RE.match(tenant) or not SLUG_RE.match(user):
+        raise InvalidCredential(f"token claims tenant_id and sub must match {SLUG_RE.pattern}")
     roles = {Role.MEMBER}
     for name in _string_list(claims, "roles"):
         try:

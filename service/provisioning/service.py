@@ -325,7 +325,7 @@ class ProvisioningService:
         own = (subject.tenant_id, subject.user_id) == (actor.principal.tenant_id, actor.principal.user_id)
         if not own:
             self.acting_admin(actor.principal, subject.tenant_id)
-        self.authenticator.revoke_jti(jti, exp)
+        self.authenticator.revoke_jti(subject, jti, exp)
         self._record(actor, subject.tenant_id, "token.revoke", {"jti": jti, "user_id": subject.user_id})
         return {"jti": jti, "revoked": True, "expires_at": exp}
 

@@ -18,6 +18,7 @@ from service.api.deps import (
     CurrentActor,
     CurrentPrincipal,
     bearer_scheme,
+    client_address,
     raw_services,
 )
 from service.api.errors import request_id_of
@@ -73,7 +74,7 @@ def proxy_actor(
     if credentials is None or not credentials.credentials:
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
     services = raw_services(request)
-    identity = services.authenticator.authenticate(credentials.credentials)
+    identity = services.guard.authenticate(credentials.credentials, client_address(request))
     request.state.identity = identity
     # The API's per-credential rate limit. Charged as a read: the proxy writes no belief itself
     # (extraction is asynchronous), so a Redis outage lets it answer rather than refuse.

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from service.beliefs.api_service import Actor
 from service.config import Settings
 from service.domain import scopes as scope_rules
-from service.errors import StoreUnavailable, ValidationFailed
+from service.errors import Conflict, StoreUnavailable, ValidationFailed
 from service.extraction.parked_turns import ParkedTurns
 from service.extraction.queue import TaskQueue
 from service.extraction.sidecar import ParseStatus, StreamStripper, split_sidecar
@@ -216,6 +216,14 @@ class MemoryLoop:
     def store_and_enqueue(self, turn: TurnRecord, degraded: list[str], *, park_on_outage: bool) -> bool:
         try:
             self.turns.create(turn)
+        except Conflict as exc:
+            if park_on_outage:  # the proxy's own ids are fresh uuids: this is not the caller's doing
+                log.warning("turn %s not recorded: %s", turn.turn_id, exc.message)
+                degraded.append("turn not recorded: id conflict")
+                return False
+            # POST /v1/turns with an id that is taken (by a colleague: theirs reads as missing):
+            # a retry can never succeed, so not a 503 but a 409 naming the fix.
+            raise Conflict(f"turn id {turn.turn_id!r} is already taken; send the turn under another id") from exc
         except Exception as exc:
             if park_on_outage and isinstance(exc, StoreUnavailable):
                 return self._park(turn, degraded, exc)

@@ -60,7 +60,14 @@ def api_settings(settings: Settings, signing_keys: SigningKeys) -> Settings:
             # Tests fire requests far faster than any client: the limiter runs (one script call
             # per request) with a budget they cannot exhaust; test_rate_limit.py uses a small one.
             "api": ApiSettings(
-                write_refresh="true", max_body_bytes=200_000, rate_limit_per_s=100_000, rate_limit_burst=1_000_000
+                write_refresh="true",
+                max_body_bytes=200_000,
+                rate_limit_per_s=100_000,
+                rate_limit_burst=1_000_000,
+                tenant_rate_limit_per_s=1_000_000,
+                tenant_rate_limit_burst=10_000_000,
+                failed_auth_per_s=100_000,
+                failed_auth_burst=1_000_000,
             ),
         }
     )

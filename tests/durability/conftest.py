@@ -76,7 +76,12 @@ def make_settings(opensearch_url: str, redis_url: str) -> Settings:
         redis_url=redis_url,
         opensearch_namespace=ns,
         auth=AuthSettings(api_key_pepper=SecretStr(PEPPER)),
-        api=ApiSettings(rate_limit_per_s=100_000, rate_limit_burst=1_000_000),
+        api=ApiSettings(
+            rate_limit_per_s=100_000,
+            rate_limit_burst=1_000_000,
+            tenant_rate_limit_per_s=1_000_000,
+            tenant_rate_limit_burst=10_000_000,
+        ),
         loop=MemoryLoopSettings(),
         celery=CelerySettings(queue_prefix=ns),
     )
@@ -93,6 +98,8 @@ def process_env(settings: Settings, **overrides: str) -> dict[str, str]:
         TENURE_AUTH_API_KEY_PEPPER=PEPPER,
         TENURE_API_RATE_LIMIT_PER_S="100000",
         TENURE_API_RATE_LIMIT_BURST="1000000",
+        TENURE_API_TENANT_RATE_LIMIT_PER_S="1000000",
+        TENURE_API_TENANT_RATE_LIMIT_BURST="10000000",
         # the sweep at test speed: a turn untouched for 2 s counts as lost, checked every second
         TENURE_LOOP_SWEEP_STALE_AFTER_S="2",
         TENURE_LOOP_SWEEP_INTERVAL_S="1",

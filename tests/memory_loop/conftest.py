@@ -75,7 +75,12 @@ def loop_settings(settings: Settings, llm: ScriptedLLM, llm_own: ScriptedLLM, qu
         update={
             "auth": AuthSettings(api_key_pepper=SecretStr("test-pepper")),
             "api": ApiSettings(
-                write_refresh="true", max_body_bytes=2_000_000, rate_limit_per_s=100_000, rate_limit_burst=1_000_000
+                write_refresh="true",
+                max_body_bytes=2_000_000,
+                rate_limit_per_s=100_000,
+                rate_limit_burst=1_000_000,
+                tenant_rate_limit_per_s=1_000_000,
+                tenant_rate_limit_burst=10_000_000,
             ),
             "loop": MemoryLoopSettings(
                 upstream_base_url=llm.base_url,

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
-from service.api.deps import ServicesDep
+from service.api.deps import ServicesDep, client_address
 from service.console.charts import bar_chart, column_chart
 from service.console.overview import INJECTION_DAYS, OverviewService
 from service.console.sessions import COOKIE, LOGIN_CSRF_COOKIE
@@ -64,7 +64,7 @@ def login(
     if not expected or not secrets.compare_digest(expected, login_csrf):
         raise Forbidden("the sign-in form expired or was not posted from this console; reload it")
     try:
-        identity = services.authenticator.authenticate(credential.strip())
+        identity = services.guard.authenticate(credential.strip(), client_address(request))
     except Unauthenticated as exc:
         return _login_page(request, services, next_=safe_next(next), error=exc.message, status_code=401)
     session = session_store(services).open(identity)

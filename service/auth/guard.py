@@ -1,0 +1,144 @@
+"""Failed authentication is limited and cheap.
+
+Every failed authentication (a credential was given and refused) draws a token from a Redis
+bucket per client address and, for an API key, per key id; once a bucket is empty that subject
+is refused with 429 ``rate_limited`` for the bucket's ``Retry-After`` without verifying anything,
+remembered in-process so a blocked caller costs neither OpenSearch nor Redis. A credential that can
+never become valid (:class:`InvalidCredential`: unknown key id, wrong secret, bad signature,
+expired token) is also kept in a bounded in-process negative cache for ``negative_cache_s``, so
+replaying it skips the key lookup (an OpenSearch GET) and the signature check.
+
+A blocked key id also refuses its owner's correct key until the window passes (the price of
+stopping a secret being guessed); successful requests are never charged here, and a request
+without any credential is not a failed authentication.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+
+import redis
+
+from service.auth import keys
+from service.auth.authenticator import Authenticator, Identity
+from service.auth.ratelimit import BUCKET_SCRIPT
+from service.errors import InvalidCredential, RateLimited, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+MAX_REMEMBERED = 10_000
+
+
+class AuthGuard:
+    """Wraps :meth:`Authenticator.authenticate`; ``per_s <= 0`` turns the failure limit off."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        redis_client: redis.Redis[bytes],
+        namespace: str,
+        *,
+        per_s: float,
+        burst: int,
+        negative_cache_s: float,
+    ):
+        self.authenticator = authenticator
+        self.namespace = namespace
+        self.per_s = per_s
+        self.burst = burst
+        self.negative_cache_s = negative_cache_s
+        self._script = redis_client.register_script(BUCKET_SCRIPT)
+        self._lock = threading.Lock()
+        self._blocked: dict[str, float] = {}
+        self._known_bad: OrderedDict[str, tuple[float, str]] = OrderedDict()
+
+    def authenticate(self, token: str, client: str | None) -> Identity:
+        subjects = self._subjects(token, client)
+        self._refuse_if_blocked(subjects)
+        fingerprint = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+        try:
+            remembered = self._remembered_bad(fingerprint)
+            if remembered is not None:
+                raise InvalidCredential(remembered)  # the same answer, without the lookup
+            return self.authenticator.authenticate(token)
+        except Unauthenticated as exc:
+            if isinstance(exc, InvalidCredential):
+                self._remember_bad(fingerprint, exc.message)
+            self._failed(subjects)
+            raise
+
+    # ------------------------------------------------------------------ subjects and blocks
+
+    def _subjects(self, token: str, client: str | None) -> list[str]:
+        out = []
+        key_id = keys.parse_key_id(token) if keys.looks_like_key(token) else None
+        if key_id is not None:
+            out.append(f"key:{key_id}")
+        address = hashlib.sha256((client or "unknown").encode()).hexdigest()[:32]
+        out.append(f"addr:{address}")
+        return out
+
+    def _refuse_if_blocked(self, subjects: list[str]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            until = max((self._blocked.get(s, 0.0) for s in subjects), default=0.0)
+        if until > now:
+            raise self._limited(until - now)
+
+    def _limited(self, wait_s: float) -> RateLimited:
+        return RateLimited(
+            "too many failed authentications from this client or for this key; retry later",
+            retry_after_s=max(1, math.ceil(wait_s)),
+            details={"retry_after_ms": math.ceil(wait_s * 1000), "per_s": self.per_s, "burst": self.burst},
+        )
+
+    def _failed(self, subjects: list[str]) -> None:
+        if self.per_s <= 0:
+            return
+        buckets = [f"{self.namespace}:rl:fail:{s}" for s in subjects]
+        args: list[float] = []
+        for _ in subjects:
+            args += [self.per_s, self.burst]
+        try:
+            allowed, wait_ms, refused = self._script(keys=buckets, args=args)
+        except redis.RedisError as exc:
+            log.warning("failed-authentication limit unavailable: %s", exc)
+            return
+        if allowed:
+            return
+        wait_s = int(wait_ms) / 1000
+        with self._lock:
+            self._blocked[subjects[int(refused) - 1]] = time.monotonic() + wait_s
+            if len(self._blocked) > MAX_REMEMBERED:
+                now = time.monotonic()
+                self._blocked = {s: u for s, u in self._blocked.items() if u > now}
+        raise self._limited(wait_s)
+
+    # ------------------------------------------------------------------ negative cache
+
+    def _remembered_bad(self, fingerprint: str) -> str | None:
+        """The refusal message of a credential refused for good within the cache window."""
+        if self.negative_cache_s <= 0:
+            return None
+        with self._lock:
+            known = self._known_bad.get(fingerprint)
+            if known is None:
+                return None
+            if known[0] <= time.monotonic():
+                del self._known_bad[fingerprint]
+                return None
+            return known[1]
+
+    def _remember_bad(self, fingerprint: str, message: str) -> None:
+        if self.negative_cache_s <= 0:
+            return
+        with self._lock:
+            self._known_bad[fingerprint] = (time.monotonic() + self.negative_cache_s, message)
+            self._known_bad.move_to_end(fingerprint)
+            while len(self._known_bad) > MAX_REMEMBERED:
+                self._known_bad.popitem(last=False)
