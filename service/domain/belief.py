@@ -20,12 +20,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from service.domain import scopes as scope_rules
 from service.domain.text import clip
+from service.domain.visible_text import visible_text
 
 MAX_ALIASES = 25
 MAX_ALIAS_CHARS = 100
@@ -237,8 +239,21 @@ class Belief(BaseModel):
 
     @field_validator("content", "why_it_matters")
     @classmethod
-    def _strip(cls, value: str) -> str:
-        return value.strip()
+    def _visible(cls, value: str, info: ValidationInfo) -> str:
+        # Checked after normalisation: "   " or "\u3000\u2028" used to pass min_length and be
+        # stored as "", which no later read could load.
+        text = visible_text(value)
+        if info.field_name == "content" and not text:
+            raise ValueError("content must contain visible text, not only whitespace or control characters")
+        return text
+
+    @field_validator("aliases", mode="before")
+    @classmethod
+    def _visible_aliases(cls, values: Any) -> Any:
+        """Control, bidi-override and marker sequences out before the aliases are normalised."""
+        if isinstance(values, list):
+            return [visible_text(v) if isinstance(v, str) else v for v in values]
+        return values
 
     @field_validator("last_reinforced_at", "resolved_at", "retracted_at", "created_at", "updated_at")
     @classmethod

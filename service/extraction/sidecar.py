@@ -3,15 +3,23 @@
 The answering model appends ``<<<SIDECAR_JSON>>>{...}<<<END_SIDECAR>>>`` after its visible answer.
 The *last* begin marker counts; a missing end marker means the block ran to the end of the text
 (``needs_repair``); no begin marker means ``missing``.
+
+Only a block the model produced itself counts: a block whose JSON is text of the injected context
+(a colleague's belief the model echoed back) is not this turn's sidecar, it is dropped from the
+visible answer and reported as ``missing``. Stored belief text cannot carry the markers at all
+(:mod:`service.domain.visible_text`), and the injection escapes them (:mod:`service.recall.render`);
+this is the last line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
 BEGIN = "<<<SIDECAR_JSON>>>"
 END = "<<<END_SIDECAR>>>"
+MIN_ECHO_CHARS = 16
 
 
 class ParseStatus(StrEnum):
@@ -27,17 +35,32 @@ class SplitResult:
     status: ParseStatus
 
 
-def split_sidecar(text: str) -> SplitResult:
-    """Visible text (right-trimmed) and the raw block after the last begin marker."""
+def _squeezed(text: str) -> str:
+    return " ".join(text.split())
+
+
+def echoes_injection(raw: str, injected: Iterable[str]) -> bool:
+    """Whether the block is (whitespace aside) text the injected context carried."""
+    block = _squeezed(raw)
+    # a trivial block ("{}") is in too many texts to say anything, and carries nothing anyway
+    return len(block) >= MIN_ECHO_CHARS and any(block in _squeezed(text) for text in injected)
+
+
+def split_sidecar(text: str, injected: Iterable[str] = ()) -> SplitResult:
+    """Visible text (right-trimmed) and the raw block after the last begin marker; ``injected``
+    is the text of the beliefs the turn's context carried (an echo of them is no sidecar)."""
     at = text.rfind(BEGIN)
     if at < 0:
         return SplitResult(visible=text, raw=None, status=ParseStatus.MISSING)
     visible = text[:at].rstrip()
     rest = text[at + len(BEGIN) :]
     end = rest.find(END)
+    raw = rest.strip() if end < 0 else rest[:end].strip()
+    if echoes_injection(raw, injected):
+        return SplitResult(visible=visible, raw=None, status=ParseStatus.MISSING)
     if end < 0:
-        return SplitResult(visible=visible, raw=rest.strip(), status=ParseStatus.NEEDS_REPAIR)
-    return SplitResult(visible=visible, raw=rest[:end].strip(), status=ParseStatus.PARSED)
+        return SplitResult(visible=visible, raw=raw, status=ParseStatus.NEEDS_REPAIR)
+    return SplitResult(visible=visible, raw=raw, status=ParseStatus.PARSED)
 
 
 class StreamStripper:

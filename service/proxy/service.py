@@ -131,6 +131,14 @@ class TurnContext:
     degraded: list[str] = field(default_factory=list)
     turn_id: str = field(default_factory=lambda: f"turn-{uuid.uuid4().hex}")
 
+    def injected_texts(self) -> list[str]:
+        """The belief text this turn's context carried (for telling an echo from a sidecar)."""
+        if self.recall is None:
+            return []
+        entries = [*self.recall.pinned, *self.recall.relevant, *self.recall.questions]
+        texts = [text for e in entries for text in (e.belief.content, e.belief.why_it_matters) if text]
+        return [*texts, self.recall.persona] if self.recall.persona else texts
+
     def _extraction(self, parse_status: str, recorded: bool | None) -> str:
         if not self.gate.extract:
             return "off"
@@ -319,7 +327,7 @@ class ChatProxy:
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict) or not isinstance(message.get("content"), str):
                 continue
-            split = split_sidecar(message["content"])
+            split = split_sidecar(message["content"], ctx.injected_texts())
             message["content"] = split.visible
             if index == 0:
                 status, raw, visible = split.status, split.raw, split.visible
@@ -374,7 +382,7 @@ class ChatProxy:
                 if isinstance(choice, dict) and isinstance(choice.get("delta"), dict):
                     choice["delta"].pop("content", None)
             yield _sse(event)
-        split = split_sidecar(stripper.full_text)
+        split = split_sidecar(stripper.full_text, ctx.injected_texts())
         recorded = await run_in_threadpool(
             self.finish, ctx, assistant=split.visible, raw=split.raw, status=split.status
         )

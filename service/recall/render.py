@@ -77,18 +77,37 @@ def project(belief: Belief, *, max_chars: int, surfaced_by_search: bool) -> dict
     return out
 
 
+# Characters a belief's text must not carry into the prompt as themselves: the angle brackets that
+# open and close the injection's tags (and the sidecar markers), the ampersand, and the bidi and
+# line-separator characters that can hide or reorder what follows. Inside JSON strings they are
+# written as \uXXXX escapes: the same JSON value, but no tag can be opened or closed.
+_PROMPT_ESCAPES = {
+    ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+}
+# Plain text between tags (the persona) has no escape syntax: the brackets become look-alikes.
+_TEXT_ESCAPES = {ord("<"): "\u2039", ord(">"): "\u203a"} | {k: "" for k in _PROMPT_ESCAPES if chr(k) not in "<>&"}
+
+
+def prompt_json(value: Any) -> str:
+    """JSON for the injection block: any text in ``value`` stays inside its string."""
+    return json.dumps(value, ensure_ascii=False).translate(_PROMPT_ESCAPES)
+
+
+def prompt_text(text: str) -> str:
+    """Plain text for a tag's body: it cannot open or close a tag."""
+    return text.translate(_TEXT_ESCAPES)
+
+
 def _json(entries: list[TierEntry], *, max_chars: int, searched: bool) -> str:
-    return json.dumps(
-        [project(e.belief, max_chars=max_chars, surfaced_by_search=searched) for e in entries], ensure_ascii=False
-    )
+    return prompt_json([project(e.belief, max_chars=max_chars, surfaced_by_search=searched) for e in entries])
 
 
 def render_injection(result: RecallResult, *, max_chars_per_belief: int = 400) -> InjectionBlock:
     stable = [BELIEF_INSTRUCTIONS]
     if result.persona:
-        stable.append(f"<persona>{result.persona}</persona>")
+        stable.append(f"<persona>{prompt_text(result.persona)}</persona>")
     if result.scopes:
-        stable.append(f"<scope>{', '.join(result.scopes)}</scope>")
+        stable.append(f"<scope>{prompt_text(', '.join(result.scopes))}</scope>")
     stable.append(
         f"<pinned_facts>{_json(result.pinned, max_chars=max_chars_per_belief, searched=False)}</pinned_facts>"
     )
@@ -105,5 +124,5 @@ def render_injection(result: RecallResult, *, max_chars_per_belief: int = 400) -
             }
             for e in result.questions
         ]
-        dynamic.append("### Open Questions\n" + json.dumps(questions, ensure_ascii=False))
+        dynamic.append("### Open Questions\n" + prompt_json(questions))
     return InjectionBlock(beliefs="\n".join(stable), dynamic="\n".join(dynamic))

@@ -1,0 +1,37 @@
+"""Free text as it may be stored and shown: no invisible steering, no prompt structure.
+
+Belief text written by one member reaches colleagues' terminals, consoles and system prompts.
+:func:`visible_text` is applied at write (by the belief model) and is idempotent, so a stored
+document read back gives the same text:
+
+- control characters (C0 and C1, NUL, DEL) are removed, except newline and tab; ANSI escape
+  sequences are removed whole, not just their ESC;
+- bidirectional embeddings, overrides and isolates (the "Trojan Source" characters) and the
+  invisible zero-width space, word joiner and byte-order mark are removed. The zero-width
+  (non-)joiners stay: scripts and emoji sequences need them;
+- runs of three or more ``<`` or ``>`` are shortened to two, so no stored text can carry the
+  sidecar's ``<<<SIDECAR_JSON>>>`` / ``<<<END_SIDECAR>>>`` markers;
+- leading and trailing whitespace (any Unicode whitespace) is trimmed.
+
+Tags such as ``</pinned_facts>`` are left in the text (people write about markup) and escaped
+where text is rendered into a prompt (:mod:`service.recall.render`).
+"""
+
+from __future__ import annotations
+
+import re
+
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), and two-character escapes (ESC + one byte).
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_INVISIBLE = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200b\u2060\ufeff"
+_CONTROL = "".join(chr(c) for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)) if chr(c) not in "\n\t")
+_DROP = str.maketrans("", "", _INVISIBLE + _CONTROL)
+_MARKER_RUNS = re.compile(r"<{3,}|>{3,}")
+
+
+def visible_text(value: str) -> str:
+    """``value`` without control, bidi-override or marker sequences, trimmed (see module doc)."""
+    text = _ANSI.sub("", value.replace("\r\n", "\n").replace("\r", "\n"))
+    text = text.translate(_DROP)
+    text = _MARKER_RUNS.sub(lambda m: m.group(0)[:2], text)
+    return text.strip()
