@@ -18,9 +18,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.errors import request_id_of
 from service.api.state import Services, ensure_indices
+from service.auth.actor import Actor
 from service.auth.authenticator import Identity
 from service.auth.ratelimit import SAFE_METHODS
-from service.beliefs.api_service import Actor, BeliefService
+from service.beliefs.api_service import BeliefService
 from service.config import Settings
 from service.domain.principal import Principal
 from service.errors import Forbidden, StoreUnavailable, Unauthenticated, ValidationFailed

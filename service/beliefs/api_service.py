@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from service.auth.actor import Actor
 from service.beliefs.service import add_aliases, merge_aliases, mutate
 from service.domain import scopes as scope_rules
 from service.domain.belief import (
@@ -42,17 +43,6 @@ from service.storage.beliefs import BeliefStore, ListFilter, Refresh
 
 MAX_PAGE = 500
 EXPORT_PAGE = 500
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who performs an operation and under which request (for authorization and audit)."""
-
-    principal: Principal
-    kind: str = "api_key"
-    credential_id: str | None = None
-    request_id: str | None = None
-    session_id: str | None = None
 
 
 class BeliefCreate(BaseModel):

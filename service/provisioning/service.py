@@ -16,9 +16,9 @@ from datetime import timedelta
 from typing import Any
 
 from service.auth import keys
+from service.auth.actor import Actor
 from service.auth.authenticator import Authenticator
 from service.auth.tokens import TokenVerifier, principal_from_claims
-from service.beliefs.api_service import Actor
 from service.config import AuthSettings
 from service.domain.accounts import (
     SYSTEM_TENANT,

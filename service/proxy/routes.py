@@ -22,7 +22,7 @@ from service.api.deps import (
     raw_services,
 )
 from service.api.errors import request_id_of
-from service.beliefs.api_service import Actor
+from service.auth.actor import Actor
 from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, Unauthenticated, ValidationFailed
 from service.extraction.audit import StoreAudit
 from service.extraction.reviews import Action, ReviewService

@@ -22,7 +22,7 @@ from opensearchpy import OpenSearch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
-from service.beliefs.api_service import Actor
+from service.auth.actor import Actor
 from service.config import Settings
 from service.domain import scopes as scope_rules
 from service.errors import Conflict, StoreUnavailable, ValidationFailed

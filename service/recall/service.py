@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from service.beliefs.api_service import Actor
+from service.auth.actor import Actor
 from service.domain import scopes as scope_rules
 from service.domain.principal import Principal
 from service.errors import Forbidden

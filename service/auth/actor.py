@@ -1,0 +1,19 @@
+"""The request context every service receives: who acts, with which credential, under which
+request and session (for authorization and for the audit trail)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.domain.principal import Principal
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who performs an operation and under which request (for authorization and audit)."""
+
+    principal: Principal
+    kind: str = "api_key"
+    credential_id: str | None = None
+    request_id: str | None = None
+    session_id: str | None = None
