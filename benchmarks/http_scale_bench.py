@@ -625,7 +625,7 @@ def compact_through_worker(stack: LocalStack, tenant: str, admin_key: str, timeo
             time.sleep(0.5)
             runs = _audit_count(client, ns, tenant, "compaction.run")
         total = time.perf_counter() - t0
-        merged = _audit_count(client, ns, tenant, "belief.compacted")
+        merged = _audit_count(client, ns, tenant, "belief.compact")
     finally:
         client.close()
     return {

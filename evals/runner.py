@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from evals.cases import CaseSet
 from evals.judge import Tiers, Verdict, judge, mean
-from service.beliefs.service import add_aliases
-from service.domain.belief import Belief
+from service.beliefs.lifecycle import merge_aliases, mutate
+from service.domain.belief import Belief, ChangeLogEntry, utcnow
 from service.domain.principal import Principal
 from service.recall.context import ContextBuilder, RecallBudget
 from service.recall.query import clean_query
@@ -164,13 +164,18 @@ def apply_turn_mutations(store: BeliefStore, principal: Principal, session_id: s
     update = getattr(turn, "add_aliases", None)
     if update:
         belief_id, aliases = update
-        add_aliases(
-            store,
-            principal,
-            belief_id,
-            aliases,
+        entry = ChangeLogEntry(
+            changed_at=utcnow(),
             trigger="entity_update (session mutation)",
-            session_id=session_id,
-            turn_id=str(getattr(turn, "index", "")),
-            refresh="true",
+            actor=principal.user_id,
+            changed_by_session=session_id,
+            changed_by_turn=str(getattr(turn, "index", "")),
         )
+
+        # the eval harness seeds its own store (no audit trail), so it edits the belief directly
+        def add(belief: Belief) -> Belief:
+            belief.aliases, _ = merge_aliases(belief.aliases, aliases)
+            belief.change_log.append(entry)
+            return belief
+
+        mutate(store, principal, belief_id, add, refresh="true")

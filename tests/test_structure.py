@@ -30,3 +30,24 @@ def test_tenant_filters_are_built_only_in_the_chokepoint() -> None:
         if p.name != "access.py" and TENANT_TERM.search(p.read_text())
     ]
     assert offenders == []
+
+
+BELIEF_WRITES = re.compile(r"\bstore\.(put|put_many|replace)\(|\bdelete_ids\(|\bmutate\(")
+ACTION_STRING = re.compile(r"""["'](belief|review|compaction)\.[a-z_]+["']""")
+
+
+def test_belief_state_changes_only_in_the_lifecycle() -> None:
+    """service/beliefs/lifecycle.py is the only code that writes a belief document; nothing spells
+    a belief/review/compaction audit action outside the vocabulary (service/domain/audit.py)."""
+    writers = [
+        str(p.relative_to(ROOT))
+        for p in _sources("service", "workers")
+        if "storage" not in p.parts and p.name != "lifecycle.py" and BELIEF_WRITES.search(p.read_text())
+    ]
+    assert writers == []
+    spelled = [
+        str(p.relative_to(ROOT))
+        for p in _sources("service", "workers")
+        if p != ROOT / "service" / "domain" / "audit.py" and ACTION_STRING.search(p.read_text())
+    ]
+    assert spelled == []

@@ -10,9 +10,10 @@ import redis
 from celery.signals import worker_process_init, worker_process_shutdown
 from opensearchpy import OpenSearch
 
+from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import Settings
-from service.extraction.audit import StoreAudit
 from service.extraction.compaction import Compactor, RedisCooldown, llm_from_settings
+from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.parked_turns import ParkedTurns
 from service.extraction.pipeline import ExtractionPipeline
 from service.extraction.queue import TaskQueue
@@ -53,7 +54,9 @@ def build(settings: Settings) -> Resources:
     reviews = ReviewStore(client, ns)
     turns = TurnStore(client, ns)
     audit_store = AuditStore(client, ns)
-    audit = StoreAudit(audit_store, actor_kind="worker")
+    # belief writes by the memory loop are visible at once: a later item of the same payload reads
+    # the belief again, and the very next turn must recall it
+    lifecycle = BeliefLifecycle(beliefs, audit_store, refresh=LOOP_REFRESH)
     rds = redis.Redis.from_url(settings.redis_url)
     queue = TaskQueue(settings)
     return Resources(
@@ -61,8 +64,10 @@ def build(settings: Settings) -> Resources:
         client=client,
         redis=rds,
         turns=turns,
-        pipeline=ExtractionPipeline(beliefs, turns, reviews, settings.loop, audit),
-        compactor=Compactor(beliefs, settings.loop, audit, RedisCooldown(rds), llm_from_settings(settings)),
+        pipeline=ExtractionPipeline(lifecycle, turns, reviews, settings.loop, actor_kind="worker"),
+        compactor=Compactor(
+            lifecycle, settings.loop, RedisCooldown(rds), llm_from_settings(settings), actor_kind="worker"
+        ),
         queue=queue,
         receipts=ReceiptOutbox.from_settings(settings, rds, audit_store),
         parked_turns=ParkedTurns(rds, turns, queue, settings),

@@ -13,6 +13,7 @@ from service.auth.guard import AuthGuard
 from service.auth.ratelimit import RateLimiter
 from service.auth.tokens import TokenVerifier
 from service.beliefs.api_service import BeliefService
+from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import Settings
 from service.errors import StoreUnavailable
 from service.provisioning.service import ProvisioningService
@@ -84,11 +85,8 @@ class Services:
                 negative_cache_s=settings.api.failed_auth_cache_s,
             ),
             beliefs=BeliefService(
-                store,
-                audit,
-                render_cache,
+                BeliefLifecycle(store, audit, refresh=settings.api.write_refresh, render_cache=render_cache),
                 max_import=settings.api.max_import_records,
-                refresh=settings.api.write_refresh,
             ),
             recall=RecallService(ContextBuilder(store, settings.recall), receipts),
             provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),

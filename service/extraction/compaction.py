@@ -13,7 +13,6 @@ reinforcement time, then supersedes every source with a compaction note. Everyth
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
@@ -24,14 +23,15 @@ from typing import Any, Protocol
 import httpx
 import redis
 
-from service.beliefs.service import merge_aliases, mutate
+from service.auth.actor import Actor
+from service.beliefs.lifecycle import BeliefLifecycle, Change, merge_aliases, spoken_name
 from service.config import MemoryLoopSettings, Settings
 from service.domain import scopes as scope_rules
+from service.domain.audit import AuditAction
 from service.domain.belief import (
     MAX_ALIASES,
     Belief,
     BeliefType,
-    ChangeLogEntry,
     EpistemicStatus,
     ExpertiseDepth,
     Subtype,
@@ -40,11 +40,7 @@ from service.domain.belief import (
     utcnow,
 )
 from service.domain.principal import Principal
-from service.errors import Conflict
-from service.extraction.audit import AuditSink
-from service.extraction.merge import REFRESH
 from service.extraction.validator import INSTRUCTION_LIKE
-from service.storage.beliefs import BeliefStore
 from service.storage.lookup import BeliefLookup, BucketKey
 
 ACTOR = "compaction"
@@ -178,18 +174,25 @@ def _clean_text(value: Any, limit: int) -> str | None:
 class Compactor:
     def __init__(
         self,
-        store: BeliefStore,
+        lifecycle: BeliefLifecycle,
         policy: MemoryLoopSettings,
-        audit: AuditSink,
         cooldown: Cooldown,
         llm: CompactionLLM | None,
+        *,
+        actor_kind: str = "memory_loop",
     ):
-        self.store = store
-        self.lookup = BeliefLookup(store)
+        self.lifecycle = lifecycle
+        self.store = lifecycle.store
+        self.lookup = BeliefLookup(lifecycle.store)
         self.policy = policy
-        self.audit = audit
         self.cooldown = cooldown
         self.llm = llm
+        self.actor_kind = actor_kind
+
+    def _change(self, principal: Principal, key: str) -> Change:
+        """Compaction's changes: the bucket owner's beliefs, ``compaction`` in their change logs,
+        keyed by the plan so a re-run of the same bucket repeats nothing."""
+        return Change(actor=Actor(principal=principal, kind=self.actor_kind), key=key, author=ACTOR)
 
     # --------------------------------------------------------------- planning
 
@@ -231,11 +234,10 @@ class Compactor:
             for plan in plans:
                 report.merges.append(self._apply(principal, key, beliefs, plan))
         self.cooldown.mark(self._cooldown_key(key), self.policy.compaction_cooldown_s)
-        self.audit.record(
-            principal,
-            "compaction.run",
-            key=f"run|{self._cooldown_key(key)}|{utcnow().isoformat()}",
-            belief_ids=[m["new_id"] for m in report.merges],
+        self.lifecycle.record(
+            self._change(principal, f"run|{self._cooldown_key(key)}|{utcnow().isoformat()}"),
+            AuditAction.COMPACTION_RUN,
+            [m["new_id"] for m in report.merges],
             scopes=[key.scope],
             details={
                 "bucket": key.__dict__,
@@ -342,7 +344,7 @@ class Compactor:
         sources = [keep, *(by_id[i] for i in plan.retire_ids)]
         source_ids = sorted(b.id for b in sources)
         new_id = "b-c" + hashlib.sha256("|".join([key.tenant_id, *source_ids]).encode()).hexdigest()[:24]
-        retired_names = [b.canonical_name.replace("_", " ") for b in sources if b.canonical_name != plan.canonical_name]
+        retired_names = [spoken_name(b.canonical_name) for b in sources if b.canonical_name != plan.canonical_name]
         # retired names first: they must survive the cap for search continuity
         aliases, cut = merge_aliases(
             [],
@@ -352,7 +354,8 @@ class Compactor:
         all_inferred = all(b.epistemic_status is EpistemicStatus.INFERRED for b in sources)
         total = sum(b.reinforcement_count for b in sources)
         status = EpistemicStatus.ACTIVE if all_inferred and total >= 3 else keep.epistemic_status
-        now = utcnow()
+        change = self._change(principal, f"compact|{new_id}")
+        now = change.at
         latest = [b.last_reinforced_at for b in sources if b.last_reinforced_at]
         note = plan.note + (f" (alias cap: dropped {cut})" if cut else "")
         merged = keep.model_copy(
@@ -372,68 +375,17 @@ class Compactor:
                 "created_at": now,
                 "updated_at": now,
                 "version": 1,
-                "change_log": [
-                    ChangeLogEntry(
-                        changed_at=now,
-                        trigger=f"compaction: merged from {', '.join(source_ids)}"[:200],
-                        actor=ACTOR,
-                        note=note[:2000],
-                    )
-                ],
+                "change_log": [change.entry(f"compaction: merged from {', '.join(source_ids)}", note=note)],
             }
         )
         Belief.model_validate(merged.model_dump())
-        created = True
-        try:
-            self.store.put(merged, create_only=True, refresh=REFRESH)
-        except Conflict:
-            created = False  # an earlier run created it; finish retiring the sources
-        for source in sources:
-            self._retire(principal, source.id, new_id, note)
-        if created:
-            self.audit.record(
-                principal,
-                "belief.compacted",
-                key=f"compact|{new_id}",
-                belief_ids=[new_id, *source_ids],
-                scopes=merged.scope,
-                after={
-                    "id": new_id,
-                    "canonical_name": merged.canonical_name,
-                    "aliases": merged.aliases,
-                    "reinforcement_count": total,
-                },
-                details={"sources": source_ids, "note": note},
-            )
+        self.lifecycle.merge(change, merged, sources, note[:2000])
         return {
             "new_id": new_id,
             "sources": source_ids,
             "canonical_name": plan.canonical_name,
             "aliases": aliases,
         }
-
-    def _retire(self, principal: Principal, belief_id: str, new_id: str, note: str) -> None:
-        def change(belief: Belief) -> Belief:
-            if belief.superseded_by == new_id:
-                return belief
-            previous = belief.model_copy()
-            belief.epistemic_status = EpistemicStatus.SUPERSEDED
-            belief.superseded_by = new_id
-            belief.compaction_note = note[:2000]
-            belief.change_log.append(
-                ChangeLogEntry(
-                    changed_at=utcnow(),
-                    trigger=f"compaction: superseded by {new_id}",
-                    actor=ACTOR,
-                    previous_content=previous.content,
-                    previous_epistemic_status=previous.epistemic_status,
-                    previous_confidence=previous.confidence,
-                    note=note[:2000],
-                )
-            )
-            return belief
-
-        mutate(self.store, principal, belief_id, change, refresh=REFRESH)
 
     def _synthesise(
         self, principal: Principal, key: BucketKey, beliefs: list[Belief], report: CompactionReport
@@ -480,6 +432,7 @@ class Compactor:
                 "b-x" + hashlib.sha256(f"{key.tenant_id}|{key.owner_id}|{name}|{content}".encode()).hexdigest()[:24]
             )
             same_domain = [b for b in beliefs if b.expertise_domain == domain]
+            change = self._change(principal, f"expertise|{new_id}")
             belief = Belief(
                 id=new_id,
                 tenant_id=key.tenant_id,
@@ -500,15 +453,15 @@ class Compactor:
                 expertise_depth=depth,
                 aliases=same_domain[0].aliases if same_domain else [],
                 compaction_note="compaction: expertise synthesis",
-                change_log=[ChangeLogEntry(changed_at=now, trigger="compaction: expertise synthesis", actor=ACTOR)],
+                change_log=[change.entry("compaction: expertise synthesis")],
             )
-            with contextlib.suppress(Conflict):  # created by an earlier run of this bucket
-                self.store.put(belief, create_only=True, refresh=REFRESH)
+            # an earlier run of this bucket may have created it: the keyed change finishes that run
+            self.lifecycle.create(change, belief, details={"trigger": "compaction: expertise synthesis"})
             retire = {b.id for b in same_domain}
             retire |= {i for i in (data.get("retire_ids") or []) if isinstance(i, str) and i in known}
             for rid in sorted(retire):
                 if rid != new_id:
-                    self._retire(principal, rid, new_id, "compaction: expertise synthesis")
+                    self.lifecycle.retire(change, rid, new_id, note="compaction: expertise synthesis", compaction=True)
             report.merges.append(
                 {
                     "new_id": new_id,

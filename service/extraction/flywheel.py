@@ -19,13 +19,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from service.beliefs.service import merge_aliases, mutate
+from service.beliefs.lifecycle import BeliefLifecycle, spoken_name
 from service.config import MemoryLoopSettings
-from service.domain.belief import MAX_ALIASES, Belief, normalize_alias
+from service.domain.belief import Belief, normalize_alias
 from service.domain.principal import Principal
 from service.errors import Conflict
-from service.extraction.audit import AuditSink
-from service.extraction.merge import REFRESH, MergeContext
+from service.extraction.merge import MergeContext
 from service.extraction.validator import AliasCandidate
 from service.storage.lookup import BeliefLookup
 from service.storage.reviews import ReviewItem, ReviewStore
@@ -45,17 +44,11 @@ def review_id_for(principal: Principal, belief_id: str, surface: str) -> str:
 
 
 class AliasFlywheel:
-    def __init__(
-        self,
-        lookup: BeliefLookup,
-        reviews: ReviewStore,
-        policy: MemoryLoopSettings,
-        audit: AuditSink,
-    ):
-        self.lookup = lookup
+    def __init__(self, lifecycle: BeliefLifecycle, reviews: ReviewStore, policy: MemoryLoopSettings):
+        self.lifecycle = lifecycle
+        self.lookup = BeliefLookup(lifecycle.store)
         self.reviews = reviews
         self.policy = policy
-        self.audit = audit
 
     def process(self, ctx: MergeContext, user_message: str, candidates: list[AliasCandidate]) -> list[CandidateOutcome]:
         said = normalize_alias(user_message)
@@ -76,7 +69,7 @@ class AliasFlywheel:
             rid = self._sighting(ctx, found[first], cand, reason="ambiguous: several beliefs match")
             return CandidateOutcome(surface, "queued: ambiguous", first, rid)
         belief = next(iter(found.values()))
-        if surface in belief.aliases or surface == normalize_alias(belief.canonical_name.replace("_", " ")):
+        if surface in belief.aliases or surface == spoken_name(belief.canonical_name):
             return CandidateOutcome(surface, "unchanged: already an alias", belief.id)
         if cand.confidence == "high" and len(cand.possible_entities) == 1:
             self.apply(ctx, belief.id, surface, trigger="alias candidate (high confidence)")
@@ -95,30 +88,12 @@ class AliasFlywheel:
         return CandidateOutcome(surface, "queued", belief.id, rid)
 
     def apply(self, ctx: MergeContext, belief_id: str, surface: str, *, trigger: str) -> Belief:
-        def change(belief: Belief) -> Belief:
-            merged, cut = merge_aliases(belief.aliases, [surface], cap=MAX_ALIASES)
-            if merged != belief.aliases or cut:
-                note = f"alias cap {MAX_ALIASES} reached; dropped {cut}" if cut else None
-                belief.aliases = merged
-                belief.change_log.append(ctx.log(trigger, note=note))
-            return belief
-
-        updated = mutate(
-            self.lookup.store,
-            ctx.principal,
+        updated, _, _ = self.lifecycle.add_aliases(
+            ctx.change(f"flywheel|{belief_id}|{surface}"),
             belief_id,
-            change,
+            [surface],
+            trigger=trigger,
             tenant_wide=ctx.principal.is_admin,
-            refresh=REFRESH,
-        )
-        self.audit.record(
-            ctx.principal,
-            "belief.aliases_added",
-            key=f"{ctx.turn_id}|flywheel|{belief_id}|{surface}",
-            belief_ids=[belief_id],
-            session_id=ctx.session_id,
-            scopes=updated.scope,
-            details={"added": [surface], "trigger": trigger, "turn_id": ctx.turn_id},
         )
         return updated
 

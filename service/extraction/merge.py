@@ -17,26 +17,26 @@ extraction after a crash or a redelivery changes nothing twice.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from service.beliefs.service import merge_aliases, mutate
+from service.auth.actor import Actor
+from service.beliefs.lifecycle import BeliefLifecycle, Change, Replacement, snapshot
 from service.config import MemoryLoopSettings
 from service.domain import scopes as scope_rules
+from service.domain.audit import AuditAction
 from service.domain.belief import (
     MAX_ALIASES,
     Belief,
     BeliefType,
     ChangeLogEntry,
-    EpistemicStatus,
     Provenance,
     content_fingerprint,
     utcnow,
 )
 from service.domain.principal import Principal
-from service.errors import Conflict, NotFound
-from service.extraction.audit import AuditSink
+from service.errors import Conflict, NotFound, ValidationFailed
 from service.extraction.validator import (
     BeliefUpdate,
     EntityUpdate,
@@ -44,7 +44,7 @@ from service.extraction.validator import (
     NewOpenQuestion,
     ValidatedSidecar,
 )
-from service.storage.beliefs import BeliefStore, Refresh
+from service.storage.beliefs import Refresh
 from service.storage.lookup import BeliefLookup
 from service.storage.reviews import ReviewItem, ReviewStore
 
@@ -63,6 +63,7 @@ class MergeContext:
     source_model: str | None
     session_scopes: list[str]
     now: datetime = field(default_factory=utcnow)
+    actor_kind: str = "memory_loop"
 
     def derived_id(self, prefix: str, *parts: str) -> str:
         raw = "|".join((self.principal.tenant_id, self.turn_id, *parts))
@@ -75,6 +76,17 @@ class MergeContext:
             source_model=(self.source_model or "")[:200] or None,
             author=self.principal.user_id,
             extracted_at=self.now,
+        )
+
+    def change(self, key: str) -> Change:
+        """One step of this turn's merge, keyed so that a re-run of the turn repeats nothing."""
+        actor = Actor(principal=self.principal, kind=self.actor_kind, session_id=self.session_id)
+        return Change(
+            actor=actor,
+            key=f"{self.turn_id}|{key}",
+            turn_id=self.turn_id,
+            details={"turn_id": self.turn_id},
+            at=self.now,
         )
 
     def log(self, trigger: str, previous: Belief | None = None, note: str | None = None) -> ChangeLogEntry:
@@ -118,36 +130,13 @@ class MergeReport:
         return {"ops": [op.as_dict() for op in self.ops]}
 
 
-def _logged_for_turn(belief: Belief, turn_id: str, trigger: str) -> bool:
-    return any(e.changed_by_turn == turn_id and e.trigger == trigger for e in belief.change_log)
-
-
-def _audit_view(belief: Belief) -> dict[str, Any]:
-    return {
-        "id": belief.id,
-        "canonical_name": belief.canonical_name,
-        "content": belief.content,
-        "aliases": belief.aliases,
-        "epistemic_status": belief.epistemic_status.value,
-        "confidence": belief.confidence,
-        "reinforcement_count": belief.reinforcement_count,
-        "superseded_by": belief.superseded_by,
-    }
-
-
 class BeliefMerger:
-    def __init__(
-        self,
-        store: BeliefStore,
-        reviews: ReviewStore,
-        policy: MemoryLoopSettings,
-        audit: AuditSink,
-    ):
-        self.store = store
-        self.lookup = BeliefLookup(store)
+    def __init__(self, lifecycle: BeliefLifecycle, reviews: ReviewStore, policy: MemoryLoopSettings):
+        self.lifecycle = lifecycle
+        self.store = lifecycle.store
+        self.lookup = BeliefLookup(lifecycle.store)
         self.reviews = reviews
         self.policy = policy
-        self.audit = audit
 
     # ------------------------------------------------------------------ entry point
 
@@ -181,6 +170,8 @@ class BeliefMerger:
             return op
         except NotFound as exc:
             return Op(section, index, "not_found", detail=exc.message)
+        except ValidationFailed as exc:
+            return Op(section, index, "skipped", detail=exc.message[:300])
         except (ValueError, Conflict) as exc:
             return Op(section, index, "skipped", detail=str(exc)[:300])
 
@@ -288,31 +279,11 @@ class BeliefMerger:
                 )
             matches = via_alias
         target = matches[0]
-        before = list(target.aliases)
-        dropped: list[str] = []
-
-        def change(belief: Belief) -> Belief:
-            merged, cut = merge_aliases(belief.aliases, ent.new_aliases, cap=MAX_ALIASES)
-            dropped[:] = cut
-            if merged == belief.aliases:
-                return belief
-            note = f"alias cap {MAX_ALIASES} reached; dropped {cut}" if cut else None
-            belief.aliases = merged
-            belief.change_log.append(ctx.log("entity_update: aliases added", note=note))
-            return belief
-
-        updated = mutate(self.store, ctx.principal, target.id, change, refresh=REFRESH)
-        added = [a for a in updated.aliases if a not in before]
-        if added:
-            self.audit.record(
-                ctx.principal,
-                "belief.aliases_added",
-                key=f"{ctx.turn_id}|entity|{index}",
-                belief_ids=[target.id],
-                session_id=ctx.session_id,
-                scopes=target.scope,
-                details={"added": added, "dropped_for_cap": dropped, "turn_id": ctx.turn_id},
-            )
+        if not ent.new_aliases:
+            return Op("entity_updates", index, "unchanged", target.id, "added []")
+        _, added, dropped = self.lifecycle.add_aliases(
+            ctx.change(f"entity|{index}"), target.id, ent.new_aliases, trigger="entity_update: aliases added"
+        )
         detail = f"added {added}" + (f"; alias cap reached, dropped {dropped}" if dropped else "")
         return Op("entity_updates", index, "aliases_added" if added else "unchanged", target.id, detail)
 
@@ -365,66 +336,20 @@ class BeliefMerger:
         new_name: str | None,
         key: str,
         trigger: str = "supersedes",
-        pinned: bool | None = None,
     ) -> Belief:
-        """New version of ``target``: inherits type, subtype, scope, pinned, its aliases plus the
-        old canonical name (counter-signals); the target is marked superseded and points at it."""
-        replacement_id = ctx.derived_id("b", "supersede", target.id, key)
-        name = new_name or target.canonical_name
-        inherited = list(target.aliases)
-        if name != target.canonical_name:
-            inherited.append(target.canonical_name.replace("_", " "))
-        aliases, cut = merge_aliases([], inherited, cap=MAX_ALIASES)
-        replacement = Belief(
-            id=replacement_id,
-            tenant_id=target.tenant_id,
-            owner_id=target.owner_id,
-            type=target.type,
-            subtype=target.subtype,
-            canonical_name=name,
-            aliases=aliases,
-            content=new_content or target.content,
-            why_it_matters=target.why_it_matters,
-            scope=target.scope,
-            epistemic_status=EpistemicStatus.ACTIVE,
-            confidence=target.confidence,
-            pinned=target.pinned if pinned is None else pinned,
-            supersedes=target.id,
-            expertise_domain=target.expertise_domain,
-            expertise_depth=target.expertise_depth,
+        """New version of ``target`` through the lifecycle (which carries type, subtype, scope and
+        pinned over and inherits the aliases plus the old name as a counter-signal)."""
+        spec = Replacement(
+            id=ctx.derived_id("b", "supersede", target.id, key),
+            content=new_content,
+            canonical_name=new_name,
+            trigger=trigger,
             provenance=ctx.provenance(),
-            last_reinforced_at=ctx.now,
-            change_log=[
-                ctx.log(
-                    f"{trigger} belief {target.id}",
-                    previous=target,
-                    note=f"alias cap reached; dropped {cut}" if cut else None,
-                )
-            ],
+            reinforced_now=True,
         )
-        self._create(ctx, replacement, f"supersede:{target.id}:{key}", tenant_wide=ctx.principal.is_admin)
-
-        def retire(belief: Belief) -> Belief:
-            if belief.superseded_by == replacement_id:
-                return belief
-            previous = belief.model_copy()
-            belief.epistemic_status = EpistemicStatus.SUPERSEDED
-            belief.superseded_by = replacement_id
-            belief.change_log.append(ctx.log(f"superseded by {replacement_id}", previous=previous))
-            return belief
-
-        mutate(self.store, ctx.principal, target.id, retire, tenant_wide=ctx.principal.is_admin, refresh=REFRESH)
-        self.audit.record(
-            ctx.principal,
-            "belief.superseded",
-            key=f"{ctx.turn_id}|supersede|{target.id}|{key}",
-            belief_ids=[target.id, replacement_id],
-            session_id=ctx.session_id,
-            scopes=target.scope,
-            before=_audit_view(target),
-            after=_audit_view(replacement),
-            details={"trigger": trigger, "turn_id": ctx.turn_id},
-        )
+        change = ctx.change(f"supersede|{target.id}|{key}")
+        change = replace(change, details={**change.details, "trigger": trigger})
+        _, replacement = self.lifecycle.supersede(change, target, spec, tenant_wide=ctx.principal.is_admin)
         return replacement
 
     def _insert(self, ctx: MergeContext, nb: NewBelief, scopes: list[str], index: int) -> str:
@@ -450,92 +375,30 @@ class BeliefMerger:
         self._create(ctx, belief, f"new:{index}")
         return belief.id
 
-    def _create(self, ctx: MergeContext, belief: Belief, key: str, tenant_wide: bool = False) -> None:
-        try:
-            self.store.put(belief, create_only=True, refresh=REFRESH)
-        except Conflict:
-            # Created by an earlier attempt of this same turn (ids are derived from the turn).
-            # Make sure it is really ours before treating it as done.
-            self.store.get(ctx.principal, belief.id, tenant_wide=tenant_wide)
-            # that attempt may have died before its audit event: record it (same key, same
-            # event id; a duplicate is ignored)
-        self.audit.record(
-            ctx.principal,
-            "belief.created",
-            key=f"{ctx.turn_id}|{key}",
-            belief_ids=[belief.id],
-            session_id=ctx.session_id,
-            scopes=belief.scope,
-            after=_audit_view(belief),
-            details={"trigger": belief.change_log[-1].trigger, "turn_id": ctx.turn_id},
-        )
+    def _create(self, ctx: MergeContext, belief: Belief, key: str) -> None:
+        """Ids are derived from the turn: a re-run finds its own earlier write (the lifecycle checks
+        it is really ours) and re-records the event under the same id."""
+        self.lifecycle.create(ctx.change(key), belief, details={"trigger": belief.change_log[-1].trigger})
 
     def _reinforce(self, ctx: MergeContext, belief_id: str, aliases: list[str]) -> Belief:
-        promoted: list[bool] = []
-
-        def change(belief: Belief) -> Belief:
-            if _logged_for_turn(belief, ctx.turn_id, TRIGGER_REINFORCED):
-                merged, _ = merge_aliases(belief.aliases, aliases)
-                belief.aliases = merged
-                return belief
-            merged, cut = merge_aliases(belief.aliases, aliases)
-            belief.aliases = merged
-            belief.reinforcement_count += 1
-            belief.last_reinforced_at = ctx.now
-            belief.change_log.append(
-                ctx.log(TRIGGER_REINFORCED, note=f"alias cap reached; dropped {cut}" if cut else None)
-            )
-            if self._promotable(belief, ctx.now):
-                previous = belief.model_copy()
-                belief.epistemic_status = EpistemicStatus.ACTIVE
-                belief.change_log.append(ctx.log("promoted: inferred -> active", previous=previous))
-                promoted.append(True)
-            return belief
-
-        updated = mutate(self.store, ctx.principal, belief_id, change, refresh=REFRESH)
-        self.audit.record(
-            ctx.principal,
-            "belief.reinforced",
-            key=f"{ctx.turn_id}|reinforce|{belief_id}",
-            belief_ids=[belief_id],
-            session_id=ctx.session_id,
-            scopes=updated.scope,
-            after=_audit_view(updated),
-            details={"promoted": bool(promoted), "turn_id": ctx.turn_id},
+        return self.lifecycle.reinforce(
+            ctx.change(f"reinforce|{belief_id}"),
+            belief_id,
+            aliases,
+            trigger=TRIGGER_REINFORCED,
+            promote=self._promotable,
         )
-        return updated
 
     def _promotable(self, belief: Belief, now: datetime) -> bool:
-        return (
-            belief.epistemic_status is EpistemicStatus.INFERRED
-            and belief.reinforcement_count >= self.policy.inferred_promotion_count
-            and now - belief.created_at >= timedelta(seconds=self.policy.inferred_promotion_age_s)
+        return belief.reinforcement_count >= self.policy.inferred_promotion_count and now - belief.created_at >= (
+            timedelta(seconds=self.policy.inferred_promotion_age_s)
         )
 
     def _close_question(self, ctx: MergeContext, question_id: str) -> bool:
-        closed: list[bool] = []
-
-        def change(belief: Belief) -> Belief:
-            if belief.type is not BeliefType.OPEN_QUESTION:
-                raise ValueError(f"{belief.id} is not an open question")
-            if belief.resolved_at is not None:
-                return belief
-            belief.resolved_at = ctx.now
-            belief.change_log.append(ctx.log("resolved (extraction)"))
-            closed.append(True)
-            return belief
-
-        mutate(self.store, ctx.principal, question_id, change, refresh=REFRESH)
-        if closed:
-            self.audit.record(
-                ctx.principal,
-                "belief.resolved",
-                key=f"{ctx.turn_id}|resolve|{question_id}",
-                belief_ids=[question_id],
-                session_id=ctx.session_id,
-                details={"turn_id": ctx.turn_id},
-            )
-        return bool(closed)
+        closed = self.lifecycle.resolve(
+            ctx.change(f"resolve|{question_id}"), question_id, trigger="resolved (extraction)", if_open=True
+        )
+        return closed is not None
 
     def _queue_conflict(
         self,
@@ -563,14 +426,12 @@ class BeliefMerger:
             turn_ids=[ctx.turn_id],
         )
         if self.reviews.create(item):
-            self.audit.record(
-                ctx.principal,
-                "review.conflict_filed",
-                key=f"{ctx.turn_id}|{review_id}",
-                belief_ids=[existing.id],
-                session_id=ctx.session_id,
+            self.lifecycle.record(
+                ctx.change(review_id),
+                AuditAction.REVIEW_FILE_CONFLICT,
+                [existing.id],
                 scopes=existing.scope,
-                before=_audit_view(existing),
+                before=snapshot(existing),
                 details={"review_id": review_id, "proposed": proposed},
             )
         return review_id

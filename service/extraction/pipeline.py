@@ -11,16 +11,14 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import MemoryLoopSettings
 from service.domain.belief import utcnow
 from service.errors import Conflict, StoreUnavailable
-from service.extraction.audit import AuditSink
 from service.extraction.flywheel import AliasFlywheel
 from service.extraction.merge import BeliefMerger, MergeContext
 from service.extraction.sidecar import ParseStatus
 from service.extraction.validator import AliasCandidate, validate_sidecar
-from service.storage.beliefs import BeliefStore
-from service.storage.lookup import BeliefLookup
 from service.storage.reviews import ReviewStore
 from service.storage.turns import TurnRecord, TurnStore
 
@@ -40,25 +38,27 @@ class ExtractionOutcome:
 class ExtractionPipeline:
     def __init__(
         self,
-        beliefs: BeliefStore,
+        lifecycle: BeliefLifecycle,
         turns: TurnStore,
         reviews: ReviewStore,
         policy: MemoryLoopSettings,
-        audit: AuditSink,
+        *,
+        actor_kind: str = "worker",
     ):
         self.turns = turns
         self.policy = policy
-        self.merger = BeliefMerger(beliefs, reviews, policy, audit)
-        self.flywheel = AliasFlywheel(BeliefLookup(beliefs), reviews, policy, audit)
+        self.actor_kind = actor_kind
+        self.merger = BeliefMerger(lifecycle, reviews, policy)
+        self.flywheel = AliasFlywheel(lifecycle, reviews, policy)
 
-    @staticmethod
-    def context(turn: TurnRecord) -> MergeContext:
+    def context(self, turn: TurnRecord) -> MergeContext:
         return MergeContext(
             principal=turn.principal(),
             session_id=turn.session_id,
             turn_id=turn.turn_id,
             source_model=turn.model,
             session_scopes=turn.scope,
+            actor_kind=self.actor_kind,
         )
 
     def _claim(self, tenant_id: str, turn_id: str) -> TurnRecord | None:

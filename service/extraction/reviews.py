@@ -3,18 +3,20 @@ every resolution is a normal, audited belief change (a supersede or an alias add
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
+from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import MemoryLoopSettings
+from service.domain.audit import AuditAction
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, ValidationFailed
-from service.extraction.audit import AuditSink
 from service.extraction.flywheel import AliasFlywheel
 from service.extraction.merge import BeliefMerger, MergeContext
-from service.storage.beliefs import BeliefStore
-from service.storage.lookup import BeliefLookup
 from service.storage.reviews import ReviewItem, ReviewStore
+
+ACTOR_KIND = "admin"
 
 Action = Literal["keep_existing", "accept_proposed", "apply_alias", "dismiss"]
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -24,12 +26,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 
 
 class ReviewService:
-    def __init__(self, store: BeliefStore, reviews: ReviewStore, policy: MemoryLoopSettings, audit: AuditSink):
-        self.store = store
+    def __init__(self, lifecycle: BeliefLifecycle, reviews: ReviewStore, policy: MemoryLoopSettings):
+        self.lifecycle = lifecycle
+        self.store = lifecycle.store
         self.reviews = reviews
-        self.merger = BeliefMerger(store, reviews, policy, audit)
-        self.flywheel = AliasFlywheel(BeliefLookup(store), reviews, policy, audit)
-        self.audit = audit
+        self.merger = BeliefMerger(lifecycle, reviews, policy)
+        self.flywheel = AliasFlywheel(lifecycle, reviews, policy)
 
     def resolve(self, admin: Principal, review_id: str, action: Action) -> ReviewItem:
         item = self.reviews.get(admin, review_id, tenant_wide=True)
@@ -49,6 +51,7 @@ class ReviewService:
             turn_id=f"review:{review_id}",
             source_model=None,
             session_scopes=item.scope,
+            actor_kind=ACTOR_KIND,
         )
         result_id: str | None = None
         if action == "accept_proposed" and item.belief_id:
@@ -77,12 +80,10 @@ class ReviewService:
         item.resolved_by = admin.user_id
         item.result_belief_id = result_id
         self.reviews.save(item, seq_no=seq, primary_term=term)
-        self.audit.record(
-            admin,
-            "review.resolved",
-            key=f"{review_id}|{action}",
-            belief_ids=[i for i in (item.belief_id, result_id) if i],
-            session_id=item.session_id,
+        self.lifecycle.record(
+            replace(ctx.change(action), key=f"{review_id}|{action}", details={}),
+            AuditAction.REVIEW_RESOLVE,
+            [i for i in (item.belief_id, result_id) if i],
             scopes=item.scope,
             details={"review_id": review_id, "kind": item.kind, "action": action},
         )

@@ -23,8 +23,9 @@ from service.api.deps import (
 )
 from service.api.errors import request_id_of
 from service.auth.actor import Actor
+from service.beliefs.lifecycle import BeliefLifecycle
 from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, Unauthenticated, ValidationFailed
-from service.extraction.audit import StoreAudit
+from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.reviews import Action, ReviewService
 from service.extraction.sidecar import ParseStatus, split_sidecar
 from service.proxy.service import (
@@ -223,7 +224,7 @@ def _reviews(request: Request) -> ReviewService:
     loop = memory_loop(request)
     services = request.app.state.services
     store = BeliefStore(loop.client, loop.settings.opensearch_namespace)
-    return ReviewService(store, loop.reviews, loop.settings.loop, StoreAudit(services.audit, actor_kind="admin"))
+    return ReviewService(BeliefLifecycle(store, services.audit, refresh=LOOP_REFRESH), loop.reviews, loop.settings.loop)
 
 
 @router.get("/reviews", response_model=list[ReviewItem], summary="Your open review items")

@@ -16,11 +16,12 @@ from typing import Any
 from opensearchpy import OpenSearch, helpers
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.domain.audit import matching_actions
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import StoreUnavailable
 from service.storage import access, cursor
-from service.storage.client import translate_errors
+from service.storage.client import status_of, translate_errors
 from service.storage.templates import AUDIT
 
 
@@ -89,6 +90,15 @@ class AuditStore:
                 refresh="false",
             )
 
+    def append_once(self, event: AuditEvent) -> None:
+        """Create an event whose id is derived from the change it records (a retried task): an
+        event that already exists (409: an earlier attempt recorded it) counts as recorded."""
+        try:
+            self.append(event)
+        except Exception as exc:
+            if status_of(exc) != 409:
+                raise
+
     def append_many(self, events: list[AuditEvent], *, refresh: bool = False) -> None:
         """Create events in bulk. An event that already exists (409: same id) counts as recorded,
         so replaying a batch after a crash records nothing twice."""
@@ -143,11 +153,13 @@ class AuditStore:
             ("actor_id", query.actor_id),
             ("belief_ids", query.belief_id),
             ("session_id", query.session_id),
-            ("action", query.action),
             ("request_id", query.request_id),
         ):
             if value is not None:
                 out.append({"term": {field: value}})
+        if query.action is not None:
+            # the current name and the names written before the vocabulary was unified
+            out.append({"terms": {"action": matching_actions(query.action)}})
         if query.since or query.until:
             bounds: dict[str, str] = {}
             if query.since:

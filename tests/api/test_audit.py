@@ -9,6 +9,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
+from service.domain.audit import matching_actions
+from service.storage.audit import AuditEvent
 from tests.api.conftest import Team, belief_body, ok
 
 
@@ -94,3 +96,21 @@ def test_import_records_one_event_per_belief_with_payload(client: TestClient, te
     events = _audit(client, team, services, action="belief.import")
     assert sorted(e["belief_ids"][0] for e in events) == ["b-imp0", "b-imp1", "b-imp2"]
     assert all(e["after"]["content"].startswith("Content of imp_") and e["before"] is None for e in events)
+
+
+def test_filters_match_the_names_written_before_the_vocabulary_was_unified(
+    client: TestClient, team: Team, services: Services
+) -> None:
+    """The memory loop used to write ``belief.created``, ``belief.superseded``... for the actions
+    the API calls ``belief.create``, ``belief.supersede``: a filter on either spelling finds both."""
+    ok(client.post("/v1/beliefs", json=belief_body("vocab_new", id="b-vocab"), headers=team.h("alice")), 201)
+    legacy = AuditEvent(
+        tenant_id=team.tenant, action="belief.created", actor_id="alice", actor_kind="worker", belief_ids=["b-vocab"]
+    )
+    services.audit.append(legacy)
+    for spelling in ("belief.create", "belief.created"):
+        found = _audit(client, team, services, belief_id="b-vocab", action=spelling)
+        assert sorted(e["action"] for e in found) == ["belief.create", "belief.created"], spelling
+    assert _audit(client, team, services, belief_id="b-vocab", action="belief.reinforced") == []
+    assert matching_actions("review.conflict_filed") == ["review.file_conflict", "review.conflict_filed"]
+    assert matching_actions("no.such_action") == ["no.such_action"]

@@ -119,7 +119,7 @@ def test_supersede_carries_counter_signal_aliases(client: TestClient, team: Team
     old, new = result["superseded"], result["current"]
     assert (old["epistemic_status"], old["superseded_by"]) == ("superseded", "b-raw")
     assert new["supersedes"] == "b-orm" and new["pinned"] is True and new["scope"] == ["domain:code"]
-    assert {"mongoose", "orm_choice", "mongodb driver"} <= set(new["aliases"])
+    assert {"mongoose", "orm choice", "mongodb driver"} <= set(new["aliases"])
     # the old vocabulary now routes to the live replacement, never to the dead one
     assert _recall_ids(client, team, "alice", ["domain:code"], "should I use mongoose?") == ["b-raw"]
     again = client.post("/v1/beliefs/b-orm/supersede", json={"content": "x"}, headers=team.h("alice"))
@@ -129,6 +129,26 @@ def test_supersede_carries_counter_signal_aliases(client: TestClient, team: Team
     triggers = [e["entry"]["trigger"] for e in history["change_log"]]
     assert "superseded by b-raw" in triggers and "supersedes belief b-orm" in triggers
     assert ok(client.get("/v1/beliefs/b-orm/history", headers=team.h("alice")))["chain"] == history["chain"]
+
+
+def test_supersede_alias_inheritance_is_the_memory_loops(client: TestClient, team: Team) -> None:
+    """One rule for the API and extraction (service/beliefs/lifecycle.py): the old name becomes a
+    counter-signal alias only when the name changes, spelled as people type it."""
+    _create(client, team, "alice", "queue_choice", id="b-q1", aliases=["queue choice", "broker"])
+    same_name = ok(
+        client.post("/v1/beliefs/b-q1/supersede", json={"id": "b-q2", "content": "SQS."}, headers=team.h("alice")), 201
+    )
+    assert same_name["current"]["aliases"] == ["queue choice", "broker"]  # no second slot for the name
+    renamed = ok(
+        client.post(
+            "/v1/beliefs/b-q2/supersede",
+            json={"id": "b-q3", "content": "Kafka.", "canonical_name": "event_bus"},
+            headers=team.h("alice"),
+        ),
+        201,
+    )
+    assert renamed["current"]["aliases"] == ["queue choice", "broker"]  # "queue choice" already there
+    assert _recall_ids(client, team, "alice", ["domain:code"], "which queue choice did we make?") == ["b-q3"]
 
 
 def test_reinforce_pin_aliases_retract(client: TestClient, team: Team) -> None:

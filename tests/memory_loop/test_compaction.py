@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 
 from loadtest.scripted_llm import Reply, ScriptedLLM
 from service.api.state import Services
+from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import Settings
 from service.domain.belief import Belief, EpistemicStatus
 from service.domain.principal import Principal
-from service.extraction.audit import StoreAudit
 from service.extraction.compaction import CompactionLLM, Compactor, RedisCooldown
 from service.storage.lookup import BucketKey
 from tests.api.conftest import Team
@@ -35,7 +35,7 @@ def compactor(
     services: Services, settings: Settings, rds: redis.Redis[bytes], llm: CompactionLLM | None = None, **policy: Any
 ) -> Compactor:
     loop = settings.loop.model_copy(update=policy)
-    return Compactor(services.store, loop, StoreAudit(services.audit), RedisCooldown(rds), llm)
+    return Compactor(BeliefLifecycle(services.store, services.audit, refresh="true"), loop, RedisCooldown(rds), llm)
 
 
 def entities(team: Team, owner: str = "alice") -> list[Belief]:

@@ -13,10 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
+from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import Settings
 from service.domain.belief import Belief, EpistemicStatus, utcnow
 from service.domain.principal import Principal, Role
-from service.extraction.audit import StoreAudit
 from service.extraction.merge import BeliefMerger, MergeContext, MergeReport
 from service.extraction.sidecar import ParseStatus
 from service.extraction.validator import validate_sidecar
@@ -31,7 +31,8 @@ from tests.memory_loop.conftest import new_belief
 @pytest.fixture
 def merger(loop_services: Services, loop_settings: Settings) -> BeliefMerger:
     reviews = ReviewStore(loop_services.opensearch, loop_settings.opensearch_namespace)
-    return BeliefMerger(loop_services.store, reviews, loop_settings.loop, StoreAudit(loop_services.audit))
+    lifecycle = BeliefLifecycle(loop_services.store, loop_services.audit, refresh="true")
+    return BeliefMerger(lifecycle, reviews, loop_settings.loop)
 
 
 def run(merger: BeliefMerger, who: Principal, **sections: Any) -> MergeReport:
@@ -308,7 +309,7 @@ def test_every_change_is_audited(merger: BeliefMerger, crew: Team, loop_services
     loop_services.opensearch.indices.refresh(index=loop_services.audit.alias)
     admin = Principal(tenant_id=crew.tenant, user_id="carol", roles=frozenset({Role.ADMIN}))
     events, _ = loop_services.audit.search(admin, AuditQuery(belief_id=belief_id), size=20, after=None)
-    assert {e.action for e in events} >= {"belief.created", "belief.reinforced"}
+    assert {e.action for e in events} >= {"belief.create", "belief.reinforce"}
 
 
 def test_shared_scope_needs_a_grant(merger: BeliefMerger, crew: Team, loop_services: Services) -> None:

@@ -1,0 +1,656 @@
+"""The belief lifecycle: the only code that changes a belief's state and records it in the audit trail.
+
+Create, import, supersede, merge (compaction), retire, reinforce, pin, resolve, retract, add
+aliases and erase all live here, each writing its audit event under one
+:class:`~service.domain.audit.AuditAction`. The API (:mod:`service.beliefs.api_service`),
+extraction (:mod:`service.extraction.merge`), the alias flywheel, the review queue and compaction
+call these methods; none of them writes a belief document or an audit action itself.
+
+What the callers still own: authorization (which scopes a caller may write; the API checks grants,
+extraction drops scopes without one) and their own rules for *when* to change a belief (the
+paper's merge rules, compaction's plans). What this module owns: *how* a belief changes: every
+write is a read-modify-write with optimistic concurrency that bumps ``version``, stamps
+``updated_at``, appends a change-log entry and re-validates the whole belief.
+
+Two kinds of callers, one code path, told apart by :attr:`Change.key`:
+
+* a request (the API) has no key: a create over an existing id is a 409, events get fresh ids;
+* a retried task (extraction, reviews, compaction) gives a key derived from its turn or plan: a
+  create finding its own earlier write finishes it, and event ids derive from the key, so running
+  the same step twice changes nothing twice (``AuditStore.append_once``).
+
+Alias inheritance on supersede (one rule for the API, extraction and review resolution, paper §3.6):
+the replacement keeps the caller's aliases first, then the old aliases, then the old canonical name
+as a counter-signal alias *when the name changes*, spelled with spaces (``orm_choice`` ->
+``orm choice``). Why this and not the API's former "always append the snake_case name": the name analyzer
+indexes ``orm_choice`` and ``orm choice`` as the same terms (``tenure_whole_name``), so recall is
+the same, but the spaced form is how people type it and how extraction, compaction and the
+flywheel spell it, so it de-duplicates against an alias someone already gave instead of taking a
+second of the 25 slots; and when the name does not change, the old name *is* the new canonical
+name, so repeating it as an alias only burns a slot and double-counts a name match in scoring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from service.auth.actor import Actor
+from service.domain import scopes as scope_rules
+from service.domain.audit import AuditAction
+from service.domain.belief import (
+    MAX_ALIASES,
+    Belief,
+    BeliefType,
+    ChangeLogEntry,
+    EpistemicStatus,
+    Provenance,
+    new_belief_id,
+    normalize_alias,
+    normalize_aliases,
+    utcnow,
+)
+from service.domain.principal import Principal
+from service.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from service.recall.cache import RenderCache
+from service.storage import beliefs as belief_storage
+from service.storage.audit import AuditEvent, AuditStore
+from service.storage.beliefs import BeliefStore, Refresh, WriteResult
+
+MAX_RETRIES = 3
+MAX_CHAIN = 200  # versions followed when erasing a supersession chain
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+def mutate(
+    store: BeliefStore,
+    principal: Principal,
+    belief_id: str,
+    change: Callable[[Belief], Belief],
+    *,
+    refresh: Refresh = "wait_for",
+    tenant_wide: bool = False,
+) -> Belief:
+    """Read-modify-write with optimistic concurrency, retried on a concurrent change."""
+    for attempt in range(MAX_RETRIES):
+        current, seq_no, term = store.get_versioned(principal, belief_id, tenant_wide=tenant_wide)
+        updated = change(current.model_copy(deep=True))
+        updated = updated.model_copy(update={"version": current.version + 1, "updated_at": utcnow()})
+        Belief.model_validate(updated.model_dump())  # re-validate the whole belief after the change
+        try:
+            store.replace(updated, if_seq_no=seq_no, if_primary_term=term, refresh=refresh)
+            return updated
+        except Conflict:
+            if attempt == MAX_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def merge_aliases(existing: list[str], new: list[str], *, cap: int = MAX_ALIASES) -> tuple[list[str], list[str]]:
+    """Union within the cap. Returns (merged, dropped-for-cap)."""
+    merged = list(existing)
+    dropped: list[str] = []
+    for alias in normalize_aliases(new, cap=None):
+        if alias in merged:
+            continue
+        if len(merged) >= cap:
+            dropped.append(alias)
+        else:
+            merged.append(alias)
+    return merged, dropped
+
+
+def spoken_name(canonical_name: str) -> str:
+    """A canonical name as an alias, the way people type it: ``orm_choice`` -> ``orm choice``."""
+    return normalize_alias(canonical_name.replace("_", " "))
+
+
+def inherited_aliases(old: Belief, new_name: str, given: list[str]) -> tuple[list[str], list[str]]:
+    """The aliases of ``old``'s replacement (see the module docstring): the caller's, then the old
+    aliases, then the old name as a counter-signal when the name changes. Returns (aliases,
+    dropped-for-cap)."""
+    counter_signal = [spoken_name(old.canonical_name)] if new_name != old.canonical_name else []
+    return merge_aliases(normalize_aliases(given, cap=None), [*old.aliases, *counter_signal])
+
+
+def check_writable(principal: Principal, labels: list[str]) -> None:
+    """Shared scopes need a grant; personal scopes are always the writer's own."""
+    denied = [s for s in labels if scope_rules.is_shared(s) and s not in principal.shared_grants]
+    if denied:
+        raise Forbidden(f"no grant to write into {', '.join(denied)}", details={"scopes": denied})
+
+
+def pydantic_details(exc: ValidationError, prefix: tuple[str | int, ...]) -> list[dict[str, Any]]:
+    return [
+        {"loc": [*prefix, *err["loc"]], "msg": err["msg"], "type": err["type"]} for err in exc.errors(include_url=False)
+    ]
+
+
+def snapshot(belief: Belief | None) -> dict[str, Any] | None:
+    """The payload copy kept in the audit trail (without the change log, which history has)."""
+    if belief is None:
+        return None
+    return belief.model_dump(mode="json", exclude={"change_log"})
+
+
+# --------------------------------------------------------------------------- who and why
+
+
+@dataclass(frozen=True)
+class Change:
+    """Who changes a belief and in which context.
+
+    ``key`` is set by retried tasks only (see the module docstring). ``author`` names the change
+    log's actor when it is not the principal's user (``compaction``). ``details`` are added to every
+    audit event of the change (the extraction's ``turn_id``, a trigger)."""
+
+    actor: Actor
+    key: str | None = None
+    turn_id: str | None = None
+    author: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    at: datetime = field(default_factory=utcnow)
+
+    @property
+    def principal(self) -> Principal:
+        return self.actor.principal
+
+    def entry(self, trigger: str, *, previous: Belief | None = None, note: str | None = None) -> ChangeLogEntry:
+        session = self.actor.session_id
+        return ChangeLogEntry(
+            changed_at=self.at,
+            trigger=trigger[:200],
+            actor=self.author or self.principal.user_id,
+            previous_content=previous.content if previous else None,
+            previous_epistemic_status=previous.epistemic_status if previous else None,
+            previous_confidence=previous.confidence if previous else None,
+            changed_by_session=session[:200] if session else None,
+            changed_by_turn=self.turn_id,
+            note=note[:2000] if note else None,
+        )
+
+    def logged(self, belief: Belief, trigger: str) -> bool:
+        """This change (same turn) already wrote ``trigger`` into the belief's change log."""
+        return self.turn_id is not None and any(
+            e.changed_by_turn == self.turn_id and e.trigger == trigger for e in belief.change_log
+        )
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """What a superseding version changes; everything unset is carried over from the old one."""
+
+    content: str | None = None
+    canonical_name: str | None = None
+    aliases: list[str] = field(default_factory=list)
+    why_it_matters: str | None = None
+    confidence: float | None = None
+    pinned: bool | None = None
+    id: str | None = None
+    reason: str | None = None
+    trigger: str = "supersedes"
+    provenance: Provenance | None = None
+    reinforced_now: bool = False  # extraction: the statement that superseded it reinforces it
+
+
+@dataclass(frozen=True)
+class ErasureReceipt:
+    belief_id: str
+    belief_versions_removed: list[str]
+    audit_payload_copies_removed: int
+    cached_renderings_removed: int
+    erased_at: datetime
+
+
+# Fields a replacement never inherits from the version it supersedes.
+_NOT_INHERITED = {
+    "id",
+    "aliases",
+    "content",
+    "canonical_name",
+    "change_log",
+    "superseded_by",
+    "created_at",
+    "updated_at",
+    "version",
+    "reinforcement_count",
+    "last_reinforced_at",
+    "resolved_at",
+    "retracted_at",
+}
+
+
+# --------------------------------------------------------------------------- the lifecycle
+
+
+class BeliefLifecycle:
+    def __init__(
+        self,
+        store: BeliefStore,
+        audit: AuditStore,
+        *,
+        refresh: Refresh = "wait_for",
+        render_cache: RenderCache | None = None,
+    ):
+        self.store = store
+        self.audit = audit
+        self.refresh: Refresh = refresh
+        self.render_cache = render_cache
+
+    # ------------------------------------------------------------------ audit
+
+    def record(
+        self,
+        change: Change,
+        action: AuditAction,
+        belief_ids: list[str],
+        *,
+        part: str = "",
+        scopes: list[str] | None = None,
+        before: Belief | dict[str, Any] | None = None,
+        after: Belief | dict[str, Any] | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """Append one audit event for ``change``. A keyed change gets an event id derived from its
+        key (and ``part``, when one change records several events), recorded at most once."""
+        event = self.event(change, action, belief_ids, scopes=scopes, before=before, after=after, details=details)
+        if change.key is None:
+            self.audit.append(event)
+            return
+        raw = f"{change.principal.tenant_id}|{action.value}|{change.key}|{part}"
+        event.event_id = f"ev-{hashlib.sha256(raw.encode()).hexdigest()[:32]}"
+        self.audit.append_once(event)
+
+    @staticmethod
+    def event(
+        change: Change,
+        action: AuditAction,
+        belief_ids: list[str],
+        *,
+        scopes: list[str] | None = None,
+        before: Belief | dict[str, Any] | None = None,
+        after: Belief | dict[str, Any] | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> AuditEvent:
+        actor = change.actor
+        subject = after if isinstance(after, Belief) else before if isinstance(before, Belief) else None
+        merged = {**change.details, **(details or {})}
+        return AuditEvent(
+            tenant_id=actor.principal.tenant_id,
+            action=action.value,
+            actor_id=actor.principal.user_id,
+            actor_kind=actor.kind,
+            credential_id=actor.credential_id,
+            belief_ids=belief_ids,
+            session_id=actor.session_id,
+            request_id=actor.request_id,
+            scopes=scopes if scopes is not None else (list(subject.scope) if subject else []),
+            before=snapshot(before) if isinstance(before, Belief) else before,
+            after=snapshot(after) if isinstance(after, Belief) else after,
+            details=merged or None,
+        )
+
+    def _mutate(
+        self,
+        change: Change,
+        belief_id: str,
+        edit: Callable[[Belief], Belief],
+        *,
+        tenant_wide: bool = False,
+    ) -> tuple[Belief, Belief]:
+        """Apply ``edit`` under optimistic concurrency; returns (before, after) of the last try."""
+        seen: list[Belief] = []
+
+        def tracked(belief: Belief) -> Belief:
+            seen.append(belief.model_copy(deep=True))
+            return edit(belief)
+
+        updated = mutate(
+            self.store, change.principal, belief_id, tracked, refresh=self.refresh, tenant_wide=tenant_wide
+        )
+        return seen[-1], updated
+
+    # ------------------------------------------------------------------ create
+
+    def create(
+        self,
+        change: Change,
+        belief: Belief,
+        *,
+        action: AuditAction = AuditAction.BELIEF_CREATE,
+        details: dict[str, Any] | None = None,
+        tenant_wide: bool = False,
+        part: str = "",
+    ) -> bool:
+        """Store a new belief and record it. True when written now; False when a keyed change finds
+        its own earlier write (which must be visible to the principal, or it is not ours: 404)."""
+        created = self._put_new(change, belief, tenant_wide=tenant_wide)
+        # a keyed re-run re-records the event (same id): the earlier attempt may have died before it
+        self.record(change, action, [belief.id], part=part, after=belief, details=details)
+        return created
+
+    def _put_new(self, change: Change, belief: Belief, *, tenant_wide: bool = False) -> bool:
+        try:
+            self.store.put(belief, create_only=True, refresh=self.refresh)
+        except Conflict:
+            if change.key is None:
+                raise
+            self.store.get(change.principal, belief.id, tenant_wide=tenant_wide)
+            return False
+        return True
+
+    def import_many(self, change: Change, beliefs: list[Belief]) -> WriteResult:
+        """Bulk create (validated and authorized by the caller); an existing id fails only that
+        record. One event per imported belief, with its payload copy, like any other create."""
+        result = self.store.put_many(beliefs, create_only=True, refresh=self.refresh)
+        written = set(result.written)
+        self.audit.append_many(
+            [self.event(change, AuditAction.BELIEF_IMPORT, [b.id], after=b) for b in beliefs if b.id in written]
+        )
+        return result
+
+    # ------------------------------------------------------------------ supersede, merge, retire
+
+    def replacement_for(self, change: Change, old: Belief, spec: Replacement) -> Belief:
+        """The version that supersedes ``old``: type, subtype, scope, pinned, provenance and the
+        rest carried over, aliases inherited (:func:`inherited_aliases`)."""
+        name = spec.canonical_name or old.canonical_name
+        aliases, dropped = inherited_aliases(old, name, spec.aliases)
+        notes = [n for n in (spec.reason, f"alias cap reached; dropped {dropped}" if dropped else None) if n]
+        values = old.model_dump(exclude=_NOT_INHERITED)
+        values.update(
+            id=spec.id or new_belief_id(),
+            canonical_name=name,
+            aliases=aliases,
+            content=spec.content or old.content,
+            why_it_matters=spec.why_it_matters if spec.why_it_matters is not None else old.why_it_matters,
+            confidence=spec.confidence if spec.confidence is not None else old.confidence,
+            pinned=spec.pinned if spec.pinned is not None else old.pinned,
+            epistemic_status=EpistemicStatus.ACTIVE,
+            supersedes=old.id,
+            last_reinforced_at=change.at if spec.reinforced_now else None,
+            change_log=[change.entry(f"{spec.trigger} belief {old.id}", previous=old, note="; ".join(notes) or None)],
+        )
+        if spec.provenance is not None:
+            values["provenance"] = spec.provenance
+        try:
+            return Belief.model_validate(values)
+        except ValidationError as exc:
+            raise ValidationFailed("invalid replacement belief", details=pydantic_details(exc, ("body",))) from exc
+
+    def supersede(
+        self, change: Change, old: Belief, spec: Replacement, *, tenant_wide: bool = False
+    ) -> tuple[Belief, Belief]:
+        """A new version replaces ``old`` (which must be live): the new one is stored, the old one
+        marked superseded and pointed at it. Returns (retired, new). If retiring fails, the new
+        version written by this call is removed again."""
+        if not old.is_live and (spec.id is None or old.superseded_by != spec.id):
+            raise Conflict(f"belief {old.id!r} is {old.lifecycle.value}; cannot supersede it")
+        new = self.replacement_for(change, old, spec)
+        created = self._put_new(change, new, tenant_wide=tenant_wide)
+        try:
+            before, retired = self.retire(change, old.id, new.id, note=spec.reason, tenant_wide=tenant_wide)
+        except Exception:
+            if created:
+                belief_storage.delete_ids(self.store, change.principal, [new.id])  # undo the half-done write
+            raise
+        self.record(
+            change,
+            AuditAction.BELIEF_SUPERSEDE,
+            [old.id],
+            part="retire",
+            before=before,
+            after=retired,
+            details={"superseded_by": new.id},
+        )
+        self.record(
+            change, AuditAction.BELIEF_CREATE, [new.id], part="create", after=new, details={"supersedes": old.id}
+        )
+        return retired, new
+
+    def merge(self, change: Change, merged: Belief, sources: list[Belief], note: str) -> bool:
+        """Compaction: ``merged`` (built by the caller from ``sources``) replaces them all. Each
+        source is retired with the compaction note. True when ``merged`` was written now."""
+        created = self._put_new(change, merged)
+        for source in sources:
+            self.retire(change, source.id, merged.id, note=note, compaction=True)
+        if created:
+            source_ids = sorted(b.id for b in sources)
+            self.record(
+                change,
+                AuditAction.BELIEF_COMPACT,
+                [merged.id, *source_ids],
+                after=merged,
+                details={"sources": source_ids, "note": note},
+            )
+        return created
+
+    def retire(
+        self,
+        change: Change,
+        belief_id: str,
+        successor_id: str,
+        *,
+        note: str | None = None,
+        compaction: bool = False,
+        tenant_wide: bool = False,
+    ) -> tuple[Belief, Belief]:
+        """Mark a live belief superseded by ``successor_id`` (idempotent for the same successor);
+        returns (before, after). ``compaction`` also stores ``note`` as its compaction note."""
+        trigger = f"compaction: superseded by {successor_id}" if compaction else f"superseded by {successor_id}"
+
+        def edit(belief: Belief) -> Belief:
+            if belief.superseded_by == successor_id:
+                return belief  # an earlier attempt of this change retired it
+            if not belief.is_live:
+                raise Conflict(f"belief {belief_id!r} was changed concurrently; it is no longer live")
+            previous = belief.model_copy()
+            belief.epistemic_status = EpistemicStatus.SUPERSEDED
+            belief.superseded_by = successor_id
+            if compaction and note:
+                belief.compaction_note = note[:2000]
+            belief.change_log.append(change.entry(trigger, previous=previous, note=note))
+            return belief
+
+        return self._mutate(change, belief_id, edit, tenant_wide=tenant_wide)
+
+    # ------------------------------------------------------------------ reinforce, aliases
+
+    def reinforce(
+        self,
+        change: Change,
+        belief_id: str,
+        aliases: list[str],
+        *,
+        trigger: str = "reinforced",
+        promote: Callable[[Belief, datetime], bool] | None = None,
+    ) -> Belief:
+        """One more statement of a live belief (plus aliases). A change with a turn reinforces at
+        most once per turn; ``promote`` decides whether an inferred belief becomes active."""
+        promoted: list[bool] = []
+
+        def edit(belief: Belief) -> Belief:
+            if not belief.is_live:
+                raise Conflict(f"belief {belief_id!r} is {belief.lifecycle.value}; cannot reinforce it")
+            belief.aliases, dropped = merge_aliases(belief.aliases, aliases)
+            if change.logged(belief, trigger):
+                return belief
+            belief.reinforcement_count += 1
+            belief.last_reinforced_at = change.at
+            belief.change_log.append(
+                change.entry(trigger, note=f"alias cap reached; dropped {dropped}" if dropped else None)
+            )
+            if (
+                promote is not None
+                and belief.epistemic_status is EpistemicStatus.INFERRED
+                and promote(belief, change.at)
+            ):
+                previous = belief.model_copy()
+                belief.epistemic_status = EpistemicStatus.ACTIVE
+                belief.change_log.append(change.entry("promoted: inferred -> active", previous=previous))
+                promoted.append(True)
+            return belief
+
+        before, updated = self._mutate(change, belief_id, edit)
+        details = {"promoted": True} if promoted else None
+        self.record(change, AuditAction.BELIEF_REINFORCE, [belief_id], before=before, after=updated, details=details)
+        return updated
+
+    def add_aliases(
+        self,
+        change: Change,
+        belief_id: str,
+        aliases: list[str],
+        *,
+        trigger: str = "aliases added",
+        tenant_wide: bool = False,
+    ) -> tuple[Belief, list[str], list[str]]:
+        """Add aliases within the cap. Returns the belief, the aliases actually added and those
+        dropped for the cap; the change log and the audit trail record only a change that added or
+        dropped something."""
+        if not aliases:
+            raise ValidationFailed("no aliases given")
+        added: list[str] = []
+        dropped: list[str] = []
+
+        def edit(belief: Belief) -> Belief:
+            merged, cut = merge_aliases(belief.aliases, aliases)
+            added[:] = [a for a in merged if a not in belief.aliases]
+            dropped[:] = cut
+            if added or cut:
+                belief.aliases = merged
+                note = f"alias cap {MAX_ALIASES} reached; dropped {cut}" if cut else None
+                belief.change_log.append(change.entry(trigger, note=note))
+            return belief
+
+        before, updated = self._mutate(change, belief_id, edit, tenant_wide=tenant_wide)
+        if added or dropped:
+            self.record(
+                change,
+                AuditAction.BELIEF_ADD_ALIASES,
+                [belief_id],
+                before=before,
+                after=updated,
+                details={"added": added, "dropped_for_cap": dropped, "trigger": trigger},
+            )
+        return updated, added, dropped
+
+    # ------------------------------------------------------------------ pin, resolve, retract
+
+    def set_pinned(self, change: Change, belief_id: str, pinned: bool) -> Belief:
+        def edit(belief: Belief) -> Belief:
+            belief.pinned = pinned
+            belief.user_edited = True  # an explicit pin/unpin is the user's edit (cross-scope pinned rule)
+            belief.change_log.append(change.entry("pinned" if pinned else "unpinned"))
+            return belief
+
+        before, updated = self._mutate(change, belief_id, edit)
+        action = AuditAction.BELIEF_PIN if pinned else AuditAction.BELIEF_UNPIN
+        self.record(change, action, [belief_id], before=before, after=updated)
+        return updated
+
+    def resolve(
+        self,
+        change: Change,
+        belief_id: str,
+        *,
+        note: str | None = None,
+        resolved_by: str | None = None,
+        trigger: str | None = None,
+        if_open: bool = False,
+    ) -> Belief | None:
+        """Close an open question. Resolving a resolved one is a 409, or, with ``if_open``,
+        nothing (None). ``resolved_by`` must be a belief the principal can see (404 otherwise)."""
+        if resolved_by is not None:
+            self.store.get(change.principal, resolved_by)
+        closed: list[bool] = []
+
+        def edit(belief: Belief) -> Belief:
+            if belief.type is not BeliefType.OPEN_QUESTION:
+                raise ValidationFailed(f"belief {belief_id!r} is a {belief.type.value}, not an open question")
+            if belief.resolved_at is not None:
+                if if_open:
+                    return belief
+                raise Conflict(f"open question {belief_id!r} is already resolved")
+            belief.resolved_at = change.at
+            detail = trigger or (f"resolved by {resolved_by}" if resolved_by else "resolved")
+            belief.change_log.append(change.entry(detail, note=note))
+            closed.append(True)
+            return belief
+
+        before, updated = self._mutate(change, belief_id, edit)
+        if not closed:
+            return None
+        self.record(change, AuditAction.BELIEF_RESOLVE, [belief_id], before=before, after=updated)
+        return updated
+
+    def retract(self, change: Change, belief_id: str, reason: str | None) -> Belief:
+        def edit(belief: Belief) -> Belief:
+            if belief.retracted_at is not None:
+                raise Conflict(f"belief {belief_id!r} is already retracted")
+            belief.retracted_at = change.at
+            belief.change_log.append(change.entry("retracted", note=reason))
+            return belief
+
+        before, updated = self._mutate(change, belief_id, edit)
+        self.record(change, AuditAction.BELIEF_RETRACT, [belief_id], before=before, after=updated)
+        return updated
+
+    # ------------------------------------------------------------------ erase
+
+    def erase(self, change: Change, belief_id: str) -> ErasureReceipt:
+        """Admin hard delete of a belief and its whole supersession chain, the audit payload copies
+        of those versions and the tenant's cached renderings. The erase itself is audited by id."""
+        principal = change.principal
+        if not principal.is_admin:
+            raise Forbidden("erasing beliefs needs the admin role")
+        root = self._maybe_get(principal, belief_id)
+        if root is None:
+            raise NotFound(f"belief {belief_id!r} not found")
+        removed = belief_storage.delete_ids(self.store, principal, self.chain_ids(principal, root))
+        payloads = self.audit.erase_payloads(principal, removed)
+        cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
+        receipt = ErasureReceipt(
+            belief_id=belief_id,
+            belief_versions_removed=removed,
+            audit_payload_copies_removed=payloads,
+            cached_renderings_removed=cached,
+            erased_at=utcnow(),
+        )
+        self.record(
+            change,
+            AuditAction.BELIEF_ERASE,
+            removed,
+            details={"audit_payload_copies_removed": payloads, "cached_renderings_removed": cached},
+        )
+        return receipt
+
+    def chain_ids(self, principal: Principal, root: Belief) -> list[str]:
+        """Ids of every version linked to ``root`` through supersedes/superseded_by (tenant-wide)."""
+        ids = [root.id]
+        for link in ("supersedes", "superseded_by"):
+            cursor: Belief | None = root
+            while (
+                cursor is not None
+                and getattr(cursor, link)
+                and getattr(cursor, link) not in ids
+                and len(ids) < MAX_CHAIN
+            ):
+                nxt: str = getattr(cursor, link)
+                cursor = self._maybe_get(principal, nxt)
+                if cursor is not None:
+                    ids.append(cursor.id)
+        return ids
+
+    def _maybe_get(self, principal: Principal, belief_id: str) -> Belief | None:
+        try:
+            return self.store.get(principal, belief_id, tenant_wide=True)
+        except NotFound:
+            return None
