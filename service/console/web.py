@@ -24,8 +24,8 @@ from starlette.templating import Jinja2Templates
 from service.api.deps import get_services, raw_services
 from service.api.errors import request_id_of
 from service.api.state import Services
+from service.auth.actor import Actor
 from service.auth.authenticator import Identity
-from service.beliefs.api_service import Actor
 from service.console.sessions import COOKIE, ConsoleSession, SessionStore
 from service.domain.principal import Principal
 from service.errors import ErrorCode, Forbidden, TenureError, Unauthenticated

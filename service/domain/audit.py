@@ -30,8 +30,9 @@ class AuditAction(StrEnum):
     REVIEW_FILE_CONFLICT = "review.file_conflict"
     REVIEW_RESOLVE = "review.resolve"
     COMPACTION_RUN = "compaction.run"
-    # injection receipts
+    # injection receipts; a console preview is recorded apart (nothing was injected)
     RECALL = "recall"
+    RECALL_PREVIEW = "recall.preview"
     # provisioning
     TENANT_CREATE = "tenant.create"
     TENANT_DISABLE = "tenant.disable"

@@ -7,6 +7,7 @@ from typing import Any
 
 from service.auth.actor import Actor
 from service.domain import scopes as scope_rules
+from service.domain.audit import AuditAction
 from service.domain.principal import Principal
 from service.errors import Forbidden
 from service.recall.context import ContextBuilder, RecallBudget, RecallResult
@@ -75,7 +76,7 @@ class RecallService:
         block = render_injection(result, max_chars_per_belief=limits.max_chars_per_belief)
         receipt = AuditEvent(
             tenant_id=actor.principal.tenant_id,
-            action="recall.preview" if preview else "recall",
+            action=(AuditAction.RECALL_PREVIEW if preview else AuditAction.RECALL).value,
             actor_id=actor.principal.user_id,
             actor_kind=actor.kind,
             credential_id=actor.credential_id,

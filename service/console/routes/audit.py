@@ -17,6 +17,7 @@ from fastapi.responses import StreamingResponse
 
 from service.api.deps import AuditDep, BeliefsDep
 from service.console.web import PREFIX, AdminUser, ConsoleRoute, page
+from service.domain.audit import AuditAction
 from service.domain.belief import ID_RE, Belief
 from service.errors import NotFound, ValidationFailed
 from service.storage.audit import AuditEvent, AuditQuery
@@ -25,19 +26,7 @@ router = APIRouter(prefix=f"{PREFIX}/audit", route_class=ConsoleRoute, include_i
 
 PAGE_SIZE = 50
 EXPORT_LIMIT = 100_000
-ACTIONS = (
-    "recall",
-    "recall.preview",
-    "belief.create",
-    "belief.supersede",
-    "belief.pin",
-    "belief.unpin",
-    "belief.add_aliases",
-    "belief.retract",
-    "belief.erase",
-    "belief.import",
-    "review.resolved",
-)
+ACTIONS = tuple(action.value for action in AuditAction)  # the one vocabulary (service/domain/audit.py)
 CSV_COLUMNS = (
     "at",
     "event_id",
