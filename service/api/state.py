@@ -16,6 +16,8 @@ from service.beliefs.api_service import BeliefService
 from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import Settings
 from service.errors import StoreUnavailable
+from service.extraction.merge import REFRESH as LOOP_REFRESH
+from service.extraction.reviews import ReviewService
 from service.provisioning.service import ProvisioningService
 from service.recall.cache import RenderCache
 from service.recall.context import ContextBuilder
@@ -26,6 +28,7 @@ from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.client import translate_errors
 from service.storage.operations import DEPLOYMENT_FAMILIES
+from service.storage.reviews import ReviewStore
 from service.storage.templates import apply_templates
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,7 @@ class Services:
     provisioning: ProvisioningService
     render_cache: RenderCache
     receipts: ReceiptOutbox
+    reviews: ReviewService
 
     @classmethod
     def build(cls, settings: Settings, client: OpenSearch, redis_client: Redis[bytes]) -> Services:
@@ -92,6 +96,10 @@ class Services:
             provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),
             render_cache=render_cache,
             receipts=receipts,
+            # admins resolve review items with the memory loop's write policy (visible at once)
+            reviews=ReviewService(
+                BeliefLifecycle(store, audit, refresh=LOOP_REFRESH), ReviewStore(client, ns), settings.loop
+            ),
         )
 
 

@@ -23,9 +23,7 @@ from service.api.deps import (
 )
 from service.api.errors import request_id_of
 from service.auth.actor import Actor
-from service.beliefs.lifecycle import BeliefLifecycle
 from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, Unauthenticated, ValidationFailed
-from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.reviews import Action, ReviewService
 from service.extraction.sidecar import ParseStatus, split_sidecar
 from service.proxy.service import (
@@ -37,7 +35,6 @@ from service.proxy.service import (
     openai_error_body,
 )
 from service.proxy.upstream import UpstreamFailure
-from service.storage.beliefs import BeliefStore
 from service.storage.reviews import ReviewItem, ReviewKind, ReviewStatus
 from service.storage.turns import TurnRecord
 
@@ -221,10 +218,8 @@ async def get_turn(request: Request, turn_id: TurnIdPath, principal: CurrentPrin
 
 
 def _reviews(request: Request) -> ReviewService:
-    loop = memory_loop(request)
-    services = request.app.state.services
-    store = BeliefStore(loop.client, loop.settings.opensearch_namespace)
-    return ReviewService(BeliefLifecycle(store, services.audit, refresh=LOOP_REFRESH), loop.reviews, loop.settings.loop)
+    reviews: ReviewService = request.app.state.services.reviews
+    return reviews
 
 
 @router.get("/reviews", response_model=list[ReviewItem], summary="Your open review items")

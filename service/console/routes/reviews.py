@@ -13,9 +13,8 @@ from service.api.state import Services
 from service.console.web import PREFIX, AdminUser, ConsoleRoute, Form, Writer, confirm, confirmed, page, redirect
 from service.domain.belief import Belief
 from service.errors import NotFound, ValidationFailed
-from service.extraction.audit import StoreAudit
 from service.extraction.reviews import ALLOWED, Action, ReviewService
-from service.storage.reviews import ReviewItem, ReviewStatus, ReviewStore
+from service.storage.reviews import ReviewItem, ReviewStatus
 
 router = APIRouter(prefix=f"{PREFIX}/reviews", route_class=ConsoleRoute, include_in_schema=False)
 
@@ -36,13 +35,7 @@ EFFECTS: dict[str, str] = {
 
 
 def review_service(services: Services) -> ReviewService:
-    ns = services.settings.opensearch_namespace
-    return ReviewService(
-        services.store,
-        ReviewStore(services.opensearch, ns),
-        services.settings.loop,
-        StoreAudit(services.audit, actor_kind="admin"),
-    )
+    return services.reviews
 
 
 @router.get("")
