@@ -1,12 +1,16 @@
-"""``tenure``: provisioning and everyday use of the API from a shell, over HTTP.
+"""``tenure``: the team's memory from a shell, built on the Python SDK (``tenure_client``), Typer and rich.
 
     tenure bootstrap                      # first operator key, written directly (needs OpenSearch)
     export TENURE_CLI_KEY=tnr_...         # then everything else goes over HTTP
     tenure create-tenant acme
     tenure create-user acme alice --project payments
     tenure issue-key acme alice
-    tenure disable-user acme alice        # enable-user, disable-tenant, enable-tenant likewise
+    tenure add session_cache --type decision --scope project:payments --alias redis \\
+        --content "Sessions live in Redis." --why "Never add sticky sessions."
+    tenure list --scope project:payments          # a table on a terminal, JSON with --json or in a pipe
     tenure recall --scope project:payments "how do we cache sessions?"
+    tenure import beliefs.jsonl                   # chunked to the server's limit, with progress
+    tenure mcp                                    # the MCP server over stdio (docs/mcp.md)
 
 Operator commands that talk to OpenSearch directly (TENURE_OPENSEARCH_URL, TENURE_OPENSEARCH_NAMESPACE):
 
@@ -14,189 +18,634 @@ Operator commands that talk to OpenSearch directly (TENURE_OPENSEARCH_URL, TENUR
     tenure reindex beliefs                # template upgrade: copy into generation N+1, swap the alias
 
 The API URL and key come from ``--url``/``--key`` or ``TENURE_CLI_URL``/``TENURE_CLI_KEY``. Output
-is JSON (JSONL for export); an API error prints its JSON error to stderr and exits 1.
+is a table on a terminal and JSON otherwise (``--json`` forces it; JSONL for export). An error
+prints what went wrong and what to do (as the service's JSON error shape in JSON mode) and exits 1.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Annotated, Any, TextIO
 
 import httpx
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from tenure_client import Tenure, TenureError, chunked
+from tenure_client.errors import AuthenticationFailed, ConnectionFailed, PermissionDenied
+from typer._click.exceptions import ClickException  # Typer vendors its own Click
 
 from service.config import CliSettings, Settings, get_settings
 
 
 class CliError(Exception):
-    def __init__(self, payload: Any, status: int | None = None):
+    """A failure the CLI reports itself, in the service's error shape."""
+
+    def __init__(self, payload: dict[str, Any], status: int | None = None):
         super().__init__(str(payload))
         self.payload = payload
         self.status = status
 
 
-def _check(response: httpx.Response) -> httpx.Response:
-    if response.status_code >= 400:
-        try:
-            payload: Any = response.json()
-        except ValueError:
-            payload = {"error": {"code": "http_error", "message": response.text[:500]}}
-        raise CliError(payload, response.status_code)
-    return response
+def _error(code: str, message: str, hint: str | None = None) -> CliError:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if hint:
+        body["hint"] = hint
+    return CliError({"error": body})
 
 
-class Api:
-    def __init__(self, client: httpx.Client, key: str | None):
-        self.client = client
-        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        headers = {**self.headers, **kwargs.pop("headers", {})}
-        return _check(self.client.request(method, path, headers=headers, **kwargs)).json()
-
-    def stream_lines(self, path: str, params: dict[str, Any]) -> Iterator[str]:
-        with self.client.stream("GET", path, params=params, headers=self.headers) as response:
-            if response.status_code >= 400:
-                response.read()
-                _check(response)
-            yield from response.iter_lines()
+# ------------------------------------------------------------------ state and output
 
 
-# ------------------------------------------------------------------ commands
+@dataclass
+class State:
+    """What one invocation runs with: streams, output mode, and how to reach the API."""
 
-Handler = Callable[[Api, argparse.Namespace, TextIO], Any]
+    out: TextIO
+    err: TextIO
+    http: httpx.Client | None = None
+    settings: Settings | None = None
+    url: str | None = None
+    key: str | None = None
+    json_mode: bool = False
+    session: str | None = None
+    _api: Tenure | None = field(default=None, repr=False)
+
+    @property
+    def console(self) -> Console:
+        return Console(file=self.out, soft_wrap=True)
+
+    @property
+    def err_console(self) -> Console:
+        return Console(file=self.err, stderr=True)
+
+    @property
+    def interactive(self) -> bool:
+        return not self.json_mode and self.out.isatty()
+
+    def api(self) -> Tenure:
+        if self._api is None:
+            cli = CliSettings()
+            key = self.key or (cli.key.get_secret_value() if cli.key else None)
+            _check_key(key)
+            url = self.url or cli.url
+            self._api = Tenure(url, key, timeout=cli.timeout_s, session_id=self.session, http_client=self.http)
+        return self._api
+
+    def close(self) -> None:
+        if self._api is not None:
+            self._api.close()
 
 
-def _grants(args: argparse.Namespace) -> dict[str, Any]:
+STATE: State = State(out=sys.stdout, err=sys.stderr)
+
+
+def _check_key(key: str | None) -> None:
+    """Say what is wrong with the credential before the server has to."""
+    if not key:
+        raise _error(
+            "unauthenticated",
+            "no credential",
+            "set TENURE_CLI_KEY (an API key from your admin: tenure issue-key TENANT USER) or pass --key",
+        )
+    if not key.startswith("tnr_") and key.count(".") != 2:
+        raise _error(
+            "unauthenticated",
+            "this is not a Tenure key",
+            "API keys start with tnr_ (tenure issue-key), JWTs have three dot-separated parts",
+        )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def emit(data: Any, table: Callable[[Any], Table | str] | None = None) -> None:
+    """JSON for scripts (``--json``, or output that is not a terminal), a table for people."""
+    plain = _plain(data)
+    if STATE.interactive and table is not None:
+        STATE.console.print(table(plain))
+    elif isinstance(plain, str):
+        STATE.out.write(plain + "\n")
+    else:
+        STATE.out.write(json.dumps(plain, indent=2, ensure_ascii=False) + "\n")
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str], title: str | None = None) -> Table:
+    table = Table(title=title, header_style="bold")
+    for column in columns:
+        table.add_column(column, no_wrap=column in NO_WRAP)
+    for row in rows:
+        table.add_row(*(_cell(row.get(c)) for c in columns))
+    return table
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else ""
+    return str(value)
+
+
+def _record(data: dict[str, Any]) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in data.items():
+        if key in ("change_log", "provenance") or value in (None, [], ""):
+            continue
+        table.add_row(key, _cell(value))
+    return table
+
+
+def _page_table(columns: Sequence[str]) -> Callable[[Any], Table]:
+    def render(page: dict[str, Any]) -> Table:
+        more = " (more: --all-pages)" if page.get("next_cursor") else ""
+        return _table(page["items"], columns, title=f"{len(page['items'])} shown{more}")
+
+    return render
+
+
+BELIEF_COLUMNS = ("canonical_name", "type", "scope", "aliases", "pinned", "id")
+NO_WRAP = frozenset({"canonical_name", "id", "key_id", "user_id"})
+
+
+def _progress(transient: bool = False) -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(file=STATE.err, stderr=True),
+        transient=transient,
+        disable=not STATE.err.isatty(),
+    )
+
+
+# ---------------------------------------------------------------------------- app
+
+app = typer.Typer(
+    name="tenure",
+    help="Tenure team service: the team's memory from a shell (over HTTP; operator commands talk to OpenSearch).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+aliases_app = typer.Typer(help="Add or remove a belief's aliases", no_args_is_help=True)
+app.add_typer(aliases_app, name="aliases")
+
+
+@app.callback()
+def _global(
+    url: Annotated[
+        str | None, typer.Option(help="API base URL (default: TENURE_CLI_URL or http://127.0.0.1:8000)")
+    ] = None,
+    key: Annotated[str | None, typer.Option(help="API key or JWT (default: TENURE_CLI_KEY)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="JSON output even on a terminal")] = False,
+    session: Annotated[str | None, typer.Option(help="Session id recorded with writes and recalls")] = None,
+) -> None:
+    STATE.url, STATE.key, STATE.session = url, key, session
+    STATE.json_mode = STATE.json_mode or json_out
+
+
+class RoleName(str, Enum):
+    member = "member"
+    admin = "admin"
+
+
+Projects = Annotated[list[str] | None, typer.Option("--project", help="project slug (repeatable)")]
+Teams = Annotated[list[str] | None, typer.Option("--team", help="team slug (repeatable)")]
+Roles = Annotated[list[RoleName] | None, typer.Option("--role", help="role (repeatable)")]
+Limit = Annotated[int | None, typer.Option(help="page size")]
+AllPages = Annotated[bool, typer.Option("--all-pages", help="follow next_cursor to the end")]
+ScopeOpt = Annotated[list[str] | None, typer.Option("--scope", help="scope label (repeatable)")]
+
+
+def _grants(project: list[str] | None, team: list[str] | None, role: list[RoleName] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if args.project is not None:
-        out["projects"] = args.project
-    if args.team is not None:
-        out["teams"] = args.team
-    if args.role is not None:
-        out["roles"] = args.role
+    if project is not None:
+        out["projects"] = project
+    if team is not None:
+        out["teams"] = team
+    if role is not None:
+        out["roles"] = [r.value for r in role]
     return out
 
 
-def cmd_create_tenant(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    return api.call("POST", "/v1/admin/tenants", json={"tenant_id": args.tenant, "name": args.name or args.tenant})
+# ------------------------------------------------------------------ provisioning
 
 
-def cmd_create_user(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    body = {"user_id": args.user, **_grants(args)}
-    return api.call("POST", f"/v1/admin/tenants/{args.tenant}/users", json=body)
+@app.command("create-tenant", help="create a tenant (operator)")
+def create_tenant(tenant: str, name: Annotated[str | None, typer.Option()] = None) -> None:
+    emit(STATE.api().admin.create_tenant(tenant, name), _record)
 
 
-def cmd_issue_key(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    body: dict[str, Any] = {"name": args.name, **_grants(args)}
-    if args.expires_in:
-        body["expires_in_s"] = args.expires_in
-    return api.call("POST", f"/v1/admin/tenants/{args.tenant}/users/{args.user}/keys", json=body)
+@app.command("create-user", help="create a user in a tenant")
+def create_user(tenant: str, user: str, project: Projects = None, team: Teams = None, role: Roles = None) -> None:
+    emit(STATE.api().admin.create_user(tenant, user, **_grants(project, team, role)), _record)
 
 
-def cmd_revoke_key(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    key_id = args.key_id.split("_")[1] if args.key_id.startswith("tnr_") else args.key_id
-    return api.call("DELETE", f"/v1/admin/keys/{key_id}")
+@app.command("issue-key", help="issue an API key for a user (printed once)")
+def issue_key(
+    tenant: str,
+    user: str,
+    name: Annotated[str, typer.Option()] = "",
+    expires_in: Annotated[int | None, typer.Option(help="seconds")] = None,
+    project: Projects = None,
+    team: Teams = None,
+    role: Roles = None,
+) -> None:
+    values: dict[str, Any] = {"name": name, **_grants(project, team, role)}
+    if expires_in:
+        values["expires_in_s"] = expires_in
+    issued = STATE.api().admin.issue_key(tenant, user, **values)
+    emit(issued, lambda d: _record({**d, "note": "shown once: store it now (export TENURE_CLI_KEY=...)"}))
 
 
-def cmd_grant(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    verb = "remove" if args.revoke else "add"
-    body = {f"{verb}_projects": args.project or [], f"{verb}_teams": args.team or [], f"{verb}_roles": args.role or []}
-    return api.call("PATCH", f"/v1/admin/tenants/{args.tenant}/users/{args.user}/grants", json=body)
+@app.command("revoke-key", help="revoke an API key (by key id or the key itself)")
+def revoke_key(key_id: str) -> None:
+    bare = key_id.split("_")[1] if key_id.startswith("tnr_") else key_id
+    emit(STATE.api().admin.revoke_key(bare), _record)
 
 
-def cmd_dev_token(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    body = {"ttl_s": args.ttl} if args.ttl else {}
-    return api.call("POST", f"/v1/admin/tenants/{args.tenant}/users/{args.user}/tokens", json=body)
+@app.command("grant", help="grant (or with --revoke, take away) projects, teams, roles")
+def grant(
+    tenant: str,
+    user: str,
+    revoke: Annotated[bool, typer.Option("--revoke")] = False,
+    project: Projects = None,
+    team: Teams = None,
+    role: Roles = None,
+) -> None:
+    verb = "remove" if revoke else "add"
+    changes = {
+        f"{verb}_projects": project or [],
+        f"{verb}_teams": team or [],
+        f"{verb}_roles": [r.value for r in role or []],
+    }
+    emit(STATE.api().admin.change_grants(tenant, user, **changes), _record)
 
 
-def cmd_revoke_token(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    return api.call("POST", "/v1/admin/tokens/revoke", json={"token": args.token})
+@app.command("dev-token", help="issue a development JWT for a user")
+def dev_token(tenant: str, user: str, ttl: Annotated[int | None, typer.Option()] = None) -> None:
+    emit(STATE.api().admin.dev_token(tenant, user, ttl_s=ttl), _record)
 
 
-def cmd_disable_tenant(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    return api.call("POST", f"/v1/admin/tenants/{args.tenant}/{'enable' if args.enable else 'disable'}")
+@app.command("revoke-token", help="revoke a JWT until it expires")
+def revoke_token(token: str) -> None:
+    emit(STATE.api().admin.revoke_token(token), _record)
 
 
-def cmd_disable_user(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    verb = "enable" if args.enable else "disable"
-    return api.call("POST", f"/v1/admin/tenants/{args.tenant}/users/{args.user}/{verb}")
+@app.command("disable-tenant", help="disable a tenant: all its credentials stop working (operator)")
+def disable_tenant(tenant: str) -> None:
+    emit(STATE.api().admin.disable_tenant(tenant), _record)
 
 
-def _pages(api: Api, path: str, params: dict[str, Any], all_pages: bool) -> dict[str, Any]:
+@app.command("enable-tenant", help="re-enable a disabled tenant (operator)")
+def enable_tenant(tenant: str) -> None:
+    emit(STATE.api().admin.enable_tenant(tenant), _record)
+
+
+@app.command("disable-user", help="disable a user: all their keys and tokens stop working")
+def disable_user(tenant: str, user: str) -> None:
+    emit(STATE.api().admin.disable_user(tenant, user), _record)
+
+
+@app.command("enable-user", help="re-enable a disabled user")
+def enable_user(tenant: str, user: str) -> None:
+    emit(STATE.api().admin.enable_user(tenant, user), _record)
+
+
+def _collect(fetch: Callable[[str | None], Any], all_pages: bool) -> dict[str, Any]:
     """One page, or with ``all_pages`` every page followed through ``next_cursor``."""
     items: list[Any] = []
+    cursor: str | None = None
     while True:
-        page = api.call("GET", path, params=params)
-        items += page["items"]
-        if not all_pages or not page["next_cursor"]:
-            return {"items": items, "next_cursor": page["next_cursor"]}
-        params = {**params, "cursor": page["next_cursor"]}
+        page = fetch(cursor)
+        items += page.items
+        cursor = page.next_cursor
+        if not all_pages or not cursor:
+            return {"items": items, "next_cursor": cursor}
 
 
-def cmd_list_users(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    params = {"limit": args.limit} if args.limit else {}
-    return _pages(api, f"/v1/admin/tenants/{args.tenant}/users", params, args.all_pages)
+@app.command("list-users", help="users of a tenant (admins; --all-pages follows cursors)")
+def list_users(tenant: str, limit: Limit = None, all_pages: AllPages = False) -> None:
+    api = STATE.api()
+    page = _collect(lambda c: api.admin.list_users(tenant, limit=limit, cursor=c), all_pages)
+    emit(page, _page_table(("user_id", "roles", "projects", "teams", "disabled")))
 
 
-def cmd_list_keys(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    params = {"limit": args.limit} if args.limit else {}
-    return _pages(api, f"/v1/admin/tenants/{args.tenant}/keys", params, args.all_pages)
+@app.command("list-keys", help="API keys of a tenant, never their secrets (admins; --all-pages follows cursors)")
+def list_keys(tenant: str, limit: Limit = None, all_pages: AllPages = False) -> None:
+    api = STATE.api()
+    page = _collect(lambda c: api.admin.list_keys(tenant, limit=limit, cursor=c), all_pages)
+    emit(page, _page_table(("key_id", "user_id", "name", "created_at", "expires_at", "revoked_at", "last_used_at")))
 
 
-def cmd_whoami(api: Api, _args: argparse.Namespace, _out: TextIO) -> Any:
-    return api.call("GET", "/v1/whoami")
+@app.command("whoami", help="show the principal behind the credential")
+def whoami() -> None:
+    emit(STATE.api().whoami(), _record)
 
 
-def cmd_recall(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    body: dict[str, Any] = {"scopes": args.scope or [], "query": args.query, "explain": args.explain}
-    if args.session:
-        body["session_id"] = args.session
-    result = api.call("POST", "/v1/recall", json=body)
-    return result["injection"]["text"] if args.injection_only else result
-
-
-def cmd_import(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    jsonl = args.jsonl or args.file.endswith((".jsonl", ".ndjson"))
-    content_type = "application/x-ndjson" if jsonl else "application/json"
-    return api.call("POST", "/v1/beliefs/import", content=text.encode(), headers={"Content-Type": content_type})
-
-
-def cmd_export(api: Api, args: argparse.Namespace, out: TextIO) -> Any:
-    params = {"all": "true"} if args.all else {}
-    target = open(args.out, "w") if args.out else out  # noqa: SIM115 - closed below
-    try:
-        count = 0
-        for line in api.stream_lines("/v1/beliefs/export", params):
-            if line:
-                target.write(line + "\n")
-                count += 1
-    finally:
-        if args.out:
-            target.close()
-    return {"exported": count, "file": args.out} if args.out else None
-
-
-def cmd_audit(api: Api, args: argparse.Namespace, _out: TextIO) -> Any:
-    params = {
-        k: v
-        for k, v in {
-            "tenant_id": args.tenant,
-            "actor_id": args.actor,
-            "belief_id": args.belief,
-            "session_id": args.session,
-            "action": args.action,
-            "since": args.since,
-            "until": args.until,
-            "limit": args.limit,
-        }.items()
-        if v is not None
+@app.command("audit", help="query the audit trail (admins)")
+def audit(
+    tenant: Annotated[str | None, typer.Option()] = None,
+    actor: Annotated[str | None, typer.Option()] = None,
+    belief: Annotated[str | None, typer.Option()] = None,
+    session: Annotated[str | None, typer.Option()] = None,
+    action: Annotated[str | None, typer.Option()] = None,
+    since: Annotated[str | None, typer.Option()] = None,
+    until: Annotated[str | None, typer.Option()] = None,
+    limit: Limit = None,
+    all_pages: AllPages = False,
+) -> None:
+    filters = {
+        "tenant_id": tenant,
+        "actor_id": actor,
+        "belief_id": belief,
+        "session_id": session,
+        "action": action,
+        "since": since,
+        "until": until,
     }
-    return _pages(api, "/v1/admin/audit", params, args.all_pages)
+    api = STATE.api()
+    page = _collect(lambda c: api.admin.audit(limit=limit, cursor=c, **filters), all_pages)
+    emit(page, _page_table(("at", "action", "actor_id", "belief_ids", "session_id", "request_id")))
+
+
+# ----------------------------------------------------------------------- recall
+
+
+@app.command("recall", help="recall beliefs for a query (writes an injection receipt)")
+def recall(
+    query: str,
+    scope: ScopeOpt = None,
+    session: Annotated[str | None, typer.Option(help="session id for the receipt")] = None,
+    explain: Annotated[bool, typer.Option("--explain")] = False,
+    injection_only: Annotated[bool, typer.Option("--injection-only", help="print only the injection block")] = False,
+) -> None:
+    result = STATE.api().recall(query, scopes=scope or [], session_id=session, explain=explain)
+    if injection_only:
+        emit(result.injection.text)
+        return
+
+    def render(data: dict[str, Any]) -> Table:
+        rows = [{**item, "tier": tier} for tier, items in data["tiers"].items() for item in items]
+        title = f"{len(data['injected_ids'])} injected (receipt {data['receipt_id']})"
+        return _table(rows, ("tier", "id", "canonical_name", "type", "score", "why_it_matters"), title=title)
+
+    emit(result, render)
+
+
+# ---------------------------------------------------------------------- beliefs
+
+
+class BeliefTypeName(str, Enum):
+    preference = "preference"
+    decision = "decision"
+    entity = "entity"
+    open_question = "open_question"
+    relation = "relation"
+
+
+class StatusName(str, Enum):
+    live = "live"
+    superseded = "superseded"
+    resolved = "resolved"
+    retracted = "retracted"
+
+
+@app.command("add", help="create a belief")
+def add(
+    canonical_name: Annotated[str, typer.Argument(help="snake_case name, e.g. session_cache")],
+    content: Annotated[str, typer.Option(help="what is settled")],
+    scope: Annotated[list[str], typer.Option("--scope", help="scope label (repeatable)")],
+    type_: Annotated[BeliefTypeName, typer.Option("--type")] = BeliefTypeName.decision,
+    alias: Annotated[list[str] | None, typer.Option("--alias", help="alias (repeatable)")] = None,
+    why: Annotated[str, typer.Option(help="the directive an assistant should follow")] = "",
+    pinned: Annotated[bool, typer.Option("--pin", help="pin it (always injected)")] = False,
+    belief_id: Annotated[str | None, typer.Option("--id", help="your own id (idempotent imports)")] = None,
+) -> None:
+    created = STATE.api().beliefs.create(
+        id=belief_id,
+        type=type_.value,
+        canonical_name=canonical_name,
+        content=content,
+        scope=scope,
+        aliases=alias or [],
+        why_it_matters=why,
+        pinned=pinned or None,
+    )
+    emit(created, _record)
+
+
+@app.command("list", help="list beliefs (filters; a table on a terminal)")
+def list_beliefs(
+    type_: Annotated[list[BeliefTypeName] | None, typer.Option("--type", help="(repeatable)")] = None,
+    status: Annotated[list[StatusName] | None, typer.Option("--status", help="(repeatable)")] = None,
+    scope: ScopeOpt = None,
+    pinned: Annotated[bool | None, typer.Option("--pinned/--unpinned", help="only pinned / only unpinned")] = None,
+    q: Annotated[str | None, typer.Option("--q", help="match names and aliases")] = None,
+    tenant_wide: Annotated[bool, typer.Option("--all", help="admins: the whole tenant")] = False,
+    limit: Limit = None,
+    all_pages: AllPages = False,
+) -> None:
+    filters = {
+        "type": [t.value for t in type_ or []],
+        "status": [s.value for s in status or []],
+        "scope": scope or [],
+        "pinned": pinned,
+        "q": q,
+        "all": tenant_wide,
+    }
+    api = STATE.api()
+    page = _collect(lambda c: api.beliefs.list(limit=limit, cursor=c, **filters), all_pages)
+    emit(page, _page_table(BELIEF_COLUMNS))
+
+
+@app.command("get", help="one belief")
+def get(belief_id: str) -> None:
+    emit(STATE.api().beliefs.get(belief_id), _record)
+
+
+@app.command("history", help="a belief's supersession chain and change log")
+def history(belief_id: str) -> None:
+    def render(data: dict[str, Any]) -> Table:
+        rows = [{"belief_id": e["belief_id"], "version": e["version"], **e["entry"]} for e in data["change_log"]]
+        return _table(rows, ("changed_at", "belief_id", "version", "trigger", "actor", "note"), title="change log")
+
+    emit(STATE.api().beliefs.history(belief_id), render)
+
+
+@app.command("supersede", help="replace a belief with a new version")
+def supersede(
+    belief_id: str,
+    content: Annotated[str, typer.Option()],
+    name: Annotated[str | None, typer.Option("--name", help="a new canonical name")] = None,
+    alias: Annotated[list[str] | None, typer.Option("--alias", help="alias (repeatable)")] = None,
+    why: Annotated[str | None, typer.Option()] = None,
+    reason: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    result = STATE.api().beliefs.supersede(
+        belief_id, content=content, canonical_name=name, aliases=alias or [], why_it_matters=why, reason=reason
+    )
+    emit(result, lambda d: _record({"superseded": d["superseded"]["id"], **d["current"]}))
+
+
+@app.command("retract", help="retract a belief (never injected again; kept for history)")
+def retract(belief_id: str, reason: Annotated[str | None, typer.Option()] = None) -> None:
+    emit(STATE.api().beliefs.retract(belief_id, reason=reason), _record)
+
+
+@app.command("pin", help="pin a belief (always injected in its scopes)")
+def pin(belief_id: str) -> None:
+    emit(STATE.api().beliefs.pin(belief_id), _record)
+
+
+@app.command("unpin", help="unpin a belief")
+def unpin(belief_id: str) -> None:
+    emit(STATE.api().beliefs.unpin(belief_id), _record)
+
+
+@app.command("resolve", help="resolve an open question")
+def resolve(
+    belief_id: str,
+    note: Annotated[str | None, typer.Option()] = None,
+    by: Annotated[str | None, typer.Option("--by", help="the belief that answers it")] = None,
+) -> None:
+    emit(STATE.api().beliefs.resolve(belief_id, note=note, resolved_by=by), _record)
+
+
+@aliases_app.command("add", help="add aliases to a belief (within the cap of 25)")
+def aliases_add(belief_id: str, aliases: list[str]) -> None:
+    emit(STATE.api().beliefs.add_aliases(belief_id, aliases), _record)
+
+
+# ---------------------------------------------------------------- import / export
+
+
+def _records(path: str, jsonl: bool) -> list[dict[str, Any]]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    if jsonl or path.endswith((".jsonl", ".ndjson")):
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        data = json.loads(text)
+        rows = data["beliefs"] if isinstance(data, dict) and isinstance(data.get("beliefs"), list) else data
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise _error("validation_error", f"{path}: expected a JSON array of beliefs, {{beliefs: [...]}}, or JSONL")
+    return rows
+
+
+@app.command("import", help="bulk import from a JSON or JSONL file ('-' for stdin), chunked, with progress")
+def import_(
+    file: str,
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="the file is JSONL whatever its name")] = False,
+    skip: Annotated[int, typer.Option(help="resume: skip the first N records (see next_record)")] = 0,
+    chunk_bytes: Annotated[int, typer.Option(help="request size (stay under the API's body limit)")] = 150_000,
+) -> None:
+    try:
+        rows = _records(file, jsonl)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise _error("validation_error", f"{file}: {exc}") from exc
+    api = STATE.api()
+    summary: dict[str, Any] = {"records": len(rows), "imported": [], "failed": {}, "chunks": 0, "next_record": skip}
+    with _progress() as progress:
+        task = progress.add_task(f"importing {file}", total=len(rows), completed=skip)
+        for batch in chunked(rows[skip:], max_bytes=chunk_bytes):
+            try:
+                report = api.beliefs.import_(batch)
+            except TenureError as exc:
+                summary["error"] = exc.to_dict()["error"]
+                summary["resume"] = f"tenure import {file} --skip {summary['next_record']}"
+                break
+            summary["imported"] += report.imported
+            summary["failed"].update(report.failed)
+            summary["chunks"] += 1
+            summary["next_record"] += len(batch)
+            progress.advance(task, len(batch))
+    emit(summary, _import_table)
+    if "error" in summary:
+        raise typer.Exit(1)
+
+
+def _import_table(summary: dict[str, Any]) -> Table:
+    table = _record(
+        {
+            "records": summary["records"],
+            "imported": len(summary["imported"]),
+            "failed": len(summary["failed"]),
+            "requests": summary["chunks"],
+            "stopped at record": summary["next_record"] if "error" in summary else None,
+            "error": summary.get("error", {}).get("message"),
+            "resume with": summary.get("resume"),
+        }
+    )
+    for ref, reason in list(summary["failed"].items())[:20]:
+        table.add_row(f"failed {ref}", _cell(reason))
+    return table
+
+
+@app.command("export", help="export beliefs as JSONL (stdout, or --out FILE with progress)")
+def export(
+    tenant_wide: Annotated[bool, typer.Option("--all", help="the whole tenant (admins)")] = False,
+    out: Annotated[str | None, typer.Option("--out")] = None,
+    scope: ScopeOpt = None,
+) -> None:
+    api = STATE.api()
+    params: dict[str, Any] = {"scope": scope or []}
+    if tenant_wide:
+        params["all"] = "true"
+    lines: Iterator[str] = api.stream_lines("/v1/beliefs/export", {k: v for k, v in params.items() if v})
+    if out is None:
+        for line in lines:
+            STATE.out.write(line + "\n")
+        return
+    count = 0
+    with open(out, "w") as target, _progress() as progress:
+        task = progress.add_task(f"exporting to {out}", total=None)
+        for line in lines:
+            target.write(line + "\n")
+            count += 1
+            progress.advance(task)
+    emit({"exported": count, "file": out}, _record)
+
+
+# ------------------------------------------------------- operator: OpenSearch direct
+
+
+def _settings() -> Settings:
+    return STATE.settings or get_settings()
+
+
+def _direct(run: Callable[[Settings], Any]) -> Any:
+    """Run an OpenSearch-direct command; a store failure says which node it could not use."""
+    from opensearchpy.exceptions import OpenSearchException
+
+    settings = _settings()
+    try:
+        return run(settings)
+    except OpenSearchException as exc:
+        message = f"OpenSearch at {settings.opensearch_url}: {exc}"
+        raise CliError(
+            {"error": {"code": "store_unavailable", "message": message, "hint": "set TENURE_OPENSEARCH_URL"}}
+        ) from exc
 
 
 def bootstrap(settings: Settings, user: str) -> dict[str, Any]:
@@ -225,191 +674,116 @@ def bootstrap(settings: Settings, user: str) -> dict[str, Any]:
     }
 
 
-def _opensearch(settings: Settings) -> Any:
+@app.command("bootstrap", help="create the first operator key directly in OpenSearch")
+def bootstrap_cmd(user: Annotated[str, typer.Option()] = "root") -> None:
+    emit(_direct(lambda s: bootstrap(s, user)), _record)
+
+
+@app.command("apply-templates", help="put every index template and alias (directly in OpenSearch; idempotent)")
+def apply_templates_cmd() -> None:
     from service.storage.client import build_client
-
-    return build_client(settings)
-
-
-def cmd_apply_templates(settings: Settings, _args: argparse.Namespace) -> Any:
-    """Idempotent: safe on every deploy and from several processes at once."""
     from service.storage.operations import apply_all
 
-    client = _opensearch(settings)
-    try:
-        return apply_all(client, settings.opensearch_namespace)
-    finally:
-        client.close()
+    def run(settings: Settings) -> Any:
+        client = build_client(settings)
+        try:
+            return apply_all(client, settings.opensearch_namespace)
+        finally:
+            client.close()
+
+    emit(_direct(run))
 
 
-def cmd_reindex(settings: Settings, args: argparse.Namespace) -> Any:
+@app.command("reindex", help="upgrade a family: current templates, copy into generation N+1, atomic alias swap")
+def reindex(
+    family: Annotated[str, typer.Argument(help="beliefs, audit, accounts, turns or reviews")],
+    keep_writes_open: Annotated[
+        bool,
+        typer.Option(help="do not write-block the old generation during the copy (writes made meanwhile may be lost)"),
+    ] = False,
+    delete_old: Annotated[bool, typer.Option(help="delete the old generation after the swap")] = False,
+) -> None:
     from dataclasses import asdict
 
+    from service.storage.client import build_client
     from service.storage.operations import UpgradeError, family_by_name, upgrade_family
 
     try:
-        family = family_by_name(args.family)
+        chosen = family_by_name(family)
     except ValueError as exc:
-        raise CliError({"error": {"code": "validation_error", "message": str(exc)}}) from exc
-    client = _opensearch(settings)
-    try:
-        result = upgrade_family(
-            client,
-            settings.opensearch_namespace,
-            family,
-            block_writes=not args.keep_writes_open,
-            delete_old=args.delete_old,
-        )
-    except UpgradeError as exc:
-        raise CliError({"error": {"code": "reindex_failed", "message": str(exc)}}) from exc
-    finally:
-        client.close()
-    return asdict(result)
+        raise _error("validation_error", str(exc)) from exc
+
+    def run(settings: Settings) -> Any:
+        client = build_client(settings)
+        try:
+            with _progress(transient=True) as progress:
+                progress.add_task(f"reindexing {family} (copy, then alias swap)", total=None)
+                return upgrade_family(
+                    client,
+                    settings.opensearch_namespace,
+                    chosen,
+                    block_writes=not keep_writes_open,
+                    delete_old=delete_old,
+                )
+        except UpgradeError as exc:
+            raise _error("reindex_failed", str(exc)) from exc
+        finally:
+            client.close()
+
+    emit(asdict(_direct(run)), _record)
 
 
-def _run_direct(handler: DirectHandler, settings: Settings, args: argparse.Namespace) -> Any:
-    """Run an OpenSearch-direct command; a store failure becomes the CLI's JSON error (exit 1)."""
-    from opensearchpy.exceptions import OpenSearchException
-
-    try:
-        return handler(settings, args)
-    except OpenSearchException as exc:
-        message = f"OpenSearch at {settings.opensearch_url}: {exc}"
-        raise CliError({"error": {"code": "store_unavailable", "message": message}}) from exc
+# Placeholders so `tenure --help` lists the commands that main() hands to their own parsers.
+@app.command("eval", help="run the evaluation: backends side by side (see evals/README.md)", add_help_option=False)
+def eval_placeholder() -> None:  # pragma: no cover - main() dispatches `eval` before Typer
+    raise typer.Exit(0)
 
 
-def cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> Any:
-    return bootstrap(settings, args.user)
+@app.command("mcp", help="the MCP server over stdio for an editor to spawn (docs/mcp.md)", add_help_option=False)
+def mcp_placeholder() -> None:  # pragma: no cover - main() dispatches `mcp` before Typer
+    raise typer.Exit(0)
 
 
-# Commands that need no API key: they talk to OpenSearch (and Redis) directly with the settings.
-DirectHandler = Callable[[Settings, argparse.Namespace], Any]
-DIRECT: dict[str, DirectHandler] = {
-    "bootstrap": cmd_bootstrap,
-    "apply-templates": cmd_apply_templates,
-    "reindex": cmd_reindex,
-}
+def command_names() -> list[str]:
+    """Every top-level command (docker-compose and the docs name some of them)."""
+    commands: dict[str, Any] = getattr(typer.main.get_command(app), "commands", {})
+    return sorted(commands)
 
 
-# -------------------------------------------------------------------- parser
+# ------------------------------------------------------------------------- errors
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tenure", description="Tenure team service CLI (over HTTP)")
-    parser.add_argument("--url", help="API base URL (default: TENURE_CLI_URL or http://127.0.0.1:8000)")
-    parser.add_argument("--key", help="API key or JWT (default: TENURE_CLI_KEY)")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def grant_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--project", action="append", help="project slug (repeatable)")
-        p.add_argument("--team", action="append", help="team slug (repeatable)")
-        p.add_argument("--role", action="append", choices=["member", "admin"], help="role (repeatable)")
-
-    sub.add_parser("eval", help="run the evaluation: backends side by side (see evals/README.md)", add_help=False)
-    p = sub.add_parser("bootstrap", help="create the first operator key directly in OpenSearch")
-    p.add_argument("--user", default="root")
-    sub.add_parser("apply-templates", help="put every index template and alias (directly in OpenSearch; idempotent)")
-    p = sub.add_parser(
-        "reindex", help="upgrade a family: current templates, copy into generation N+1, atomic alias swap"
-    )
-    p.add_argument("family", help="beliefs, audit, accounts, turns or reviews")
-    p.add_argument(
-        "--keep-writes-open",
-        action="store_true",
-        help="do not write-block the old generation during the copy (writes made meanwhile may be lost)",
-    )
-    p.add_argument("--delete-old", action="store_true", help="delete the old generation after the swap")
-    p = sub.add_parser("create-tenant", help="create a tenant (operator)")
-    p.add_argument("tenant")
-    p.add_argument("--name")
-    p.set_defaults(handler=cmd_create_tenant)
-    p = sub.add_parser("create-user", help="create a user in a tenant")
-    p.add_argument("tenant")
-    p.add_argument("user")
-    grant_flags(p)
-    p.set_defaults(handler=cmd_create_user)
-    p = sub.add_parser("issue-key", help="issue an API key for a user (printed once)")
-    p.add_argument("tenant")
-    p.add_argument("user")
-    p.add_argument("--name", default="")
-    p.add_argument("--expires-in", type=int, help="seconds")
-    grant_flags(p)
-    p.set_defaults(handler=cmd_issue_key)
-    p = sub.add_parser("revoke-key", help="revoke an API key (by key id or the key itself)")
-    p.add_argument("key_id")
-    p.set_defaults(handler=cmd_revoke_key)
-    p = sub.add_parser("grant", help="grant (or with --revoke, take away) projects, teams, roles")
-    p.add_argument("tenant")
-    p.add_argument("user")
-    p.add_argument("--revoke", action="store_true")
-    grant_flags(p)
-    p.set_defaults(handler=cmd_grant)
-    p = sub.add_parser("dev-token", help="issue a development JWT for a user")
-    p.add_argument("tenant")
-    p.add_argument("user")
-    p.add_argument("--ttl", type=int)
-    p.set_defaults(handler=cmd_dev_token)
-    p = sub.add_parser("revoke-token", help="revoke a JWT until it expires")
-    p.add_argument("token")
-    p.set_defaults(handler=cmd_revoke_token)
-    p = sub.add_parser("disable-tenant", help="disable a tenant: all its credentials stop working (operator)")
-    p.add_argument("tenant")
-    p.set_defaults(handler=cmd_disable_tenant, enable=False)
-    p = sub.add_parser("enable-tenant", help="re-enable a disabled tenant (operator)")
-    p.add_argument("tenant")
-    p.set_defaults(handler=cmd_disable_tenant, enable=True)
-    p = sub.add_parser("disable-user", help="disable a user: all their keys and tokens stop working")
-    p.add_argument("tenant")
-    p.add_argument("user")
-    p.set_defaults(handler=cmd_disable_user, enable=False)
-    p = sub.add_parser("enable-user", help="re-enable a disabled user")
-    p.add_argument("tenant")
-    p.add_argument("user")
-    p.set_defaults(handler=cmd_disable_user, enable=True)
-    for name, handler in (("list-users", cmd_list_users), ("list-keys", cmd_list_keys)):
-        p = sub.add_parser(name, help=f"{name.replace('-', ' ')} of a tenant (admins; --all-pages follows cursors)")
-        p.add_argument("tenant")
-        p.add_argument("--limit", type=int)
-        p.add_argument("--all-pages", action="store_true")
-        p.set_defaults(handler=handler)
-    p = sub.add_parser("whoami", help="show the principal behind the credential")
-    p.set_defaults(handler=cmd_whoami)
-    p = sub.add_parser("recall", help="recall beliefs for a query")
-    p.add_argument("query")
-    p.add_argument("--scope", action="append", help="scope label (repeatable)")
-    p.add_argument("--session")
-    p.add_argument("--explain", action="store_true")
-    p.add_argument("--injection-only", action="store_true", help="print only the injection block")
-    p.set_defaults(handler=cmd_recall)
-    p = sub.add_parser("import", help="bulk import beliefs from a JSON or JSONL file ('-' for stdin)")
-    p.add_argument("file")
-    p.add_argument("--jsonl", action="store_true")
-    p.set_defaults(handler=cmd_import)
-    p = sub.add_parser("export", help="export beliefs as JSONL")
-    p.add_argument("--all", action="store_true", help="the whole tenant (admins)")
-    p.add_argument("--out")
-    p.set_defaults(handler=cmd_export)
-    p = sub.add_parser("audit", help="query the audit trail (admins)")
-    for flag in ("--tenant", "--actor", "--belief", "--session", "--action", "--since", "--until"):
-        p.add_argument(flag)
-    p.add_argument("--limit", type=int)
-    p.add_argument("--all-pages", action="store_true")
-    p.set_defaults(handler=cmd_audit)
-    return parser
+def _hint(exc: TenureError) -> str | None:
+    if isinstance(exc, ConnectionFailed):
+        return "is the API running there? (./scripts/run.sh) Set TENURE_CLI_URL or --url"
+    if isinstance(exc, AuthenticationFailed):
+        return "check TENURE_CLI_KEY: the key may be revoked, expired, or from another deployment"
+    if isinstance(exc, PermissionDenied):
+        return "this needs the admin role of the tenant, or a grant for that project/team (ask your admin)"
+    if exc.code == "payload_too_large":
+        return "split the request: `tenure import` chunks files with --chunk-bytes"
+    if exc.code == "rate_limited":
+        return f"retry in {exc.retry_after_s or 1:.0f} s"
+    return None
 
 
-def _emit(result: Any, out: TextIO) -> None:
-    if result is None:
+def _report(payload: dict[str, Any]) -> None:
+    if STATE.json_mode or not STATE.err.isatty():
+        STATE.err.write(json.dumps(payload, ensure_ascii=False) + "\n")
         return
-    if isinstance(result, str):
-        out.write(result + "\n")
-    else:
-        out.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    error = payload.get("error", {})
+    console = STATE.err_console
+    where = f" (request {error['request_id']})" if error.get("request_id") else ""
+    console.print(f"[bold red]error[/] {error.get('code')}: {error.get('message')}{where}", highlight=False)
+    if error.get("hint"):
+        console.print(f"  [yellow]→[/] {error['hint']}", highlight=False)
 
 
 def run_mcp_stdio(argv: Sequence[str]) -> int:
     """``tenure mcp``: the MCP server on stdin/stdout for an editor to spawn (docs/mcp.md). Every
     tool is a REST call to ``--url`` with the user's own ``--key`` (TENURE_CLI_URL/TENURE_CLI_KEY)."""
+    import argparse
+
     parser = argparse.ArgumentParser(prog="tenure mcp", description="MCP server over stdio (see docs/mcp.md)")
     parser.add_argument("--url", help="API base URL (default: TENURE_CLI_URL or http://127.0.0.1:8000)")
     parser.add_argument("--key", help="your API key or JWT (default: TENURE_CLI_KEY)")
@@ -431,7 +805,7 @@ def main(
     err: TextIO | None = None,
 ) -> int:
     """Entry point. Tests pass an ``httpx.Client`` (e.g. FastAPI's TestClient) and settings."""
-    out, err = out or sys.stdout, err or sys.stderr
+    global STATE
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["eval"]:
         # `tenure eval ...` is the evaluation tool (evals/cli.py, also `tenure-eval`); imported
@@ -441,26 +815,32 @@ def main(
         return eval_main(argv[1:])
     if argv[:1] == ["mcp"]:
         return run_mcp_stdio(argv[1:])
-    args = build_parser().parse_args(argv)
+    STATE = State(out=out or sys.stdout, err=err or sys.stderr, http=client, settings=settings)
+    command = typer.main.get_command(app)
     try:
-        if args.command in DIRECT:
-            _emit(_run_direct(DIRECT[args.command], settings or get_settings(), args), out)
-            return 0
-        cli = CliSettings()
-        key = args.key or (cli.key.get_secret_value() if cli.key else None)
-        owned = client is None
-        http = client or httpx.Client(base_url=args.url or cli.url, timeout=cli.timeout_s)
-        try:
-            _emit(args.handler(Api(http, key), args, out), out)
-        finally:
-            if owned:
-                http.close()
+        # without standalone mode, Click returns the code of a typer.Exit instead of raising it
+        returned = command.main(args=argv, prog_name="tenure", standalone_mode=False)
+        if isinstance(returned, int) and returned:
+            return returned
     except CliError as exc:
-        err.write(json.dumps(exc.payload, ensure_ascii=False) + "\n")
+        _report(exc.payload)
         return 1
-    except httpx.HTTPError as exc:
-        err.write(json.dumps({"error": {"code": "connection_error", "message": str(exc)}}) + "\n")
+    except TenureError as exc:
+        payload = exc.to_dict()
+        hint = _hint(exc)
+        if hint:
+            payload["error"]["hint"] = hint
+        _report(payload)
         return 1
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except ClickException as exc:
+        exc.show(file=STATE.err)
+        return int(exc.exit_code)
+    except typer.Abort:
+        return 130
+    finally:
+        STATE.close()
     return 0
 
 

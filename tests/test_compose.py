@@ -385,11 +385,11 @@ def test_worker_consumes_the_queues_the_app_declares(monkeypatch: pytest.MonkeyP
 
 
 def test_commands_point_at_real_entry_points() -> None:
-    from service.cli import build_parser
+    from service.cli import command_names
 
     services = _services(resolved())
     assert _command(services["templates"]) == ["tenure", "apply-templates"]
-    assert build_parser().parse_args(["apply-templates"]).command == "apply-templates"
+    assert "apply-templates" in command_names()
     api = _command(services["api"])
     assert api[:3] == ["uvicorn", "service.api.app:create_app", "--factory"] and "--workers" in api
     for name in ("worker", "beat"):

@@ -115,3 +115,95 @@ def test_cli_disable_enable_and_list_pages(client: TestClient, operator: dict[st
     assert _run(client, "--key", lead, "whoami")[0] == 1
     assert _json(client, *op, "enable-tenant", tenant)["disabled"] is False
     assert _json(client, "--key", lead, "whoami")["user_id"] == "lead"
+
+
+class _Terminal(io.StringIO):
+    """Output a person reads: the CLI prints tables, not JSON."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_belief_commands_tables_and_json(client: TestClient, operator: dict[str, str]) -> None:
+    from tests.api.conftest import make_team
+
+    team = make_team(client, operator)
+    alice = ["--key", team.keys["alice"]]
+    made = _json(
+        client, *alice, "add", "deploy_freeze", "--type", "decision", "--scope", "project:pay",
+        "--alias", "release freeze", "--content", "No deploys on Fridays.", "--why", "Weekend on-call is thin.",
+    )  # fmt: skip
+    assert made["canonical_name"] == "deploy_freeze" and made["aliases"] == ["release freeze"]
+    bid = made["id"]
+    assert _json(client, *alice, "get", bid)["content"] == "No deploys on Fridays."
+    assert _json(client, *alice, "pin", bid)["pinned"] is True
+    assert _json(client, *alice, "unpin", bid)["pinned"] is False
+    assert "friday freeze" in _json(client, *alice, "aliases", "add", bid, "friday freeze")["aliases"]
+    replaced = _json(client, *alice, "supersede", bid, "--content", "No deploys after Thursday noon.")
+    new_id = replaced["current"]["id"]
+    chain = _json(client, *alice, "history", new_id)["chain"]
+    assert [b["id"] for b in chain] == [bid, new_id]
+    question = _json(
+        client, *alice, "add", "freeze_exceptions", "--type", "open_question", "--scope", "project:pay",
+        "--content", "Who may break the freeze?",
+    )  # fmt: skip
+    assert _json(client, *alice, "resolve", question["id"], "--note", "the on-call lead")["resolved_at"]
+    listed = _json(client, *alice, "list", "--scope", "project:pay", "--status", "live", "--limit", "1", "--all-pages")
+    assert sorted(b["id"] for b in listed["items"]) == [new_id]  # the question is resolved, the old superseded
+    assert _json(client, *alice, "retract", new_id, "--reason", "policy dropped")["retracted_at"]
+
+    # a colleague's private belief stays invisible through the CLI too
+    private = _json(client, *alice, "add", "alice_notes", "--scope", "user:alice", "--content", "Mine.")
+    code, _, err = _run(client, "--key", team.keys["bob"], "get", private["id"])
+    assert code == 1 and json.loads(err)["error"]["code"] == "not_found"
+
+    # on a terminal: a table, not JSON
+    out, err_stream = _Terminal(), io.StringIO()
+    assert main([*alice, "list", "--scope", "user:alice"], client=client, out=out, err=err_stream) == 0
+    text = out.getvalue()
+    assert "alice_notes" in text and "canonical_name" in text and not text.lstrip().startswith("{")
+    out = _Terminal()
+    assert main([*alice, "--json", "get", private["id"]], client=client, out=out, err=err_stream) == 0
+    assert json.loads(out.getvalue())["id"] == private["id"]
+
+
+def test_import_is_chunked_resumable_and_errors_say_what_to_do(
+    client: TestClient, operator: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.api.conftest import make_team
+
+    team = make_team(client, operator)
+    big = tmp_path / "big.jsonl"
+    padding = "x" * 1400
+    rows = [
+        {
+            "_id": f"b-imp-{i}",
+            "type": "decision",
+            "canonical_name": f"imported_{i}",
+            "content": f"Imported decision {i}. {padding}",
+            "scope": ["project:pay"],
+        }
+        for i in range(1000)
+    ]
+    big.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert big.stat().st_size > 1_400_000  # far over the test app's 200 kB body limit
+    key = ["--key", team.keys["alice"]]
+
+    code, out, _ = _run(client, *key, "import", str(big), "--chunk-bytes", "400000")  # too big: refused
+    summary = json.loads(out)
+    assert code == 1 and summary["error"]["code"] == "payload_too_large" and summary["next_record"] == 0
+    assert summary["resume"] == f"tenure import {big} --skip 0"
+
+    first = _json(client, *key, "import", str(big), "--skip", "900")
+    assert len(first["imported"]) == 100 and first["next_record"] == 1000
+    done = _json(client, *key, "import", str(big))  # the whole file: the 100 already there are reported
+    assert len(done["imported"]) == 900 and done["chunks"] >= 8 and done["next_record"] == 1000
+    assert sorted(done["failed"]) == sorted(f"b-imp-{i}" for i in range(900, 1000))
+    exported = tmp_path / "out.jsonl"
+    assert _json(client, *key, "export", "--out", str(exported), "--scope", "project:pay")["exported"] == 1000
+
+    code, _, err = _run(client, "--key", "sk-openai-looking-key", "whoami")
+    error = json.loads(err)["error"]
+    assert code == 1 and error["message"] == "this is not a Tenure key" and "tnr_" in error["hint"]
+    code, _, err = _run(client, "--key", team.keys["alice"], "audit")
+    assert code == 1 and "admin" in json.loads(err)["error"]["hint"]
