@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.domain.principal import Principal
+from service.recall.audit_trail import AuditTrail
 from service.storage import beliefs as belief_storage
-from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.turns import TurnStore
 
@@ -25,7 +25,7 @@ class Overview:
 
 
 class OverviewService:
-    def __init__(self, store: BeliefStore, audit: AuditStore, turns: TurnStore):
+    def __init__(self, store: BeliefStore, audit: AuditTrail, turns: TurnStore):
         self.store = store
         self.audit = audit
         self.turns = turns

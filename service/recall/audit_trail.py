@@ -27,6 +27,11 @@ class AuditTrail:
         self._drain_pending()
         return self.store.search(principal, query, size=size, after=after)
 
+    def daily_counts(self, principal: Principal, action: str, *, days: int) -> list[tuple[str, int]]:
+        """Events of one action per UTC day (pending receipts drained first, so they count)."""
+        self._drain_pending()
+        return self.store.daily_counts(principal, action, days=days)
+
     def export(self, principal: Principal, query: AuditQuery, *, limit: int) -> Iterator[AuditEvent]:
         """Every event of a filtered view, newest first, at most ``limit`` (pending receipts are
         drained once, before the first page)."""

@@ -397,7 +397,9 @@ def test_members_cannot_reach_admin_pages(app: FastAPI, seeded: tuple[Team, Team
     assert 'href="/console/audit"' not in web.get("/console/").text
 
 
-def file_conflict(services: Services, team: Team, belief_id: str, content: str, review_id: str) -> None:
+def file_conflict(
+    services: Services, team: Team, belief_id: str, content: str, review_id: str, name: str = "payment_provider"
+) -> None:
     """A conflict as extraction files it (BeliefMerger._queue_conflict's shape), into the real store."""
     created = ReviewStore(services.opensearch, services.settings.opensearch_namespace).create(
         ReviewItem(
@@ -407,7 +409,7 @@ def file_conflict(services: Services, team: Team, belief_id: str, content: str, 
             owner_id="alice",
             scope=["project:pay"],
             belief_id=belief_id,
-            canonical_name="payment_provider",
+            canonical_name=name,
             reason="contradicts an explicit belief with similar confidence",
             paper_outcome="conflict",
             proposed={"content": content, "confidence": 0.8},

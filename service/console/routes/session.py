@@ -24,6 +24,7 @@ from service.console.web import (
 )
 from service.console.web import Form as CheckedForm
 from service.errors import Forbidden, Unauthenticated
+from service.recall.audit_trail import AuditTrail
 from service.storage.turns import TurnStore
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
@@ -93,9 +94,8 @@ def logout(user: CurrentUser, services: ServicesDep, _form: CheckedForm) -> Resp
 @router.get("/")
 def home(request: Request, user: CurrentUser, services: ServicesDep) -> Response:
     ns = services.settings.opensearch_namespace
-    figures = OverviewService(services.store, services.audit, TurnStore(services.opensearch, ns)).overview(
-        user.principal
-    )
+    audit = AuditTrail(services.audit, services.receipts)
+    figures = OverviewService(services.store, audit, TurnStore(services.opensearch, ns)).overview(user.principal)
     charts = [
         bar_chart(figures.by_type, title="Beliefs by type"),
         bar_chart(figures.by_lifecycle, title="Beliefs by lifecycle"),

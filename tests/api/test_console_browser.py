@@ -1,0 +1,316 @@
+"""The console in a real headless Chromium (Debian's ``chromium``, driven by Playwright) against a
+real uvicorn serving the app on a free port, with the session's real OpenSearch and Redis.
+
+One browser for the module; each test opens its own context (a fresh cookie jar). With
+``TENURE_CONSOLE_SCREENSHOTS=<dir>`` the tests also save a screenshot of each page there (that is
+how ``docs/console/*.png`` are made: see ``docs/console.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.api.state import Services
+from service.config import Settings
+from tests.api.conftest import Team, belief_body, make_team, ok
+from tests.api.test_console import file_conflict
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Debian's Chromium as root in a closed network: no sandbox, no GPU, no background calls home.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SHOTS = os.environ.get("TENURE_CONSOLE_SCREENSHOTS")
+
+if not Path(CHROMIUM).exists():  # pragma: no cover - scripts/setup.sh installs it
+    pytest.skip("chromium is not installed: run scripts/setup.sh", allow_module_level=True)
+
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def console_url(api_settings: Settings, client: TestClient) -> Iterator[str]:
+    """The app under a real uvicorn (its own lifespan, the same stores as ``client``)."""
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(api_settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    ctx = browser.new_context(viewport={"width": 1360, "height": 900})
+    ctx.set_default_timeout(15_000)
+    yield ctx
+    ctx.close()
+
+
+def shot(page: Page, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+def sign_in(context: BrowserContext, url: str, credential: str, *, screenshot: bool = False) -> Page:
+    page = context.new_page()
+    page.goto(f"{url}/console/")
+    expect(page).to_have_url(f"{url}/console/login?next=/console/")
+    if screenshot:
+        shot(page, "login")
+    page.fill("input[name=credential]", credential)
+    page.click("button[type=submit]")
+    expect(page.locator("header .who")).to_contain_text("@")
+    return page
+
+
+@pytest.fixture(scope="module")
+def team(client: TestClient, operator: dict[str, str]) -> Team:
+    """Alice and bob share project pay; alice keeps a personal belief; bob recalls twice."""
+    team = make_team(client, operator)
+    seed = [
+        ("b-psp", "payment_provider", "project:pay", "We use Stripe for card payments.", "alice"),
+        ("b-ts", "typescript_strict", "project:pay", "TypeScript strict mode everywhere.", "bob"),
+        ("b-mongo", "mongodb_driver", "project:pay", "MongoDB raw driver, not Mongoose.", "alice"),
+        ("b-alice-notes", "alice_private_notes", "domain:code", "Alice's private notes.", "alice"),
+        ("b-old-ci", "ci_provider", "project:pay", "CI runs on Jenkins.", "bob"),
+    ]
+    for belief_id, name, scope, content, owner in seed:
+        body = belief_body(name, scope, id=belief_id, content=content, why_it_matters=f"Decides how we answer {name}.")
+        ok(client.post("/v1/beliefs", json=body, headers=team.h(owner)), 201)
+    ok(client.post("/v1/beliefs/b-ts/pin", headers=team.h("bob")))
+    for query in ("Which payment provider do we use?", "set up the mongodb driver"):
+        recall = {"scopes": ["project:pay"], "query": query, "session_id": "s-tuesday"}
+        ok(client.post("/v1/recall", json=recall, headers=team.h("bob")))
+    return team
+
+
+def test_admin_finds_a_belief_supersedes_it_and_sees_the_chain(
+    context: BrowserContext, console_url: str, team: Team
+) -> None:
+    page = sign_in(context, console_url, team.keys["carol"], screenshot=True)
+    expect(page.locator("#total-beliefs")).to_have_text("5")
+    expect(page.locator("#injections")).to_have_text("2")  # bob's two recalls, drained from the outbox
+    shot(page, "overview")
+    page.click("text=Beliefs")
+    page.fill("input[name=q]", "payment provider")
+    page.click("#belief-filters button[type=submit]")
+    rows = page.locator("#belief-list tbody tr")
+    expect(rows).to_have_count(1)
+    shot(page, "beliefs")
+    rows.locator("a").first.click()
+    expect(page.locator("#belief-content")).to_have_text("We use Stripe for card payments.")
+    page.fill("#supersede-form textarea[name=content]", "We use Adyen for card payments since the migration.")
+    page.fill("#supersede-form input[name=reason]", "Stripe contract ended")
+    page.click("#supersede-form button[type=submit]")
+    expect(page.locator("#confirm")).to_contain_text("Adyen")
+    shot(page, "confirm")
+    page.click("#confirm button[type=submit]")
+    expect(page.locator(".notice")).to_contain_text("superseded by")
+    chain = page.locator("#chain li")
+    expect(chain).to_have_count(2)
+    expect(chain.nth(0)).to_contain_text("Stripe")
+    expect(chain.nth(0)).to_contain_text("superseded")
+    expect(chain.nth(1)).to_contain_text("Adyen")
+    expect(page.locator("#change-log")).to_contain_text("Stripe contract ended")
+    shot(page, "belief")
+
+
+def test_recall_playground(context: BrowserContext, console_url: str, team: Team) -> None:
+    page = sign_in(context, console_url, team.keys["carol"])
+    page.click("text=Recall playground")
+    page.select_option("select[name=as_user]", "bob")
+    page.fill("input[name=scopes]", "project:pay, team:core")
+    page.fill("textarea[name=message]", "which mongodb driver do we use?")
+    page.click("#recall-form button[type=submit]")
+    tiers = page.locator("#tiers")
+    expect(tiers).to_contain_text("mongodb_driver")
+    expect(tiers).to_contain_text("typescript_strict")  # pinned
+    expect(page.locator("#injection")).to_contain_text("MongoDB raw driver, not Mongoose.")
+    expect(page.locator("#explain")).to_contain_text("team:core")  # bob holds no grant for it
+    shot(page, "recall")
+
+
+def test_audit_filtered_to_one_receipt_and_exported(context: BrowserContext, console_url: str, team: Team) -> None:
+    page = sign_in(context, console_url, team.keys["carol"])
+    page.click("header >> text=Audit")
+    page.fill("input[name=actor_id]", "bob")
+    page.select_option("select[name=action]", "recall")
+    page.click("#audit-filters button[type=submit]")
+    rows = page.locator("#audit-list tbody tr")
+    expect(rows).to_have_count(2)
+    shot(page, "audit")
+    rows.filter(has_text="payment provider").locator("text=receipt").click()
+    expect(page.locator("h1")).to_have_text("Injection receipt")
+    expect(page.locator("#receipt-query")).to_contain_text("Which payment provider do we use")
+    injected = page.locator("#injected")
+    expect(injected).to_contain_text("payment_provider")
+    expect(injected).to_contain_text("relevant")
+    expect(injected).to_contain_text("typescript_strict")
+    shot(page, "receipt")
+    page.go_back()
+    with page.expect_download() as download:
+        page.click("#export-jsonl")
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert len(lines) == 2 and all('"action":"recall"' in line and '"actor_id":"bob"' in line for line in lines)
+
+
+def test_resolve_a_review(
+    context: BrowserContext, console_url: str, team: Team, services: Services, client: TestClient
+) -> None:
+    file_conflict(services, team, "b-mongo", "We use Mongoose after all.", "rv-browser", name="mongodb_driver")
+    page = sign_in(context, console_url, team.keys["carol"])
+    page.click("text=Review queue")
+    item = page.locator("[data-review=rv-browser]")
+    expect(item.locator(".existing-content")).to_have_text("MongoDB raw driver, not Mongoose.")
+    expect(item.locator(".proposed-content")).to_have_text("We use Mongoose after all.")
+    shot(page, "reviews")
+    item.locator("button", has_text="Reject").click()
+    page.click("#confirm button[type=submit]")
+    expect(page.locator(".notice")).to_contain_text("reject")
+    expect(page.locator("[data-review=rv-browser]")).to_have_count(0)
+    assert ok(client.get("/v1/beliefs/b-mongo", headers=team.h("alice")))["content"].startswith("MongoDB raw")
+
+
+def test_erase_with_receipt(context: BrowserContext, console_url: str, team: Team, client: TestClient) -> None:
+    page = sign_in(context, console_url, team.keys["carol"])
+    page.goto(f"{console_url}/console/beliefs/b-old-ci")
+    page.locator("#actions button", has_text="Erase").click()
+    expect(page.locator("#confirm")).to_contain_text("cannot be undone")
+    page.click("#confirm button[type=submit]")
+    receipt = page.locator("#erasure-receipt")
+    expect(receipt).to_contain_text("b-old-ci")
+    expect(receipt).to_contain_text("audit payload copies removed")
+    shot(page, "erased")
+    assert client.get("/v1/beliefs/b-old-ci", headers=team.h("bob")).status_code == 404
+
+
+def test_team_page(context: BrowserContext, console_url: str, team: Team) -> None:
+    page = sign_in(context, console_url, team.keys["carol"])
+    page.click("header >> text=Team")
+    expect(page.locator("#users tbody tr")).to_have_count(3)
+    expect(page.locator("#keys")).to_contain_text("carol")
+    shot(page, "team")
+
+
+def test_member_cannot_reach_admin_pages_or_a_colleagues_private_belief(
+    context: BrowserContext, console_url: str, team: Team
+) -> None:
+    page = sign_in(context, console_url, team.keys["bob"])
+    nav = page.locator("header nav")
+    expect(nav).not_to_contain_text("Audit")
+    expect(nav).not_to_contain_text("Team")
+    expect(page.locator("header .who")).to_contain_text("read-only")
+    shot(page, "member")
+    for path in ("/console/audit", "/console/team", "/console/reviews", "/console/audit/export.csv?actor_id=alice"):
+        response = page.goto(f"{console_url}{path}")
+        assert response is not None and response.status == 403, path
+        expect(page.locator(".error")).to_contain_text("forbidden")
+    response = page.goto(f"{console_url}/console/beliefs/b-alice-notes")
+    assert response is not None and response.status == 404
+    expect(page.locator("body")).not_to_contain_text("Alice's private notes")
+    page.goto(f"{console_url}/console/beliefs?q=alice+private+notes")
+    expect(page.locator("#belief-list")).to_contain_text("No belief matches.")
+    page.goto(f"{console_url}/console/beliefs/b-ts")
+    expect(page.locator("#belief-content")).to_have_text("TypeScript strict mode everywhere.")
+    expect(page.locator("#actions")).to_have_count(0)
+
+
+class _Attacker(BaseHTTPRequestHandler):
+    """Another site (a different host name, so a different site for SameSite) whose page posts
+    a form to the console as soon as it loads."""
+
+    target = ""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's API
+        body = (
+            f'<form id="f" method="post" action="{self.target}">'
+            '<input name="confirmed" value="yes"><input name="csrf_token" value="guessed"></form>'
+            "<script>document.getElementById('f').submit()</script>"
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        return None
+
+
+def test_cookie_flags_and_cross_site_forms(
+    context: BrowserContext, console_url: str, team: Team, client: TestClient
+) -> None:
+    page = sign_in(context, console_url, team.keys["carol"])
+    cookie = next(c for c in context.cookies() if c["name"] == "tenure_console")
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/console"
+    assert cookie["secure"] is False  # development on plain http; Secure elsewhere (test_console.py)
+    assert "tenure_console" not in page.evaluate("document.cookie")  # HttpOnly: no script reads it
+    # the forged post from another site: the Strict cookie is not sent, nothing changes
+    _Attacker.target = f"{console_url}/console/beliefs/b-ts/unpin"
+    attacker = ThreadingHTTPServer(("127.0.0.1", 0), _Attacker)
+    threading.Thread(target=attacker.serve_forever, daemon=True).start()
+    try:
+        evil = context.new_page()
+        evil.goto(f"http://localhost:{attacker.server_address[1]}/")
+        evil.wait_for_url(f"{console_url}/console/**")
+        assert "Sign in" in evil.content() or "forbidden" in evil.content() or "unauthenticated" in evil.content()
+    finally:
+        attacker.shutdown()
+    assert ok(client.get("/v1/beliefs/b-ts", headers=team.h("bob")))["pinned"] is True
+    # the same post from the console's own origin but without the session's token: 403
+    forged = page.evaluate(
+        """async (url) => (await fetch(url, {method: 'POST', body: new URLSearchParams({confirmed: 'yes'})})).status""",
+        f"{console_url}/console/beliefs/b-ts/unpin",
+    )
+    assert forged == 403
+    assert ok(client.get("/v1/beliefs/b-ts", headers=team.h("bob")))["pinned"] is True
+    # sign-out revokes: the old cookie value no longer opens a page
+    page.goto(f"{console_url}/console/")
+    page.click("header button:has-text('Sign out')")
+    expect(page).to_have_url(f"{console_url}/console/login")
+    context.add_cookies([{**cookie}])  # type: ignore[list-item]
+    page.goto(f"{console_url}/console/beliefs")
+    expect(page).to_have_url(f"{console_url}/console/login?next=/console/beliefs")
