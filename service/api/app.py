@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 import redis
 from fastapi import APIRouter, FastAPI
+from fastapi_offline import FastAPIOffline
 
 from service.api.errors import RequestContextMiddleware, error_responses, install_error_handlers
 from service.api.routes import admin, audit, beliefs, health, recall
@@ -60,7 +61,9 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
             client.close()
             redis_client.close()
 
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc from assets shipped in the fastapi-offline wheel: no CDN, so
+    # they work on an air-gapped deployment (static files under /static-offline-docs)
+    app = FastAPIOffline(
         title="Tenure team service",
         version="0.1.0",
         description=DESCRIPTION,
