@@ -142,6 +142,8 @@ def variant_index_body(namespace: str, variant: str) -> dict[str, Any]:
                     field.pop("search_analyzer", None)
     elif variant == "content-searched":
         props["content"] = {"type": "text", "analyzer": CONTENT_ANALYZER}
+    elif variant.startswith(CJK_VARIANT_PREFIX):
+        _swap_cjk_tokenizer(settings["analysis"], variant.removeprefix(CJK_VARIANT_PREFIX))
     else:
         raise ValueError(f"unknown index variant {variant!r}")
     return {
@@ -149,6 +151,29 @@ def variant_index_body(namespace: str, variant: str) -> dict[str, Any]:
         "mappings": mappings,
         "aliases": {BELIEFS.alias(namespace): {"is_write_index": True}},
     }
+
+
+# Candidate segmenters for the ``.cjk`` sub-fields, measured by ``python -m evals.cjk_candidates``
+# (index_templates/README.md has the figures). Each replaces the ``tenure_cjk_words`` tokenizer;
+# ``cjk_bigram`` also adds the overlapping-bigram filter right after it.
+CJK_VARIANT_PREFIX = "cjk-tokenizer:"
+CJK_TOKENIZERS: dict[str, dict[str, Any]] = {
+    "icu": {"type": "icu_tokenizer"},
+    "kuromoji-search": {"type": "kuromoji_tokenizer", "mode": "search"},
+    "kuromoji-normal": {"type": "kuromoji_tokenizer", "mode": "normal"},
+    "smartcn": {"type": "smartcn_tokenizer"},
+    "nori": {"type": "nori_tokenizer"},
+    "standard": {"type": "standard"},
+    "standard+cjk_bigram": {"type": "standard"},
+}
+
+
+def _swap_cjk_tokenizer(analysis: dict[str, Any], candidate: str) -> None:
+    analysis["tokenizer"]["tenure_cjk_words"] = copy.deepcopy(CJK_TOKENIZERS[candidate])
+    if candidate.endswith("+cjk_bigram"):
+        for analyzer in analysis["analyzer"].values():
+            if analyzer.get("tokenizer") == "tenure_cjk_words":
+                analyzer["filter"] = ["cjk_bigram", *analyzer["filter"]]
 
 
 def prepare_namespace(client: OpenSearch, namespace: str, spec: BackendSpec) -> BeliefStore:

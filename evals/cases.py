@@ -14,6 +14,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_DIR = Path(os.environ.get("TENURE_PAPER_EVAL_DIR", REPO.parent / "shared" / "eval-data" / "tenure-paper-v1"))
+MULTILINGUAL_DIR = REPO / "evals" / "data" / "multilingual-v1"
 DEFAULT_USER = "test-user"
 
 
@@ -109,3 +110,8 @@ def load_case_set(directory: Path, name: str | None = None) -> CaseSet:
 
 def paper_case_set() -> CaseSet:
     return load_case_set(PAPER_DIR, "tenure-paper-v1")
+
+
+def multilingual_case_set() -> CaseSet:
+    """Ours: Japanese, Chinese, German and Spanish beliefs and questions (evals/data/multilingual-v1)."""
+    return load_case_set(MULTILINGUAL_DIR, "multilingual-v1")

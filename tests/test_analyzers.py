@@ -74,3 +74,57 @@ def test_phrase_side_drops_stopwords_before_shingling(os_client: OpenSearch, ind
     tokens = analyze(os_client, index, "tenure_query_phrase", "what is the error handling approach")
     assert "error handling" in tokens
     assert not any(t.startswith(("what ", "the ")) for t in tokens)
+
+
+# ---------------------------------------------------------------- the .cjk sub-fields (v2)
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("セッションストア", ["セッション ストア"]),
+        ("決済プロバイダ", ["決済 プロバイダ"]),
+        ("サーバー設定", ["サーバ 設定"]),  # prolonged sound mark folded
+        ("ｻｰﾊﾞｰ設定", ["サーバ 設定"]),  # half-width katakana
+        ("ＡＰＩゲートウェイ", ["api ゲート ウェイ"]),  # full-width Latin; ICU splits the katakana compound
+        ("数据库选型", ["数据 库 选 型"]),
+        ("größenlimit", ["grossenlimit"]),
+        ("überwachung", ["uberwachung"]),
+        ("configuración_regional", ["configuracion regional", "configuracionregional"]),
+        ("redis_cache", ["redis cache", "rediscache"]),
+        ("rate limit", ["rate limit"]),
+    ],
+)
+def test_cjk_whole_name_is_one_unit_segmented_by_the_icu_tokenizer(
+    os_client: OpenSearch, index: str, text: str, tokens: list[str]
+) -> None:
+    assert sorted(analyze(os_client, index, "tenure_cjk_whole_name", text)) == sorted(tokens)
+
+
+def test_cjk_query_is_segmented_not_split_on_spaces(os_client: OpenSearch, index: str) -> None:
+    assert analyze(os_client, index, "tenure_cjk_query_words", "セッションストアの設定を教えて") == [
+        "セッション",
+        "ストア",
+        "の",
+        "設定",
+        "を",
+        "教え",
+        "て",
+    ]
+    shingles = analyze(os_client, index, "tenure_cjk_query_shingles", "セッションストアの設定を教えて")
+    assert "セッション ストア" in shingles and "ストア の 設定" in shingles
+
+
+def test_latin_words_in_cjk_text_are_separated_for_the_fuzzy_clause(os_client: OpenSearch, index: str) -> None:
+    assert analyze(os_client, index, "tenure_cjk_query_latin", "Rate Limitの値とredis缓存") == [
+        "rate",
+        "limit",
+        "redis",
+    ]
+    assert analyze(os_client, index, "tenure_cjk_query_words", "Rate Limitの値とredis缓存") == [
+        "の",
+        "値",
+        "と",
+        "缓",
+        "存",
+    ]

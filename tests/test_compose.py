@@ -322,8 +322,40 @@ def test_opensearch_image_is_the_version_tests_run_against() -> None:
     built = re.search(r"OpenSearch (\d+\.\d+\.\d+)", build)
     pinned = re.search(r"<opensearch\.version>([^<]+)</opensearch\.version>", pom)
     assert built and pinned and built.group(1) == pinned.group(1)
-    image, tag = image_tag(load_raw()["services"]["opensearch"])
-    assert (image, tag) == ("opensearchproject/opensearch", built.group(1))
+    service = load_raw()["services"]["opensearch"]
+    image, tag = image_tag(service)
+    assert (image, tag) == ("tenure-opensearch", built.group(1))
+    # built FROM the official image at that version
+    assert service["build"]["args"]["OPENSEARCH_VERSION"] == built.group(1)
+    dockerfile = (ROOT / service["build"]["context"] / "Dockerfile").read_text()
+    assert f"ARG OPENSEARCH_VERSION={built.group(1)}" in dockerfile
+    assert "FROM opensearchproject/opensearch:${OPENSEARCH_VERSION}" in dockerfile
+
+
+# analysis types the official image lacks, by the plugin that provides them
+PLUGIN_PREFIXES = {
+    "icu_": "analysis-icu",
+    "kuromoji_": "analysis-kuromoji",
+    "smartcn_": "analysis-smartcn",
+    "nori_": "analysis-nori",
+}
+
+
+def test_the_opensearch_image_installs_every_analysis_plugin_the_templates_use() -> None:
+    service = load_raw()["services"]["opensearch"]
+    dockerfile = (ROOT / service["build"]["context"] / "Dockerfile").read_text()
+    installed = set(re.findall(r"analysis-[a-z]+", dockerfile.split("opensearch-plugin install", 1)[1]))
+    used: set[str] = set()
+    for path in sorted((ROOT / "index_templates" / "component").glob("*.json")):
+        analysis = json.loads(path.read_text())["template"].get("settings", {}).get("analysis", {})
+        for kind in analysis.values():
+            for definition in kind.values():
+                used |= {
+                    plugin
+                    for prefix, plugin in PLUGIN_PREFIXES.items()
+                    if definition.get("type", "").startswith(prefix)
+                }
+    assert used and used <= installed, used - installed
 
 
 def test_redis_image_is_the_version_tests_run_against() -> None:

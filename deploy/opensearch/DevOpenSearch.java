@@ -37,6 +37,8 @@ public final class DevOpenSearch {
         "org.opensearch.painless.PainlessPlugin",
         "org.opensearch.index.reindex.ReindexPlugin",
         "org.opensearch.index.mapper.MapperExtrasPlugin",
+        // icu_*, kuromoji_*, smartcn_tokenizer, nori_tokenizer under the official plugins' names
+        "TenureAnalysisPlugin",
     };
 
     public static void main(String[] args) throws Exception {

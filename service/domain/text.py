@@ -7,6 +7,7 @@ so every place that shortens text for a person goes through :func:`clip`.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 _ZWJ = "\u200d"
@@ -30,3 +31,30 @@ def clip(text: str, limit: int) -> str:
     while end > 0 and (_extends_previous(text[end]) or text[end - 1] == _ZWJ):
         end -= 1
     return text[:end]
+
+
+# Scripts written without spaces between words (Han, kana, Thai, Lao, Khmer, Myanmar) and Hangul,
+# whose particles attach to the word before them: text containing any of them is segmented by
+# OpenSearch's dictionary-based tokenizer, never by splitting on whitespace.
+_UNSPACED = re.compile(
+    "["
+    "\u0e00-\u0eff"  # Thai, Lao
+    "\u1000-\u109f"  # Myanmar
+    "\u1100-\u11ff"  # Hangul jamo
+    "\u1780-\u17ff"  # Khmer
+    "\u3040-\u30ff"  # Hiragana, Katakana
+    "\u3130-\u318f"  # Hangul compatibility jamo
+    "\u31f0-\u31ff"  # Katakana phonetic extensions
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\uac00-\ud7af"  # Hangul syllables
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\uff66-\uff9f"  # half-width katakana
+    "\U00020000-\U0003134f"  # CJK extensions B-H
+    "]"
+)
+
+
+def has_unspaced_script(text: str) -> bool:
+    """True when ``text`` contains a script that does not separate words with spaces."""
+    return _UNSPACED.search(text) is not None

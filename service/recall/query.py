@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from service.domain.text import clip, has_unspaced_script
+
 MIN_RAW_CHARS = 16
 
 _FENCED = re.compile(r"(```|~~~)[\s\S]*?(\1|$)")
@@ -18,8 +20,11 @@ _FILE_REF = re.compile(
 )
 _STACK_LINE = re.compile(r"^\s+at\s.*$", re.MULTILINE)
 _URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+", re.IGNORECASE)
+# A path segment is ASCII or Latin letters, digits and ``_.@-`` (for ASCII text exactly ``\w``):
+# Japanese or Chinese text has no spaces, so ``数据库/缓存/队列`` is a list of words, not a path.
+_SEG = r"[A-Za-z0-9_.@\-\u00c0-\u024f]"
 _PATH = re.compile(
-    r"(?<!\S)(?:(?:~|\.{1,2})?/[\w.@-]+(?:/[\w.@-]*)*|[\w.@-]+(?:/[\w.@-]+){2,}|[\w.@-]+/[\w.@-]+\.[a-z]{1,5})(?=[?!.,;:]*(?:\s|$))"
+    rf"(?<!\S)(?:(?:~|\.{{1,2}})?/{_SEG}+(?:/{_SEG}*)*|{_SEG}+(?:/{_SEG}+){{2,}}|{_SEG}+/{_SEG}+\.[a-z]{{1,5}})(?=[?!.,;:]*(?:\s|$))"
 )
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _HEADER = re.compile(r"^\s{0,3}#{1,6}\s*", re.MULTILINE)
@@ -29,6 +34,20 @@ _HEX = re.compile(r"\b(?:0x)?[0-9a-fA-F]{8,}\b")
 _INTEGER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 _TRAILING_PUNCT = re.compile(r"[?!.,;:]+(?=\s|$)")
 _SPACES = re.compile(r"\s+")
+
+
+# How far back a clamp may go to end on a space. Japanese or Chinese text has few or none, so
+# beyond this it is cut between two graphemes instead of losing most of the message.
+_MAX_WORD_TAIL = 40
+
+
+def _clamp(text: str, max_chars: int) -> str:
+    window = text[:max_chars]
+    head = window.rsplit(" ", 1)[0]
+    no_space = head == window
+    if no_space or (max_chars - len(head) > _MAX_WORD_TAIL and has_unspaced_script(window)):
+        return clip(text, max_chars)
+    return head
 
 
 @dataclass(frozen=True)
@@ -55,5 +74,5 @@ def clean_query(message: str, *, max_chars: int = 1000) -> CleanQuery:
     clamped = len(text) > max_chars
     if clamped:
         # front-biased: the intent of a message is usually stated first
-        text = text[:max_chars].rsplit(" ", 1)[0]
+        text = _clamp(text, max_chars)
     return CleanQuery(text=text, raw_length=len(raw), was_noisy=len(text) < 0.5 * len(stripped), clamped=clamped)

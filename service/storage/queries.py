@@ -12,6 +12,7 @@ from typing import Any
 
 from service.domain import scopes as scope_rules
 from service.domain.belief import BeliefType, Lifecycle, Subtype
+from service.domain.text import has_unspaced_script
 
 # A canonical name is the belief's own deliberate name; matching it whole is the strongest
 # evidence there is that the query is about this belief.
@@ -33,6 +34,15 @@ PREFIX_LENGTH = 2
 MAX_FUZZY_EXPANSIONS = 20
 
 CLAUSES = ("canonical_name", "canonical_name.phrase", "aliases", "aliases.shingle")
+
+# Text in a script without spaces between words (Japanese, Chinese, Thai, ...) is searched on the
+# ``.cjk*`` sub-fields instead: the ICU tokenizer segments names and query alike, a name is still
+# one whole unit, and the query's 2-6 word shingles must equal it (index_templates/README.md).
+# Latin-script words inside such text keep the one-edit fuzz of English text (``.cjk_latin``);
+# every other token matches exactly (``.cjk``), because one kanji or hanzi is a whole word:
+# テスト方法 must never reach テスト方針, nor 数据集 数据库. Each sub-field carries its own search
+# analyzer, so no clause names an analyzer: an index not yet upgraded to these fields (before
+# ``tenure reindex beliefs``) answers such queries with no hits instead of an error.
 
 LIVE = {"term": {"lifecycle": Lifecycle.LIVE.value}}
 _SOURCE_EXCLUDES = ["change_log"]
@@ -67,7 +77,10 @@ def relevance_clauses(
     text: str, *, fuzzy: bool = True, use_aliases: bool = True, word_analyzer: str | None = WORD_ANALYZER
 ) -> list[dict[str, Any]]:
     """The four relevance clauses. ``word_analyzer=None`` searches words with each field's own
-    search analyzer (the standard-analyzer ablation needs that)."""
+    search analyzer (the standard-analyzer ablation needs that). Text in a script written
+    without spaces gets the ``.cjk`` clauses instead (:func:`unspaced_clauses`)."""
+    if has_unspaced_script(text):
+        return unspaced_clauses(text, fuzzy=fuzzy, use_aliases=use_aliases)
     words = distinct_words(text).split()
     head, tail = (words[:MAX_FUZZY_WORDS], words[MAX_FUZZY_WORDS:]) if fuzzy else ([], words)
 
@@ -90,6 +103,30 @@ def relevance_clauses(
     clauses = [*word("canonical_name", CANONICAL_BOOST), phrase("canonical_name.phrase", CANONICAL_PHRASE_BOOST)]
     if use_aliases:
         clauses += [*word("aliases", ALIAS_WORD_BOOST), phrase("aliases.shingle", ALIAS_PHRASE_BOOST)]
+    return clauses
+
+
+def unspaced_clauses(text: str, *, fuzzy: bool = True, use_aliases: bool = True) -> list[dict[str, Any]]:
+    """Relevance clauses on the ``.cjk*`` sub-fields, with the same boosts as
+    :func:`relevance_clauses`: Latin words (fuzzy), every other word (exact), and the 2-6 word
+    shingles that reach multi-word names and aliases."""
+
+    def match(field: str, boost: float, fuzz: bool = False) -> dict[str, Any]:
+        body: dict[str, Any] = {"query": text, "boost": boost, "_name": field}
+        if fuzz:
+            body.update(fuzziness=FUZZINESS, prefix_length=PREFIX_LENGTH, max_expansions=MAX_FUZZY_EXPANSIONS)
+        return {"match": {field: body}}
+
+    def field_clauses(field: str, word_boost: float, shingle_boost: float) -> list[dict[str, Any]]:
+        return [
+            match(f"{field}.cjk_latin", word_boost, fuzz=fuzzy),
+            match(f"{field}.cjk", word_boost),
+            match(f"{field}.cjk_shingle", shingle_boost),
+        ]
+
+    clauses = field_clauses("canonical_name", CANONICAL_BOOST, CANONICAL_PHRASE_BOOST)
+    if use_aliases:
+        clauses += field_clauses("aliases", ALIAS_WORD_BOOST, ALIAS_PHRASE_BOOST)
     return clauses
 
 
@@ -228,7 +265,9 @@ def list_body(
     """A page of beliefs in a stable order (created_at, id) for cursor pagination. ``text``
     narrows to beliefs whose names or aliases match it (the same analyzers as recall, no fuzz)."""
     query: dict[str, Any] = {"bool": {"filter": [*filters, *narrowing]}}
-    if text:
+    if text and has_unspaced_script(text):
+        query["bool"]["must"] = [{"bool": {"should": unspaced_clauses(text, fuzzy=False), "minimum_should_match": 1}}]
+    elif text:
         query["bool"]["must"] = [{"multi_match": {"query": text, "fields": list(CLAUSES)}}]
     body: dict[str, Any] = {"size": size, "track_total_hits": False, "query": query, "sort": LIST_SORT}
     if not include_change_log:
