@@ -538,6 +538,11 @@ def aliases_add(belief_id: str, aliases: list[str]) -> None:
     emit(STATE.api().beliefs.add_aliases(belief_id, aliases), _record)
 
 
+@aliases_app.command("remove", help="take back aliases of a belief (each must be one of its aliases)")
+def aliases_remove(belief_id: str, aliases: list[str]) -> None:
+    emit(STATE.api().beliefs.remove_aliases(belief_id, aliases), _record)
+
+
 # ---------------------------------------------------------------- import / export
 
 

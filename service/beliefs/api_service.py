@@ -279,6 +279,10 @@ class BeliefService:
         updated, _, _ = self.lifecycle.add_aliases(_change(actor), belief_id, aliases)
         return updated
 
+    def remove_aliases(self, actor: Actor, belief_id: str, aliases: list[str]) -> Belief:
+        updated, _ = self.lifecycle.remove_aliases(_change(actor), belief_id, aliases)
+        return updated
+
     def retract(self, actor: Actor, belief_id: str, reason: str | None) -> Belief:
         return self.lifecycle.retract(_change(actor), belief_id, reason)
 

@@ -542,6 +542,38 @@ class BeliefLifecycle:
             )
         return updated, added, dropped
 
+    def remove_aliases(self, change: Change, belief_id: str, aliases: list[str]) -> tuple[Belief, list[str]]:
+        """Take back aliases (a wrong alias makes a belief surface where it should not). Every
+        given alias must be one of the belief's, compared in normalised form, or nothing changes
+        (422 naming the others). Returns the belief and the aliases removed; logged and audited."""
+        wanted = normalize_aliases(aliases, cap=None)
+        if not wanted:
+            raise ValidationFailed("no aliases given")
+        removed: list[str] = []
+
+        def edit(belief: Belief) -> Belief:
+            unknown = [a for a in wanted if a not in belief.aliases]
+            if unknown:
+                raise ValidationFailed(
+                    f"not aliases of this belief: {', '.join(unknown)}",
+                    details=[{"loc": ["body", "aliases"], "msg": "not an alias of this belief", "input": unknown}],
+                )
+            removed[:] = wanted
+            belief.aliases = [a for a in belief.aliases if a not in wanted]
+            belief.change_log.append(change.entry("aliases removed", note=", ".join(wanted)))
+            return belief
+
+        before, updated = self._mutate(change, belief_id, edit)
+        self.record(
+            change,
+            AuditAction.BELIEF_REMOVE_ALIASES,
+            [belief_id],
+            before=before,
+            after=updated,
+            details={"removed": removed},
+        )
+        return updated, removed
+
     # ------------------------------------------------------------------ pin, resolve, retract
 
     def set_pinned(self, change: Change, belief_id: str, pinned: bool) -> Belief:

@@ -24,6 +24,7 @@ class AuditAction(StrEnum):
     BELIEF_UNPIN = "belief.unpin"
     BELIEF_RESOLVE = "belief.resolve"
     BELIEF_ADD_ALIASES = "belief.add_aliases"
+    BELIEF_REMOVE_ALIASES = "belief.remove_aliases"
     BELIEF_RETRACT = "belief.retract"
     BELIEF_ERASE = "belief.erase"
     # the memory loop's review queue and compaction runs

@@ -139,6 +139,7 @@ def test_belief_commands_tables_and_json(client: TestClient, operator: dict[str,
     assert _json(client, *alice, "pin", bid)["pinned"] is True
     assert _json(client, *alice, "unpin", bid)["pinned"] is False
     assert "friday freeze" in _json(client, *alice, "aliases", "add", bid, "friday freeze")["aliases"]
+    assert _json(client, *alice, "aliases", "remove", bid, "friday freeze")["aliases"] == ["release freeze"]
     replaced = _json(client, *alice, "supersede", bid, "--content", "No deploys after Thursday noon.")
     new_id = replaced["current"]["id"]
     chain = _json(client, *alice, "history", new_id)["chain"]

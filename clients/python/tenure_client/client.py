@@ -280,6 +280,11 @@ class Beliefs:
     def add_aliases(self, belief_id: str, aliases: Sequence[str]) -> models.Belief:
         return self._c.send(calls.belief_action(belief_id, "aliases", {"aliases": list(aliases)}, self._c.session_id))
 
+    def remove_aliases(self, belief_id: str, aliases: Sequence[str]) -> models.Belief:
+        """Take back aliases (each must be one of the belief's)."""
+        payload = {"aliases": list(aliases)}
+        return self._c.send(calls.belief_action(belief_id, "aliases/remove", payload, self._c.session_id))
+
     def retract(self, belief_id: str, *, reason: str | None = None) -> models.Belief:
         payload = calls.query(reason=reason)
         return self._c.send(calls.belief_action(belief_id, "retract", payload, self._c.session_id))
@@ -521,6 +526,10 @@ class AsyncBeliefs:
     async def add_aliases(self, belief_id: str, aliases: Sequence[str]) -> models.Belief:
         payload = {"aliases": list(aliases)}
         return await self._c.send(calls.belief_action(belief_id, "aliases", payload, self._c.session_id))
+
+    async def remove_aliases(self, belief_id: str, aliases: Sequence[str]) -> models.Belief:
+        payload = {"aliases": list(aliases)}
+        return await self._c.send(calls.belief_action(belief_id, "aliases/remove", payload, self._c.session_id))
 
     async def retract(self, belief_id: str, *, reason: str | None = None) -> models.Belief:
         payload = calls.query(reason=reason)

@@ -277,6 +277,15 @@ def add_belief_aliases(belief_id: BeliefIdPath, body: AliasesIn, actor: CurrentA
 
 
 @router.post(
+    "/{belief_id}/aliases/remove",
+    response_model=Belief,
+    summary="Remove aliases (each must be one of the belief's; audited as belief.remove_aliases)",
+)
+def remove_belief_aliases(belief_id: BeliefIdPath, body: AliasesIn, actor: CurrentActor, beliefs: BeliefsDep) -> Belief:
+    return beliefs.remove_aliases(actor, belief_id, body.aliases)
+
+
+@router.post(
     "/{belief_id}/retract",
     response_model=Belief,
     summary="Retract (never injected again; kept for history)",
