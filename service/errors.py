@@ -82,6 +82,11 @@ class Conflict(TenureError):
     code = ErrorCode.CONFLICT
 
 
+class Unreadable(Conflict):
+    """A stored document the current model cannot load (quarantined): reads skip it, a read of
+    it by id is this 409, and an admin can list and erase it (``/v1/admin/quarantine``)."""
+
+
 class Forbidden(TenureError):
     code = ErrorCode.FORBIDDEN
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi_offline import FastAPIOffline
 
 from service.api.errors import RequestContextMiddleware, error_responses, install_error_handlers
-from service.api.routes import admin, audit, beliefs, health, recall
+from service.api.routes import admin, audit, beliefs, health, quarantine, recall
 from service.api.state import Services, ensure_indices
 from service.config import Settings, get_settings
 from service.console import install_console
@@ -31,6 +31,7 @@ ROUTERS: list[APIRouter] = [
     recall.router,
     admin.router,
     audit.router,
+    quarantine.router,
     memory_loop_routes.router,
 ]
 

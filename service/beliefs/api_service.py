@@ -40,6 +40,7 @@ from service.domain.principal import Principal
 from service.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from service.storage import beliefs as belief_storage
 from service.storage.beliefs import ListFilter
+from service.storage.unreadable import LoadedBeliefs
 
 __all__ = ["BeliefCreate", "BeliefService", "ErasureReceipt", "History", "ImportReport", "SupersedeIn"]
 
@@ -184,7 +185,7 @@ class BeliefService:
         size: int,
         after: str | None,
         tenant_wide: bool = False,
-    ) -> tuple[list[Belief], str | None]:
+    ) -> tuple[LoadedBeliefs, str | None]:
         if tenant_wide and not actor.principal.is_admin:
             raise Forbidden("only an admin may list the whole tenant")
         return belief_storage.list_page(

@@ -56,11 +56,12 @@ from service.domain.belief import (
     utcnow,
 )
 from service.domain.principal import Principal
-from service.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from service.errors import Conflict, Forbidden, NotFound, Unreadable, ValidationFailed
 from service.recall.cache import RenderCache
 from service.storage import beliefs as belief_storage
 from service.storage.audit import AuditEvent, AuditStore
 from service.storage.beliefs import BeliefStore, Refresh, WriteResult
+from service.storage.unreadable import why_unreadable
 
 MAX_RETRIES = 3
 MAX_CHAIN = 200  # versions followed when erasing a supersession chain
@@ -643,7 +644,10 @@ class BeliefLifecycle:
         principal = change.principal
         if not principal.is_admin:
             raise Forbidden("erasing beliefs needs the admin role")
-        root = self._maybe_get(principal, belief_id)
+        try:
+            root = self._maybe_get(principal, belief_id)
+        except Unreadable:
+            return self.erase_unreadable(change, belief_id)  # a quarantined document: by id alone
         if root is None:
             raise NotFound(f"belief {belief_id!r} not found")
         removed = belief_storage.delete_ids(self.store, principal, self.chain_ids(principal, root))
@@ -663,6 +667,36 @@ class BeliefLifecycle:
             details={"audit_payload_copies_removed": payloads, "cached_renderings_removed": cached},
         )
         return receipt
+
+    def erase_unreadable(self, change: Change, belief_id: str) -> ErasureReceipt:
+        """Admin hard delete of a stored document the model cannot load (quarantined), by id and
+        without loading it: the document, the audit payload copies naming it and the tenant's
+        cached renderings. A belief that loads is refused (409): it has a chain to erase."""
+        principal = change.principal
+        if not principal.is_admin:
+            raise Forbidden("erasing beliefs needs the admin role")
+        source = belief_storage.raw_source(self.store, principal, belief_id)
+        if source is None:
+            raise NotFound(f"belief {belief_id!r} not found")
+        reason = why_unreadable(source)
+        if reason is None:
+            raise Conflict(f"belief {belief_id!r} loads fine: erase it with DELETE /v1/beliefs/{belief_id}")
+        removed = belief_storage.delete_ids(self.store, principal, [belief_id])
+        payloads = self.audit.erase_payloads(principal, removed)
+        cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
+        self.record(
+            change,
+            AuditAction.BELIEF_QUARANTINE_ERASE,
+            removed,
+            details={"reason": reason, "audit_payload_copies_removed": payloads, "cached_renderings_removed": cached},
+        )
+        return ErasureReceipt(
+            belief_id=belief_id,
+            belief_versions_removed=removed,
+            audit_payload_copies_removed=payloads,
+            cached_renderings_removed=cached,
+            erased_at=utcnow(),
+        )
 
     def chain_ids(self, principal: Principal, root: Belief) -> list[str]:
         """Ids of every version linked to ``root`` through supersedes/superseded_by (tenant-wide)."""

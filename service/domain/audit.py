@@ -27,6 +27,7 @@ class AuditAction(StrEnum):
     BELIEF_REMOVE_ALIASES = "belief.remove_aliases"
     BELIEF_RETRACT = "belief.retract"
     BELIEF_ERASE = "belief.erase"
+    BELIEF_QUARANTINE_ERASE = "belief.quarantine_erase"  # a stored document that cannot be loaded
     # the memory loop's review queue and compaction runs
     REVIEW_FILE_CONFLICT = "review.file_conflict"
     REVIEW_RESOLVE = "review.resolve"

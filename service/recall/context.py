@@ -61,6 +61,7 @@ class RecallResult:
     questions: list[TierEntry]
     truncated: bool = False
     notes: list[dict[str, Any]] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)  # stored documents skipped (unloadable)
 
     @property
     def pinned_ids(self) -> list[str]:
@@ -143,6 +144,7 @@ class ContextBuilder:
             questions=questions,
             truncated=truncated,
             notes=notes,
+            quarantined=list(dict.fromkeys(hits.quarantined)),  # one document may match several tiers
         )
 
     def _expand_relations(

@@ -18,11 +18,12 @@ from opensearchpy import OpenSearch, helpers
 
 from service.domain.belief import Belief
 from service.domain.principal import Principal
-from service.errors import NotFound
+from service.errors import NotFound, Unreadable
 from service.storage import access, cursor, queries
 from service.storage.access import ScopeView
-from service.storage.client import index_routed, item_error, routed_id, translate_errors
+from service.storage.client import get_routed, index_routed, item_error, routed_id, translate_errors
 from service.storage.templates import BELIEFS
+from service.storage.unreadable import LoadedBeliefs, document_id, load_belief, load_beliefs
 
 Refresh = Literal["true", "false", "wait_for"]
 
@@ -56,6 +57,7 @@ class RecallHits:
     pinned: list[Belief] = field(default_factory=list)
     relevant: list[ScoredBelief] = field(default_factory=list)
     questions: list[Belief] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)  # ids of stored documents skipped
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,13 @@ class BeliefStore:
         if not hits:
             raise NotFound(f"belief {belief_id!r} not found")
         hit = hits[0]
-        return Belief.from_document(hit["_source"]), int(hit["_seq_no"]), int(hit["_primary_term"])
+        belief = load_belief(hit["_source"], hit_id=hit.get("_id"))
+        if belief is None:
+            raise Unreadable(
+                f"belief {belief_id!r} is stored in a form this version cannot load (quarantined); "
+                "an admin can erase it at /v1/admin/quarantine"
+            )
+        return belief, int(hit["_seq_no"]), int(hit["_primary_term"])
 
     def get_many(
         self, principal: Principal, ids: Iterable[str], *, view: ScopeView | None = None, live_only: bool = True
@@ -204,7 +212,7 @@ class BeliefStore:
         filters = access.access_filters(principal, view or ScopeView.everything())
         body = queries.by_ids_body(filters, wanted, live_only=live_only)
         hits = self._search(principal, body, "read beliefs")["hits"]["hits"]
-        by_id = {b.id: b for b in (Belief.from_document(h["_source"]) for h in hits)}
+        by_id = {b.id: b for b in load_beliefs(hits)}
         return [by_id[i] for i in wanted if i in by_id]
 
     def recall_candidates(
@@ -249,18 +257,25 @@ class BeliefStore:
                 raise item_error(result.get("status"), result["error"], f"run the recall query for tier {tier}")
             rows = result["hits"]["hits"]
             if tier == "relevant":
-                hits.relevant = [self._scored(row, explain) for row in rows]
+                for row in rows:
+                    belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
+                    if belief is None:
+                        hits.quarantined.append(document_id(row.get("_source") or {}, row.get("_id")))
+                    else:
+                        hits.relevant.append(self._scored(row, belief, explain))
             else:
-                setattr(hits, tier, [Belief.from_document(row["_source"]) for row in rows])
+                loaded = load_beliefs(rows)
+                hits.quarantined += loaded.quarantined
+                setattr(hits, tier, list(loaded))
         return hits
 
     @staticmethod
-    def _scored(row: dict[str, Any], explain: bool) -> ScoredBelief:
+    def _scored(row: dict[str, Any], belief: Belief, explain: bool) -> ScoredBelief:
         clauses = _explained_clauses(row["_explanation"]) if explain and "_explanation" in row else _named_clauses(row)
         score = row.get("_score")
         if score is None:
             score = row["sort"][0]
-        return ScoredBelief(belief=Belief.from_document(row["_source"]), score=float(score), clauses=clauses)
+        return ScoredBelief(belief=belief, score=float(score), clauses=clauses)
 
     def refresh(self) -> None:
         with translate_errors("refresh"):
@@ -301,7 +316,7 @@ def _page(
     size: int,
     after: str | None,
     include_change_log: bool,
-) -> tuple[list[Belief], str | None]:
+) -> tuple[LoadedBeliefs, str | None]:
     search_after = cursor.decode(after, arity=2, types=(int, str))
     body = queries.list_body(
         filters,
@@ -312,8 +327,8 @@ def _page(
         include_change_log=include_change_log,
     )
     hits = store._search(principal, body, "list beliefs")["hits"]["hits"]
-    beliefs = [Belief.from_document(h["_source"]) for h in hits]
-    return beliefs, (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
+    # The cursor follows the last hit, readable or not: a quarantined document never stops paging.
+    return load_beliefs(hits), (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
 
 
 def list_page(
@@ -326,7 +341,7 @@ def list_page(
     view: ScopeView | None = None,
     tenant_wide: bool = False,
     include_change_log: bool = False,
-) -> tuple[list[Belief], str | None]:
+) -> tuple[LoadedBeliefs, str | None]:
     """One page of the beliefs ``principal`` may see (or, for an admin with ``tenant_wide``, the
     whole tenant's), with the cursor of the next page (None at the end)."""
     view = view or ScopeView.everything()
@@ -357,6 +372,37 @@ def facet_counts(
     }
     counts["total"] = [("all", int(result["hits"]["total"]["value"]))]
     return counts
+
+
+def raw_tenant_page(
+    store: BeliefStore, principal: Principal, *, size: int, after: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the admin's whole tenant as stored sources, unparsed (the quarantine scan), in
+    list order, with the cursor of the next page."""
+    body = queries.list_body(
+        access.access_filters(principal, ScopeView.everything(), tenant_wide=True),
+        [],
+        text=None,
+        size=size,
+        search_after=cursor.decode(after, arity=2, types=(int, str)),
+        include_change_log=False,
+    )
+    hits = store._search(principal, body, "scan the tenant's beliefs")["hits"]["hits"]
+    sources = [h["_source"] if isinstance(h.get("_source"), dict) else {} for h in hits]
+    return sources, (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
+
+
+def raw_source(store: BeliefStore, principal: Principal, belief_id: str) -> dict[str, Any] | None:
+    """The stored source of one of the tenant's beliefs by key, unparsed (None if absent)."""
+    found = get_routed(
+        store.client,
+        index=store.alias,
+        doc_id=doc_id(principal.tenant_id, belief_id),
+        routing=access.routing(principal),
+        action="read a stored belief",
+    )
+    source = found.get("_source") if found else None
+    return source if isinstance(source, dict) else None
 
 
 def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore
 from service.storage.client import translate_errors
 from service.storage.queries import LIVE
+from service.storage.unreadable import load_beliefs
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class BeliefLookup:
             "sort": ["_score", {"created_at": "asc"}, {"id": "asc"}],
         }
         rows = self._search(principal, body, "look up a belief by name")
-        return [Belief.from_document(r["_source"]) for r in rows]
+        return list(load_beliefs(rows))
 
     def by_canonical_name(self, principal: Principal, name: str) -> list[Belief]:
         return [b for b in self.by_name_or_alias(principal, name) if b.canonical_name == name]
@@ -89,7 +90,7 @@ class BeliefLookup:
             "sort": [{"created_at": "asc"}, {"id": "asc"}],
         }
         rows = self._search(principal, body, "list a compaction bucket")
-        return [Belief.from_document(r["_source"]) for r in rows]
+        return list(load_beliefs(rows))
 
     def plan_buckets(self, *, min_count: int, tenant_id: str | None = None, page: int = 500) -> list[BucketKey]:
         """Key-only scan: every (tenant, owner, scope, type, subtype) with >= ``min_count`` live

@@ -148,6 +148,7 @@ class BeliefPage(BaseModel):
 
     items: list[Belief]
     next_cursor: str | None = None
+    quarantined: int = 0
 
 
 class Clause(BaseModel):
@@ -295,6 +296,32 @@ class KeyPage(BaseModel):
 Lifecycle = Literal["live", "superseded", "resolved", "retracted"]
 
 
+class QuarantineErasedOut(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    belief_id: str
+    audit_payload_copies_removed: int
+    cached_renderings_removed: int
+    erased_at: datetime
+
+
+class QuarantinedOut(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    belief_id: str
+    owner_id: str | None
+    scope: list[str]
+    reason: str
+
+
+class QuarantinePageOut(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    items: list[QuarantinedOut]
+    scanned: int
+    next_cursor: str | None = None
+
+
 class Readiness(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -362,6 +389,7 @@ class RecallOut(BaseModel):
     truncated: bool
     injection: Injection
     receipt_id: str
+    quarantined: int = 0
     explain: list[dict[str, Any]] | None = None
 
 
@@ -578,6 +606,9 @@ __all__ = [
     "KeyPage",
     "Lifecycle",
     "Provenance",
+    "QuarantineErasedOut",
+    "QuarantinePageOut",
+    "QuarantinedOut",
     "Readiness",
     "RecallBudget",
     "RecallIn",

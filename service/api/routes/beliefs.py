@@ -29,6 +29,9 @@ JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonl
 class BeliefPage(BaseModel):
     items: list[Belief]
     next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page; null at the end")
+    quarantined: int = Field(
+        0, description="Stored documents on this page that cannot be loaded: skipped (admins: /v1/admin/quarantine)"
+    )
 
 
 class ImportResult(BaseModel):
@@ -188,7 +191,7 @@ def list_beliefs(
     items, next_cursor = beliefs.list_beliefs(
         actor, _filter(type_, status_, scope, pinned, q), size=limit, after=cursor, tenant_wide=all_
     )
-    return BeliefPage(items=items, next_cursor=next_cursor)
+    return BeliefPage(items=items, next_cursor=next_cursor, quarantined=len(items.quarantined))
 
 
 @router.get(

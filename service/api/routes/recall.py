@@ -76,6 +76,9 @@ class RecallOut(BaseModel):
     truncated: bool
     injection: Injection
     receipt_id: str = Field(description="The audit event recording this injection")
+    quarantined: int = Field(
+        0, description="Stored documents that matched but cannot be loaded: skipped, never injected"
+    )
     explain: list[dict[str, Any]] | None = None
 
 
@@ -115,5 +118,6 @@ def recall(body: RecallIn, actor: CurrentActor, service: RecallDep) -> RecallOut
         truncated=r.truncated,
         injection=Injection(beliefs=done.block.beliefs, dynamic=done.block.dynamic, text=done.block.text),
         receipt_id=done.receipt_id,
+        quarantined=len(r.quarantined),
         explain=r.notes if body.explain else None,
     )

@@ -1,0 +1,90 @@
+"""Stored belief documents that the current model cannot load.
+
+A document written before a validation rule existed (content stored as ``""``, a name longer than
+the limit once normalised, a hand-edited index) must never take a colleague's read down: every
+read path loads hits through :func:`load_beliefs`, which skips such a document, logs it once per
+process with its id and reason, and reports its id as *quarantined*. Single-belief reads raise
+:class:`~service.errors.Unreadable` (409) instead of a 500. Admins list and erase quarantined
+documents by id without parsing them (``/v1/admin/quarantine``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from service.domain.belief import Belief
+
+log = logging.getLogger(__name__)
+
+_MAX_REPORTED = 10_000
+_reported: set[str] = set()
+_lock = threading.Lock()
+
+
+class LoadedBeliefs(list[Belief]):
+    """The beliefs of a page of hits, plus the ids of the documents that were skipped."""
+
+    def __init__(self, beliefs: Iterable[Belief] = (), quarantined: Iterable[str] = ()):
+        super().__init__(beliefs)
+        self.quarantined: list[str] = list(quarantined)
+
+
+def document_id(source: dict[str, Any], fallback: str | None = None) -> str:
+    value = source.get("id") if isinstance(source, dict) else None
+    return value if isinstance(value, str) else (fallback or "<no id>")
+
+
+def why_unreadable(source: Any) -> str | None:
+    """None when ``source`` loads as a belief, else the first reason it does not."""
+    try:
+        Belief.from_document(source)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "document"
+        return f"{where}: {first.get('msg', 'invalid')}"
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        return f"document: {type(exc).__name__}"
+    return None
+
+
+def load_belief(source: Any, *, hit_id: str | None = None) -> Belief | None:
+    """The belief of one stored document, or None (logged once) when it cannot be loaded."""
+    try:
+        return Belief.from_document(source)
+    except (ValidationError, TypeError, ValueError, AttributeError, KeyError):
+        _report(document_id(source, hit_id), source)
+        return None
+
+
+def load_beliefs(rows: Iterable[dict[str, Any]]) -> LoadedBeliefs:
+    """Every loadable belief of ``rows`` (search hits), in order; the rest quarantined."""
+    loaded = LoadedBeliefs()
+    for row in rows:
+        belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
+        if belief is None:
+            loaded.quarantined.append(document_id(row.get("_source") or {}, row.get("_id")))
+        else:
+            loaded.append(belief)
+    return loaded
+
+
+def _report(doc: str, source: Any) -> None:
+    with _lock:
+        if doc in _reported:
+            return
+        if len(_reported) >= _MAX_REPORTED:
+            _reported.clear()
+        _reported.add(doc)
+    tenant = source.get("tenant_id") if isinstance(source, dict) else None
+    log.warning(
+        "quarantined belief %s of tenant %s: stored document cannot be loaded (%s); skipped by reads, "
+        "an admin can erase it at /v1/admin/quarantine",
+        doc,
+        tenant,
+        why_unreadable(source),
+    )
