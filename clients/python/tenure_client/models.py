@@ -300,6 +300,7 @@ class QuarantineErasedOut(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     belief_id: str
+    belief_versions_removed: list[str]
     audit_payload_copies_removed: int
     cached_renderings_removed: int
     erased_at: datetime
