@@ -30,7 +30,7 @@ from evals.backends import (
     prepare_namespace,
     vector_available,
 )
-from evals.cases import PAPER_DIR, CaseSet, load_case_set
+from evals.cases import MULTILINGUAL_DIR, PAPER_DIR, CaseSet, load_case_set
 from evals.report import BackendRun, build_report, load_categories, write_reports
 from evals.runner import run_case_set
 from service.config import Settings
@@ -50,10 +50,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--cases",
         type=Path,
-        default=PAPER_DIR,
-        help="case set directory (default: the paper's, %(default)s)",
+        action="append",
+        default=None,
+        help=(
+            "case set directory, repeatable (default: the paper's, then ours in evals/data/multilingual-v1; "
+            "the first set's report goes to --out, each further one to --out/<set name>/)"
+        ),
     )
-    p.add_argument("--name", default=None, help="case set name in the report (default: the directory name)")
+    p.add_argument("--name", default=None, help="name of a single case set in the report (default: the directory name)")
     p.add_argument(
         "--backends",
         default=None,
@@ -164,28 +168,67 @@ def main(argv: list[str] | None = None) -> int:
     for gate in gates:
         if gate not in names:
             names.append(gate)
-    if not (args.cases / "beliefs.seed.json").exists():
-        print(f"tenure-eval: {args.cases} is not a case set (no beliefs.seed.json)", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        case_set = load_case_set(args.cases, args.name)
-    except (KeyError, ValueError, TypeError) as exc:
-        print(f"tenure-eval: cannot read the case set in {args.cases}: {exc!r}", file=sys.stderr)
-        return EXIT_USAGE
+    directories: list[Path] = args.cases or [PAPER_DIR, MULTILINGUAL_DIR]
+    case_sets: list[CaseSet] = []
+    for directory in directories:
+        if not (directory / "beliefs.seed.json").exists():
+            print(f"tenure-eval: {directory} is not a case set (no beliefs.seed.json)", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            case_sets.append(load_case_set(directory, args.name if len(directories) == 1 else None))
+        except (KeyError, ValueError, TypeError) as exc:
+            print(f"tenure-eval: cannot read the case set in {directory}: {exc!r}", file=sys.stderr)
+            return EXIT_USAGE
 
     started = datetime.now(UTC)
     out_dir = args.out or REPO / "evals" / "out" / started.strftime("%Y%m%dT%H%M%SZ")
-    run_id = uuid.uuid4().hex[:8]
     node: Any = _start_node(args.heap) if args.start_node else None
     base = Settings()
     settings = base.model_copy(
         update={"opensearch_url": node.url if node else (args.opensearch_url or base.opensearch_url)}
     )
     client = build_client(settings)
+    failed_gates: list[str] = []
+    try:
+        version = client.info()["version"]["number"]
+        for index, (directory, case_set) in enumerate(zip(directories, case_sets, strict=True)):
+            target = out_dir if index == 0 else out_dir / case_set.name
+            runs, meta = _run_case_set(client, settings, case_set, names, args, argv, version, node, gates)
+            report = build_report(case_set, runs, load_categories(case_set, directory), meta)
+            paths = write_reports(report, target, charts=not args.no_charts)
+            for run in runs.values():
+                print(run.result.summary_line())
+            print(f"report: {paths['markdown']}  json: {paths['json']}")
+            for gate in gates:
+                r = runs[gate].result
+                if r.passed != r.total:
+                    failed_gates.append(gate)
+                    print(f"GATE FAILED: {gate} on {case_set.name} passed {r.passed}/{r.total}", file=sys.stderr)
+    finally:
+        client.close()
+        if node:
+            node.stop()
+            shutil.rmtree(node.home.parent, ignore_errors=True)
+    return EXIT_GATE_FAILED if failed_gates else EXIT_OK
+
+
+def _run_case_set(
+    client: OpenSearch,
+    settings: Settings,
+    case_set: CaseSet,
+    names: list[str],
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    version: str,
+    node: Any,
+    gates: list[str],
+) -> tuple[dict[str, BackendRun], dict[str, Any]]:
+    """Every backend on one case set (after an unrecorded warm-up), and the report's metadata."""
+    started = datetime.now(UTC)
+    run_id = uuid.uuid4().hex[:8]
     runs: dict[str, BackendRun] = {}
     progress: Any = None
     try:
-        version = client.info()["version"]["number"]
         if not args.no_progress:
             from tqdm import tqdm
 
@@ -193,16 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.warmup:
             # one unrecorded bm25 pass so the first measured backend does not pay the node's
             # cold start (JIT, caches) in its latency figures
-            run_backend(
-                client,
-                settings,
-                case_set,
-                "bm25",
-                f"{run_id}w",
-                progress=None,
-                cache_dir=None,
-                keep=False,
-            )
+            run_backend(client, settings, case_set, "bm25", f"{run_id}w", progress=None, cache_dir=None, keep=False)
         for name in names:
             if progress is not None:
                 progress.set_description(f"{case_set.name} {name}")
@@ -219,11 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if progress is not None:
             progress.close()
-        client.close()
-        if node:
-            node.stop()
-            shutil.rmtree(node.home.parent, ignore_errors=True)
-
     meta = {
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -242,17 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         "recall_defaults": settings.recall.model_dump(),
         "gates": gates,
     }
-    categories = load_categories(case_set, args.cases)
-    report = build_report(case_set, runs, categories, meta)
-    paths = write_reports(report, out_dir, charts=not args.no_charts)
-    for run in runs.values():
-        print(run.result.summary_line())
-    print(f"report: {paths['markdown']}  json: {paths['json']}")
-    failed_gates = [g for g in gates if runs[g].result.passed != runs[g].result.total]
-    for gate in failed_gates:
-        r = runs[gate].result
-        print(f"GATE FAILED: {gate} passed {r.passed}/{r.total}", file=sys.stderr)
-    return EXIT_GATE_FAILED if failed_gates else EXIT_OK
+    return runs, meta
 
 
 if __name__ == "__main__":
