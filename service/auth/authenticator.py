@@ -103,12 +103,13 @@ class Authenticator:
     def revalidate(self, identity: Identity) -> Identity:
         """The identity a console session was opened with, checked again without its secret:
         an API key must still exist, be unrevoked and unexpired, and its user and tenant enabled
-        (grant changes apply at once); a JWT must not be revoked and its account not disabled.
-        Raises :class:`Unauthenticated` otherwise."""
+        (grant changes apply); a JWT must not be revoked and its account not disabled. The same
+        in-process cache and bound (``api_key_cache_s``) as a bearer key, so a session learns of
+        a revocation exactly when a REST call would. Raises :class:`Unauthenticated` otherwise."""
         if identity.kind == "api_key":
             if identity.credential_id is None:
                 raise Unauthenticated(REJECTED_KEY)
-            return self._usable_key(self._key_record(identity.credential_id))
+            return self._key_by_id(identity.credential_id)
         if identity.credential_id is not None and self._jti_revoked(identity.principal, identity.credential_id):
             raise Unauthenticated("this token has been revoked")
         if self._account_disabled(identity.principal.tenant_id, identity.principal.user_id):
@@ -192,11 +193,24 @@ class Authenticator:
         if cached and cached.until > time.monotonic() and keys.matches(token, cached.key_hash, pepper):
             return cached.identity
         identity, key_hash = self._load_key(key_id, token, pepper)
+        self._remember(key_id, key_hash, identity)
+        self._touch(key_id)
+        return identity
+
+    def _key_by_id(self, key_id: str) -> Identity:
+        with self._lock:
+            cached = self._cache.get(key_id)
+        if cached and cached.until > time.monotonic():
+            return cached.identity
+        record = self._key_record(key_id)
+        identity = self._usable_key(record)
+        self._remember(key_id, record.key_hash, identity)
+        return identity
+
+    def _remember(self, key_id: str, key_hash: str, identity: Identity) -> None:
         if self.settings.api_key_cache_s > 0:
             with self._lock:
                 self._cache[key_id] = _Cached(time.monotonic() + self.settings.api_key_cache_s, key_hash, identity)
-        self._touch(key_id)
-        return identity
 
     def _load_key(self, key_id: str, token: str, pepper: str) -> tuple[Identity, str]:
         record = self._key_record(key_id)
