@@ -16,12 +16,12 @@ from fastapi_offline import FastAPIOffline
 
 from service.api.errors import RequestContextMiddleware, error_responses, install_error_handlers
 from service.api.routes import admin, audit, beliefs, health, quarantine, recall
+from service.api.routes import memory_loop as memory_loop_routes
 from service.api.state import Services, ensure_indices
 from service.config import Settings, get_settings
 from service.console import install_console
 from service.errors import TenureError
 from service.mcp.server import mount as mount_mcp
-from service.proxy import routes as memory_loop_routes
 from service.proxy.service import MemoryLoop
 from service.storage.client import build_client
 

@@ -572,7 +572,7 @@ class BeliefsResolveIn(BaseModel):
     resolved_by: str | None = None
 
 
-class RoutesResolveIn(BaseModel):
+class MemoryLoopResolveIn(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     action: Literal["keep_existing", "accept_proposed", "apply_alias", "dismiss"]
@@ -606,6 +606,7 @@ __all__ = [
     "KeyOut",
     "KeyPage",
     "Lifecycle",
+    "MemoryLoopResolveIn",
     "Provenance",
     "QuarantineErasedOut",
     "QuarantinePageOut",
@@ -618,7 +619,6 @@ __all__ = [
     "RetractIn",
     "ReviewItem",
     "Role",
-    "RoutesResolveIn",
     "Subtype",
     "SupersedeIn",
     "SupersedeResult",
