@@ -22,7 +22,6 @@ from service.config import Settings, get_settings
 from service.console import install_console
 from service.errors import TenureError
 from service.mcp.server import mount as mount_mcp
-from service.proxy.service import MemoryLoop
 from service.storage.client import build_client
 
 ROUTERS: list[APIRouter] = [
@@ -52,13 +51,11 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         services = Services.build(config, client, redis_client)
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
-        app.state.memory_loop = MemoryLoop(config, client, redis_client)
-        app.state.memory_loop.ensure_indices()
         try:
             async with mcp_server.session_manager.run():
                 yield
         finally:
-            await app.state.memory_loop.aclose()
+            await services.aclose()
             client.close()
             redis_client.close()
 

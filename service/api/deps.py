@@ -104,33 +104,46 @@ def client_address(request: Request) -> str | None:
     return request.client.host if request.client else None
 
 
+def authenticate(
+    request: Request,
+    services: Services,
+    credentials: HTTPAuthorizationCredentials | None,
+    *,
+    read_only: bool,
+) -> Identity:
+    """The one authentication path of every route (API, proxy, console, MCP over HTTP): verify the
+    bearer credential, keep the identity on the request, charge the credential's token bucket
+    (429 ``rate_limited`` when empty; a read is still answered when the limiter is down)."""
+    if credentials is None or not credentials.credentials:
+        raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
+    identity = services.guard.authenticate(credentials.credentials, client_address(request))
+    request.state.identity = identity
+    services.limiter.charge(identity, read_only=read_only)
+    return identity
+
+
 def current_identity(
     request: Request,
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> Identity:
-    if credentials is None or not credentials.credentials:
-        raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
-    identity = services.guard.authenticate(credentials.credentials, client_address(request))
-    request.state.identity = identity
-    enforce_rate_limit(request, identity)
-    return identity
+    """A credential charged by the request's method: GET/HEAD/OPTIONS as reads, the rest as writes."""
+    return authenticate(request, services, credentials, read_only=request.method in SAFE_METHODS)
 
 
-# POSTs that only read: recall takes a body, changes no belief, and its injection receipt falls
-# back to a direct audit write when Redis is down, so a limiter outage must not stop it either.
-READ_ONLY_POSTS = frozenset({"/v1/recall"})
-
-
-def enforce_rate_limit(request: Request, identity: Identity) -> None:
-    """Charge the credential's token bucket (429 ``rate_limited`` when empty). Every route that
-    authenticates through :func:`current_identity` is limited; a route with its own
-    authentication calls this after it."""
-    read_only = request.method in SAFE_METHODS or request.url.path in READ_ONLY_POSTS
-    raw_services(request).limiter.charge(identity, read_only=read_only)
+def reading_identity(
+    request: Request,
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Identity:
+    """For a POST that only reads (recall takes a body, changes no belief, and its receipt falls
+    back to a direct audit write when Redis is down): charged as a read, so a limiter outage does
+    not stop it. The route says so in its signature instead of a list of URL paths."""
+    return authenticate(request, services, credentials, read_only=True)
 
 
 CurrentIdentity = Annotated[Identity, Depends(current_identity)]
+ReadingIdentity = Annotated[Identity, Depends(reading_identity)]
 
 
 def current_principal(identity: CurrentIdentity) -> Principal:
@@ -151,23 +164,41 @@ AdminPrincipal = Annotated[Principal, Depends(admin_principal)]
 SESSION_HEADER = "X-Tenure-Session"
 
 
-def current_actor(
-    request: Request,
-    identity: CurrentIdentity,
-    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
-) -> Actor:
-    if session is not None and not session.strip():
-        raise ValidationFailed(
-            "empty session id",
-            details=[{"loc": ["header", SESSION_HEADER], "msg": "must not be blank"}],
-        )
+def actor_of(request: Request, identity: Identity, session_id: str | None) -> Actor:
+    """The request context services receive: principal, credential, request id, session."""
     return Actor(
         principal=identity.principal,
         kind=identity.kind,
         credential_id=identity.credential_id,
         request_id=request_id_of(request),
-        session_id=session,
+        session_id=session_id,
     )
 
 
+def _session(session: str | None) -> str | None:
+    if session is not None and not session.strip():
+        raise ValidationFailed(
+            "empty session id",
+            details=[{"loc": ["header", SESSION_HEADER], "msg": "must not be blank"}],
+        )
+    return session
+
+
+def current_actor(
+    request: Request,
+    identity: CurrentIdentity,
+    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
+) -> Actor:
+    return actor_of(request, identity, _session(session))
+
+
+def reading_actor(
+    request: Request,
+    identity: ReadingIdentity,
+    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
+) -> Actor:
+    return actor_of(request, identity, _session(session))
+
+
 CurrentActor = Annotated[Actor, Depends(current_actor)]
+ReadingActor = Annotated[Actor, Depends(reading_actor)]

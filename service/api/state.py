@@ -19,6 +19,7 @@ from service.errors import StoreUnavailable
 from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.reviews import ReviewService
 from service.provisioning.service import ProvisioningService
+from service.proxy.service import MemoryLoop
 from service.recall.cache import RenderCache
 from service.recall.context import ContextBuilder
 from service.recall.receipts import ReceiptOutbox
@@ -28,7 +29,6 @@ from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.client import translate_errors
 from service.storage.operations import DEPLOYMENT_FAMILIES
-from service.storage.reviews import ReviewStore
 from service.storage.templates import apply_templates
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ class Services:
     render_cache: RenderCache
     receipts: ReceiptOutbox
     reviews: ReviewService
+    loop: MemoryLoop  # the memory loop: proxy, turn recording, review store, task queue
 
     @classmethod
     def build(cls, settings: Settings, client: OpenSearch, redis_client: Redis[bytes]) -> Services:
@@ -63,6 +64,7 @@ class Services:
         authenticator = Authenticator(settings.auth, accounts, verifier, redis_client, ns)
         render_cache = RenderCache(redis_client, ns)
         receipts = ReceiptOutbox.from_settings(settings, redis_client, audit)
+        loop = MemoryLoop(settings, client, redis_client)
         return cls(
             settings=settings,
             opensearch=client,
@@ -97,10 +99,14 @@ class Services:
             render_cache=render_cache,
             receipts=receipts,
             # admins resolve review items with the memory loop's write policy (visible at once)
-            reviews=ReviewService(
-                BeliefLifecycle(store, audit, refresh=LOOP_REFRESH), ReviewStore(client, ns), settings.loop
-            ),
+            reviews=ReviewService(BeliefLifecycle(store, audit, refresh=LOOP_REFRESH), loop.reviews, settings.loop),
+            loop=loop,
         )
+
+    async def aclose(self) -> None:
+        """Close what the services opened themselves (the upstream HTTP client, the broker
+        connection); the OpenSearch and Redis clients belong to whoever passed them in."""
+        await self.loop.aclose()
 
 
 def ensure_indices(services: Services) -> bool:

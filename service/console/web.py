@@ -21,8 +21,7 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.templating import Jinja2Templates
 
-from service.api.deps import get_services, raw_services
-from service.api.errors import request_id_of
+from service.api.deps import actor_of, get_services, raw_services
 from service.api.state import Services
 from service.auth.actor import Actor
 from service.auth.authenticator import Identity
@@ -90,12 +89,7 @@ def console_user(request: Request, services: Annotated[Services, Depends(get_ser
         session_store(services).revoke(session.session_id)
         raise LoginRequired() from None
     services.limiter.charge(identity, read_only=request.method in ("GET", "HEAD"))
-    actor = Actor(
-        principal=identity.principal,
-        kind=identity.kind,
-        credential_id=identity.credential_id,
-        request_id=request_id_of(request),
-    )
+    actor = actor_of(request, identity, None)
     user = ConsoleUser(session=session, identity=identity, actor=actor)
     request.state.console_user = user
     return user

@@ -36,9 +36,8 @@ from service.recall.context import RecallResult
 from service.recall.render import InjectionBlock, render_injection
 from service.recall.service import RecallService
 from service.storage.audit import AuditEvent
-from service.storage.reviews import REVIEWS, ReviewStore
-from service.storage.templates import apply_templates
-from service.storage.turns import TURNS, TurnRecord, TurnStore
+from service.storage.reviews import ReviewStore
+from service.storage.turns import TurnRecord, TurnStore
 
 log = logging.getLogger("tenure.proxy")
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -164,7 +163,7 @@ class TurnContext:
 
 
 class MemoryLoop:
-    """What the proxy routes share (built once in the app lifespan)."""
+    """The memory loop's parts the API uses (built once, held by :class:`service.api.state.Services`)."""
 
     def __init__(self, settings: Settings, client: OpenSearch, rds: redis.Redis[bytes]):
         ns = settings.opensearch_namespace
@@ -176,12 +175,6 @@ class MemoryLoop:
         self.upstream = Upstream(settings.loop)
         self.gate = TierGate(settings.loop.tier_families, strict=settings.loop.strict_model_tiers)
         self.client = client
-
-    def ensure_indices(self) -> None:
-        try:
-            apply_templates(self.client, self.settings.opensearch_namespace, (TURNS, REVIEWS))
-        except Exception as exc:  # the store may be down at start-up; the proxy degrades
-            log.warning("memory-loop indices not applied yet: %s", exc)
 
     async def aclose(self) -> None:
         await self.upstream.aclose()

@@ -57,7 +57,7 @@ def test_a_turn_answered_while_its_record_is_refused_is_parked_then_extracted_on
     loop_settings: Settings,
     turns_write_blocked: None,
 ) -> None:
-    loop: MemoryLoop = api.app.state.memory_loop  # type: ignore[attr-defined]
+    loop: MemoryLoop = api.app.state.services.loop  # type: ignore[attr-defined]
     llm.script(Reply(content="Noted." + sidecar(new_beliefs=[new_belief("release_train", "Weekly release train.")])))
     answer = _chat(api, crew.h("alice"))
     assert answer["choices"][0]["message"]["content"] == "Noted."
@@ -94,7 +94,7 @@ def test_a_turn_answered_while_its_record_is_refused_is_parked_then_extracted_on
 def test_post_turns_does_not_park_its_caller_retries_on_503(
     api: TestClient, crew: Team, turns_write_blocked: None
 ) -> None:
-    loop: MemoryLoop = api.app.state.memory_loop  # type: ignore[attr-defined]
+    loop: MemoryLoop = api.app.state.services.loop  # type: ignore[attr-defined]
     before = loop.parked.outbox.pending()
     body = {"model": "gpt-4o", "scope": ["domain:code"], "user_message": "hi", "assistant_message": "Noted."}
     refused = api.post("/v1/turns", json=body, headers=crew.h("alice"))

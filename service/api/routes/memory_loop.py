@@ -17,13 +17,13 @@ from service.api.deps import (
     AdminPrincipal,
     CurrentActor,
     CurrentPrincipal,
+    actor_of,
+    authenticate,
     bearer_scheme,
-    client_address,
     raw_services,
 )
-from service.api.errors import request_id_of
 from service.auth.actor import Actor
-from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, Unauthenticated, ValidationFailed
+from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, ValidationFailed
 from service.extraction.reviews import Action, ReviewService
 from service.extraction.sidecar import ParseStatus, split_sidecar
 from service.proxy.service import (
@@ -67,31 +67,19 @@ def proxy_actor(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
 ) -> Actor:
-    """The API's authenticator, without the API's "indices ready" gate: the proxy must answer
-    (without memory) when OpenSearch is down, and JWTs verify without the store."""
-    if credentials is None or not credentials.credentials:
-        raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
-    services = raw_services(request)
-    identity = services.guard.authenticate(credentials.credentials, client_address(request))
-    request.state.identity = identity
-    # The API's per-credential rate limit. Charged as a read: the proxy writes no belief itself
-    # (extraction is asynchronous), so a Redis outage lets it answer rather than refuse.
-    services.limiter.charge(identity, read_only=True)
-    return Actor(
-        principal=identity.principal,
-        kind=identity.kind,
-        credential_id=identity.credential_id,
-        request_id=request_id_of(request),
-        session_id=session.strip() if session and session.strip() else None,
-    )
+    """The API's authentication without the API's "indices ready" gate: the proxy must answer
+    (without memory) when OpenSearch is down, and JWTs verify without the store. Charged as a
+    read: the proxy writes no belief itself (extraction is asynchronous), so a Redis outage lets
+    it answer rather than refuse. A blank session header means none here (OpenAI clients)."""
+    identity = authenticate(request, raw_services(request), credentials, read_only=True)
+    return actor_of(request, identity, session.strip() if session and session.strip() else None)
 
 
 ProxyActor = Annotated[Actor, Depends(proxy_actor)]
 
 
 def memory_loop(request: Request) -> MemoryLoop:
-    loop: MemoryLoop = request.app.state.memory_loop
-    return loop
+    return raw_services(request).loop
 
 
 async def _chat_body(request: Request) -> ChatRequest:

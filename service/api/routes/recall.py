@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.api.deps import CurrentActor, RecallDep
+from service.api.deps import ReadingActor, RecallDep
 from service.domain import scopes as scope_rules
 from service.domain.belief import BeliefType, EpistemicStatus
 from service.recall.context import RecallBudget, TierEntry
@@ -100,7 +100,7 @@ def _item(entry: TierEntry) -> TierItem:
 
 
 @router.post("/recall", response_model=RecallOut, summary="Recall the four tiers and the injection block")
-def recall(body: RecallIn, actor: CurrentActor, service: RecallDep) -> RecallOut:
+def recall(body: RecallIn, actor: ReadingActor, service: RecallDep) -> RecallOut:
     if body.session_id:
         actor = replace(actor, session_id=body.session_id)
     done = service.recall(actor, body.scopes, body.query, budget=body.budget, explain=body.explain)
