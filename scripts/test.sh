@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check service workers evals tests deploy benchmarks clients
 .venv/bin/mypy
+.venv/bin/lint-imports  # the layering contracts ([tool.importlinter] in pyproject.toml)
 .venv/bin/python -m pytest "$@"
