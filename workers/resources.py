@@ -66,7 +66,7 @@ def build(settings: Settings) -> Resources:
         turns=turns,
         pipeline=ExtractionPipeline(lifecycle, turns, reviews, settings.loop, actor_kind="worker"),
         compactor=Compactor(
-            lifecycle, settings.loop, RedisCooldown(rds), llm_from_settings(settings), actor_kind="worker"
+            lifecycle, settings.loop, RedisCooldown(rds, ns), llm_from_settings(settings), actor_kind="worker"
         ),
         queue=queue,
         receipts=ReceiptOutbox.from_settings(settings, rds, audit_store),

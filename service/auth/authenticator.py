@@ -31,6 +31,7 @@ from typing import Literal
 
 import redis
 
+from service import redis_keys
 from service.auth import keys
 from service.auth.tokens import TokenVerifier, principal_from_claims
 from service.config import AuthSettings
@@ -125,14 +126,14 @@ class Authenticator:
         any text."""
         parts = (self.settings.jwt_issuer, principal.tenant_id, principal.user_id, jti)
         digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
-        return f"{self.namespace}:revoked-jwt:{digest}"
+        return redis_keys.revoked_jwt(self.namespace, digest)
 
     def _jti_revoked(self, principal: Principal, jti: str) -> bool:
         """Revoked token ids live in Redis until the token would have expired anyway. Fails
         closed: if Redis cannot answer, the request is refused (503), not waved through."""
         # Revocations written before the key included the tenant and subject (``revoked-jti:``) are
         # honoured until they expire with their tokens; nothing writes them any more.
-        legacy = f"{self.namespace}:revoked-jti:{jti}"
+        legacy = redis_keys.legacy_revoked_jti(self.namespace, jti)
         try:
             return bool(self.redis.exists(self._revoked_key(principal, jti), legacy))
         except redis.RedisError as exc:
@@ -241,7 +242,7 @@ class Authenticator:
         """Write last_used_at at most once per interval per key, across all processes: a Redis
         SET NX with expiry elects the one request that writes. The write itself (an fsynced
         update, ~3 ms) runs on a background thread, off the request path."""
-        gate = f"{self.namespace}:key-used:{key_id}"
+        gate = redis_keys.key_used(self.namespace, key_id)
         try:
             elected = self.redis.set(gate, "1", nx=True, ex=self.settings.last_used_interval_s)
         except redis.RedisError as exc:

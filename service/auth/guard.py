@@ -24,6 +24,7 @@ from collections import OrderedDict
 
 import redis
 
+from service import redis_keys
 from service.auth import keys
 from service.auth.authenticator import Authenticator, Identity
 from service.auth.ratelimit import BUCKET_SCRIPT
@@ -100,7 +101,7 @@ class AuthGuard:
     def _failed(self, subjects: list[str]) -> None:
         if self.per_s <= 0:
             return
-        buckets = [f"{self.namespace}:rl:fail:{s}" for s in subjects]
+        buckets = [redis_keys.failed_authentication(self.namespace, s) for s in subjects]
         args: list[float] = []
         for _ in subjects:
             args += [self.per_s, self.burst]

@@ -25,6 +25,7 @@ import time
 
 import redis
 
+from service import redis_keys
 from service.auth.authenticator import Identity
 from service.errors import RateLimited, StoreUnavailable
 
@@ -110,15 +111,15 @@ class RateLimiter:
     def bucket(self, identity: Identity) -> str:
         principal = identity.principal
         if identity.kind == "api_key" and identity.credential_id:
-            return f"{self.namespace}:rl:key:{identity.credential_id}"
+            return redis_keys.rate_limit_credential(self.namespace, identity.credential_id)
         # Tenant and subject come from a token's claims: hash them into a safe key.
         subject = hashlib.sha256(f"{principal.tenant_id}\0{principal.user_id}".encode()).hexdigest()[:32]
-        return f"{self.namespace}:rl:sub:{subject}"
+        return redis_keys.rate_limit_subject(self.namespace, subject)
 
     def tenant_bucket(self, identity: Identity) -> str:
         """Every credential of a tenant also draws from this one: minting keys buys nothing."""
         tenant = hashlib.sha256(identity.principal.tenant_id.encode()).hexdigest()[:32]
-        return f"{self.namespace}:rl:tenant:{tenant}"
+        return redis_keys.rate_limit_tenant(self.namespace, tenant)
 
     def charge(self, identity: Identity, *, read_only: bool) -> None:
         """Take one token from the credential's bucket and its tenant's, or raise :class:`RateLimited`."""

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 import redis
 
+from service import redis_keys
 from service.auth.authenticator import CredentialKind, Identity
 from service.domain.principal import Principal, Role
 from service.errors import StoreUnavailable
@@ -65,7 +66,7 @@ class SessionStore:
 
     def _key(self, session_id: str) -> str:
         digest = hashlib.sha256(session_id.encode()).hexdigest()
-        return f"{self.namespace}:console:session:{digest}"
+        return redis_keys.console_session(self.namespace, digest)
 
     def open(self, identity: Identity) -> ConsoleSession:
         now = time.time()

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import httpx
 import redis
 
+from service import redis_keys
 from service.auth.actor import Actor
 from service.beliefs.lifecycle import BeliefLifecycle, Change, merge_aliases, spoken_name
 from service.config import MemoryLoopSettings, Settings
@@ -85,15 +86,16 @@ class Cooldown(Protocol):
 
 
 class RedisCooldown:
-    def __init__(self, client: redis.Redis[bytes]):
+    def __init__(self, client: redis.Redis[bytes], namespace: str):
         self.client = client
+        self.namespace = namespace
 
     def active(self, key: str) -> bool:
-        return bool(self.client.exists(f"tenure:compaction:cooldown:{key}"))
+        return bool(self.client.exists(redis_keys.compaction_cooldown(self.namespace, key)))
 
     def mark(self, key: str, seconds: int) -> None:
         if seconds > 0:
-            self.client.set(f"tenure:compaction:cooldown:{key}", "1", ex=seconds)
+            self.client.set(redis_keys.compaction_cooldown(self.namespace, key), "1", ex=seconds)
 
 
 class CompactionLLM:

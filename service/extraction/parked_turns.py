@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import redis
 
+from service import redis_keys
 from service.config import Settings
 from service.errors import Conflict, ValidationFailed
 from service.extraction.queue import TaskQueue
@@ -28,7 +29,7 @@ class ParkedTurns:
     def __init__(self, rds: redis.Redis[bytes], turns: TurnStore, queue: TaskQueue, settings: Settings):
         self.turns = turns
         self.queue = queue
-        key = f"{settings.opensearch_namespace}:turns:parked"
+        key = redis_keys.parked_turns(settings.opensearch_namespace)
         self.outbox = RedisOutbox(rds, key, TurnRecord, max_pending=MAX_PARKED_TURNS)
 
     def park(self, turn: TurnRecord) -> bool:

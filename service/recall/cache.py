@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import redis
 
+from service import redis_keys
 from service.errors import StoreUnavailable
 
 
@@ -20,7 +21,7 @@ class RenderCache:
         self.ttl_s = ttl_s
 
     def prefix(self, tenant_id: str) -> str:
-        return f"{self.namespace}:render:{tenant_id}:"
+        return redis_keys.render_cache(self.namespace, tenant_id)
 
     def key(self, tenant_id: str, name: str) -> str:
         return self.prefix(tenant_id) + name

@@ -19,6 +19,7 @@ from functools import partial
 
 import redis
 
+from service import redis_keys
 from service.config import Settings
 from service.outbox import RedisOutbox
 from service.storage.audit import AuditEvent, AuditStore
@@ -32,7 +33,7 @@ class ReceiptOutbox:
     ):
         self.enabled = enabled
         self.audit = audit
-        self.outbox = RedisOutbox(rds, f"{namespace}:audit:receipts", AuditEvent, max_pending=max_pending)
+        self.outbox = RedisOutbox(rds, redis_keys.receipts_outbox(namespace), AuditEvent, max_pending=max_pending)
 
     @classmethod
     def from_settings(cls, settings: Settings, rds: redis.Redis[bytes], audit: AuditStore) -> ReceiptOutbox:

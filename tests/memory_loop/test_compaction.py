@@ -35,7 +35,12 @@ def compactor(
     services: Services, settings: Settings, rds: redis.Redis[bytes], llm: CompactionLLM | None = None, **policy: Any
 ) -> Compactor:
     loop = settings.loop.model_copy(update=policy)
-    return Compactor(BeliefLifecycle(services.store, services.audit, refresh="true"), loop, RedisCooldown(rds), llm)
+    return Compactor(
+        BeliefLifecycle(services.store, services.audit, refresh="true"),
+        loop,
+        RedisCooldown(rds, settings.opensearch_namespace),
+        llm,
+    )
 
 
 def entities(team: Team, owner: str = "alice") -> list[Belief]:
@@ -122,6 +127,8 @@ def test_thresholds_and_cooldown(
     assert (bucket.owner_id, bucket.scope, bucket.type, bucket.count) == ("alice", "domain:code", "entity", 5)
     assert low.compact(bucket).ran
     assert low.plan(tenant_id=crew.tenant) == []  # cooling down (and now below the threshold)
+    # the cooldown lives under the deployment's namespace (was a fixed "tenure:" prefix)
+    assert rds.keys(f"{loop_settings.opensearch_namespace}:compaction:cooldown:{crew.tenant}|*")
     assert [b.tenant_id for b in low.plan(tenant_id=crew.tenant, force=True)] == [crew.tenant]
 
 

@@ -1,0 +1,66 @@
+"""Every Redis key the service writes, built here and nowhere else, all under the deployment's
+namespace (``TENURE_OPENSEARCH_NAMESPACE``, default ``tenure``), so two deployments sharing one
+Redis never collide and an operator can see in one place what lives where.
+
+Celery's own keys (the queues ``<TENURE_CELERY_QUEUE_PREFIX>.heavy|cheap`` and kombu's bookkeeping)
+are named by Celery from its settings, not here.
+"""
+
+from __future__ import annotations
+
+
+def receipts_outbox(namespace: str) -> str:
+    """Stream of injection receipts waiting to be moved into the audit index (``:dead`` beside it)."""
+    return f"{namespace}:audit:receipts"
+
+
+def parked_turns(namespace: str) -> str:
+    """Stream of proxy turns OpenSearch could not take after their answer went out."""
+    return f"{namespace}:turns:parked"
+
+
+def render_cache(namespace: str, tenant_id: str) -> str:
+    """Prefix of a tenant's cached injection renderings (erase drops them all)."""
+    return f"{namespace}:render:{tenant_id}:"
+
+
+def compaction_cooldown(namespace: str, bucket: str) -> str:
+    """Set while a compacted bucket cools down."""
+    return f"{namespace}:compaction:cooldown:{bucket}"
+
+
+def revoked_jwt(namespace: str, digest: str) -> str:
+    """A revoked JWT: sha256 of issuer, tenant, subject and jti."""
+    return f"{namespace}:revoked-jwt:{digest}"
+
+
+def legacy_revoked_jti(namespace: str, jti: str) -> str:
+    """Revocations written before they were keyed on issuer + tenant + subject; read, never written."""
+    return f"{namespace}:revoked-jti:{jti}"
+
+
+def key_used(namespace: str, key_id: str) -> str:
+    """Gate that limits ``last_used_at`` writes of one API key."""
+    return f"{namespace}:key-used:{key_id}"
+
+
+def rate_limit_credential(namespace: str, credential_id: str) -> str:
+    return f"{namespace}:rl:key:{credential_id}"
+
+
+def rate_limit_subject(namespace: str, digest: str) -> str:
+    """Token bucket of a JWT subject (tenant + user, hashed)."""
+    return f"{namespace}:rl:sub:{digest}"
+
+
+def rate_limit_tenant(namespace: str, digest: str) -> str:
+    return f"{namespace}:rl:tenant:{digest}"
+
+
+def failed_authentication(namespace: str, subject: str) -> str:
+    """Token bucket of failed authentications per client address or API key id."""
+    return f"{namespace}:rl:fail:{subject}"
+
+
+def console_session(namespace: str, digest: str) -> str:
+    return f"{namespace}:console:session:{digest}"
