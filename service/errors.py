@@ -63,12 +63,6 @@ class TenureError(Exception):
         if code is not None:
             self.code = code
 
-    def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"code": self.code.value, "message": self.message}
-        if self.details is not None:
-            body["details"] = self.details
-        return body
-
 
 class ValidationFailed(TenureError):
     code = ErrorCode.VALIDATION_ERROR

@@ -118,9 +118,6 @@ class TokenVerifier:
             raise InvalidCredential("malformed token") from exc
         return dict(claims)
 
-    def principal(self, token: str) -> Principal:
-        return principal_from_claims(self.verify(token))
-
     def issue_dev_token(self, principal: Principal, *, ttl_s: int | None = None) -> tuple[str, int]:
         """An HS256 token for ``principal`` (development deployments only)."""
         secret = self.settings.jwt_hs256_secret

@@ -1,9 +1,8 @@
-"""Cached renderings of injection blocks in Redis.
+"""Where cached renderings of injection blocks would live in Redis, and their erasure.
 
-Anything that caches a rendered injection block for a tenant (the recall endpoint's optional
-per-session cache, the proxy) stores it under :meth:`RenderCache.key`, so erasure can find and drop
-every rendering that might still contain an erased belief. Entries expire on their own after
-``ttl_s``; erasure removes them at once.
+Nothing in this version caches a rendering (recall renders per request). The prefix stays reserved
+(:func:`service.redis_keys.render_cache`), and erasure still sweeps it, so a cache added later
+has to store under it and can never keep an erased belief's text.
 """
 
 from __future__ import annotations
@@ -15,29 +14,12 @@ from service.errors import StoreUnavailable
 
 
 class RenderCache:
-    def __init__(self, client: redis.Redis[bytes], namespace: str, *, ttl_s: int = 300):
+    def __init__(self, client: redis.Redis[bytes], namespace: str):
         self.client = client
         self.namespace = namespace
-        self.ttl_s = ttl_s
 
     def prefix(self, tenant_id: str) -> str:
         return redis_keys.render_cache(self.namespace, tenant_id)
-
-    def key(self, tenant_id: str, name: str) -> str:
-        return self.prefix(tenant_id) + name
-
-    def put(self, tenant_id: str, name: str, text: str) -> None:
-        try:
-            self.client.set(self.key(tenant_id, name), text, ex=self.ttl_s)
-        except redis.RedisError as exc:
-            raise StoreUnavailable("Redis is unreachable while caching a rendering") from exc
-
-    def get(self, tenant_id: str, name: str) -> str | None:
-        try:
-            value = self.client.get(self.key(tenant_id, name))
-        except redis.RedisError as exc:
-            raise StoreUnavailable("Redis is unreachable while reading a rendering") from exc
-        return value.decode() if isinstance(value, bytes) else value
 
     def invalidate_tenant(self, tenant_id: str) -> int:
         """Delete every cached rendering of the tenant; returns how many were removed."""

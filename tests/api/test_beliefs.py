@@ -219,7 +219,7 @@ def test_erase_removes_versions_audit_payloads_and_renderings(
         201,
     )
     ok(client.post("/v1/recall", json={"scopes": ["domain:code"], "query": "codename?"}, headers=team.h("alice")))
-    services.render_cache.put(team.tenant, "session-1", "rendered block mentioning b-s2")
+    services.redis.set(services.render_cache.prefix(team.tenant) + "session-1", "rendered block mentioning b-s2")
     assert client.delete("/v1/beliefs/b-s2", headers=team.h("alice")).status_code == 403  # members may not
     receipt = ok(client.delete("/v1/beliefs/b-s2", headers=team.h("carol")))
     assert sorted(receipt["belief_versions_removed"]) == ["b-s1", "b-s2"]

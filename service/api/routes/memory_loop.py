@@ -50,8 +50,7 @@ _TYPES = {
     ErrorCode.PAYLOAD_TOO_LARGE: "invalid_request_error",
     ErrorCode.UPSTREAM_ERROR: "upstream_error",
     ErrorCode.UPSTREAM_TIMEOUT: "timeout_error",
-    ErrorCode.RATE_LIMITED: "rate_limit_error",
-}
+}  # a rate limit is refused by proxy_actor, before the handler: it answers in the service's shape
 
 
 def openai_error(exc: TenureError) -> JSONResponse:
