@@ -93,6 +93,7 @@ class Services:
             beliefs=BeliefService(
                 BeliefLifecycle(store, audit, refresh=settings.api.write_refresh, render_cache=render_cache),
                 max_import=settings.api.max_import_records,
+                user_exists=accounts.user_exists,
             ),
             recall=RecallService(ContextBuilder(store, settings.recall), receipts),
             provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),

@@ -9,7 +9,7 @@ tenant's belief: those are simply "not found".
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.auth.actor import Actor
 from service.beliefs.lifecycle import (
+    MAX_HISTORY,
     BeliefLifecycle,
     Change,
     ErasureReceipt,
     Replacement,
     check_writable,
+    follow_chain,
     pydantic_details,
+    reciprocal,
 )
 from service.domain.belief import (
     MAX_CONTENT_CHARS,
@@ -35,9 +38,10 @@ from service.domain.belief import (
     Provenance,
     Subtype,
     new_belief_id,
+    utcnow,
 )
 from service.domain.principal import Principal
-from service.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from service.errors import Conflict, Forbidden, NotFound, Unreadable, ValidationFailed
 from service.storage import beliefs as belief_storage
 from service.storage.beliefs import ListFilter
 from service.storage.unreadable import LoadedBeliefs
@@ -90,6 +94,31 @@ class SupersedeIn(BaseModel):
 class ImportReport:
     imported: list[str] = field(default_factory=list)
     failed: dict[str, dict[str, str]] = field(default_factory=dict)
+    changed: dict[str, list[str]] = field(default_factory=dict)  # what the server did to a record
+    warnings: list[str] = field(default_factory=list)
+
+
+# Fields the server keeps for itself. A member's import gets the server's values (a forged
+# change-log actor, a created_at or last_reinforced_at in 2999 winning a shared scope's pinned
+# order, a version); an admin's migration import keeps the given ones, and the audit event says so.
+# ``user_edited`` is not among them: it is the paper's own record field and only changes what its
+# owner's own sessions pin (the cross-scope rule), never a colleague's.
+SERVER_OWNED = (
+    "change_log",
+    "created_at",
+    "updated_at",
+    "version",
+    "reinforcement_count",
+    "last_reinforced_at",
+)
+LINKS = ("supersedes", "superseded_by")
+
+
+@dataclass
+class _Imported:
+    belief: Belief
+    given_server_fields: list[str]
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -102,14 +131,39 @@ def _change(actor: Actor) -> Change:
     return Change(actor=actor)
 
 
+def _server_values(actor: Actor, item: _Imported) -> None:
+    """A member's record gets the server's values for server-owned fields (named in the report)."""
+    if not item.given_server_fields:
+        return
+    now = utcnow()
+    item.belief = item.belief.model_copy(
+        update={
+            "change_log": [Change(actor=actor, at=now).entry("imported")],
+            "created_at": now,
+            "updated_at": now,
+            "version": 1,
+            "reinforcement_count": 0,
+            "last_reinforced_at": None,
+        }
+    )
+    item.notes.append(f"server values for {', '.join(item.given_server_fields)}: server-owned fields")
+
+
 class BeliefService:
     """Authorization and request validation around :class:`BeliefLifecycle` (which makes every
     change and records it), plus the reads."""
 
-    def __init__(self, lifecycle: BeliefLifecycle, *, max_import: int = 5000):
+    def __init__(
+        self,
+        lifecycle: BeliefLifecycle,
+        *,
+        max_import: int = 5000,
+        user_exists: Callable[[str, str], bool] | None = None,
+    ):
         self.lifecycle = lifecycle
         self.store = lifecycle.store
         self.max_import = max_import
+        self.user_exists = user_exists  # (tenant, user) -> exists: admin imports warn about owners
 
     # ---------------------------------------------------------------- create
 
@@ -136,20 +190,70 @@ class BeliefService:
         record."""
         if len(records) > self.max_import:
             raise ValidationFailed(f"at most {self.max_import} records per import, got {len(records)}")
-        beliefs = [self._imported(actor, i, r) for i, r in enumerate(records)]
+        items = [self._imported(actor, i, r) for i, r in enumerate(records)]
         seen: set[str] = set()
-        for belief in beliefs:
-            if belief.id in seen:
-                raise ValidationFailed(f"duplicate id {belief.id!r} in the import")
-            seen.add(belief.id)
-        result = self.lifecycle.import_many(_change(actor), beliefs)
+        for item in items:
+            if item.belief.id in seen:
+                raise ValidationFailed(f"duplicate id {item.belief.id!r} in the import")
+            seen.add(item.belief.id)
+        admin = actor.principal.is_admin
+        self._check_links(actor, items, admin=admin)
+        for item in items:
+            if not admin:
+                _server_values(actor, item)
+        kept = {
+            i.belief.id: {"kept_server_fields": i.given_server_fields} for i in items if admin and i.given_server_fields
+        }
+        result = self.lifecycle.import_many(_change(actor), [i.belief for i in items], details=kept)
         report = ImportReport(imported=result.written)
         for belief_id, reason in result.failed.items():
             code = "conflict" if "already exists" in reason or "version_conflict" in reason else "rejected"
             report.failed[belief_id] = {"code": code, "message": reason}
+        report.changed = {i.belief.id: i.notes for i in items if i.notes and i.belief.id in set(result.written)}
+        if admin:
+            report.warnings = self._unknown_owners(
+                actor, [i.belief for i in items if i.belief.id in set(result.written)]
+            )
         return report
 
-    def _imported(self, actor: Actor, index: int, record: dict[str, Any]) -> Belief:
+    def _check_links(self, actor: Actor, items: list[_Imported], *, admin: bool) -> None:
+        """Lifecycle links are made by the server. A member's import drops them; an admin's
+        migration import keeps a link only when the other side (in this import, or stored) names
+        this record back and has the same owner."""
+        batch = {i.belief.id: i.belief for i in items}
+        for item in items:
+            belief = item.belief
+            dropped = []
+            for link in LINKS:
+                target = getattr(belief, link)
+                if not target:
+                    continue
+                partner = (
+                    (batch.get(target) or self._maybe_get(actor.principal, target, tenant_wide=True)) if admin else None
+                )
+                if partner is None or not reciprocal(belief, link, partner):
+                    dropped.append(link)
+            if dropped:
+                item.belief = belief.model_copy(update=dict.fromkeys(dropped))
+                why = (
+                    "links are made by the server"
+                    if not admin
+                    else "the other side does not link back with the same owner"
+                )
+                item.notes.append(f"dropped {', '.join(dropped)}: {why}")
+
+    def _unknown_owners(self, actor: Actor, beliefs: list[Belief]) -> list[str]:
+        if self.user_exists is None:
+            return []
+        owners = sorted({b.owner_id for b in beliefs})
+        missing = [o for o in owners if not self.user_exists(actor.principal.tenant_id, o)]
+        return [
+            f"owner {o!r} is not a user of this tenant: nobody can recall its "
+            f"{sum(b.owner_id == o for b in beliefs)} imported beliefs until that user exists"
+            for o in missing
+        ]
+
+    def _imported(self, actor: Actor, index: int, record: dict[str, Any]) -> _Imported:
         if not isinstance(record, dict):
             raise ValidationFailed(
                 f"record {index} is not an object",
@@ -168,7 +272,7 @@ class BeliefService:
                 details=pydantic_details(exc, ("body", index)),
             ) from exc
         check_writable(actor.principal, belief.scope)
-        return belief
+        return _Imported(belief, [f for f in SERVER_OWNED if f in record])
 
     # ----------------------------------------------------------------- reads
 
@@ -219,30 +323,17 @@ class BeliefService:
         """The supersession chain through ``belief_id`` (oldest first), each with its change log.
         ``tenant_wide`` (admins) follows the chain through beliefs they could not see as a user."""
         current = self.get(actor, belief_id, tenant_wide=tenant_wide)
-        chain = [current]
-        seen = {current.id}
-        cursor = current
-        while cursor.supersedes and cursor.supersedes not in seen and len(chain) < 100:
-            older = self._maybe_get(actor.principal, cursor.supersedes, tenant_wide=tenant_wide)
-            if older is None:
-                break
-            chain.insert(0, older)
-            seen.add(older.id)
-            cursor = older
-        cursor = current
-        while cursor.superseded_by and cursor.superseded_by not in seen and len(chain) < 100:
-            newer = self._maybe_get(actor.principal, cursor.superseded_by, tenant_wide=tenant_wide)
-            if newer is None:
-                break
-            chain.append(newer)
-            seen.add(newer.id)
-            cursor = newer
-        return History(belief_id=belief_id, chain=chain)
+        older, newer = follow_chain(
+            current,
+            lambda bid: self._maybe_get(actor.principal, bid, tenant_wide=tenant_wide),
+            limit=MAX_HISTORY,
+        )
+        return History(belief_id=belief_id, chain=[*older, current, *newer])
 
     def _maybe_get(self, principal: Principal, belief_id: str, *, tenant_wide: bool = False) -> Belief | None:
         try:
             return self.store.get(principal, belief_id, tenant_wide=tenant_wide)
-        except NotFound:
+        except (NotFound, Unreadable):  # the chain ends at a missing or quarantined version
             return None
 
     # ------------------------------------------------------------- lifecycle

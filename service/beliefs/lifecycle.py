@@ -65,6 +65,44 @@ from service.storage.unreadable import why_unreadable
 
 MAX_RETRIES = 3
 MAX_CHAIN = 200  # versions followed when erasing a supersession chain
+MAX_HISTORY = 50  # versions a history read follows in each direction (each is one read)
+
+_REVERSE = {"supersedes": "superseded_by", "superseded_by": "supersedes"}
+
+
+def reciprocal(current: Belief, link: str, other: Belief) -> bool:
+    """``other`` is the version ``current`` names through ``link`` (``supersedes`` or
+    ``superseded_by``) *and* names ``current`` back, with the same owner. Only such links are a
+    supersession chain: a link one side forged (an import naming a colleague's belief) is not
+    followed by erase or history."""
+    return (
+        getattr(current, link) == other.id
+        and getattr(other, _REVERSE[link]) == current.id
+        and other.owner_id == current.owner_id
+        and other.tenant_id == current.tenant_id
+    )
+
+
+def follow_chain(
+    root: Belief, fetch: Callable[[str], Belief | None], *, limit: int
+) -> tuple[list[Belief], list[Belief]]:
+    """The versions before and after ``root`` (older first / newer last), following reciprocal
+    links only, at most ``limit`` reads in each direction."""
+    sides: dict[str, list[Belief]] = {"supersedes": [], "superseded_by": []}
+    seen = {root.id}
+    for link, found in sides.items():
+        cursor = root
+        while len(found) < limit:
+            target = getattr(cursor, link)
+            if not target or target in seen:
+                break
+            nxt = fetch(target)
+            if nxt is None or not reciprocal(cursor, link, nxt):
+                break
+            seen.add(nxt.id)
+            found.append(nxt)
+            cursor = nxt
+    return list(reversed(sides["supersedes"])), sides["superseded_by"]
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -84,7 +122,9 @@ def mutate(
         current, seq_no, term = store.get_versioned(principal, belief_id, tenant_wide=tenant_wide)
         updated = change(current.model_copy(deep=True))
         updated = updated.model_copy(update={"version": current.version + 1, "updated_at": utcnow()})
-        Belief.model_validate(updated.model_dump())  # re-validate the whole belief after the change
+        # re-validate the whole belief after the change, and store what validation made of it (a
+        # change log past its cap is rolled over there)
+        updated = Belief.model_validate(updated.model_dump())
         try:
             store.replace(updated, if_seq_no=seq_no, if_primary_term=term, refresh=refresh)
             return updated
@@ -347,13 +387,21 @@ class BeliefLifecycle:
             return False
         return True
 
-    def import_many(self, change: Change, beliefs: list[Belief]) -> WriteResult:
+    def import_many(
+        self, change: Change, beliefs: list[Belief], *, details: dict[str, dict[str, Any]] | None = None
+    ) -> WriteResult:
         """Bulk create (validated and authorized by the caller); an existing id fails only that
-        record. One event per imported belief, with its payload copy, like any other create."""
+        record. One event per imported belief, with its payload copy, like any other create;
+        ``details`` per belief id (an admin import that kept server-owned fields says which)."""
         result = self.store.put_many(beliefs, create_only=True, refresh=self.refresh)
         written = set(result.written)
+        extra = details or {}
         self.audit.append_many(
-            [self.event(change, AuditAction.BELIEF_IMPORT, [b.id], after=b) for b in beliefs if b.id in written]
+            [
+                self.event(change, AuditAction.BELIEF_IMPORT, [b.id], after=b, details=extra.get(b.id))
+                for b in beliefs
+                if b.id in written
+            ]
         )
         return result
 
@@ -699,21 +747,17 @@ class BeliefLifecycle:
         )
 
     def chain_ids(self, principal: Principal, root: Belief) -> list[str]:
-        """Ids of every version linked to ``root`` through supersedes/superseded_by (tenant-wide)."""
-        ids = [root.id]
-        for link in ("supersedes", "superseded_by"):
-            cursor: Belief | None = root
-            while (
-                cursor is not None
-                and getattr(cursor, link)
-                and getattr(cursor, link) not in ids
-                and len(ids) < MAX_CHAIN
-            ):
-                nxt: str = getattr(cursor, link)
-                cursor = self._maybe_get(principal, nxt)
-                if cursor is not None:
-                    ids.append(cursor.id)
-        return ids
+        """Ids of every version linked to ``root`` through *reciprocal* supersedes/superseded_by
+        links of the same owner (tenant-wide): a one-sided link never widens an erase."""
+        older, newer = follow_chain(root, lambda bid: self._linked(principal, bid), limit=MAX_CHAIN)
+        return [root.id, *(b.id for b in reversed(older)), *(b.id for b in newer)]
+
+    def _linked(self, principal: Principal, belief_id: str) -> Belief | None:
+        """A linked version, or None when it is missing or cannot be loaded (the chain ends)."""
+        try:
+            return self._maybe_get(principal, belief_id)
+        except Unreadable:
+            return None
 
     def _maybe_get(self, principal: Principal, belief_id: str) -> Belief | None:
         try:

@@ -174,6 +174,34 @@ class ChangeLogEntry(BaseModel):
     _utc = field_validator("changed_at")(_as_utc)
 
 
+ROLLOVER_TRIGGER = "change log rolled over"
+_DROPPED = re.compile(r"^(\d+) ")
+
+
+def roll_over(entries: list[ChangeLogEntry], *, cap: int = MAX_CHANGE_LOG) -> list[ChangeLogEntry]:
+    """A busy belief's change log keeps its first entry (how it began), one marker saying how many
+    entries were dropped in all, and the newest ones, ``cap`` entries at most: a change never fails
+    because the log is full (it used to answer 500 at 200 entries, and extraction skipped the
+    belief's reinforcements)."""
+    if len(entries) <= cap:
+        return entries
+    first, rest = entries[0], entries[1:]
+    dropped_before = 0
+    if rest and rest[0].trigger == ROLLOVER_TRIGGER:
+        marker, rest = rest[0], rest[1:]
+        found = _DROPPED.match(marker.note or "")
+        dropped_before = int(found.group(1)) if found else 0
+    keep = cap - 2
+    dropped = dropped_before + len(rest) - keep
+    marker = ChangeLogEntry(
+        changed_at=rest[-keep - 1].changed_at if len(rest) > keep else first.changed_at,
+        trigger=ROLLOVER_TRIGGER,
+        actor="tenure",
+        note=f"{dropped} entries between the first and the last {keep} dropped",
+    )
+    return [first, marker, *rest[-keep:]]
+
+
 BeliefId = Annotated[str, Field(pattern=ID_RE.pattern)]
 
 
@@ -208,7 +236,7 @@ class Belief(BaseModel):
     expertise_depth: ExpertiseDepth | None = None
     compaction_note: str | None = Field(None, max_length=2000)
     provenance: Provenance = Field(default_factory=Provenance)
-    change_log: list[ChangeLogEntry] = Field(default_factory=list, max_length=MAX_CHANGE_LOG)
+    change_log: list[ChangeLogEntry] = Field(default_factory=list)  # rolled over past MAX_CHANGE_LOG
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = Field(1, ge=1)
@@ -246,6 +274,11 @@ class Belief(BaseModel):
         if info.field_name == "content" and not text:
             raise ValueError("content must contain visible text, not only whitespace or control characters")
         return text
+
+    @field_validator("change_log")
+    @classmethod
+    def _rolled_over(cls, entries: list[ChangeLogEntry]) -> list[ChangeLogEntry]:
+        return roll_over(entries)
 
     @field_validator("aliases", mode="before")
     @classmethod

@@ -153,6 +153,13 @@ class AccountStore:
             f"user {user.user_id!r}",
         )
 
+    def user_exists(self, tenant_id: str, user_id: str) -> bool:
+        try:
+            self.get_user(tenant_id, user_id)
+        except NotFound:
+            return False
+        return True
+
     def get_user(self, tenant_id: str, user_id: str) -> UserRecord:
         return self.get_user_versioned(tenant_id, user_id)[0]
 

@@ -233,6 +233,8 @@ class ImportResult(BaseModel):
 
     imported: list[str]
     failed: dict[str, dict[str, str]]
+    changed: dict[str, list[str]] | None = None
+    warnings: list[str] | None = None
 
 
 class Injection(BaseModel):

@@ -37,6 +37,10 @@ class BeliefPage(BaseModel):
 class ImportResult(BaseModel):
     imported: list[str]
     failed: dict[str, dict[str, str]]
+    changed: dict[str, list[str]] = Field(
+        default_factory=dict, description="Per imported id: what the server changed in the record, and why"
+    )
+    warnings: list[str] = Field(default_factory=list, description="E.g. owners that are not users of the tenant")
 
 
 class SupersedeResult(BaseModel):
@@ -172,7 +176,9 @@ async def import_beliefs(request: Request, actor: CurrentActor, beliefs: Beliefs
     except UnicodeDecodeError as exc:
         raise ValidationFailed("body is not UTF-8") from exc
     report = await run_in_threadpool(beliefs.import_records, actor, records)
-    return ImportResult(imported=report.imported, failed=report.failed)
+    return ImportResult(
+        imported=report.imported, failed=report.failed, changed=report.changed, warnings=report.warnings
+    )
 
 
 @router.get("", response_model=BeliefPage, summary="List beliefs (filters, cursor pagination)")
