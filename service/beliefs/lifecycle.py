@@ -56,6 +56,7 @@ from service.domain.belief import (
     utcnow,
 )
 from service.domain.principal import Principal
+from service.domain.text import clip
 from service.errors import Conflict, Forbidden, NotFound, Unreadable, ValidationFailed
 from service.recall.cache import RenderCache
 from service.storage import beliefs as belief_storage
@@ -207,14 +208,14 @@ class Change:
         session = self.actor.session_id
         return ChangeLogEntry(
             changed_at=self.at,
-            trigger=trigger[:200],
+            trigger=clip(trigger, 200),
             actor=self.author or self.principal.user_id,
             previous_content=previous.content if previous else None,
             previous_epistemic_status=previous.epistemic_status if previous else None,
             previous_confidence=previous.confidence if previous else None,
             changed_by_session=session[:200] if session else None,
             changed_by_turn=self.turn_id,
-            note=note[:2000] if note else None,
+            note=clip(note, 2000) if note else None,
         )
 
     def logged(self, belief: Belief, trigger: str) -> bool:
@@ -504,7 +505,7 @@ class BeliefLifecycle:
             belief.epistemic_status = EpistemicStatus.SUPERSEDED
             belief.superseded_by = successor_id
             if compaction and note:
-                belief.compaction_note = note[:2000]
+                belief.compaction_note = clip(note, 2000)
             belief.change_log.append(change.entry(trigger, previous=previous, note=note))
             return belief
 

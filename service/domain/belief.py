@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from service.domain import scopes as scope_rules
-from service.domain.text import clip
+from service.domain.text import clip, drop_optional_spaces
 from service.domain.visible_text import visible_text
 
 MAX_ALIASES = 25
@@ -135,8 +135,10 @@ def normalize_aliases(values: list[str], *, cap: int | None = MAX_ALIASES) -> li
 
 
 def content_fingerprint(content: str) -> str:
-    """Hash of the normalised content: equal fingerprints mean the same stated fact."""
-    normal = " ".join(content.lower().split()).rstrip(".!")
+    """Hash of the normalised content: equal fingerprints mean the same stated fact. NFKC first
+    (full-width ``Ｓｔｒｉｐｅ`` is ``stripe``), and for Japanese/Chinese the optional spaces around
+    embedded words and a closing ``。`` do not count; ASCII text hashes as it always did."""
+    normal = drop_optional_spaces(" ".join(unicodedata.normalize("NFKC", content).lower().split())).rstrip(".!。")
     return hashlib.sha256(normal.encode()).hexdigest()
 
 

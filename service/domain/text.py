@@ -36,7 +36,7 @@ def clip(text: str, limit: int) -> str:
 # Scripts written without spaces between words (Han, kana, Thai, Lao, Khmer, Myanmar) and Hangul,
 # whose particles attach to the word before them: text containing any of them is segmented by
 # OpenSearch's dictionary-based tokenizer, never by splitting on whitespace.
-_UNSPACED = re.compile(
+_UNSPACED_CLASS = (
     "["
     "\u0e00-\u0eff"  # Thai, Lao
     "\u1000-\u109f"  # Myanmar
@@ -53,8 +53,17 @@ _UNSPACED = re.compile(
     "\U00020000-\U0003134f"  # CJK extensions B-H
     "]"
 )
+_UNSPACED = re.compile(_UNSPACED_CLASS)
+# a space with such a character on either side: optional in Japanese/Chinese (決済は Stripe = 決済はStripe)
+_SPACE_BESIDE_UNSPACED = re.compile(rf"(?<={_UNSPACED_CLASS}) +| +(?={_UNSPACED_CLASS})")
 
 
 def has_unspaced_script(text: str) -> bool:
     """True when ``text`` contains a script that does not separate words with spaces."""
     return _UNSPACED.search(text) is not None
+
+
+def drop_optional_spaces(text: str) -> str:
+    """``text`` without the spaces next to a character of a script written without them: writers
+    of Japanese and Chinese put spaces around embedded Latin words or leave them out freely."""
+    return _SPACE_BESIDE_UNSPACED.sub("", text)

@@ -41,6 +41,7 @@ from service.domain.belief import (
     utcnow,
 )
 from service.domain.principal import Principal
+from service.domain.text import clip
 from service.extraction.validator import INSTRUCTION_LIKE
 from service.storage.lookup import BeliefLookup, BucketKey
 
@@ -373,7 +374,7 @@ class Compactor:
                 "user_edited": any(b.user_edited for b in sources),
                 "supersedes": keep.id,
                 "superseded_by": None,
-                "compaction_note": note[:2000],
+                "compaction_note": clip(note, 2000),
                 "created_at": now,
                 "updated_at": now,
                 "version": 1,
@@ -381,7 +382,7 @@ class Compactor:
             }
         )
         Belief.model_validate(merged.model_dump())
-        self.lifecycle.merge(change, merged, sources, note[:2000])
+        self.lifecycle.merge(change, merged, sources, clip(note, 2000))
         return {
             "new_id": new_id,
             "sources": source_ids,

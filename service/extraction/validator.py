@@ -26,6 +26,7 @@ from service.domain.belief import (
     normalize_alias,
     normalize_canonical_name,
 )
+from service.domain.text import clip
 from service.extraction.sidecar import ParseStatus
 
 TURN_SIGNALS = ("substantive", "acknowledgment", "clarification", "correction")
@@ -190,7 +191,7 @@ def validate_sidecar(raw: str | None, status: ParseStatus, *, max_chars: int = 3
     out = ValidatedSidecar(status=status, accepted=True, turn_signal=signal)
     out.topic_shift = data.get("topic_shift") is True
     label = data.get("topic_label")
-    out.topic_label = label.strip()[:MAX_LABEL] if isinstance(label, str) and label.strip() else None
+    out.topic_label = clip(label.strip(), MAX_LABEL) if isinstance(label, str) and label.strip() else None
     out.new_beliefs = _section(data, "new_beliefs", _new_belief, out.skipped)
     out.belief_updates = _section(data, "belief_updates", _belief_update, out.skipped)
     out.entity_updates = _section(data, "entity_updates", _entity_update, out.skipped)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.domain.belief import Belief, BeliefType, EpistemicStatus
+from service.domain.text import clip
 from service.recall.context import RecallResult, TierEntry
 
 LOW_CONFIDENCE = 0.65
@@ -50,7 +51,8 @@ class InjectionBlock:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    """At most ``limit`` characters with an ellipsis, never cutting a grapheme in two."""
+    return text if len(text) <= limit else clip(text, limit - 1).rstrip() + "…"
 
 
 def project(belief: Belief, *, max_chars: int, surfaced_by_search: bool) -> dict[str, Any]:

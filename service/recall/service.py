@@ -9,6 +9,7 @@ from service.auth.actor import Actor
 from service.domain import scopes as scope_rules
 from service.domain.audit import AuditAction
 from service.domain.principal import Principal
+from service.domain.text import clip
 from service.errors import Forbidden
 from service.recall.context import ContextBuilder, RecallBudget, RecallResult
 from service.recall.receipts import ReceiptOutbox
@@ -84,7 +85,7 @@ class RecallService:
             session_id=actor.session_id,
             request_id=actor.request_id,
             scopes=result.scopes,
-            query=result.query.text[:2000],
+            query=clip(result.query.text, 2000),
             injected=_injected(result),
             details={"as_user": principal.user_id} if preview else None,
         )

@@ -31,3 +31,36 @@ def test_a_name_without_letters_in_any_script_is_a_422(client: TestClient, team:
     assert response.json()["error"]["code"] == "validation_error"
     too_long = client.post("/v1/beliefs", json=belief_body("数" * 121, aliases=[]), headers=team.h("alice"))
     assert too_long.status_code == 422 and "120" in json.dumps(too_long.json())
+
+
+def test_export_and_list_keep_cjk_as_written(client: TestClient, team: Team) -> None:
+    body = belief_body(
+        "決済プロバイダ", aliases=["決済代行"], content="決済は Stripe に決定。", why_it_matters="例は Stripe で。"
+    )
+    created = ok(client.post("/v1/beliefs", json=body, headers=team.h("alice")), 201)
+    exported = client.get("/v1/beliefs/export", headers=team.h("alice"))
+    assert exported.status_code == 200
+    assert "決済は Stripe に決定。" in exported.text and "\\u" not in exported.text
+    assert json.loads(exported.text.splitlines()[0])["canonical_name"] == "決済プロバイダ"
+    # the list's text filter segments like recall: the whole name inside a sentence, not a part of it
+    found = ok(client.get("/v1/beliefs", params={"q": "決済代行の件"}, headers=team.h("alice")))["items"]
+    assert [b["id"] for b in found] == [created["id"]]
+    assert ok(client.get("/v1/beliefs", params={"q": "決済"}, headers=team.h("alice")))["items"] == []
+
+
+def test_the_cli_adds_recalls_and_exports_japanese(client: TestClient, team: Team) -> None:
+    from tests.api.test_cli import _json, _run
+
+    key = ["--key", team.keys["alice"]]
+    made = _json(
+        client, *key, "add", "セッションストア", "--type", "decision", "--scope", "domain:code",
+        "--alias", "セッション管理", "--content", "セッションは Redis に置く。", "--why", "Redis 前提で答える。",
+    )  # fmt: skip
+    assert made["canonical_name"] == "セッションストア" and made["aliases"] == ["セッション管理"]
+    code, text, err = _run(
+        client, *key, "recall", "--scope", "domain:code", "--injection-only", "セッションストアの設定を教えて"
+    )
+    assert code == 0, err
+    assert "Redis 前提で答える。" in text and "\\u" not in text
+    code, exported, err = _run(client, *key, "export")
+    assert code == 0 and "セッションは Redis に置く。" in exported and "\\u" not in exported

@@ -111,7 +111,7 @@ def trail(
 
 
 def _csv_cell(value: object) -> str:
-    text = value if isinstance(value, str) else json.dumps(value) if value is not None else ""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False) if value is not None else ""
     # A cell starting with = + - @ would run as a formula in a spreadsheet (CSV injection).
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
