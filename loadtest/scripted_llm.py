@@ -41,6 +41,8 @@ class ScriptedLLM:
         self.replies: deque[Reply] = deque()
         self.responder: Responder | None = None
         self.requests: list[dict[str, Any]] = []
+        # GET /v1/models answers these ids (empty: 404, like an upstream without a model list)
+        self.models: list[str] = ["gpt-4o", "claude-sonnet-4-5"]
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -78,6 +80,13 @@ class ScriptedLLM:
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002, ARG002
                 return
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.rstrip("/").endswith("/models") and llm.models:
+                    data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in llm.models]
+                    self._json(200, {"object": "list", "data": data})
+                else:
+                    self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)

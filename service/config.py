@@ -82,6 +82,9 @@ class ApiSettings(BaseSettings):
     # Undrained receipts beyond this (the drainer is down) are written directly again.
     receipt_outbox_max_pending: int = Field(100_000, ge=1, le=10_000_000)
     receipt_drain_interval_s: float = Field(1.0, ge=0.1, le=3600.0)
+    # Browser origins allowed to call the API and the proxy (CORS), e.g. ["https://chat.example"];
+    # "*" allows any origin (credentials are bearer headers, never cookies, so none are allowed).
+    cors_origins: list[str] = Field(default_factory=list)
     # Admin console (/console): a sign-in opens a server-side session (Redis) that ends after this
     # many idle seconds, and at the latest after console_session_max_s, whatever the activity.
     console_session_idle_s: int = Field(1800, ge=60, le=86_400)
@@ -125,6 +128,9 @@ class MemoryLoopSettings(BaseSettings):
     upstream_timeout_s: float = Field(120.0, gt=0)
     upstream_connect_timeout_s: float = Field(5.0, gt=0)
     extraction_enabled: bool = True
+    # GET /v1/models answers with the upstream's list; these ids when the upstream has none
+    # (or cannot be reached), so OpenAI-compatible tools that list models first still start
+    models: list[str] = Field(default_factory=list)
     strict_model_tiers: bool = True
     tier_families: list[TierFamily] = Field(default_factory=_paper_tier_table)
     tenants: dict[str, TenantLoopOverride] = Field(default_factory=dict)

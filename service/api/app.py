@@ -12,10 +12,12 @@ from contextlib import asynccontextmanager
 
 import redis
 from fastapi import APIRouter, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
 from service.api.errors import RequestContextMiddleware, error_responses, install_error_handlers
-from service.api.routes import admin, audit, beliefs, health, quarantine, recall
+from service.api.examples import install as install_examples
+from service.api.routes import admin, audit, beliefs, health, models, quarantine, recall
 from service.api.routes import memory_loop as memory_loop_routes
 from service.api.state import Services, ensure_indices
 from service.config import Settings, get_settings
@@ -31,6 +33,7 @@ ROUTERS: list[APIRouter] = [
     admin.router,
     audit.router,
     quarantine.router,
+    models.router,
     memory_loop_routes.router,
 ]
 
@@ -70,9 +73,29 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
     )
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.api.max_body_bytes)
+    if config.api.cors_origins:  # browser clients (chat UIs) calling the proxy or the API directly
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=config.api.cors_origins,
+            allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "X-Request-ID",
+                "X-Session-Id",
+                "X-Tenure-Scope",
+                "X-Tenure-Session",
+                "OpenAI-Organization",
+                "OpenAI-Project",
+            ],
+            expose_headers=["X-Request-ID", "Retry-After", "x-tenure-warning"],
+            allow_credentials=False,
+            max_age=600,
+        )
     for router in (*ROUTERS, *extra_routers):
         app.include_router(router)
     install_console(app)
+    install_examples(app)  # a valid example on every request body and response (/docs "Try it out")
     mcp_server = mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (service/mcp)
     return app
 

@@ -71,7 +71,41 @@ def request_id_of(request: Request) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def error_body(code: ErrorCode, message: str, details: Any, request_id: str | None) -> dict[str, Any]:
+# The OpenAI-compatible routes answer every failure in the shape the OpenAI SDKs parse
+# (``{"error": {"message", "type", "code", "param"}}``), so a client pointed at the proxy sees a
+# typed AuthenticationError/RateLimitError instead of an unreadable body. The request id stays.
+OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/models"})
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_error_type(status: int) -> str:
+    return _OPENAI_TYPES.get(status, "api_error")
+
+
+def error_body(
+    code: ErrorCode, message: str, details: Any, request_id: str | None, *, path: str = "", status: int = 0
+) -> dict[str, Any]:
+    if path in OPENAI_PATHS:
+        error: dict[str, Any] = {
+            "message": message,
+            "type": openai_error_type(status or code.http_status),
+            "code": code.value,
+            "param": None,
+            "request_id": request_id,
+        }
+        if details is not None:
+            error["details"] = details
+        return {"error": error}
     return {
         "error": {
             "code": code.value,
@@ -91,7 +125,7 @@ def _respond(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     return JSONResponse(
-        error_body(code, message, details, request_id_of(request)),
+        error_body(code, message, details, request_id_of(request), path=request.url.path, status=status),
         status_code=status,
         headers=headers,
     )
@@ -200,6 +234,8 @@ class RequestContextMiddleware:
                 f"request body exceeds {limit} bytes",
                 {"limit": limit},
                 request_id,
+                path=scope.get("path", ""),
+                status=413,
             )
             response = JSONResponse(body, status_code=413, headers={REQUEST_ID_HEADER: request_id})
             await response(scope, receive, send)
@@ -232,6 +268,8 @@ class RequestContextMiddleware:
                         f"request body exceeds {limit} bytes",
                         {"limit": limit},
                         request_id,
+                        path=scope.get("path", ""),
+                        status=413,
                     )
                     response = JSONResponse(body, status_code=413, headers={REQUEST_ID_HEADER: request_id})
                     await response(scope, receive, send)
