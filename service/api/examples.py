@@ -211,6 +211,25 @@ EXAMPLES: dict[str, Any] = {
         "canonical_name": "session_store",
         "reason": "extraction proposed superseding a user-edited belief",
     },
+    "QuarantinePageOut": {
+        "items": [
+            {
+                "belief_id": "b-legacy-7",
+                "owner_id": "bob",
+                "scope": ["project:payments"],
+                "reason": "content: String should have at most 8000 characters",
+            }
+        ],
+        "scanned": 500,
+        "next_cursor": None,
+    },
+    "QuarantineErasedOut": {
+        "belief_id": "b-legacy-7",
+        "belief_versions_removed": ["b-legacy-7"],
+        "audit_payload_copies_removed": 1,
+        "cached_renderings_removed": 0,
+        "erased_at": AT,
+    },
     "Health": {"status": "ok"},
     "Readiness": {"status": "ready", "opensearch": True, "redis": True, "indices": True},
     "ErrorOut": {
