@@ -42,8 +42,7 @@ from service.config import ApiSettings, Settings
 from service.domain.belief import Belief, BeliefType, EpistemicStatus
 from service.storage.beliefs import doc_id
 from service.storage.client import build_client
-from service.storage.operations import DEPLOYMENT_FAMILIES
-from service.storage.templates import AUDIT, BELIEFS, drop_namespace
+from service.storage.templates import AUDIT, BELIEFS, FAMILIES, drop_namespace
 
 TENANT = "acme"
 USERS = [f"u{i:03d}" for i in range(50)]
@@ -305,7 +304,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results.append(row)
                 print(f"  {row['p50_ms']:8.1f} ms p50  {row['p95_ms']:8.1f} ms p95   {label}", flush=True)
     finally:
-        drop_namespace(client, namespace, DEPLOYMENT_FAMILIES)
+        drop_namespace(client, namespace, FAMILIES)
         client.close()
         for svc in services:
             svc.stop()

@@ -47,9 +47,8 @@ from service.config import AuthSettings, CelerySettings, MemoryLoopSettings, Set
 from service.extraction.queue import TaskQueue
 from service.extraction.sidecar import BEGIN, END
 from service.storage.client import build_client
-from service.storage.reviews import REVIEWS
-from service.storage.templates import ALL_FAMILIES, drop_namespace
-from service.storage.turns import TURNS, TurnRecord, TurnStore
+from service.storage.templates import FAMILIES, drop_namespace
+from service.storage.turns import TurnRecord, TurnStore
 
 REPO = Path(__file__).resolve().parents[1]
 ANSWER = "For a pure cache use allkeys-lru; keep volatile-lru if some keys must persist. " * 3
@@ -340,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                 figures: dict[str, Any] = {"latency": latency(args, upstream, base, key)}
             figures["extraction"] = throughput(args, settings, tenant)
         finally:
-            drop_namespace(client, ns, (*ALL_FAMILIES, TURNS, REVIEWS))
+            drop_namespace(client, ns, FAMILIES)
             client.close()
             rds.delete(f"{ns}.heavy", f"{ns}.cheap")
             rds.close()

@@ -6,9 +6,7 @@ import redis
 
 from service.config import Settings
 from service.storage.client import build_client
-from service.storage.reviews import REVIEWS
-from service.storage.templates import ALL_FAMILIES, drop_namespace
-from service.storage.turns import TURNS
+from service.storage.templates import FAMILIES, drop_namespace
 
 
 def drop_stack_data(settings: Settings) -> None:
@@ -20,7 +18,7 @@ def drop_stack_data(settings: Settings) -> None:
     namespace = settings.opensearch_namespace
     client = build_client(settings)
     try:
-        drop_namespace(client, namespace, (*ALL_FAMILIES, TURNS, REVIEWS))
+        drop_namespace(client, namespace, FAMILIES)
     finally:
         client.close()
     rds: redis.Redis[bytes] = redis.Redis.from_url(settings.redis_url)

@@ -50,8 +50,7 @@ from loadtest.stats import LatencySummary
 from loadtest.verification import Verification
 from service.config import Settings
 from service.storage.client import build_client
-from service.storage.reviews import REVIEWS
-from service.storage.templates import ALL_FAMILIES, drop_namespace
+from service.storage.templates import FAMILIES, drop_namespace
 from service.storage.turns import TURNS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -546,7 +545,7 @@ def drop_indices(settings: Settings) -> None:
     """The namespace's indices and templates in a shared node (the drill's Redis is its own)."""
     client = build_client(settings)
     try:
-        drop_namespace(client, settings.opensearch_namespace, (*ALL_FAMILIES, TURNS, REVIEWS))
+        drop_namespace(client, settings.opensearch_namespace, FAMILIES)
     finally:
         client.close()
 

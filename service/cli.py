@@ -659,13 +659,12 @@ def bootstrap(settings: Settings, user: str) -> dict[str, Any]:
 
     from service.api.state import Services
     from service.storage.client import build_client
-    from service.storage.operations import DEPLOYMENT_FAMILIES
-    from service.storage.templates import apply_templates
+    from service.storage.templates import FAMILIES, apply_templates
 
     client = build_client(settings)
     redis_client = redis.Redis.from_url(settings.redis_url)
     try:
-        apply_templates(client, settings.opensearch_namespace, DEPLOYMENT_FAMILIES)
+        apply_templates(client, settings.opensearch_namespace, FAMILIES)
         issued = Services.build(settings, client, redis_client).provisioning.bootstrap(user)
     finally:
         client.close()

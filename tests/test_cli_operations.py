@@ -19,8 +19,7 @@ from service.config import Settings
 from service.domain.belief import Belief
 from service.storage import templates
 from service.storage.beliefs import BeliefStore
-from service.storage.operations import DEPLOYMENT_FAMILIES
-from service.storage.templates import BELIEFS, drop_namespace
+from service.storage.templates import BELIEFS, FAMILIES, drop_namespace
 from tests.conftest import principal
 
 
@@ -35,7 +34,7 @@ def ns_settings(settings: Settings, os_client: OpenSearch) -> Iterator[Settings]
     """A namespace of its own, dropped afterwards with every family and template version in it."""
     ns = f"ops-{uuid.uuid4().hex[:8]}"
     yield settings.model_copy(update={"opensearch_namespace": ns})
-    drop_namespace(os_client, ns, DEPLOYMENT_FAMILIES)
+    drop_namespace(os_client, ns, FAMILIES)
     os_client.indices.delete_index_template(name=f"{ns}-*", ignore=[404])
 
 

@@ -28,8 +28,7 @@ from service.storage.accounts import AccountStore
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.client import translate_errors
-from service.storage.operations import DEPLOYMENT_FAMILIES
-from service.storage.templates import apply_templates
+from service.storage.templates import FAMILIES, apply_templates
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +114,7 @@ def ensure_indices(services: Services) -> bool:
     still starts, /healthz answers and /readyz reports the store as unreachable."""
     try:
         with translate_errors("apply index templates"):
-            apply_templates(services.opensearch, services.settings.opensearch_namespace, DEPLOYMENT_FAMILIES)
+            apply_templates(services.opensearch, services.settings.opensearch_namespace, FAMILIES)
     except StoreUnavailable as exc:
         log.warning("index templates not applied yet: %s", exc.message)
         return False

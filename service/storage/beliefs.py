@@ -21,7 +21,7 @@ from service.domain.principal import Principal
 from service.errors import NotFound, Unreadable
 from service.storage import access, cursor, queries
 from service.storage.access import ScopeView
-from service.storage.client import get_routed, index_routed, item_error, routed_id, translate_errors
+from service.storage.client import get_routed, index_routed, item_error, routed_id, status_of, translate_errors
 from service.storage.templates import BELIEFS
 from service.storage.unreadable import LoadedBeliefs, document_id, load_belief, load_beliefs
 
@@ -421,6 +421,6 @@ def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) 
                 )
                 removed.append(belief_id)
             except Exception as exc:
-                if getattr(exc, "status_code", None) != 404:
+                if status_of(exc) != 404:
                     raise
     return removed

@@ -18,19 +18,14 @@ from typing import Any
 from opensearchpy import OpenSearch
 
 from service.storage import templates
-from service.storage.reviews import REVIEWS
 from service.storage.templates import (
-    ALL_FAMILIES,
+    FAMILIES,
     IndexFamily,
     apply_templates,
     component_name,
     index_template_name,
 )
-from service.storage.turns import TURNS
 
-# Everything a running deployment writes: the API's families plus the memory loop's (the proxy
-# ensures turns/reviews lazily, but the one-shot template job should leave nothing to chance).
-DEPLOYMENT_FAMILIES: tuple[IndexFamily, ...] = (*ALL_FAMILIES, TURNS, REVIEWS)
 _POLL_S = 0.5
 
 
@@ -39,10 +34,10 @@ class UpgradeError(RuntimeError):
 
 
 def family_by_name(name: str) -> IndexFamily:
-    for family in DEPLOYMENT_FAMILIES:
+    for family in FAMILIES:
         if family.name == name:
             return family
-    raise ValueError(f"unknown index family {name!r}; one of {[f.name for f in DEPLOYMENT_FAMILIES]}")
+    raise ValueError(f"unknown index family {name!r}; one of {[f.name for f in FAMILIES]}")
 
 
 def generations(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
@@ -56,14 +51,14 @@ def _generation_number(index: str) -> int:
 
 def apply_all(client: OpenSearch, namespace: str) -> dict[str, Any]:
     """Templates and aliases for every family of a deployment; idempotent."""
-    removed = apply_templates(client, namespace, DEPLOYMENT_FAMILIES)
+    removed = apply_templates(client, namespace, FAMILIES)
     components = sorted((templates.TEMPLATE_DIR / "component").glob("*.json"))
     return {
         "namespace": namespace,
         "component_templates": [component_name(p.stem) for p in components],
-        "index_templates": [index_template_name(f, namespace) for f in DEPLOYMENT_FAMILIES],
+        "index_templates": [index_template_name(f, namespace) for f in FAMILIES],
         "removed_stale_index_templates": removed,
-        "aliases": {f.alias(namespace): generations(client, f, namespace) for f in DEPLOYMENT_FAMILIES},
+        "aliases": {f.alias(namespace): generations(client, f, namespace) for f in FAMILIES},
     }
 
 

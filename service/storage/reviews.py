@@ -20,9 +20,8 @@ from service.errors import Conflict, NotFound
 from service.storage import access
 from service.storage.access import ScopeView
 from service.storage.client import get_routed, index_routed, routed_id, translate_errors
-from service.storage.templates import IndexFamily
+from service.storage.templates import REVIEWS as REVIEWS  # re-exported: defined in the registry
 
-REVIEWS = IndexFamily("reviews")
 ReviewKind = Literal["conflict", "alias_candidate"]
 ReviewStatus = Literal["open", "resolved", "dismissed"]
 

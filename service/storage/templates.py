@@ -36,7 +36,12 @@ class IndexFamily:
 BELIEFS = IndexFamily("beliefs")
 AUDIT = IndexFamily("audit")
 ACCOUNTS = IndexFamily("accounts")
-ALL_FAMILIES = (BELIEFS, AUDIT, ACCOUNTS)
+TURNS = IndexFamily("turns")
+REVIEWS = IndexFamily("reviews")
+# The one registry of index families: everything a deployment writes. Start-up, `tenure
+# apply-templates`, `tenure reindex`, the template tests and the clean-up of test and drill
+# namespaces all iterate this tuple; a new family is added here and in index_templates/index/.
+FAMILIES: tuple[IndexFamily, ...] = (BELIEFS, AUDIT, ACCOUNTS, TURNS, REVIEWS)
 
 
 def load_json(relative: str) -> dict[str, Any]:

@@ -21,9 +21,8 @@ from service.domain.principal import Principal
 from service.errors import NotFound
 from service.storage import access
 from service.storage.client import get_routed, index_routed, routed_id, translate_errors
-from service.storage.templates import IndexFamily
+from service.storage.templates import TURNS as TURNS  # re-exported: defined in the registry
 
-TURNS = IndexFamily("turns")
 ExtractionStatus = Literal["pending", "running", "done", "failed", "skipped"]
 
 

@@ -25,8 +25,7 @@ from authlib.jose import JsonWebKey  # noqa: E402
 from service.api.app import create_app  # noqa: E402
 from service.api.state import Services  # noqa: E402
 from service.config import ApiSettings, AuthSettings, Settings  # noqa: E402
-from service.storage.operations import DEPLOYMENT_FAMILIES  # noqa: E402
-from service.storage.templates import drop_namespace  # noqa: E402
+from service.storage.templates import FAMILIES, drop_namespace  # noqa: E402
 
 HS_SECRET = "test-hs256-secret-with-enough-entropy-0123456789"
 
@@ -82,7 +81,7 @@ def app(api_settings: Settings, os_client: OpenSearch) -> FastAPI:
 def client(app: FastAPI, os_client: OpenSearch, api_settings: Settings) -> Iterator[TestClient]:
     with TestClient(app) as test_client:
         yield test_client
-    drop_namespace(os_client, api_settings.opensearch_namespace, DEPLOYMENT_FAMILIES)
+    drop_namespace(os_client, api_settings.opensearch_namespace, FAMILIES)
 
 
 @pytest.fixture(scope="session")

@@ -32,9 +32,8 @@ from deploy.localstack import celery_worker_args, wait_until
 from service.api.state import Services
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 from service.storage.client import build_client
-from service.storage.reviews import REVIEWS
-from service.storage.templates import ALL_FAMILIES, apply_templates
-from service.storage.turns import TURNS, TurnRecord, TurnStore
+from service.storage.templates import FAMILIES, apply_templates
+from service.storage.turns import TurnRecord, TurnStore
 from tests.api.conftest import Team, auth, make_team
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,7 +197,7 @@ class Stack:
 @contextlib.contextmanager
 def stack(settings: Settings) -> Iterator[Stack]:
     client = build_client(settings)
-    apply_templates(client, settings.opensearch_namespace, (*ALL_FAMILIES, TURNS, REVIEWS))
+    apply_templates(client, settings.opensearch_namespace, FAMILIES)
     client.close()
     from service.api.app import create_app
 

@@ -27,12 +27,12 @@ from loadtest.scripted_llm import ScriptedLLM
 from service.api.state import Services
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 from service.storage.reviews import REVIEWS
-from service.storage.templates import ALL_FAMILIES, apply_templates, drop_namespace
+from service.storage.templates import FAMILIES, apply_templates, drop_namespace
 from service.storage.turns import TURNS
 from tests.api.conftest import Team, auth, make_team, ok
 
 REPO = Path(__file__).resolve().parents[2]
-LOOP_FAMILIES = (*ALL_FAMILIES, TURNS, REVIEWS)
+LOOP_FAMILIES = FAMILIES
 
 
 @pytest.fixture(scope="session")
