@@ -378,5 +378,5 @@ class BeliefService:
     def retract(self, actor: Actor, belief_id: str, reason: str | None) -> Belief:
         return self.lifecycle.retract(_change(actor), belief_id, reason)
 
-    def erase(self, actor: Actor, belief_id: str) -> ErasureReceipt:
-        return self.lifecycle.erase(_change(actor), belief_id)
+    def erase(self, actor: Actor, belief_id: str, *, expunge: bool = False) -> ErasureReceipt:
+        return self.lifecycle.erase(_change(actor), belief_id, expunge=expunge)

@@ -60,8 +60,11 @@ from service.domain.text import clip
 from service.errors import Conflict, Forbidden, NotFound, Unreadable, ValidationFailed
 from service.recall.cache import RenderCache
 from service.storage import beliefs as belief_storage
+from service.storage import erasure
 from service.storage.audit import AuditEvent, AuditStore
 from service.storage.beliefs import BeliefStore, Refresh, WriteResult
+from service.storage.reviews import REVIEWS
+from service.storage.turns import TURNS
 from service.storage.unreadable import why_unreadable
 
 MAX_RETRIES = 3
@@ -182,6 +185,13 @@ def snapshot(belief: Belief | None) -> dict[str, Any] | None:
     return belief.model_dump(mode="json", exclude={"change_log"})
 
 
+def _erasable_texts(belief: Belief) -> list[str]:
+    """The statements an erase removes from every copy: content and why_it_matters, also as the
+    change log kept them (earlier contents)."""
+    earlier = [e.previous_content for e in belief.change_log if e.previous_content]
+    return [t for t in (belief.content, belief.why_it_matters, *earlier) if t]
+
+
 # --------------------------------------------------------------------------- who and why
 
 
@@ -249,6 +259,8 @@ class ErasureReceipt:
     audit_payload_copies_removed: int
     cached_renderings_removed: int
     erased_at: datetime
+    text_copies_redacted: int = 0  # turns, reviews and audit events that held the erased text
+    expunged: bool = False  # deleted copies merged out of the segments as well
 
 
 # Fields a replacement never inherits from the version it supersedes.
@@ -687,9 +699,11 @@ class BeliefLifecycle:
 
     # ------------------------------------------------------------------ erase
 
-    def erase(self, change: Change, belief_id: str) -> ErasureReceipt:
+    def erase(self, change: Change, belief_id: str, *, expunge: bool = False) -> ErasureReceipt:
         """Admin hard delete of a belief and its whole supersession chain, the audit payload copies
-        of those versions and the tenant's cached renderings. The erase itself is audited by id."""
+        of those versions, every copy of their text in the namespace's turns, reviews and audit
+        events (redacted), and the tenant's cached renderings; with ``expunge`` the deleted copies
+        are merged out of the segments too. The erase itself is audited by id."""
         principal = change.principal
         if not principal.is_admin:
             raise Forbidden("erasing beliefs needs the admin role")
@@ -699,23 +713,40 @@ class BeliefLifecycle:
             return self.erase_unreadable(change, belief_id)  # a quarantined document: by id alone
         if root is None:
             raise NotFound(f"belief {belief_id!r} not found")
-        removed = belief_storage.delete_ids(self.store, principal, self.chain_ids(principal, root))
+        versions = self.chain(principal, root)
+        removed = belief_storage.delete_ids(self.store, principal, [b.id for b in versions])
         payloads = self.audit.erase_payloads(principal, removed)
+        texts = [t for b in versions if b.id in removed for t in _erasable_texts(b)]
+        redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
         cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
+        if expunge:
+            erasure.expunge_deletes(self.store.client, [self.store.alias, *self._copy_aliases()])
         receipt = ErasureReceipt(
             belief_id=belief_id,
             belief_versions_removed=removed,
             audit_payload_copies_removed=payloads,
             cached_renderings_removed=cached,
             erased_at=utcnow(),
+            text_copies_redacted=redacted,
+            expunged=expunge,
         )
         self.record(
             change,
             AuditAction.BELIEF_ERASE,
             removed,
-            details={"audit_payload_copies_removed": payloads, "cached_renderings_removed": cached},
+            details={
+                "audit_payload_copies_removed": payloads,
+                "cached_renderings_removed": cached,
+                "text_copies_redacted": redacted,
+                "expunged": expunge,
+            },
         )
         return receipt
+
+    def _copy_aliases(self) -> list[str]:
+        """The indices that keep copies of belief text: turns, the review queue, the audit trail."""
+        ns = self.store.namespace
+        return [TURNS.alias(ns), REVIEWS.alias(ns), self.audit.alias]
 
     def erase_unreadable(self, change: Change, belief_id: str) -> ErasureReceipt:
         """Admin hard delete of a stored document the model cannot load (quarantined), by id and
@@ -747,11 +778,14 @@ class BeliefLifecycle:
             erased_at=utcnow(),
         )
 
-    def chain_ids(self, principal: Principal, root: Belief) -> list[str]:
-        """Ids of every version linked to ``root`` through *reciprocal* supersedes/superseded_by
+    def chain(self, principal: Principal, root: Belief) -> list[Belief]:
+        """``root`` and every version linked to it through *reciprocal* supersedes/superseded_by
         links of the same owner (tenant-wide): a one-sided link never widens an erase."""
         older, newer = follow_chain(root, lambda bid: self._linked(principal, bid), limit=MAX_CHAIN)
-        return [root.id, *(b.id for b in reversed(older)), *(b.id for b in newer)]
+        return [root, *reversed(older), *newer]
+
+    def chain_ids(self, principal: Principal, root: Belief) -> list[str]:
+        return [b.id for b in self.chain(principal, root)]
 
     def _linked(self, principal: Principal, belief_id: str) -> Belief | None:
         """A linked version, or None when it is missing or cannot be loaded (the chain ends)."""

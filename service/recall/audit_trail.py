@@ -45,6 +45,10 @@ class AuditTrail:
             if after is None:
                 return
 
+    def drain_pending(self) -> None:
+        """Move receipts waiting in the Redis outbox into the audit index (best effort)."""
+        self._drain_pending()
+
     def _drain_pending(self) -> None:
         if not self.receipts.enabled:
             return

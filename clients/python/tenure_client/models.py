@@ -173,6 +173,8 @@ class ErasureReceiptOut(BaseModel):
     audit_payload_copies_removed: int
     cached_renderings_removed: int
     erased_at: datetime
+    text_copies_redacted: int = 0
+    expunged: bool = False
 
 
 class ErrorDetail(BaseModel):

@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import AdminPrincipal, BeliefsDep, CurrentActor
+from service.api.deps import AdminPrincipal, AuditDep, BeliefsDep, CurrentActor
 from service.beliefs.api_service import BeliefCreate, SupersedeIn
 from service.domain import scopes as scope_rules
 from service.domain.belief import ID_RE, Belief, BeliefType, ChangeLogEntry, Lifecycle
@@ -87,6 +87,8 @@ class ErasureReceiptOut(BaseModel):
     audit_payload_copies_removed: int
     cached_renderings_removed: int
     erased_at: datetime
+    text_copies_redacted: int = Field(0, description="Turns, review items and audit events whose copy was redacted")
+    expunged: bool = Field(False, description="Deleted copies were also merged out of the index segments")
 
 
 def _scopes(values: list[str]) -> tuple[str, ...]:
@@ -308,10 +310,18 @@ def retract_belief(
 @router.delete(
     "/{belief_id}",
     response_model=ErasureReceiptOut,
-    summary="Admin erase: hard delete of all versions, audit payload copies, cached renderings",
+    summary="Admin erase: all versions, every copy of their text in the namespace, cached renderings",
 )
 def erase_belief(
-    belief_id: BeliefIdPath, _admin: AdminPrincipal, actor: CurrentActor, beliefs: BeliefsDep
+    belief_id: BeliefIdPath,
+    _admin: AdminPrincipal,
+    actor: CurrentActor,
+    beliefs: BeliefsDep,
+    audit: AuditDep,
+    expunge: Annotated[
+        bool, Query(description="Also merge the deleted copies out of the index segments (I/O heavy)")
+    ] = False,
 ) -> ErasureReceiptOut:
-    receipt = beliefs.erase(actor, belief_id)
+    audit.drain_pending()  # receipts still in the Redis outbox are redacted with the rest
+    receipt = beliefs.erase(actor, belief_id, expunge=expunge)
     return ErasureReceiptOut(**receipt.__dict__)

@@ -1,0 +1,103 @@
+"""Erasure beyond the belief documents: the erased text is redacted wherever the namespace kept a
+copy of it, and deleted documents can be expunged from Lucene's segments.
+
+A belief's text reaches other indices of the namespace as copies: the turns that stated it
+(``user_message``, ``assistant_text``, ``sidecar_raw``), the review queue's proposals, and the
+audit trail (event ``details`` such as conflict proposals, recall ``query`` text). One
+``update_by_query`` per index, confined to the tenant by the chokepoint's filter and routing,
+walks every string of each document (painless) and replaces every occurrence of the erased texts
+with :data:`REDACTED`; documents without one are left untouched (``noop``, no new version).
+
+Deleting or rewriting a document leaves its old bytes in Lucene segments until they merge;
+:func:`expunge_deletes` forces that (``_forcemerge?only_expunge_deletes=true``) for the indices an
+erase touched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from opensearchpy import OpenSearch
+
+from service.domain.principal import Principal
+from service.storage import access
+from service.storage.client import translate_errors
+
+REDACTED = "[erased]"
+MIN_NEEDLE_CHARS = 8  # shorter texts ("yes", "Redis") are everywhere; only whole statements are redacted
+
+_SCRUB_SCRIPT = """
+def scrub(def value, List needles, String mark, List hits) {
+  if (value instanceof String) {
+    String out = value;
+    for (def needle : needles) {
+      if (out.contains(needle)) { out = out.replace(needle, mark); hits.add(1); }
+    }
+    return out;
+  }
+  if (value instanceof Map) {
+    for (def key : new ArrayList(value.keySet())) { value.put(key, scrub(value.get(key), needles, mark, hits)); }
+    return value;
+  }
+  if (value instanceof List) {
+    for (int i = 0; i < value.size(); ++i) { value.set(i, scrub(value.get(i), needles, mark, hits)); }
+    return value;
+  }
+  return value;
+}
+List hits = new ArrayList();
+for (def key : new ArrayList(ctx._source.keySet())) {
+  ctx._source.put(key, scrub(ctx._source.get(key), params.needles, params.mark, hits));
+}
+if (hits.isEmpty()) { ctx.op = 'noop'; }
+"""
+
+
+def needles(texts: Iterable[str]) -> list[str]:
+    """The erased texts as they may be stored: as written, and as a JSON string body (a sidecar's
+    raw JSON, with escaped quotes, newlines or non-ASCII); longest first, so a longer text is
+    redacted whole before a shorter one inside it."""
+    out: set[str] = set()
+    for text in texts:
+        if len(text.strip()) < MIN_NEEDLE_CHARS:
+            continue
+        out.add(text)
+        out.add(json.dumps(text)[1:-1])
+        out.add(json.dumps(text, ensure_ascii=False)[1:-1])
+    return sorted(out, key=len, reverse=True)
+
+
+def redact(client: OpenSearch, aliases: Iterable[str], principal: Principal, texts: Iterable[str]) -> int:
+    """Replace every occurrence of ``texts`` in the tenant's documents of ``aliases``; returns how
+    many documents were rewritten."""
+    wanted = needles(texts)
+    if not wanted:
+        return 0
+    rewritten = 0
+    with translate_errors("redact erased text"):
+        for alias in aliases:
+            client.indices.refresh(index=alias)  # what was written a moment ago is searchable
+            result = client.update_by_query(
+                index=alias,
+                routing=access.routing(principal),
+                body={
+                    "query": {"bool": {"filter": access.admin_filters(principal)}},
+                    "script": {
+                        "source": _SCRUB_SCRIPT,
+                        "lang": "painless",
+                        "params": {"needles": wanted, "mark": REDACTED},
+                    },
+                },
+                conflicts="proceed",
+                refresh=True,
+            )
+            rewritten += int(result.get("updated", 0))
+    return rewritten
+
+
+def expunge_deletes(client: OpenSearch, aliases: Iterable[str]) -> None:
+    """Merge away the deleted and superseded copies in the segments of ``aliases`` (I/O heavy:
+    admin-requested only)."""
+    with translate_errors("expunge deleted documents"):
+        client.indices.forcemerge(index=",".join(aliases), only_expunge_deletes=True)
