@@ -17,6 +17,14 @@ def split_list(raw: str) -> list[str]:
     return [part.strip() for part in raw.replace("\n", ",").split(",") if part.strip()]
 
 
+def checked_aliases(form: dict[str, str]) -> list[str]:
+    """The aliases ticked in the remove-aliases form (one ``alias_<n>`` checkbox each)."""
+    chosen = [value for key, value in sorted(form.items()) if key.startswith("alias_") and value.strip()]
+    if not chosen:
+        raise ValidationFailed("tick at least one alias to remove")
+    return chosen
+
+
 def parse_list_filter(
     q: str,
     types: list[BeliefType],
@@ -66,7 +74,7 @@ def belief_actions(user: ConsoleUser, belief: Belief, beliefs: BeliefService) ->
     except NotFound:
         return actions
     if belief.lifecycle is Lifecycle.LIVE:
-        actions = ["supersede", "unpin" if belief.pinned else "pin", "alias", "retract", *actions]
+        actions = ["supersede", "unpin" if belief.pinned else "pin", "alias", "unalias", "retract", *actions]
     return actions
 
 
@@ -84,6 +92,11 @@ def verdict(action: str, belief: Belief, form: dict[str, str]) -> str:
         return f"Unpin '{name}': it is injected only when a message names it."
     if action == "alias":
         return f"Add the aliases {split_list(form.get('aliases', ''))} to '{name}'."
+    if action == "unalias":
+        return (
+            f"Remove the aliases {checked_aliases(form)} from '{name}': recall stops finding it by those names "
+            "(its canonical name and other aliases still work)."
+        )
     if action == "retract":
         return f"Retract '{name}': it is never injected again but stays in the history."
     if action == "erase":

@@ -500,3 +500,32 @@ def test_team_keys_grants_and_disable(app: FastAPI, client: TestClient, operator
     assert member.get("/console/team").status_code == 403
     forged = member.post("/console/team/keys", data={"csrf_token": csrf_of(member), "user_id": "bob"})
     assert forged.status_code == 403
+
+
+def test_add_and_remove_aliases(app: FastAPI, client: TestClient, operator: dict[str, str]) -> None:
+    team = make_team(client, operator)
+    ok(
+        client.post(
+            "/v1/beliefs", json=belief_body("payment_provider", "project:pay", id="b-psp"), headers=team.h("bob")
+        ),
+        201,
+    )
+    web = sign_in(app, team.keys["carol"])
+    token = csrf_of(web)
+    web.post("/console/beliefs/b-psp/alias", data={"csrf_token": token, "aliases": "psp, stripe", "confirmed": "yes"})
+    assert set(ok(client.get("/v1/beliefs/b-psp", headers=team.h("bob")))["aliases"]) >= {"psp", "stripe"}
+    page = web.get("/console/beliefs/b-psp")
+    assert 'id="unalias-form"' in page.text and 'value="stripe"' in page.text
+    form = {"csrf_token": token, "alias_00": "stripe"}
+    confirm = web.post("/console/beliefs/b-psp/unalias", data=form)
+    assert confirm.status_code == 200 and "stops finding it" in confirm.text
+    assert "stripe" in ok(client.get("/v1/beliefs/b-psp", headers=team.h("bob")))["aliases"]
+    assert web.post("/console/beliefs/b-psp/unalias", data={**form, "confirmed": "yes"}).status_code == 303
+    aliases = ok(client.get("/v1/beliefs/b-psp", headers=team.h("bob")))["aliases"]
+    assert "stripe" not in aliases and "psp" in aliases
+    nothing = web.post("/console/beliefs/b-psp/unalias", data={"csrf_token": token, "confirmed": "yes"})
+    assert nothing.status_code == 422
+    unknown = web.post(
+        "/console/beliefs/b-psp/unalias", data={"csrf_token": token, "alias_00": "adyen", "confirmed": "yes"}
+    )
+    assert unknown.status_code == 422 and "not aliases of this belief" in unknown.text

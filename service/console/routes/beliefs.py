@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from service.api.deps import BeliefsDep
 from service.beliefs.api_service import ErasureReceipt, SupersedeIn
-from service.console.views import belief_actions, change_log_rows, parse_list_filter, verdict
+from service.console.views import belief_actions, change_log_rows, checked_aliases, parse_list_filter, verdict
 from service.console.web import PREFIX, ConsoleRoute, CurrentUser, Form, Writer, confirm, confirmed, page, redirect
 from service.domain.belief import ID_RE, BeliefType, Lifecycle
 from service.errors import NotFound, ValidationFailed
@@ -79,7 +79,7 @@ def belief_page(request: Request, belief_id: BeliefId, user: CurrentUser, belief
 def act(
     request: Request,
     belief_id: BeliefId,
-    action: Annotated[str, Path(pattern="^(supersede|pin|unpin|alias|retract|erase)$")],
+    action: Annotated[str, Path(pattern="^(supersede|pin|unpin|alias|unalias|retract|erase)$")],
     user: Writer,
     form: Form,
     beliefs: BeliefsDep,
@@ -109,6 +109,9 @@ def act(
             raise ValidationFailed("give at least one alias")
         beliefs.add_aliases(actor, belief_id, aliases)
         return redirect(f"/beliefs/{belief_id}", notice="aliases added")
+    if action == "unalias":
+        beliefs.remove_aliases(actor, belief_id, checked_aliases(form))
+        return redirect(f"/beliefs/{belief_id}", notice="aliases removed")
     if action == "retract":
         beliefs.retract(actor, belief_id, form.get("reason") or None)
         return redirect(f"/beliefs/{belief_id}", notice="retracted: it will never be injected again")
