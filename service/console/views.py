@@ -100,9 +100,10 @@ def verdict(action: str, belief: Belief, form: dict[str, str]) -> str:
     if action == "retract":
         return f"Retract '{name}': it is never injected again but stays in the history."
     if action == "erase":
+        expunge = " Expunge: deleted copies are also merged out of the index segments." if form.get("expunge") else ""
         return (
             f"Erase '{name}' and every version of its supersession chain for good, with the payload copies "
-            "in the audit trail and the tenant's cached renderings. This cannot be undone."
+            f"in the audit trail and the tenant's cached renderings. This cannot be undone.{expunge}"
         )
     return action
 

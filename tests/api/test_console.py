@@ -292,8 +292,11 @@ def test_erase_shows_the_receipt(app: FastAPI, client: TestClient, operator: dic
     confirm = web.post("/console/beliefs/b-doomed/erase", data={"csrf_token": token})
     assert confirm.status_code == 200 and "cannot be undone" in confirm.text
     assert ok(client.get("/v1/beliefs/b-doomed", headers=team.h("bob")))["id"] == "b-doomed"
-    receipt = web.post("/console/beliefs/b-doomed/erase", data={"csrf_token": token, "confirmed": "yes"})
+    receipt = web.post(
+        "/console/beliefs/b-doomed/erase", data={"csrf_token": token, "confirmed": "yes", "expunge": "yes"}
+    )
     assert receipt.status_code == 200 and 'id="erasure-receipt"' in receipt.text and "b-doomed" in receipt.text
+    assert re.search(r"expunged from segments</dt><dd>yes", receipt.text)
     assert client.get("/v1/beliefs/b-doomed", headers=team.h("bob")).status_code == 404
 
 

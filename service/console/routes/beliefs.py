@@ -116,7 +116,7 @@ def act(
         beliefs.retract(actor, belief_id, form.get("reason") or None)
         return redirect(f"/beliefs/{belief_id}", notice="retracted: it will never be injected again")
     if action == "erase":
-        receipt: ErasureReceipt = beliefs.erase(actor, belief_id)
+        receipt: ErasureReceipt = beliefs.erase(actor, belief_id, expunge=form.get("expunge") == "yes")
         return page(request, "erased.html", nav="beliefs", receipt=receipt)
     raise NotFound(f"no action {action!r}")  # pragma: no cover - the path pattern lists them
 
