@@ -33,9 +33,8 @@ from service.extraction.tiers import GateDecision, TierGate
 from service.proxy.prompt import build_system_prompt
 from service.proxy.upstream import Upstream, UpstreamFailure
 from service.recall.context import RecallResult
-from service.recall.render import InjectionBlock, render_injection
+from service.recall.render import InjectionBlock
 from service.recall.service import RecallService
-from service.storage.audit import AuditEvent
 from service.storage.reviews import ReviewStore
 from service.storage.turns import TurnRecord, TurnStore
 
@@ -285,27 +284,27 @@ class ChatProxy:
     async def _recall(self, ctx: TurnContext) -> InjectionBlock | None:
         """The four tiers for the latest user message. The injection receipt is written with the
         turn, after the answer (it is not on the latency path)."""
-        builder = self.recall.builder
         try:
-            result = await run_in_threadpool(builder.build, ctx.actor.principal, ctx.scopes, ctx.user_message)
+            built = await run_in_threadpool(self.recall.build, ctx.actor.principal, ctx.scopes, ctx.user_message)
         except Exception as exc:  # any store failure: answer without memory, flagged
             log.warning("recall failed, answering without memory: %s", exc)
             ctx.degraded.append("memory unavailable: recall failed")
             return None
-        ctx.recall = result
-        ctx.injected_ids = result.injected_ids
-        ctx.tiers = {
-            "pinned": result.pinned_ids,
-            "relevant": result.relevant_ids,
-            "questions": result.question_ids,
-        }
-        return render_injection(result, max_chars_per_belief=builder.defaults.max_chars_per_belief)
+        ctx.recall = built.result
+        ctx.injected_ids = built.result.injected_ids
+        ctx.tiers = built.result.tier_ids()
+        return built.block
 
     def finish(self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus) -> bool:
         """After the answer: the injection receipt (audit), then the turn, then the task."""
         if ctx.recall is not None:
             try:
-                self.recall.receipts.record(receipt(ctx, ctx.recall))
+                self.recall.record_receipt(
+                    ctx.actor,
+                    ctx.recall,
+                    session_id=ctx.session_id,
+                    details={"via": "proxy", "turn_id": ctx.turn_id, "model": ctx.body.model},
+                )
             except Exception as exc:
                 log.warning("injection receipt for %s not recorded: %s", ctx.turn_id, exc)
                 ctx.degraded.append("injection receipt not recorded: audit store unavailable")
@@ -381,31 +380,6 @@ class ChatProxy:
         )
         yield _sse({**template, "choices": [], "tenure": ctx.tenure(split.status.value, recorded)})
         yield b"data: [DONE]\n\n"
-
-
-def receipt(ctx: TurnContext, result: RecallResult) -> AuditEvent:
-    """The injection receipt, as the recall API writes it, plus the turn it belongs to."""
-    injected: list[dict[str, Any]] = []
-    for tier, entries in (
-        ("pinned", result.pinned),
-        ("relevant", result.relevant),
-        ("questions", result.questions),
-    ):
-        injected += [{"id": e.belief.id, "tier": tier, "score": e.score} for e in entries]
-    return AuditEvent(
-        tenant_id=ctx.actor.principal.tenant_id,
-        action="recall",
-        actor_id=ctx.actor.principal.user_id,
-        actor_kind=ctx.actor.kind,
-        credential_id=ctx.actor.credential_id,
-        belief_ids=result.injected_ids,
-        session_id=ctx.session_id,
-        request_id=ctx.actor.request_id,
-        scopes=result.scopes,
-        query=result.query.text[:2000],
-        injected=injected,
-        details={"via": "proxy", "turn_id": ctx.turn_id, "model": ctx.body.model},
-    )
 
 
 def _content_chunk(event: dict[str, Any], text: str) -> dict[str, Any]:

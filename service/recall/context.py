@@ -63,6 +63,14 @@ class RecallResult:
     notes: list[dict[str, Any]] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)  # stored documents skipped (unloadable)
 
+    def tiers(self) -> dict[str, list[TierEntry]]:
+        """The injected tiers by name, in injection order (the persona is rendered apart, as the
+        preamble). Receipts, the proxy's turn record and its response metadata all read this."""
+        return {"pinned": self.pinned, "relevant": self.relevant, "questions": self.questions}
+
+    def tier_ids(self) -> dict[str, list[str]]:
+        return {tier: [e.belief.id for e in entries] for tier, entries in self.tiers().items()}
+
     @property
     def pinned_ids(self) -> list[str]:
         return [e.belief.id for e in self.pinned]

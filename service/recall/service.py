@@ -18,6 +18,14 @@ from service.storage.audit import AuditEvent
 
 
 @dataclass(frozen=True)
+class Built:
+    """The tiers for one message and their rendered injection block; not yet a receipt."""
+
+    result: RecallResult
+    block: InjectionBlock
+
+
+@dataclass(frozen=True)
 class Recall:
     result: RecallResult
     block: InjectionBlock
@@ -59,6 +67,56 @@ class RecallService:
             raise Forbidden("only an admin may preview recall as another user of the tenant")
         return self._run(actor, as_principal, scopes, query, budget=budget, explain=explain, preview=True)
 
+    def build(
+        self,
+        principal: Principal,
+        scopes: list[str],
+        query: str,
+        *,
+        budget: RecallBudget | None = None,
+        explain: bool = False,
+    ) -> Built:
+        """The tiers and the injection block for ``principal``, without a receipt: a caller that
+        injects the block records one with :meth:`record_receipt` (the proxy does so after the
+        answer went out, off the latency path)."""
+        result = self.builder.build(principal, scopes, query, budget, explain=explain)
+        if explain:
+            result.notes += self._scope_notes(principal, scopes)
+        limits = (budget or RecallBudget()).resolve(self.builder.defaults)
+        return Built(result, render_injection(result, max_chars_per_belief=limits.max_chars_per_belief))
+
+    def record_receipt(
+        self,
+        actor: Actor,
+        result: RecallResult,
+        *,
+        session_id: str | None = None,
+        action: AuditAction = AuditAction.RECALL,
+        details: dict[str, Any] | None = None,
+    ) -> str:
+        """Record the injection receipt of ``result`` (which belief ids went to whom, from which
+        tier, for which query); returns its event id. ``session_id`` defaults to the actor's."""
+        receipt = AuditEvent(
+            tenant_id=actor.principal.tenant_id,
+            action=action.value,
+            actor_id=actor.principal.user_id,
+            actor_kind=actor.kind,
+            credential_id=actor.credential_id,
+            belief_ids=result.injected_ids,
+            session_id=session_id or actor.session_id,
+            request_id=actor.request_id,
+            scopes=result.scopes,
+            query=clip(result.query.text, 2000),
+            injected=[
+                {"id": e.belief.id, "tier": tier, "score": e.score}
+                for tier, entries in result.tiers().items()
+                for e in entries
+            ],
+            details=details,
+        )
+        self.receipts.record(receipt)
+        return receipt.event_id
+
     def _run(
         self,
         actor: Actor,
@@ -70,27 +128,14 @@ class RecallService:
         explain: bool,
         preview: bool = False,
     ) -> Recall:
-        result = self.builder.build(principal, scopes, query, budget, explain=explain)
-        if explain:
-            result.notes += self._scope_notes(principal, scopes)
-        limits = (budget or RecallBudget()).resolve(self.builder.defaults)
-        block = render_injection(result, max_chars_per_belief=limits.max_chars_per_belief)
-        receipt = AuditEvent(
-            tenant_id=actor.principal.tenant_id,
-            action=(AuditAction.RECALL_PREVIEW if preview else AuditAction.RECALL).value,
-            actor_id=actor.principal.user_id,
-            actor_kind=actor.kind,
-            credential_id=actor.credential_id,
-            belief_ids=result.injected_ids,
-            session_id=actor.session_id,
-            request_id=actor.request_id,
-            scopes=result.scopes,
-            query=clip(result.query.text, 2000),
-            injected=_injected(result),
+        built = self.build(principal, scopes, query, budget=budget, explain=explain)
+        receipt_id = self.record_receipt(
+            actor,
+            built.result,
+            action=AuditAction.RECALL_PREVIEW if preview else AuditAction.RECALL,
             details={"as_user": principal.user_id} if preview else None,
         )
-        self.receipts.record(receipt)
-        return Recall(result=result, block=block, receipt_id=receipt.event_id)
+        return Recall(result=built.result, block=built.block, receipt_id=receipt_id)
 
     @staticmethod
     def _scope_notes(principal: Principal, scopes: list[str]) -> list[dict[str, Any]]:
@@ -100,14 +145,3 @@ class RecallService:
             if scope_rules.is_shared(label) and label not in principal.shared_grants:
                 notes.append({"scope": label, "outcome": "filtered: no grant for this shared scope"})
         return notes
-
-
-def _injected(result: RecallResult) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for tier, entries in (
-        ("pinned", result.pinned),
-        ("relevant", result.relevant),
-        ("questions", result.questions),
-    ):
-        rows += [{"id": e.belief.id, "tier": tier, "score": e.score} for e in entries]
-    return rows
