@@ -114,6 +114,7 @@ class TenantLoopOverride(BaseModel):
     """Per-tenant switches of the memory loop; unset fields fall back to the global values."""
 
     extraction_enabled: bool | None = None
+    strict_model_tiers: bool | None = None  # True: the proxy refuses models below their floor
     upstream_base_url: str | None = None
     upstream_api_key: SecretStr | None = None
 
@@ -131,7 +132,10 @@ class MemoryLoopSettings(BaseSettings):
     # GET /v1/models answers with the upstream's list; these ids when the upstream has none
     # (or cannot be reached), so OpenAI-compatible tools that list models first still start
     models: list[str] = Field(default_factory=list)
-    strict_model_tiers: bool = True
+    # The proxy serves a model below its tier floor without extraction (x-tenure-warning); strict
+    # (here, or per tenant in `tenants`) refuses it with 422 model_not_supported instead.
+    # POST /v1/turns, which exists only for extraction, always refuses such a model.
+    strict_model_tiers: bool = False
     tier_families: list[TierFamily] = Field(default_factory=_paper_tier_table)
     tenants: dict[str, TenantLoopOverride] = Field(default_factory=dict)
     # merge policy (BeliefMerger defaults)

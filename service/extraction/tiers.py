@@ -1,8 +1,10 @@
 """The tier gate (paper §4.3): which answering models are trusted to write sidecars.
 
 Families and version floors come from settings (the paper's table by default). A known family
-below its floor (or with a version we cannot read) is refused with ``model_not_supported``; an
-unknown family is allowed with a warning; a tenant with extraction switched off is never gated.
+below its floor (or with a version we cannot read) is, in strict mode, refused with
+``model_not_supported``; otherwise (the proxy's default) it is served *without* sidecar extraction,
+with a warning. An unknown family is allowed with a warning; a tenant with extraction switched off
+is never gated.
 Versions are parsed per family into ``(major, minor)``; unlike the paper's regexes, newer ids such
 as ``gpt-4.1`` or ``gpt-5`` parse correctly.
 """
@@ -38,6 +40,7 @@ _CLAUDE_OLD = re.compile(r"claude-(\d+)(?:[-.](\d{1,2}))?-[a-z]+")
 class GateOutcome(StrEnum):
     VERIFIED = "verified"
     UNKNOWN_FAMILY = "unknown_family"
+    BELOW_FLOOR = "below_floor"  # served, but its sidecars are not trusted: no extraction
     EXTRACTION_OFF = "extraction_off"
 
 
@@ -50,7 +53,7 @@ class GateDecision:
 
     @property
     def extract(self) -> bool:
-        return self.outcome is not GateOutcome.EXTRACTION_OFF
+        return self.outcome not in (GateOutcome.EXTRACTION_OFF, GateOutcome.BELOW_FLOOR)
 
 
 class ModelNotSupported(TenureError):
@@ -83,8 +86,9 @@ class TierGate:
         self.families = [(f, re.compile(f.detect, re.IGNORECASE)) for f in families]
         self.strict = strict
 
-    def check(self, model: str, *, extraction_enabled: bool = True) -> GateDecision:
-        """Decide for one request; raises :class:`ModelNotSupported` below a floor."""
+    def check(self, model: str, *, extraction_enabled: bool = True, strict: bool | None = None) -> GateDecision:
+        """Decide for one request. Below a floor: :class:`ModelNotSupported` when ``strict`` (default:
+        the gate's own setting), else served without extraction (``BELOW_FLOOR``, with a warning)."""
         if not extraction_enabled:
             return GateDecision(GateOutcome.EXTRACTION_OFF)
         for family, detect in self.families:
@@ -96,8 +100,8 @@ class TierGate:
             floor = _floor(family.floor)
             if version is not None and version >= floor:
                 return GateDecision(GateOutcome.VERIFIED, family.name, version)
-            if not self.strict:
-                return GateDecision(GateOutcome.UNKNOWN_FAMILY, family.name, version, self._warning(model))
+            if not (self.strict if strict is None else strict):
+                return GateDecision(GateOutcome.BELOW_FLOOR, family.name, version, self._below_floor(model, family))
             why = "cannot determine its version" if version is None else "is below the floor"
             raise ModelNotSupported(
                 f"model {model!r} {why} of family {family.name!r} (needs >= {family.floor}) for belief extraction",
@@ -107,6 +111,14 @@ class TierGate:
 
     def supported(self) -> list[dict[str, str | int | None]]:
         return [{"family": f.name, "detect": f.detect, "floor": f.floor, "tier": f.tier} for f, _ in self.families]
+
+    @staticmethod
+    def _below_floor(model: str, family: TierFamily) -> str:
+        # the same header-safe quoting as _warning
+        return (
+            f"Model {json.dumps(model[:100])} is below the {json.dumps(family.name)} floor {family.floor}: "
+            "answered without memory extraction."
+        )
 
     @staticmethod
     def _warning(model: str) -> str:

@@ -172,12 +172,18 @@ class MemoryLoop:
         self.queue = TaskQueue(settings)
         self.parked = ParkedTurns(rds, self.turns, self.queue, settings)
         self.upstream = Upstream(settings.loop)
-        self.gate = TierGate(settings.loop.tier_families, strict=settings.loop.strict_model_tiers)
+        # strict by default: POST /v1/turns refuses what it cannot extract; the proxy decides per
+        # tenant (strict_tiers) whether a model below its floor is refused or served without extraction
+        self.gate = TierGate(settings.loop.tier_families, strict=True)
         self.client = client
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
         self.queue.close()
+
+    def strict_tiers(self, tenant_id: str) -> bool:
+        override = self.settings.loop.for_tenant(tenant_id).strict_model_tiers
+        return self.settings.loop.strict_model_tiers if override is None else override
 
     def extraction_enabled(self, tenant_id: str) -> bool:
         override = self.settings.loop.for_tenant(tenant_id).extraction_enabled
@@ -258,8 +264,9 @@ class ChatProxy:
         self, actor: Actor, body: ChatRequest, header_session: str | None, header_scope: str | None
     ) -> tuple[TurnContext, dict[str, Any]]:
         session, scopes = session_and_scope(body, actor, header_session, header_scope)
+        tenant = actor.principal.tenant_id
         gate = self.loop.gate.check(
-            body.model, extraction_enabled=self.loop.extraction_enabled(actor.principal.tenant_id)
+            body.model, extraction_enabled=self.loop.extraction_enabled(tenant), strict=self.loop.strict_tiers(tenant)
         )
         users = [m for m in body.messages if m.role == "user"]
         ctx = TurnContext(

@@ -52,6 +52,15 @@ def test_chat_through_the_sdk_injects_and_strips(api: TestClient, crew: Team, ll
         assert text == ANSWER
 
 
+def test_a_model_below_the_floor_is_served_with_a_warning(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    llm.script(Reply(content="an answer from an old model"))
+    raw = _openai(api, crew.keys["alice"]).chat.completions.with_raw_response.create(
+        model="gpt-4", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert "below the" in raw.headers["x-tenure-warning"]
+    assert raw.parse().choices[0].message.content == "an answer from an old model"
+
+
 def test_failures_are_the_sdks_typed_errors(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
     with pytest.raises(openai.AuthenticationError) as unauth:
         _openai(api, "tnr_nokey_nosecret").models.list()

@@ -18,8 +18,8 @@ from service.config import AuthSettings, Settings
 from service.domain.principal import Principal
 from service.extraction.sidecar import BEGIN
 from service.proxy.prompt import SIDECAR_INSTRUCTIONS
-from tests.api.conftest import Team, ok
-from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn
+from tests.api.conftest import Team, make_team, ok
+from tests.memory_loop.conftest import STRICT_TIERS_TENANT, WorkerProcess, new_belief, sidecar, wait_turn
 
 ANSWER = "Use allkeys-lru for a pure cache; volatile-lru if some keys must persist."
 
@@ -158,10 +158,25 @@ def test_upstream_errors_are_openai_style(api: TestClient, crew: Team, llm: Scri
     assert timed_out.json()["error"]["code"] == "upstream_timeout"
 
 
-def test_tier_gate_and_bad_input(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
-    refused = chat(api, crew.h("alice"), "x", model="gpt-4")
+def test_tier_gate_and_bad_input(
+    api: TestClient, crew: Team, llm: ScriptedLLM, operator_headers: dict[str, str]
+) -> None:
+    # below its family's floor: answered, without sidecar instructions and without extraction
+    llm.script(Reply(content="an answer from an old model"))
+    served = chat(api, crew.h("alice"), "x", model="gpt-4")
+    body = ok(served)
+    assert served.headers["x-tenure-warning"].startswith('Model "gpt-4" is below the "gpt" floor')
+    assert body["choices"][0]["message"]["content"] == "an answer from an old model"
+    assert body["tenure"]["extraction"] == "off"
+    assert SIDECAR_INSTRUCTIONS not in llm.requests[-1]["messages"][0]["content"]
+    # a tenant that asked for strict mode refuses it, before anything reaches the upstream
+    strict = make_team(api, operator_headers, tenant=STRICT_TIERS_TENANT)
+    sent = len(llm.requests)
+    refused = chat(api, strict.h("alice"), "x", model="gpt-4")
     assert refused.status_code == 422
     assert refused.json()["error"]["code"] == "model_not_supported"
+    assert len(llm.requests) == sent
+    llm.reset()
     llm.script(Reply(content="hi"))
     warned = chat(api, crew.h("alice"), "x", model="llama-3.1-70b")
     assert warned.status_code == 200

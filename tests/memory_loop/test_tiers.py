@@ -78,3 +78,12 @@ def test_warning_is_header_safe_for_any_model_name() -> None:
     warning = TierGate._warning("Ā\r\nSet-Cookie: x=1")
     warning.encode("ascii")  # raises if anything non-ASCII survived
     assert "\r" not in warning and "\n" not in warning and "\\u0100" in warning
+
+
+def test_below_the_floor_without_strict_mode_is_served_without_extraction() -> None:
+    decision = GATE.check("gpt-4", strict=False)
+    assert decision.outcome is GateOutcome.BELOW_FLOOR and not decision.extract
+    assert decision.warning and "below the" in decision.warning and "\n" not in decision.warning
+    with pytest.raises(ModelNotSupported):
+        GATE.check("gpt-4", strict=True)
+    assert GATE.check("gpt-4o", strict=False).extract  # above the floor nothing changes
