@@ -6,10 +6,11 @@ Read from the environment with the ``TENURE_`` prefix (and an optional ``.env``)
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -91,38 +92,55 @@ class ApiSettings(BaseSettings):
     console_session_max_s: int = Field(8 * 3600, ge=60, le=7 * 86_400)
 
 
-class TierFamily(BaseModel):
-    """One model family of the tier gate (paper §4.3): detect regex, version floor, tier."""
+class ModelFamily(BaseModel):
+    """One model family of the model gate (paper §4.3): detect regex, version floor, grade."""
+
+    model_config = ConfigDict(populate_by_name=True)
 
     name: str
     detect: str
     floor: str | None = None  # "4.5"; None means every version of the family is verified
-    tier: int = 2
+    # the paper's "tier" of the family (1 or 2; informational, shown in model_not_supported details)
+    grade: int = Field(2, validation_alias=AliasChoices("grade", "tier"))
 
 
-def _paper_tier_table() -> list[TierFamily]:
+def _paper_model_families() -> list[ModelFamily]:
     return [
-        TierFamily(name="claude", detect=r"^claude-", floor="4.5", tier=2),
-        TierFamily(name="bedrock-claude", detect=r"^(?:us\.|eu\.|ap\.)?anthropic\.claude", floor="4.5", tier=2),
-        TierFamily(name="bedrock-nova-pro", detect=r"^(?:us\.|eu\.|ap\.)?amazon\.nova-pro", tier=2),
-        TierFamily(name="gpt", detect=r"^gpt-", floor="4.4", tier=2),
-        TierFamily(name="openai-o-series", detect=r"^o[3-9]", tier=1),
+        ModelFamily(name="claude", detect=r"^claude-", floor="4.5", grade=2),
+        ModelFamily(name="bedrock-claude", detect=r"^(?:us\.|eu\.|ap\.)?anthropic\.claude", floor="4.5", grade=2),
+        ModelFamily(name="bedrock-nova-pro", detect=r"^(?:us\.|eu\.|ap\.)?amazon\.nova-pro", grade=2),
+        ModelFamily(name="gpt", detect=r"^gpt-", floor="4.4", grade=2),
+        ModelFamily(name="openai-o-series", detect=r"^o[3-9]", grade=1),
     ]
 
 
 class TenantLoopOverride(BaseModel):
     """Per-tenant switches of the memory loop; unset fields fall back to the global values."""
 
+    model_config = ConfigDict(populate_by_name=True)
+
     extraction_enabled: bool | None = None
-    strict_model_tiers: bool | None = None  # True: the proxy refuses models below their floor
+    # True: the proxy refuses models below their floor. "strict_model_tiers" is the old key.
+    strict_model_gate: bool | None = Field(
+        None, validation_alias=AliasChoices("strict_model_gate", "strict_model_tiers")
+    )
     upstream_base_url: str | None = None
     upstream_api_key: SecretStr | None = None
+
+
+# Settings renamed so that "tier" means only the recall tiers; the old names are still read.
+# field -> its old name. Read from the environment (TENURE_LOOP_<OLD>) and from nested input
+# (TENURE_LOOP__<OLD>, a TENURE_LOOP JSON object, keyword arguments); the new name wins if both are set.
+RENAMED_LOOP_SETTINGS: dict[str, str] = {
+    "model_families": "tier_families",
+    "strict_model_gate": "strict_model_tiers",
+}
 
 
 class MemoryLoopSettings(BaseSettings):
     """Proxy, extraction, merge policy and compaction (paper §4-§6 defaults)."""
 
-    model_config = SettingsConfigDict(env_prefix="TENURE_LOOP_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TENURE_LOOP_", extra="ignore", populate_by_name=True)
 
     upstream_base_url: str | None = None  # OpenAI-compatible, e.g. https://api.openai.com/v1
     upstream_api_key: SecretStr | None = None
@@ -132,11 +150,17 @@ class MemoryLoopSettings(BaseSettings):
     # GET /v1/models answers with the upstream's list; these ids when the upstream has none
     # (or cannot be reached), so OpenAI-compatible tools that list models first still start
     models: list[str] = Field(default_factory=list)
-    # The proxy serves a model below its tier floor without extraction (x-tenure-warning); strict
-    # (here, or per tenant in `tenants`) refuses it with 422 model_not_supported instead.
-    # POST /v1/turns, which exists only for extraction, always refuses such a model.
-    strict_model_tiers: bool = False
-    tier_families: list[TierFamily] = Field(default_factory=_paper_tier_table)
+    # The proxy serves a model below its family's version floor without extraction
+    # (x-tenure-warning); strict (here, or per tenant in `tenants`) refuses it with 422
+    # model_not_supported instead. POST /v1/turns, which exists only for extraction, always
+    # refuses such a model. Old names (still read): TENURE_LOOP_STRICT_MODEL_TIERS, TENURE_LOOP_TIER_FAMILIES.
+    strict_model_gate: bool = Field(
+        False, validation_alias=AliasChoices("TENURE_LOOP_STRICT_MODEL_GATE", "TENURE_LOOP_STRICT_MODEL_TIERS")
+    )
+    model_families: list[ModelFamily] = Field(
+        default_factory=_paper_model_families,
+        validation_alias=AliasChoices("TENURE_LOOP_MODEL_FAMILIES", "TENURE_LOOP_TIER_FAMILIES"),
+    )
     tenants: dict[str, TenantLoopOverride] = Field(default_factory=dict)
     # merge policy (BeliefMerger defaults)
     min_insert_confidence: float = Field(0.35, ge=0.0, le=1.0)
@@ -165,6 +189,22 @@ class MemoryLoopSettings(BaseSettings):
     max_extraction_attempts: int = Field(3, ge=1)
     # proxy turns parked in Redis while OpenSearch was down are stored this often
     parked_drain_interval_s: int = Field(5, ge=1, le=3600)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_old_names(cls, data: object) -> object:
+        """Nested input (TENURE_LOOP__TIER_FAMILIES, keyword arguments) under a renamed setting's old name."""
+        if not isinstance(data, dict):
+            return data
+        renamed = dict(data)
+        for new, old in RENAMED_LOOP_SETTINGS.items():
+            if old in renamed:
+                value = renamed.pop(old)
+                if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+                    # the nested env source decodes JSON only under a field's own name
+                    value = json.loads(value)
+                renamed.setdefault(new, value)
+        return renamed
 
     def for_tenant(self, tenant_id: str) -> TenantLoopOverride:
         return self.tenants.get(tenant_id) or TenantLoopOverride()
@@ -259,7 +299,16 @@ def environment_names() -> frozenset[str]:
         nested = _nested_settings(info.annotation)
         if nested is None:
             continue
-        for sub in nested.model_fields:
+        for sub, sub_info in nested.model_fields.items():
             names.add(f"{top}{field.upper()}{delimiter}{sub.upper()}")
-            names.add(f"{_prefix(nested)}{sub.upper()}")
+            aliases = _env_aliases(sub_info.validation_alias)
+            names.update(aliases or [f"{_prefix(nested)}{sub.upper()}"])
+            # a renamed setting's old name also works nested (MemoryLoopSettings._read_old_names)
+            names.update(f"{top}{field.upper()}{delimiter}{a.removeprefix(_prefix(nested))}" for a in aliases)
     return frozenset(names)
+
+
+def _env_aliases(alias: object) -> list[str]:
+    """The environment names a field with a ``validation_alias`` is read from (no prefix added)."""
+    choices = alias.choices if isinstance(alias, AliasChoices) else [alias] if isinstance(alias, str) else []
+    return [choice.upper() for choice in choices if isinstance(choice, str)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -62,3 +63,52 @@ def test_every_field_of_every_section_is_covered() -> None:
         for sub in nested.model_fields:
             assert f"TENURE_{section}_{sub.upper()}" in names
             assert f"TENURE_{section}__{sub.upper()}" in names
+
+
+FAMILIES = '[{"name": "llama", "detect": "^llama-", "floor": "3.1", "tier": 1}]'
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "TENURE_LOOP_MODEL_FAMILIES",
+        "TENURE_LOOP__MODEL_FAMILIES",
+        "TENURE_LOOP_TIER_FAMILIES",  # the old name (before "tier" meant only recall tiers)
+        "TENURE_LOOP__TIER_FAMILIES",
+    ],
+)
+def test_model_families_are_read_under_the_new_and_the_old_name(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    assert name in environment_names()
+    monkeypatch.setenv(name, FAMILIES)
+    families = Settings(_env_file=None).loop.model_families  # type: ignore[call-arg]
+    assert [(f.name, f.floor, f.grade) for f in families] == [("llama", "3.1", 1)]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "TENURE_LOOP_STRICT_MODEL_GATE",
+        "TENURE_LOOP__STRICT_MODEL_GATE",
+        "TENURE_LOOP_STRICT_MODEL_TIERS",  # the old name
+        "TENURE_LOOP__STRICT_MODEL_TIERS",
+    ],
+)
+def test_strict_model_gate_is_read_under_the_new_and_the_old_name(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    assert name in environment_names()
+    assert Settings(_env_file=None).loop.strict_model_gate is False  # type: ignore[call-arg]
+    monkeypatch.setenv(name, "true")
+    assert Settings(_env_file=None).loop.strict_model_gate is True  # type: ignore[call-arg]
+
+
+def test_the_new_name_wins_over_the_old_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TENURE_LOOP_STRICT_MODEL_TIERS", "true")
+    monkeypatch.setenv("TENURE_LOOP_STRICT_MODEL_GATE", "false")
+    assert Settings(_env_file=None).loop.strict_model_gate is False  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("key", ["strict_model_gate", "strict_model_tiers"])
+def test_a_tenants_strict_gate_under_the_new_and_the_old_key(monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    monkeypatch.setenv("TENURE_LOOP_TENANTS", json.dumps({"t1": {key: True}}))
+    loop = Settings(_env_file=None).loop  # type: ignore[call-arg]
+    assert loop.for_tenant("t1").strict_model_gate is True
+    assert loop.for_tenant("t2").strict_model_gate is None

@@ -26,10 +26,10 @@ from service.auth.actor import Actor
 from service.config import Settings
 from service.domain import scopes as scope_rules
 from service.errors import Conflict, StoreUnavailable, ValidationFailed
+from service.extraction.model_gate import GateDecision, ModelGate
 from service.extraction.parked_turns import ParkedTurns
 from service.extraction.queue import TaskQueue
 from service.extraction.sidecar import ParseStatus, StreamStripper, split_sidecar
-from service.extraction.tiers import GateDecision, TierGate
 from service.proxy.prompt import build_system_prompt
 from service.proxy.upstream import Upstream, UpstreamFailure
 from service.recall.context import RecallResult
@@ -173,17 +173,17 @@ class MemoryLoop:
         self.parked = ParkedTurns(rds, self.turns, self.queue, settings)
         self.upstream = Upstream(settings.loop)
         # strict by default: POST /v1/turns refuses what it cannot extract; the proxy decides per
-        # tenant (strict_tiers) whether a model below its floor is refused or served without extraction
-        self.gate = TierGate(settings.loop.tier_families, strict=True)
+        # tenant (strict_gate) whether a model below its floor is refused or served without extraction
+        self.gate = ModelGate(settings.loop.model_families, strict=True)
         self.client = client
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
         self.queue.close()
 
-    def strict_tiers(self, tenant_id: str) -> bool:
-        override = self.settings.loop.for_tenant(tenant_id).strict_model_tiers
-        return self.settings.loop.strict_model_tiers if override is None else override
+    def strict_gate(self, tenant_id: str) -> bool:
+        override = self.settings.loop.for_tenant(tenant_id).strict_model_gate
+        return self.settings.loop.strict_model_gate if override is None else override
 
     def extraction_enabled(self, tenant_id: str) -> bool:
         override = self.settings.loop.for_tenant(tenant_id).extraction_enabled
@@ -266,7 +266,7 @@ class ChatProxy:
         session, scopes = session_and_scope(body, actor, header_session, header_scope)
         tenant = actor.principal.tenant_id
         gate = self.loop.gate.check(
-            body.model, extraction_enabled=self.loop.extraction_enabled(tenant), strict=self.loop.strict_tiers(tenant)
+            body.model, extraction_enabled=self.loop.extraction_enabled(tenant), strict=self.loop.strict_gate(tenant)
         )
         users = [m for m in body.messages if m.role == "user"]
         ctx = TurnContext(

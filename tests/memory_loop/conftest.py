@@ -55,7 +55,7 @@ def llm_own() -> Iterator[ScriptedLLM]:
 
 
 OWN_UPSTREAM_TENANT = "t-own-upstream"
-STRICT_TIERS_TENANT = "t-strict-tiers"  # refuses models below their tier floor
+STRICT_GATE_TENANT = "t-strict-gate"  # refuses models below their family's version floor
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +89,7 @@ def loop_settings(settings: Settings, llm: ScriptedLLM, llm_own: ScriptedLLM, qu
                 upstream_timeout_s=3.0,
                 tenants={  # type: ignore[dict-item]
                     "t-extraction-off": {"extraction_enabled": False},
-                    STRICT_TIERS_TENANT: {"strict_model_tiers": True},
+                    STRICT_GATE_TENANT: {"strict_model_gate": True},
                     OWN_UPSTREAM_TENANT: {
                         "upstream_base_url": llm_own.base_url,
                         "upstream_api_key": "sk-own",

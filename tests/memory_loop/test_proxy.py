@@ -19,7 +19,7 @@ from service.domain.principal import Principal
 from service.extraction.sidecar import BEGIN
 from service.proxy.prompt import SIDECAR_INSTRUCTIONS
 from tests.api.conftest import Team, make_team, ok
-from tests.memory_loop.conftest import STRICT_TIERS_TENANT, WorkerProcess, new_belief, sidecar, wait_turn
+from tests.memory_loop.conftest import STRICT_GATE_TENANT, WorkerProcess, new_belief, sidecar, wait_turn
 
 ANSWER = "Use allkeys-lru for a pure cache; volatile-lru if some keys must persist."
 
@@ -170,7 +170,7 @@ def test_tier_gate_and_bad_input(
     assert body["tenure"]["extraction"] == "off"
     assert SIDECAR_INSTRUCTIONS not in llm.requests[-1]["messages"][0]["content"]
     # a tenant that asked for strict mode refuses it, before anything reaches the upstream
-    strict = make_team(api, operator_headers, tenant=STRICT_TIERS_TENANT)
+    strict = make_team(api, operator_headers, tenant=STRICT_GATE_TENANT)
     sent = len(llm.requests)
     refused = chat(api, strict.h("alice"), "x", model="gpt-4")
     assert refused.status_code == 422

@@ -1,4 +1,9 @@
-"""The tier gate (paper §4.3): which answering models are trusted to write sidecars.
+"""The model gate (the paper's "tier gate", §4.3): which answering models are trusted to write sidecars.
+
+Named "model gate" here so that "tier" means one thing in this code base: the recall tiers
+(pinned, relevant, questions: ``service/recall/context.py``). The paper's word survives only where
+it is on the wire: each family's ``tier`` key in ``model_not_supported`` details and the
+unknown-family warning text; the old setting names are still read (``service/config.py``).
 
 Families and version floors come from settings (the paper's table by default). A known family
 below its floor (or with a version we cannot read) is, in strict mode, refused with
@@ -16,7 +21,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from service.config import TierFamily
+from service.config import ModelFamily
 from service.errors import ErrorCode, TenureError
 
 Version = tuple[int, int]
@@ -81,8 +86,8 @@ def _floor(value: str) -> Version:
     return int(major), int(minor or 0)
 
 
-class TierGate:
-    def __init__(self, families: list[TierFamily], *, strict: bool = True):
+class ModelGate:
+    def __init__(self, families: list[ModelFamily], *, strict: bool = True):
         self.families = [(f, re.compile(f.detect, re.IGNORECASE)) for f in families]
         self.strict = strict
 
@@ -110,10 +115,11 @@ class TierGate:
         return GateDecision(GateOutcome.UNKNOWN_FAMILY, warning=self._warning(model))
 
     def supported(self) -> list[dict[str, str | int | None]]:
-        return [{"family": f.name, "detect": f.detect, "floor": f.floor, "tier": f.tier} for f, _ in self.families]
+        # "tier" is the paper's key for the family's grade; kept on the wire (422 details) as it was
+        return [{"family": f.name, "detect": f.detect, "floor": f.floor, "tier": f.grade} for f, _ in self.families]
 
     @staticmethod
-    def _below_floor(model: str, family: TierFamily) -> str:
+    def _below_floor(model: str, family: ModelFamily) -> str:
         # the same header-safe quoting as _warning
         return (
             f"Model {json.dumps(model[:100])} is below the {json.dumps(family.name)} floor {family.floor}: "
@@ -124,5 +130,5 @@ class TierGate:
     def _warning(model: str) -> str:
         # the text goes into an HTTP header: json.dumps quotes it and escapes anything outside
         # printable ASCII (non-latin-1 letters, CR/LF), so a client-chosen model name can neither
-        # break the response nor inject a header
+        # break the response nor inject a header. The wording is the paper's, verbatim.
         return f"Model {json.dumps(model[:100])} is not in a verified tier. Sidecar extraction may be unreliable."

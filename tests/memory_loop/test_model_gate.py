@@ -1,14 +1,14 @@
-"""The tier gate with the paper's table (and a stricter version parser)."""
+"""The model gate with the paper's table (and a stricter version parser)."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.config import MemoryLoopSettings, TierFamily
+from service.config import MemoryLoopSettings, ModelFamily
 from service.errors import ErrorCode
-from service.extraction.tiers import GateOutcome, ModelNotSupported, TierGate
+from service.extraction.model_gate import GateOutcome, ModelGate, ModelNotSupported
 
-GATE = TierGate(MemoryLoopSettings().tier_families)
+GATE = ModelGate(MemoryLoopSettings().model_families)
 
 
 @pytest.mark.parametrize(
@@ -64,18 +64,18 @@ def test_extraction_off_is_never_gated() -> None:
 
 
 def test_configurable_table_and_non_strict_mode() -> None:
-    gate = TierGate([TierFamily(name="llama", detect=r"^llama-", floor="3.1")])
+    gate = ModelGate([ModelFamily(name="llama", detect=r"^llama-", floor="3.1")])
     assert gate.check("llama-3.1-70b").outcome is GateOutcome.VERIFIED
     with pytest.raises(ModelNotSupported):
         gate.check("llama-2-70b")
-    assert TierGate(MemoryLoopSettings().tier_families, strict=False).check("gpt-4").warning
+    assert ModelGate(MemoryLoopSettings().model_families, strict=False).check("gpt-4").warning
 
 
 def test_warning_is_header_safe_for_any_model_name() -> None:
     """The warning travels in an HTTP header: non-latin-1 letters and CR/LF must be escaped."""
-    from service.extraction.tiers import TierGate
+    from service.extraction.model_gate import ModelGate
 
-    warning = TierGate._warning("Ā\r\nSet-Cookie: x=1")
+    warning = ModelGate._warning("Ā\r\nSet-Cookie: x=1")
     warning.encode("ascii")  # raises if anything non-ASCII survived
     assert "\r" not in warning and "\n" not in warning and "\\u0100" in warning
 
