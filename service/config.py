@@ -27,6 +27,13 @@ class RecallDefaults(BaseSettings):
     # A single whole-alias hit (boost 5) clears it, partial/weak evidence does not (paper: minScore 3).
     min_score: float = Field(3.0, ge=0.0)
     max_query_chars: int = Field(1000, ge=16, le=20_000)
+    # Relevance from the tenant's own vocabulary, sent as exact weighted terms (same results as
+    # the Lucene fuzzy/shingle query, fuzzy candidates from the caller's tenant only: issue 16,
+    # docs/scoring-independence.md). Off: the Lucene query expands over the whole shard.
+    vocabulary_matching: bool = False
+    # The per-process LRU of tenant vocabularies: how many tenants and how much memory (estimated).
+    vocabulary_cache_tenants: int = Field(1000, ge=0, le=1_000_000)
+    vocabulary_cache_mb: int = Field(256, ge=0, le=65_536)
 
 
 class AuthSettings(BaseSettings):

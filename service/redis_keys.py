@@ -64,3 +64,9 @@ def failed_authentication(namespace: str, subject: str) -> str:
 
 def console_session(namespace: str, digest: str) -> str:
     return f"{namespace}:console:session:{digest}"
+
+
+def tenant_write_version(namespace: str, tenant_id: str) -> str:
+    """Counter bumped after every write to a tenant's beliefs: caches derived from them (the
+    recall vocabulary) are valid only for the version they were built at."""
+    return f"{namespace}:tenant-version:{tenant_id}"

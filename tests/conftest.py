@@ -13,14 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from opensearchpy import OpenSearch
 
 from deploy.devstack import Service, start_opensearch, start_redis
 from service.config import Settings
 from service.domain.principal import Principal
+from service.recall.context import ContextBuilder
+from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client
 from service.storage.templates import apply_templates, drop_namespace
+from service.write_versions import TenantWriteVersions
 
 
 @pytest.fixture(scope="session")
@@ -71,8 +75,16 @@ def os_client(settings: Settings) -> Iterator[OpenSearch]:
 
 
 @pytest.fixture(scope="session")
-def store(os_client: OpenSearch, settings: Settings) -> BeliefStore:
-    return BeliefStore(os_client, settings.opensearch_namespace)
+def store(os_client: OpenSearch, settings: Settings) -> Iterator[BeliefStore]:
+    """Writes bump the tenants' write versions in the session's Redis, like the service's own
+    store, so the API's cached recall vocabularies see what tests write directly."""
+    client: redis.Redis[bytes] = redis.Redis.from_url(settings.redis_url)
+    try:
+        yield BeliefStore(
+            os_client, settings.opensearch_namespace, TenantWriteVersions(client, settings.opensearch_namespace)
+        )
+    finally:
+        client.close()
 
 
 @pytest.fixture
@@ -90,3 +102,10 @@ def principal(
     return Principal(
         tenant_id=tenant_id, user_id=user_id, roles=roles, projects=frozenset(projects), teams=frozenset(teams)
     )
+
+
+def recall_builder(store: BeliefStore, settings: Settings, relevance: str) -> ContextBuilder:
+    """A context builder with the given relevance path: ``lucene`` (the fuzzy/shingle query) or
+    ``vocabulary`` (the tenant's own vocabulary, exact weighted terms; issue 16)."""
+    matcher = VocabularyMatcher.for_store(store, settings.recall) if relevance == "vocabulary" else None
+    return ContextBuilder(store, settings.recall, matcher)

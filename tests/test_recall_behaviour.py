@@ -8,13 +8,14 @@ from service.config import Settings
 from service.recall.context import ContextBuilder, RecallBudget
 from service.recall.render import render_injection
 from service.storage.beliefs import BeliefStore
-from tests.conftest import principal
+from tests.conftest import principal, recall_builder
 from tests.factories import make_belief, put_all
 
 
-@pytest.fixture
-def builder(store: BeliefStore, settings: Settings) -> ContextBuilder:
-    return ContextBuilder(store, settings.recall)
+@pytest.fixture(params=["lucene", "vocabulary"])
+def builder(store: BeliefStore, settings: Settings, request: pytest.FixtureRequest) -> ContextBuilder:
+    """Every behaviour holds for both relevance paths: the Lucene query and the tenant vocabulary."""
+    return recall_builder(store, settings, request.param)
 
 
 def test_partial_multi_word_alias_never_surfaces(store: BeliefStore, builder: ContextBuilder, tenant: str) -> None:

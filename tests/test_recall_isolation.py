@@ -14,7 +14,7 @@ from service.domain.belief import Belief
 from service.errors import NotFound
 from service.recall.context import ContextBuilder
 from service.storage.beliefs import BeliefStore
-from tests.conftest import principal
+from tests.conftest import principal, recall_builder
 from tests.factories import make_belief, put_all
 
 TENANTS = ("iso-tenant-a", "iso-tenant-b")
@@ -84,9 +84,9 @@ def loaded(store: BeliefStore) -> BeliefStore:
     return store
 
 
-@pytest.fixture(scope="module")
-def builder(loaded: BeliefStore, settings: Settings) -> ContextBuilder:
-    return ContextBuilder(loaded, settings.recall)
+@pytest.fixture(scope="module", params=["lucene", "vocabulary"])
+def builder(loaded: BeliefStore, settings: Settings, request: pytest.FixtureRequest) -> ContextBuilder:
+    return recall_builder(loaded, settings, request.param)
 
 
 def all_ids(result: object) -> set[str]:

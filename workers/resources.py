@@ -23,6 +23,7 @@ from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client
 from service.storage.reviews import ReviewStore
 from service.storage.turns import TurnStore
+from service.write_versions import TenantWriteVersions
 
 
 @dataclass
@@ -50,14 +51,14 @@ _current: Resources | None = None
 def build(settings: Settings) -> Resources:
     client = build_client(settings)
     ns = settings.opensearch_namespace
-    beliefs = BeliefStore(client, ns)
+    rds = redis.Redis.from_url(settings.redis_url)
+    beliefs = BeliefStore(client, ns, TenantWriteVersions(rds, ns))  # the API's vocabularies see these writes
     reviews = ReviewStore(client, ns)
     turns = TurnStore(client, ns)
     audit_store = AuditStore(client, ns)
     # belief writes by the memory loop are visible at once: a later item of the same payload reads
     # the belief again, and the very next turn must recall it
     lifecycle = BeliefLifecycle(beliefs, audit_store, refresh=LOOP_REFRESH)
-    rds = redis.Redis.from_url(settings.redis_url)
     queue = TaskQueue(settings)
     return Resources(
         settings=settings,

@@ -24,13 +24,20 @@ from service.recall.cache import RenderCache
 from service.recall.context import ContextBuilder
 from service.recall.receipts import ReceiptOutbox
 from service.recall.service import RecallService
+from service.recall.vocabulary import VocabularyMatcher
 from service.storage.accounts import AccountStore
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.client import translate_errors
 from service.storage.templates import FAMILIES, apply_templates
+from service.write_versions import TenantWriteVersions
 
 log = logging.getLogger(__name__)
+
+
+def recall_matcher(settings: Settings, store: BeliefStore) -> VocabularyMatcher | None:
+    """Recall by the tenant's own vocabulary when the setting is on (one LRU per process)."""
+    return VocabularyMatcher.for_store(store, settings.recall) if settings.recall.vocabulary_matching else None
 
 
 @dataclass
@@ -56,7 +63,8 @@ class Services:
     @classmethod
     def build(cls, settings: Settings, client: OpenSearch, redis_client: Redis[bytes]) -> Services:
         ns = settings.opensearch_namespace
-        store = BeliefStore(client, ns)
+        versions = TenantWriteVersions(redis_client, ns)
+        store = BeliefStore(client, ns, versions)
         audit = AuditStore(client, ns)
         accounts = AccountStore(client, ns)
         verifier = TokenVerifier(settings.auth)
@@ -94,7 +102,7 @@ class Services:
                 max_import=settings.api.max_import_records,
                 user_exists=accounts.user_exists,
             ),
-            recall=RecallService(ContextBuilder(store, settings.recall), receipts),
+            recall=RecallService(ContextBuilder(store, settings.recall, recall_matcher(settings, store)), receipts),
             provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),
             render_cache=render_cache,
             receipts=receipts,

@@ -20,6 +20,7 @@ from service.domain.belief import Belief, BeliefType, Subtype
 from service.domain.principal import Principal
 from service.recall.persona import render_persona
 from service.recall.query import CleanQuery, clean_query
+from service.recall.vocabulary import VocabularyMatcher
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, ClauseMatch, ScoredBelief
 
@@ -89,9 +90,12 @@ class RecallResult:
 
 
 class ContextBuilder:
-    def __init__(self, store: BeliefStore, defaults: RecallDefaults):
+    def __init__(self, store: BeliefStore, defaults: RecallDefaults, matcher: VocabularyMatcher | None = None):
         self.store = store
         self.defaults = defaults
+        # Set: relevance is matched from the tenant's own vocabulary and sent as exact weighted
+        # terms (service/recall/vocabulary.py); unset: the Lucene fuzzy/shingle query.
+        self.matcher = matcher
 
     def build(
         self,
@@ -106,6 +110,8 @@ class ContextBuilder:
         limits = (budget or RecallBudget()).resolve(self.defaults)
         view = ScopeView.session(scopes)
         query = clean_query(message, max_chars=limits.max_query_chars)
+        if search_clauses is None and self.matcher is not None and query.text and limits.max_beliefs > 0:
+            search_clauses = self.matcher.clauses(principal, query.text)
         hits = self.store.recall_candidates(
             principal,
             view,

@@ -110,6 +110,15 @@ def cross_scope_pinned_filter(principal: Principal) -> dict[str, Any]:
     }
 
 
+def vocabulary_filters(principal: Principal) -> list[dict[str, Any]]:
+    """The tenant's whole vocabulary (every owner and scope): recall reads the analysed names and
+    aliases of its own tenant to choose the exact terms of the caller's relevance query. Those
+    terms never leave the process as data; the query that uses them is filtered by
+    :func:`access_filters`, so a term of a belief the caller may not see matches nothing. Never
+    another tenant's: the tenant term comes from the principal, like everywhere else."""
+    return [tenant_filter(principal)]
+
+
 def admin_filters(principal: Principal) -> list[dict[str, Any]]:
     """Tenant-wide records an admin may read (audit events, users, keys): only the admin's own
     tenant, and nothing at all for a member."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +25,7 @@ from service.storage.access import ScopeView
 from service.storage.client import get_routed, index_routed, item_error, routed_id, status_of, translate_errors
 from service.storage.templates import BELIEFS
 from service.storage.unreadable import LoadedBeliefs, document_id, load_belief, load_beliefs
+from service.write_versions import TenantWriteVersions
 
 Refresh = Literal["true", "false", "wait_for"]
 
@@ -102,25 +104,44 @@ def _refusal(belief_id: str, info: dict[str, Any]) -> str:
 
 
 class BeliefStore:
-    def __init__(self, client: OpenSearch, namespace: str):
+    def __init__(self, client: OpenSearch, namespace: str, versions: TenantWriteVersions | None = None):
         self.client = client
         self.namespace = namespace
         self.alias = BELIEFS.alias(namespace)
+        # Bumped after every write, so per-tenant caches (the recall vocabulary) see it. A store
+        # without it (scripts, offline evals) must not be paired with a caching reader.
+        self.versions = versions
+
+    def written(self, tenant_ids: Iterable[str]) -> None:
+        """Record that the tenants' beliefs changed (after the write is visible)."""
+        if self.versions is not None:
+            self.versions.bump(tenant_ids)
+
+    @contextmanager
+    def _bumping(self, tenant_ids: Iterable[str]) -> Iterator[None]:
+        """Bump the tenants' write versions when the block ends, also when it fails part-way (some
+        documents may be written): one bump too many costs a rebuild, one too few a stale cache."""
+        tenants = set(tenant_ids)
+        try:
+            yield
+        finally:
+            self.written(tenants)
 
     # ---------------------------------------------------------------- writes
 
     def _index_one(self, belief: Belief, *, refresh: Refresh, on_conflict: str, **options: Any) -> None:
-        index_routed(
-            self.client,
-            index=self.alias,
-            doc_id=doc_id(belief.tenant_id, belief.id),
-            body=belief.to_document(),
-            routing=belief.tenant_id,
-            refresh=refresh,
-            action="store a belief",
-            on_conflict=on_conflict,
-            **options,
-        )
+        with self._bumping([belief.tenant_id]):
+            index_routed(
+                self.client,
+                index=self.alias,
+                doc_id=doc_id(belief.tenant_id, belief.id),
+                body=belief.to_document(),
+                routing=belief.tenant_id,
+                refresh=refresh,
+                action="store a belief",
+                on_conflict=on_conflict,
+                **options,
+            )
 
     def put(self, belief: Belief, *, refresh: Refresh = "wait_for", create_only: bool = False) -> None:
         """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id."""
@@ -146,7 +167,7 @@ class BeliefStore:
         )
         written: list[str] = []
         failed: dict[str, str] = {}
-        with translate_errors("store beliefs"):
+        with self._bumping(b.tenant_id for b in beliefs), translate_errors("store beliefs"):
             for ok, item in helpers.streaming_bulk(
                 self.client, actions, chunk_size=1000, raise_on_error=False, raise_on_exception=False, max_retries=2
             ):
@@ -236,7 +257,7 @@ class BeliefStore:
             ("pinned", queries.pinned_body(filters, access.cross_scope_pinned_filter(principal), size=max_pinned)),
             ("questions", queries.open_questions_body(filters, size=max_questions)),
         ]
-        if text and max_relevant > 0:
+        if text and max_relevant > 0 and (clauses is None or clauses):  # [] : nothing can match
             bodies.append(
                 (
                     "relevant",
@@ -410,7 +431,7 @@ def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) 
     The documents are addressed by ``<tenant>:<id>`` from the principal, so another tenant's are out
     of reach by construction."""
     removed: list[str] = []
-    with translate_errors("erase beliefs"):
+    with store._bumping([principal.tenant_id]), translate_errors("erase beliefs"):
         for belief_id in belief_ids:
             try:
                 store.client.delete(

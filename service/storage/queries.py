@@ -8,6 +8,7 @@ name or a multi-word alias, 5 for a single-word alias (x0.8-0.95 when matched wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from service.domain import scopes as scope_rules
@@ -128,6 +129,55 @@ def unspaced_clauses(text: str, *, fuzzy: bool = True, use_aliases: bool = True)
     if use_aliases:
         clauses += field_clauses("aliases", ALIAS_WORD_BOOST, ALIAS_PHRASE_BOOST)
     return clauses
+
+
+# ------------------------------------------------------------------ exact weighted terms
+# The relevance clauses above, with every query word already resolved to the indexed terms it
+# reaches (service/recall/vocabulary.py): no fuzzy rewrite and no shingle clause runs in the
+# engine. The nesting mirrors what the match queries become in Lucene (one bool per clause, one
+# sub-query per query position), so the engine adds up the same float32 numbers in the same
+# groups and the scores are bit for bit those of the Lucene query.
+
+TermWeights = tuple[tuple[str, float], ...]  # indexed terms one query position reaches, with factor
+
+
+@dataclass(frozen=True)
+class WeightedClause:
+    """One relevance clause resolved to terms. ``alternatives``: the terms at one position score
+    once (shingles: Lucene's SynonymQuery); otherwise each reached term adds (fuzzy expansions)."""
+
+    name: str
+    field: str
+    boost: float
+    positions: tuple[TermWeights, ...]
+    alternatives: bool
+
+
+def _term(field: str, term: str, factor: float) -> dict[str, Any]:
+    body: dict[str, Any] = {"value": term}
+    if factor != 1.0:
+        body["boost"] = factor
+    return {"term": {field: body}}
+
+
+def _position_query(clause: WeightedClause, reached: TermWeights) -> dict[str, Any]:
+    terms = [_term(clause.field, term, factor) for term, factor in reached]
+    if len(terms) == 1:
+        return terms[0]
+    if clause.alternatives:
+        return {"dis_max": {"queries": terms}}
+    return {"bool": {"should": terms}}
+
+
+def weighted_term_clauses(clauses: list[WeightedClause]) -> list[dict[str, Any]]:
+    """The ``should`` clauses of :func:`relevant_body` for resolved clauses; positions that reach
+    no term, and clauses with none left, are dropped (they could match nothing)."""
+    out: list[dict[str, Any]] = []
+    for clause in clauses:
+        parts = [_position_query(clause, reached) for reached in clause.positions if reached]
+        if parts:
+            out.append({"bool": {"should": parts, "boost": clause.boost, "_name": clause.name}})
+    return out
 
 
 def relevant_body(

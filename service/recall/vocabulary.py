@@ -1,0 +1,419 @@
+"""Relevance matching from the tenant's own vocabulary (issue 16, item 1).
+
+The Lucene query (:func:`service.storage.queries.relevance_clauses`) expands every query word of 4+
+characters into at most 20 indexed terms one edit away, drawn from the whole shard, i.e. from
+every tenant routed to it: other tenants' terms can crowd a tenant's own out of the 20, and each
+expansion costs a Levenshtein automaton per word and field. Here the same semantics are computed
+from the caller's tenant alone, and OpenSearch receives an exact weighted term query:
+
+1. the tenant's vocabulary: the terms OpenSearch's index analysis produced for its names and
+   aliases (whole units, per searched field), with prefix-guarded deletion keys for the fuzzy
+   fields; kept in an LRU of active tenants, valid for one tenant write version (Redis);
+2. the query text analysed by the very search analyzers of the Lucene query (one term-vector
+   round trip, :class:`service.storage.vocabulary.VocabularyStore`);
+3. for each query word of 4+ characters, the vocabulary terms with the same first two characters
+   and at most one edit (insertion, deletion, substitution, adjacent transposition) after them,
+   each weighted like Lucene's ``FuzzyQuery`` (1 for the word itself, ``1 - 1/min(len)`` in float32
+   for one edit), the best 20 kept in Lucene's order; shorter words and 2-3 word shingles match
+   only terms the vocabulary holds;
+4. clauses nested exactly like the match queries they replace (same boosts 14/14/5, same
+   ``_name``s, shingles starting at one word as alternatives), so OpenSearch adds up the same
+   floats and returns the same scores; the threshold and the access filters are unchanged.
+
+A cold tenant is built on its first recall (measured: :attr:`TenantVocabulary.build_ms`), so it
+answers correctly from the first request.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from service.config import RecallDefaults
+from service.domain.principal import Principal
+from service.domain.text import has_unspaced_script
+from service.errors import StoreUnavailable
+from service.storage import queries
+from service.storage.beliefs import BeliefStore
+from service.storage.queries import TermWeights, WeightedClause
+from service.storage.vocabulary import AnalysisRequest, Positions, VocabularyStore
+from service.write_versions import TenantWriteVersions
+
+log = logging.getLogger(__name__)
+
+# The Lucene query's fuzziness, restated as numbers: AUTO:4,10000 is one edit from 4 code points.
+MIN_FUZZY_LENGTH = 4
+# Terms shorter than this can never be one edit from a word of MIN_FUZZY_LENGTH.
+_MIN_FUZZY_TERM = MIN_FUZZY_LENGTH - 1
+
+WORD_FIELDS = ("canonical_name", "aliases")
+CJK_LATIN_FIELDS = ("canonical_name.cjk_latin", "aliases.cjk_latin")
+FUZZY_FIELDS = WORD_FIELDS + CJK_LATIN_FIELDS
+SPACED_PHRASE_FIELDS = ("canonical_name.phrase", "aliases.shingle")
+CJK_EXACT_FIELDS = ("canonical_name.cjk", "aliases.cjk", "canonical_name.cjk_shingle", "aliases.cjk_shingle")
+VOCABULARY_FIELDS = FUZZY_FIELDS + SPACED_PHRASE_FIELDS + CJK_EXACT_FIELDS
+
+
+# ----------------------------------------------------------------------------- float32
+
+
+def _f32(x: float) -> float:
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
+
+
+def _f32_ulp_neighbours(x: float) -> tuple[float, float]:
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    below = struct.unpack("<f", struct.pack("<I", bits - 1))[0] if bits > 0 else x
+    above = struct.unpack("<f", struct.pack("<I", bits + 1))[0]
+    return float(below), float(above)
+
+
+def _f32_of(q: Fraction) -> float:
+    """The float32 nearest to ``q`` (ties to even), as Java's ``(float) a / (float) b`` gives."""
+    guess = _f32(float(q))
+    below, above = _f32_ulp_neighbours(guess)
+
+    def key(v: float) -> tuple[Fraction, int]:
+        even = struct.unpack("<I", struct.pack("<f", v))[0] & 1
+        return abs(Fraction(v) - q), even
+
+    return min((below, guess, above), key=key)
+
+
+def fuzzy_factor(edits: int, term_length: int, word_length: int) -> float:
+    """Lucene ``FuzzyTermsEnum``'s term boost: ``1.0f - (float) ed / (float) min(len)`` in float32."""
+    if edits == 0:
+        return 1.0
+    ratio = _f32_of(Fraction(edits, min(term_length, word_length)))
+    return _f32(1.0 - ratio)  # exact in double, one rounding to float32 like Java's float subtraction
+
+
+# ------------------------------------------------------------------------ one edit
+
+
+def edits_within_one(a: str, b: str) -> int | None:
+    """0 or 1 if ``a`` and ``b`` are at most one insertion, deletion, substitution or adjacent
+    transposition apart (Damerau-Levenshtein as Lucene's automata count it), else None."""
+    if a == b:
+        return 0
+    la, lb = len(a), len(b)
+    if abs(la - lb) > 1:
+        return None
+    i = 0
+    shorter = min(la, lb)
+    while i < shorter and a[i] == b[i]:
+        i += 1
+    if la == lb:
+        if a[i + 1 :] == b[i + 1 :]:
+            return 1
+        if i + 1 < la and a[i] == b[i + 1] and a[i + 1] == b[i] and a[i + 2 :] == b[i + 2 :]:
+            return 1
+        return None
+    longer, short = (a, b) if la > lb else (b, a)
+    return 1 if longer[i + 1 :] == short[i:] else None
+
+
+def _deletion_keys(term: str) -> set[str]:
+    """The term and every one-character deletion after the guarded prefix: two words one edit
+    apart (with the same prefix) always share at least one key."""
+    keys = {term}
+    for i in range(queries.PREFIX_LENGTH, len(term)):
+        keys.add(term[:i] + term[i + 1 :])
+    return keys
+
+
+# ---------------------------------------------------------------------- vocabulary
+
+
+@dataclass(frozen=True)
+class FieldVocabulary:
+    terms: frozenset[str]
+    deletions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # fuzzy fields only
+
+    @classmethod
+    def build(cls, terms: Iterable[str], *, fuzzy: bool) -> FieldVocabulary:
+        frozen = frozenset(terms)
+        if not fuzzy:
+            return cls(frozen)
+        index: dict[str, list[str]] = {}
+        for term in frozen:
+            if len(term) >= _MIN_FUZZY_TERM:
+                for key in _deletion_keys(term):
+                    index.setdefault(key, []).append(term)
+        return cls(frozen, {k: tuple(v) for k, v in index.items()})
+
+    def exact(self, token: str) -> TermWeights:
+        return ((token, 1.0),) if token in self.terms else ()
+
+    def fuzzy(self, token: str) -> TermWeights:
+        """What ``FuzzyQuery(token, AUTO:4, prefix 2, max 20 expansions)`` rewrites to, over this
+        vocabulary alone."""
+        n = len(token)
+        if n < MIN_FUZZY_LENGTH:
+            return self.exact(token)
+        prefix = token[: queries.PREFIX_LENGTH]
+        found: dict[str, float] = {}
+        for key in _deletion_keys(token):
+            for term in self.deletions.get(key, ()):
+                if term in found or term[: queries.PREFIX_LENGTH] != prefix:
+                    continue
+                edits = edits_within_one(term[queries.PREFIX_LENGTH :], token[queries.PREFIX_LENGTH :])
+                if edits is not None:
+                    found[term] = fuzzy_factor(edits, len(term), n)
+        # Lucene's TopTermsRewrite keeps the best boosts, ties to the smaller term (UTF-8 order)
+        ranked = sorted(found.items(), key=lambda tw: (-tw[1], tw[0].encode()))
+        return tuple(ranked[: queries.MAX_FUZZY_EXPANSIONS])
+
+    def approx_bytes(self) -> int:
+        size = sum(49 + len(t.encode()) for t in self.terms)
+        size += sum(49 + len(k.encode()) + 40 + 8 * len(v) for k, v in self.deletions.items())
+        return size
+
+
+@dataclass(frozen=True)
+class TenantVocabulary:
+    tenant_id: str
+    version: int
+    fields: dict[str, FieldVocabulary]
+    documents: int
+    build_ms: float
+    approx_bytes: int
+
+    @classmethod
+    def build(cls, store: VocabularyStore, principal: Principal, version: int) -> TenantVocabulary:
+        started = time.perf_counter()
+        read = store.tenant_terms(principal, VOCABULARY_FIELDS)
+        fields = {name: FieldVocabulary.build(read.fields[name], fuzzy=name in FUZZY_FIELDS) for name in read.fields}
+        build_ms = (time.perf_counter() - started) * 1000
+        size = sum(f.approx_bytes() for f in fields.values())
+        return cls(principal.tenant_id, version, fields, read.documents, build_ms, size)
+
+    def field(self, name: str) -> FieldVocabulary:
+        return self.fields.get(name) or FieldVocabulary(frozenset())
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    builds: int = 0
+    build_ms_total: float = 0.0
+    build_ms_max: float = 0.0
+    evictions: int = 0
+
+
+class VocabularyCache:
+    """The vocabularies of the most recently active tenants, bounded in count and in (estimated)
+    memory. An entry is used only while the tenant's write version is the one it was built at;
+    without a version source (``versions=None``) nothing is kept and every recall builds afresh."""
+
+    def __init__(
+        self,
+        store: VocabularyStore,
+        versions: TenantWriteVersions | None,
+        *,
+        max_tenants: int = 1000,
+        max_bytes: int = 256 * 1024 * 1024,
+    ):
+        self.store = store
+        self.versions = versions
+        self.max_tenants = max_tenants
+        self.max_bytes = max_bytes
+        self.stats = CacheStats()
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, TenantVocabulary] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, principal: Principal) -> TenantVocabulary:
+        version = self._version(principal.tenant_id)
+        if version is not None:
+            with self._lock:
+                entry = self._entries.get(principal.tenant_id)
+                if entry is not None and entry.version == version:
+                    self._entries.move_to_end(principal.tenant_id)
+                    self.stats.hits += 1
+                    return entry
+        built = TenantVocabulary.build(self.store, principal, version or 0)
+        with self._lock:
+            self.stats.builds += 1
+            self.stats.build_ms_total += built.build_ms
+            self.stats.build_ms_max = max(self.stats.build_ms_max, built.build_ms)
+            if version is not None:
+                self._put(built)
+        log.debug("vocabulary of %s: %d documents, %.1f ms", principal.tenant_id, built.documents, built.build_ms)
+        return built
+
+    def _version(self, tenant_id: str) -> int | None:
+        if self.versions is None:
+            return None
+        try:
+            return self.versions.current(tenant_id)
+        except StoreUnavailable:
+            log.warning("tenant write version unreadable; building the vocabulary without caching it")
+            return None
+
+    def _put(self, entry: TenantVocabulary) -> None:
+        old = self._entries.pop(entry.tenant_id, None)
+        if old is not None:
+            self._bytes -= old.approx_bytes
+        if entry.approx_bytes > self.max_bytes:
+            return  # larger than the whole budget: used for this request only
+        self._entries[entry.tenant_id] = entry
+        self._bytes += entry.approx_bytes
+        while len(self._entries) > self.max_tenants or self._bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= evicted.approx_bytes
+            self.stats.evictions += 1
+
+    def forget(self, tenant_id: str) -> None:
+        """Drop a tenant's vocabulary now (erasure: no erased alias stays in memory)."""
+        with self._lock:
+            old = self._entries.pop(tenant_id, None)
+            if old is not None:
+                self._bytes -= old.approx_bytes
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# -------------------------------------------------------------------------- matcher
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Which analyses one query text needs, and how they become clauses."""
+
+    requests: list[AnalysisRequest]
+    unspaced: bool
+    has_tail: bool
+
+
+class VocabularyMatcher:
+    """The relevance clauses of one recall, computed from the caller's tenant vocabulary."""
+
+    def __init__(self, store: VocabularyStore, cache: VocabularyCache):
+        self.store = store
+        self.cache = cache
+
+    @classmethod
+    def for_store(cls, beliefs: BeliefStore, defaults: RecallDefaults) -> VocabularyMatcher:
+        """A matcher over ``beliefs``' index whose cache follows the store's write versions (a
+        store without them gets a matcher that builds on every recall)."""
+        reader = VocabularyStore(beliefs.client, beliefs.alias)
+        cache = VocabularyCache(
+            reader,
+            beliefs.versions,
+            max_tenants=defaults.vocabulary_cache_tenants,
+            max_bytes=defaults.vocabulary_cache_mb * 1024 * 1024,
+        )
+        return cls(reader, cache)
+
+    def clauses(self, principal: Principal, text: str) -> list[dict[str, Any]]:
+        """Exact weighted term clauses equivalent to ``queries.relevance_clauses(text)`` for this
+        tenant. Empty when nothing in the tenant's vocabulary can match."""
+        return self.clauses_many(principal, [text])[0]
+
+    def clauses_many(self, principal: Principal, texts: Sequence[str]) -> list[list[dict[str, Any]]]:
+        """Several texts of one tenant in one analysis round trip (the differential test)."""
+        vocabulary = self.cache.get(principal)
+        plans = [self._plan(text) for text in texts]
+        analyses = self.store.analyze(principal, [r for p in plans for r in p.requests])
+        out: list[list[dict[str, Any]]] = []
+        at = 0
+        for plan in plans:
+            mine = analyses[at : at + len(plan.requests)]
+            at += len(plan.requests)
+            out.append(self._render(plan, mine, vocabulary))
+        return out
+
+    def _plan(self, text: str) -> _Plan:
+        analyzers = self.store.search_analyzers()
+        both = {"canonical_name": text, "aliases": text}
+        if has_unspaced_script(text):
+            cjk = {f: analyzers[f] for f in CJK_LATIN_FIELDS + CJK_EXACT_FIELDS}
+            return _Plan([AnalysisRequest(both, cjk)], unspaced=True, has_tail=False)
+        words = queries.distinct_words(text).split()
+        head, tail = words[: queries.MAX_FUZZY_WORDS], words[queries.MAX_FUZZY_WORDS :]
+        requests = [
+            AnalysisRequest(both, {f: analyzers[f] for f in SPACED_PHRASE_FIELDS}),
+            AnalysisRequest({"aliases": " ".join(head)}, {"aliases": queries.WORD_ANALYZER}),
+        ]
+        if tail:
+            requests.append(AnalysisRequest({"aliases": " ".join(tail)}, {"aliases": queries.WORD_ANALYZER}))
+        return _Plan(requests, unspaced=False, has_tail=bool(tail))
+
+    def _render(
+        self, plan: _Plan, analyses: list[dict[str, Positions]], vocabulary: TenantVocabulary
+    ) -> list[dict[str, Any]]:
+        if plan.unspaced:
+            return self._render_unspaced(analyses[0], vocabulary)
+        phrases = analyses[0]
+        head = analyses[1].get("aliases", ())
+        tail = analyses[2].get("aliases", ()) if plan.has_tail else ()
+
+        def words(name: str, boost: float) -> list[WeightedClause]:
+            vocab = vocabulary.field(name)
+            return [
+                _expansions(name, name, boost, head, vocab.fuzzy),
+                _expansions(name, name, boost, tail, vocab.exact),
+            ]
+
+        def shingles(name: str, boost: float) -> WeightedClause:
+            return _alternatives(name, name, boost, phrases.get(name, ()), vocabulary.field(name))
+
+        planned = [
+            *words("canonical_name", queries.CANONICAL_BOOST),
+            shingles("canonical_name.phrase", queries.CANONICAL_PHRASE_BOOST),
+            *words("aliases", queries.ALIAS_WORD_BOOST),
+            shingles("aliases.shingle", queries.ALIAS_PHRASE_BOOST),
+        ]
+        return queries.weighted_term_clauses(planned)
+
+    def _render_unspaced(self, analysis: dict[str, Positions], vocabulary: TenantVocabulary) -> list[dict[str, Any]]:
+        planned: list[WeightedClause] = []
+        for name, word_boost, shingle_boost in (
+            ("canonical_name", queries.CANONICAL_BOOST, queries.CANONICAL_PHRASE_BOOST),
+            ("aliases", queries.ALIAS_WORD_BOOST, queries.ALIAS_PHRASE_BOOST),
+        ):
+            latin, exact, shingle = f"{name}.cjk_latin", f"{name}.cjk", f"{name}.cjk_shingle"
+            planned += [
+                _expansions(latin, latin, word_boost, analysis.get(latin, ()), vocabulary.field(latin).fuzzy),
+                _expansions(exact, exact, word_boost, analysis.get(exact, ()), vocabulary.field(exact).exact),
+                _alternatives(shingle, shingle, shingle_boost, analysis.get(shingle, ()), vocabulary.field(shingle)),
+            ]
+        return queries.weighted_term_clauses(planned)
+
+
+def _expansions(name: str, field_name: str, boost: float, positions: Positions, expand: Any) -> WeightedClause:
+    """One term per position (word analyzers stack nothing), each expanded to the terms it reaches."""
+    return WeightedClause(
+        name=name,
+        field=field_name,
+        boost=boost,
+        positions=tuple(expand(token) for group in positions for token in group),
+        alternatives=False,
+    )
+
+
+def _alternatives(
+    name: str, field_name: str, boost: float, positions: Positions, vocab: FieldVocabulary
+) -> WeightedClause:
+    """Shingles: the tokens at one position are alternatives (Lucene's SynonymQuery scores the
+    position once), and only whole units of the vocabulary can match."""
+    return WeightedClause(
+        name=name,
+        field=field_name,
+        boost=boost,
+        positions=tuple(tuple((t, 1.0) for t in group if t in vocab.terms) for group in positions),
+        alternatives=True,
+    )

@@ -1,0 +1,179 @@
+"""OpenSearch reads behind recall by vocabulary (:mod:`service.recall.vocabulary`).
+
+OpenSearch's analyzers stay the one definition of analysis: a tenant's vocabulary is the set of
+terms OpenSearch's own index analysis produced for its names and aliases (term vectors of the
+stored documents), and a query is split by the same search analyzers the Lucene query uses (term
+vectors of an artificial document with per-field analyzers, one round trip for every clause).
+Nothing here re-implements a tokenizer or a filter.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opensearchpy import OpenSearch
+
+from service.domain.principal import Principal
+from service.storage import access
+from service.storage.client import item_error, translate_errors
+
+# Same-position tokens together (the 2- and 3-word shingles starting at one word), in position order.
+Positions = tuple[tuple[str, ...], ...]
+
+# How many documents one term-vector request reads while a vocabulary is built.
+_TERM_VECTOR_BATCH = 500
+_ID_PAGE = 2000
+
+
+@dataclass(frozen=True)
+class AnalysisRequest:
+    """One artificial document (source field -> text) and the fields to analyse it for, each with
+    the analyzer to use (a field's search analyzer, or the analyzer a clause names)."""
+
+    doc: Mapping[str, str]
+    analyzers: Mapping[str, str]
+
+
+@dataclass
+class TenantTerms:
+    """A tenant's indexed terms per searched field, and what reading them took."""
+
+    fields: dict[str, set[str]] = field(default_factory=dict)
+    documents: int = 0
+
+
+class VocabularyStore:
+    def __init__(self, client: OpenSearch, alias: str):
+        self.client = client
+        self.alias = alias
+        self._mapping_lock = threading.Lock()
+        self._search_analyzers: dict[str, str] | None = None
+
+    # ------------------------------------------------------------------ the mapping
+
+    def search_analyzers(self) -> dict[str, str]:
+        """Every text field's search analyzer as the index mapping defines it (``name`` and
+        ``name.sub``), read once: the query side of each clause is analysed by exactly these."""
+        with self._mapping_lock:
+            if self._search_analyzers is None:
+                with translate_errors("read the beliefs mapping"):
+                    mappings = self.client.indices.get_mapping(index=self.alias)
+                # behind the alias there is one index, or two with the same fields during a reindex
+                properties = next(iter(mappings.values()))["mappings"]["properties"]
+                self._search_analyzers = dict(_search_analyzers(properties))
+            return self._search_analyzers
+
+    # ------------------------------------------------------------ a tenant's terms
+
+    def tenant_terms(self, principal: Principal, fields: Sequence[str]) -> TenantTerms:
+        """The terms the index holds for ``fields`` over every document of the principal's tenant
+        (any owner, scope or lifecycle: see :func:`access.vocabulary_filters`)."""
+        terms = TenantTerms(fields={f: set() for f in fields})
+        batch: list[str] = []
+        for doc_id in self._tenant_doc_ids(principal):
+            batch.append(doc_id)
+            if len(batch) == _TERM_VECTOR_BATCH:
+                self._add_term_vectors(principal, batch, terms)
+                batch = []
+        if batch:
+            self._add_term_vectors(principal, batch, terms)
+        return terms
+
+    def _tenant_doc_ids(self, principal: Principal) -> Iterator[str]:
+        search_after: list[Any] | None = None
+        while True:
+            body: dict[str, Any] = {
+                "size": _ID_PAGE,
+                "track_total_hits": False,
+                "_source": False,
+                "query": {"bool": {"filter": access.vocabulary_filters(principal)}},
+                "sort": [{"id": "asc"}],
+            }
+            if search_after is not None:
+                body["search_after"] = search_after
+            with translate_errors("list the tenant's beliefs for its vocabulary"):
+                found = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+            hits = found["hits"]["hits"]
+            for hit in hits:
+                yield str(hit["_id"])
+            if len(hits) < _ID_PAGE:
+                return
+            search_after = hits[-1]["sort"]
+
+    def _add_term_vectors(self, principal: Principal, doc_ids: list[str], terms: TenantTerms) -> None:
+        body = {"ids": doc_ids}
+        with translate_errors("read the tenant's vocabulary"):
+            response = self.client.mtermvectors(
+                index=self.alias,
+                body=body,
+                routing=access.routing(principal),
+                fields=",".join(terms.fields),
+                positions=False,
+                offsets=False,
+                payloads=False,
+                term_statistics=False,
+                field_statistics=False,
+            )
+        for doc in response["docs"]:
+            if "error" in doc:
+                raise item_error(doc.get("status"), doc["error"], "read the tenant's vocabulary")
+            if not doc.get("found"):
+                continue  # deleted between the listing and this read
+            terms.documents += 1
+            for name, vectors in (doc.get("term_vectors") or {}).items():
+                if name in terms.fields:
+                    terms.fields[name].update(vectors.get("terms", {}))
+
+    # --------------------------------------------------------------- query analysis
+
+    def analyze(self, principal: Principal, requests: Sequence[AnalysisRequest]) -> list[dict[str, Positions]]:
+        """Each request's tokens per field, grouped by position, in one round trip."""
+        docs = [
+            {
+                "doc": dict(request.doc),
+                "fields": list(request.analyzers),
+                "per_field_analyzer": dict(request.analyzers),
+                "positions": True,
+                "offsets": False,
+                "payloads": False,
+                "term_statistics": False,
+                "field_statistics": False,
+                "routing": access.routing(principal),
+            }
+            for request in requests
+        ]
+        if not docs:
+            return []
+        with translate_errors("analyse the recall query"):
+            response = self.client.mtermvectors(index=self.alias, body={"docs": docs})
+        out: list[dict[str, Positions]] = []
+        for doc in response["docs"]:
+            if "error" in doc:
+                raise item_error(doc.get("status"), doc["error"], "analyse the recall query")
+            out.append({name: _by_position(v.get("terms", {})) for name, v in (doc.get("term_vectors") or {}).items()})
+        return out
+
+
+def _search_analyzers(properties: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    for name, spec in properties.items():
+        path = f"{prefix}{name}"
+        if spec.get("type") == "text":
+            yield path, spec.get("search_analyzer") or spec.get("analyzer") or "standard"
+        for sub, sub_spec in (spec.get("fields") or {}).items():
+            if sub_spec.get("type") == "text":
+                yield f"{path}.{sub}", sub_spec.get("search_analyzer") or sub_spec.get("analyzer") or "standard"
+        if "properties" in spec:
+            yield from _search_analyzers(spec["properties"], f"{path}.")
+
+
+def _by_position(terms: Mapping[str, Any]) -> Positions:
+    """Term vectors list each distinct term with its positions; the query builder needs the token
+    stream back: one group per position (tokens stacked at one position are alternatives)."""
+    at: dict[int, list[str]] = {}
+    for term, info in terms.items():
+        for token in info.get("tokens", []):
+            at.setdefault(int(token["position"]), []).append(term)
+    return tuple(tuple(sorted(at[p])) for p in sorted(at))
