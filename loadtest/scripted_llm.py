@@ -1,9 +1,12 @@
-"""A scripted OpenAI-compatible LLM server on loopback: the only stand-in in the test suite.
+"""A scripted OpenAI- and Anthropic-compatible LLM server on loopback: the only stand-in in the
+test suite.
 
-A real HTTP/1.1 server in a thread. ``/v1/chat/completions`` answers from a script (a queue of
-:class:`Reply` objects, or a responder function of the request), non-streaming or as SSE with
-the content cut into awkward pieces (including 1-character pieces and pieces that split the
-sidecar marker), each piece flushed as its own HTTP chunk. Every request is recorded.
+A real HTTP/1.1 server in a thread. ``/v1/chat/completions`` (OpenAI) and ``/v1/messages``
+(Anthropic Messages, with its event types and optional ``tool_use`` blocks) answer from one script
+(a queue of :class:`Reply` objects, or a responder function of the request), non-streaming or as
+SSE with the content cut into awkward pieces (including 1-character pieces and pieces that split
+the sidecar marker), each piece flushed as its own HTTP chunk. Every request is recorded (with
+its ``_path`` and ``_headers``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ class Reply:
     error: dict[str, Any] | None = None
     finish_with_last: bool = False  # send the last piece in the same event as finish_reason
     usage_chunk: bool = False  # a trailing usage-only chunk (stream_options.include_usage)
+    # Anthropic only: a tool call after the text ({"id", "name", "input"}), stop_reason "tool_use"
+    tool_use: dict[str, Any] | None = None
+    # the whole SSE body cut into HTTP chunks at these byte offsets instead of one chunk per event
+    # (cuts anywhere: inside an event, a JSON string, a marker, a UTF-8 sequence); the offsets
+    # count from the first occurrence of ``cuts_from`` in the body when it is given
+    byte_cuts: list[int] | None = None
+    cuts_from: bytes | None = None
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -92,10 +102,13 @@ class ScriptedLLM:
                 length = int(self.headers.get("Content-Length") or 0)
                 request = json.loads(self.rfile.read(length) or b"{}")
                 request["_headers"] = {k.lower(): v for k, v in self.headers.items()}
+                request["_path"] = self.path
                 reply = llm.next_reply(request)
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
-                if reply.status != 200:
+                if self.path.rstrip("/").endswith("/messages"):
+                    self._anthropic(request, reply)
+                elif reply.status != 200:
                     self._json(
                         reply.status,
                         reply.error or {"error": {"message": "scripted failure", "type": "server_error"}},
@@ -120,13 +133,41 @@ class ScriptedLLM:
                 self.end_headers()
                 pieces = _pieces(reply.content, reply.chunk_sizes)
                 last = pieces.pop() if reply.finish_with_last and pieces else None
-                for piece in pieces:
-                    self._chunk(_event(_delta(request, piece)))
-                self._chunk(_event(_delta(request, last, finish="stop")))
+                events = [_event(_delta(request, piece)) for piece in pieces]
+                events.append(_event(_delta(request, last, finish="stop")))
                 if reply.usage_chunk:
                     usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
-                    self._chunk(_event({**_delta(request, None), "choices": [], "usage": usage}))
-                self._chunk(b"data: [DONE]\n\n")
+                    events.append(_event({**_delta(request, None), "choices": [], "usage": usage}))
+                events.append(b"data: [DONE]\n\n")
+                self._send_body(events, reply)
+
+            def _anthropic(self, request: dict[str, Any], reply: Reply) -> None:
+                if reply.status != 200:
+                    error = {"type": "api_error", "message": "scripted failure"}
+                    self._json(reply.status, reply.error or {"type": "error", "error": error})
+                elif request.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    events = [
+                        f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+                        for event in _anthropic_events(request, reply)
+                    ]
+                    self._send_body(events, reply)
+                else:
+                    self._json(200, _anthropic_message(request, reply))
+
+            def _send_body(self, events: list[bytes], reply: Reply) -> None:
+                """One HTTP chunk per event, or the whole body cut at ``reply.byte_cuts``; then the end."""
+                if reply.byte_cuts is not None:
+                    body = b"".join(events)
+                    origin = body.index(reply.cuts_from) if reply.cuts_from else 0
+                    cuts = sorted(origin + c for c in reply.byte_cuts if 0 < origin + c < len(body))
+                    bounds = [0, *cuts, len(body)]
+                    events = [body[a:b] for a, b in itertools.pairwise(bounds)]
+                for data in events:
+                    self._chunk(data)
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 
@@ -184,8 +225,47 @@ def _delta(request: dict[str, Any], piece: str | None, finish: str | None = None
     }
 
 
+def _anthropic_message(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": reply.content}]
+    if reply.tool_use:
+        content.append({"type": "tool_use", **reply.tool_use})
+    return {
+        "id": "msg_scripted",
+        "type": "message",
+        "role": "assistant",
+        "model": request.get("model", "scripted"),
+        "content": content,
+        "stop_reason": "tool_use" if reply.tool_use else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+
+
+def _anthropic_events(request: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    """The Messages stream: message_start, a text block in pieces, a tool_use block with its
+    input in pieces, message_delta, message_stop."""
+    message = {**_anthropic_message(request, reply), "content": [], "stop_reason": None}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": message}, {"type": "ping"}]
+    events.append({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+    for piece in _pieces(reply.content, reply.chunk_sizes):
+        events.append({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}})
+    events.append({"type": "content_block_stop", "index": 0})
+    if reply.tool_use:
+        block = {"type": "tool_use", "id": reply.tool_use["id"], "name": reply.tool_use["name"], "input": {}}
+        events.append({"type": "content_block_start", "index": 1, "content_block": block})
+        for piece in _pieces(json.dumps(reply.tool_use["input"]), reply.chunk_sizes):
+            delta = {"type": "input_json_delta", "partial_json": piece}
+            events.append({"type": "content_block_delta", "index": 1, "delta": delta})
+        events.append({"type": "content_block_stop", "index": 1})
+    stop = "tool_use" if reply.tool_use else "end_turn"
+    delta_event = {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}}
+    events.append({**delta_event, "usage": {"output_tokens": 1}})
+    events.append({"type": "message_stop"})
+    return events
+
+
 def _event(body: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
 # A load-test turn carries ``[[turn:<letters> scope:<label>]]`` in its last user message; the

@@ -133,6 +133,8 @@ class TenantLoopOverride(BaseModel):
     )
     upstream_base_url: str | None = None
     upstream_api_key: SecretStr | None = None
+    anthropic_upstream_base_url: str | None = None
+    anthropic_upstream_api_key: SecretStr | None = None
 
 
 # Settings renamed so that "tier" means only the recall tiers; the old names are still read.
@@ -153,6 +155,11 @@ class MemoryLoopSettings(BaseSettings):
     upstream_api_key: SecretStr | None = None
     upstream_timeout_s: float = Field(120.0, gt=0)
     upstream_connect_timeout_s: float = Field(5.0, gt=0)
+    # POST /v1/messages goes to an Anthropic-compatible upstream, e.g. https://api.anthropic.com/v1
+    # (sent as x-api-key; the caller's anthropic-version header is forwarded, else this one)
+    anthropic_upstream_base_url: str | None = None
+    anthropic_upstream_api_key: SecretStr | None = None
+    anthropic_version: str = Field("2023-06-01", min_length=1, max_length=40)
     extraction_enabled: bool = True
     # GET /v1/models answers with the upstream's list; these ids when the upstream has none
     # (or cannot be reached), so OpenAI-compatible tools that list models first still start

@@ -17,7 +17,7 @@ from fastapi_offline import FastAPIOffline
 
 from service.api.errors import RequestContextMiddleware, error_responses, install_error_handlers
 from service.api.examples import install as install_examples
-from service.api.routes import admin, audit, beliefs, health, models, quarantine, recall
+from service.api.routes import admin, audit, beliefs, health, messages, models, quarantine, recall
 from service.api.routes import memory_loop as memory_loop_routes
 from service.api.state import Services, ensure_indices
 from service.config import Settings, get_settings
@@ -35,6 +35,7 @@ ROUTERS: list[APIRouter] = [
     quarantine.router,
     models.router,
     memory_loop_routes.router,
+    messages.router,
 ]
 
 DESCRIPTION = """Shared, typed belief memory for LLM work.
@@ -87,6 +88,9 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
                 "X-Tenure-Session",
                 "OpenAI-Organization",
                 "OpenAI-Project",
+                "x-api-key",
+                "anthropic-version",
+                "anthropic-beta",
             ],
             expose_headers=["X-Request-ID", "Retry-After", "x-tenure-warning"],
             allow_credentials=False,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from fastapi import FastAPI, Request
@@ -48,6 +48,29 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorOut, "description": _DESCRIPTIONS[status]} for status in statuses}
 
 
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str = Field(
+        description="authentication_error, permission_error, rate_limit_error, invalid_request_error, "
+        "upstream_error, timeout_error or api_error (what the OpenAI SDKs map to their exception classes)"
+    )
+    code: str = Field(description="The service's stable code, e.g. unauthenticated, rate_limited")
+    param: str | None = None
+    details: Any = Field(None, description="Field paths for validation errors, or other context")
+    request_id: str | None = Field(None, description="Also in the X-Request-ID response header")
+
+
+class OpenAIErrorOut(BaseModel):
+    """The error shape of the OpenAI-compatible routes (``/v1/chat/completions``, ``/v1/models``)."""
+
+    error: OpenAIErrorDetail
+
+
+def openai_error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries documenting the OpenAI error shape for ``statuses``."""
+    return {status: {"model": OpenAIErrorOut, "description": _DESCRIPTIONS[status]} for status in statuses}
+
+
 _DESCRIPTIONS = {
     400: "Unreadable request body",
     401: "Missing, malformed, expired or revoked credentials",
@@ -58,7 +81,9 @@ _DESCRIPTIONS = {
     413: "Request body too large",
     422: "Invalid request (details carry field paths)",
     429: "The credential's rate limit is exhausted; retry after the Retry-After delay",
+    502: "The upstream model failed, refused the credentials or is not configured",
     503: "A backing store is unavailable; retry after the Retry-After delay",
+    504: "The upstream model timed out",
 }
 
 
@@ -92,9 +117,52 @@ def openai_error_type(status: int) -> str:
     return _OPENAI_TYPES.get(status, "api_error")
 
 
+# The Anthropic Messages route answers in Anthropic's shape (``{"type": "error", "error": {"type",
+# "message"}}``), so the Anthropic SDKs raise their typed errors; our stable code rides along.
+ANTHROPIC_PATHS = frozenset({"/v1/messages"})
+_ANTHROPIC_TYPES = {
+    **_OPENAI_TYPES,
+    413: "request_too_large",
+    504: "timeout_error",
+}
+
+
+def anthropic_error_type(status: int) -> str:
+    return _ANTHROPIC_TYPES.get(status, "api_error")
+
+
+class AnthropicErrorDetail(BaseModel):
+    type: str = Field(
+        description="authentication_error, permission_error, rate_limit_error, invalid_request_error, "
+        "request_too_large, timeout_error or api_error (what the Anthropic SDKs map to their exceptions)"
+    )
+    message: str
+    code: str = Field(description="The service's stable code, e.g. unauthenticated, rate_limited")
+    details: Any = Field(None, description="Field paths for validation errors, or other context")
+
+
+class AnthropicErrorOut(BaseModel):
+    """The error shape of the Anthropic Messages route (``/v1/messages``)."""
+
+    type: Literal["error"] = "error"
+    error: AnthropicErrorDetail
+    request_id: str | None = Field(None, description="Also in the X-Request-ID response header")
+
+
+def anthropic_error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries documenting the Anthropic error shape for ``statuses``."""
+    return {status: {"model": AnthropicErrorOut, "description": _DESCRIPTIONS[status]} for status in statuses}
+
+
 def error_body(
     code: ErrorCode, message: str, details: Any, request_id: str | None, *, path: str = "", status: int = 0
 ) -> dict[str, Any]:
+    if path in ANTHROPIC_PATHS:
+        detail: dict[str, Any] = {"type": anthropic_error_type(status or code.http_status), "message": message}
+        detail["code"] = code.value
+        if details is not None:
+            detail["details"] = details
+        return {"type": "error", "error": detail, "request_id": request_id}
     if path in OPENAI_PATHS:
         error: dict[str, Any] = {
             "message": message,

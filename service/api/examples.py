@@ -240,6 +240,24 @@ EXAMPLES: dict[str, Any] = {
             "request_id": "req-0b5c7d",
         }
     },
+    "AnthropicErrorOut": {
+        "type": "error",
+        "error": {
+            "type": "authentication_error",
+            "message": "invalid or revoked API key",
+            "code": "unauthenticated",
+        },
+        "request_id": "req-0b5c7d",
+    },
+    "OpenAIErrorOut": {
+        "error": {
+            "message": "invalid or revoked API key",
+            "type": "authentication_error",
+            "code": "unauthenticated",
+            "param": None,
+            "request_id": "req-0b5c7d",
+        }
+    },
 }
 
 

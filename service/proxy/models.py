@@ -35,9 +35,10 @@ async def _from_upstream(upstream: Upstream, tenant_id: str) -> list[dict[str, A
         target = upstream.target(tenant_id)
     except UpstreamFailure:
         return []  # no upstream for this tenant: the configured list
-    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
     try:
-        response = await upstream.client.get(f"{target.base_url}/models", headers=headers, timeout=LIST_TIMEOUT_S)
+        response = await upstream.client.get(
+            f"{target.base_url}/models", headers=target.headers, timeout=LIST_TIMEOUT_S
+        )
         body = response.json() if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError) as exc:
         log.info("upstream model list unavailable for %s: %s", tenant_id, exc)

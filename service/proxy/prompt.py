@@ -3,7 +3,8 @@
 1. static   the sidecar instructions (only when extraction is on for the tenant and model)
 2. beliefs  the stable memory block: instructions, persona, scope, pinned facts
 3. dynamic  relevant beliefs, open questions, the caller's own system prompt, the closing line
-For OpenAI-compatible upstreams the parts are flattened with blank lines between them.
+For OpenAI-compatible upstreams the parts are flattened with blank lines between them; the
+Anthropic Messages route sends them as separate text blocks of the top-level ``system``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ CLOSING_WITHOUT_SIDECAR = "--- Respond to the user's message. ---"
 
 
 def build_system_prompt(block: InjectionBlock | None, client_system: str | None, *, with_sidecar: bool) -> str:
+    return "\n\n".join(system_prompt_parts(block, client_system, with_sidecar=with_sidecar))
+
+
+def system_prompt_parts(block: InjectionBlock | None, client_system: str | None, *, with_sidecar: bool) -> list[str]:
+    """The static, beliefs and dynamic parts (the first two only when they have content)."""
     parts: list[str] = []
     if with_sidecar:
         parts.append(SIDECAR_INSTRUCTIONS)
@@ -58,4 +64,4 @@ def build_system_prompt(block: InjectionBlock | None, client_system: str | None,
         dynamic.append(client_system)
     dynamic.append(CLOSING_WITH_SIDECAR if with_sidecar else CLOSING_WITHOUT_SIDECAR)
     parts.append("\n\n".join(dynamic))
-    return "\n\n".join(parts)
+    return parts

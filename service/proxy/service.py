@@ -90,14 +90,25 @@ def text_of(content: str | list[dict[str, Any]] | None) -> str:
 def session_and_scope(
     body: ChatRequest, actor: Actor, header_session: str | None, header_scope: str | None
 ) -> tuple[str, list[str]]:
-    meta = body.metadata or {}
+    first = [m.model_dump(mode="json") for m in body.messages[:3]]
+    return session_and_scope_of(body.metadata or {}, first, actor, header_session, header_scope)
+
+
+def session_and_scope_of(
+    meta: dict[str, Any],
+    first_messages: list[Any],
+    actor: Actor,
+    header_session: str | None,
+    header_scope: str | None,
+) -> tuple[str, list[str]]:
+    """The session id and scopes of a proxied request, whatever its API: header, else the body's
+    ``metadata``, else derived from the caller and the first (at most three) messages."""
     session = header_session or meta.get("session_id")
     if session is not None and (not isinstance(session, str) or not session.strip() or len(session) > 200):
         raise ValidationFailed("session id must be a non-empty string of at most 200 characters")
     if not session:
-        first = [m.model_dump(mode="json") for m in body.messages[:3]]
         who = f"{actor.principal.tenant_id}|{actor.principal.user_id}"
-        raw = f"{who}|{json.dumps(first, sort_keys=True)}"
+        raw = f"{who}|{json.dumps(first_messages[:3], sort_keys=True)}"
         session = "derived_" + hashlib.sha256(raw.encode()).hexdigest()[:24]
     scope_raw: Any = meta.get("scope")
     if scope_raw is None and header_scope:
@@ -118,7 +129,7 @@ def session_and_scope(
 @dataclass
 class TurnContext:
     actor: Actor
-    body: ChatRequest
+    model: str
     session_id: str
     scopes: list[str]
     gate: GateDecision
@@ -128,6 +139,7 @@ class TurnContext:
     recall: RecallResult | None = None
     degraded: list[str] = field(default_factory=list)
     turn_id: str = field(default_factory=lambda: f"turn-{uuid.uuid4().hex}")
+    api: str = "openai"  # which ingress: "openai" (chat completions) or "anthropic" (messages)
 
     def injected_texts(self) -> list[str]:
         """The belief text this turn's context carried (for telling an echo from a sidecar)."""
@@ -208,7 +220,7 @@ class MemoryLoop:
             session_id=ctx.session_id,
             scope=ctx.scopes,
             source="proxy",
-            model=ctx.body.model,
+            model=ctx.model,
             user_message=ctx.user_message[: self.settings.loop.max_turn_message_chars],
             assistant_text=assistant[: self.settings.loop.max_turn_message_chars],
             sidecar_raw=raw[: self.settings.loop.sidecar_max_chars * 4] if raw and extract else None,
@@ -255,38 +267,39 @@ class MemoryLoop:
         return False
 
 
-class ChatProxy:
+class ProxyTurns:
+    """What every proxy ingress shares: the turn context (session, scope, model gate), recall of the
+    four tiers and, after the answer, the receipt, the turn record and the extraction task."""
+
     def __init__(self, loop: MemoryLoop, recall: RecallService):
         self.loop = loop
         self.recall = recall
 
-    async def prepare(
-        self, actor: Actor, body: ChatRequest, header_session: str | None, header_scope: str | None
-    ) -> tuple[TurnContext, dict[str, Any]]:
-        session, scopes = session_and_scope(body, actor, header_session, header_scope)
+    async def begin(
+        self,
+        actor: Actor,
+        model: str,
+        session_scope: tuple[str, list[str]],
+        user_message: str,
+        api: str = "openai",
+    ) -> tuple[TurnContext, InjectionBlock | None]:
+        """The turn's context (refused here when strict mode refuses the model) and the injection
+        block recalled for the latest user message."""
+        session, scopes = session_scope
         tenant = actor.principal.tenant_id
         gate = self.loop.gate.check(
-            body.model, extraction_enabled=self.loop.extraction_enabled(tenant), strict=self.loop.strict_gate(tenant)
+            model, extraction_enabled=self.loop.extraction_enabled(tenant), strict=self.loop.strict_gate(tenant)
         )
-        users = [m for m in body.messages if m.role == "user"]
         ctx = TurnContext(
             actor=replace(actor, session_id=session),
-            body=body,
+            model=model,
             session_id=session,
             scopes=scopes,
             gate=gate,
-            user_message=text_of(users[-1].content) if users else "",
+            user_message=user_message,
+            api=api,
         )
-        block = await self._recall(ctx)
-        client_system = "\n\n".join(
-            text_of(m.content) for m in body.messages if m.role in ("system", "developer") and m.content
-        )
-        system = build_system_prompt(block, client_system or None, with_sidecar=gate.extract)
-        forwarded = body.model_dump(mode="json", exclude={"metadata"}, exclude_none=True)
-        forwarded["messages"] = [{"role": "system", "content": system}] + [
-            m.model_dump(mode="json", exclude_none=True) for m in body.messages if m.role not in ("system", "developer")
-        ]
-        return ctx, forwarded
+        return ctx, await self._recall(ctx)
 
     async def _recall(self, ctx: TurnContext) -> InjectionBlock | None:
         """The four tiers for the latest user message. The injection receipt is written with the
@@ -305,17 +318,39 @@ class ChatProxy:
     def finish(self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus) -> bool:
         """After the answer: the injection receipt (audit), then the turn, then the task."""
         if ctx.recall is not None:
+            details = {"via": "proxy", "turn_id": ctx.turn_id, "model": ctx.model}
+            if ctx.api != "openai":
+                details["api"] = ctx.api
             try:
-                self.recall.record_receipt(
-                    ctx.actor,
-                    ctx.recall,
-                    session_id=ctx.session_id,
-                    details={"via": "proxy", "turn_id": ctx.turn_id, "model": ctx.body.model},
-                )
+                self.recall.record_receipt(ctx.actor, ctx.recall, session_id=ctx.session_id, details=details)
             except Exception as exc:
                 log.warning("injection receipt for %s not recorded: %s", ctx.turn_id, exc)
                 ctx.degraded.append("injection receipt not recorded: audit store unavailable")
         return self.loop.record(ctx, assistant=assistant, raw=raw, status=status)
+
+
+class ChatProxy(ProxyTurns):
+    """``POST /v1/chat/completions``: the OpenAI Chat Completions ingress."""
+
+    async def prepare(
+        self, actor: Actor, body: ChatRequest, header_session: str | None, header_scope: str | None
+    ) -> tuple[TurnContext, dict[str, Any]]:
+        users = [m for m in body.messages if m.role == "user"]
+        ctx, block = await self.begin(
+            actor,
+            body.model,
+            session_and_scope(body, actor, header_session, header_scope),
+            text_of(users[-1].content) if users else "",
+        )
+        client_system = "\n\n".join(
+            text_of(m.content) for m in body.messages if m.role in ("system", "developer") and m.content
+        )
+        system = build_system_prompt(block, client_system or None, with_sidecar=ctx.gate.extract)
+        forwarded = body.model_dump(mode="json", exclude={"metadata"}, exclude_none=True)
+        forwarded["messages"] = [{"role": "system", "content": system}] + [
+            m.model_dump(mode="json", exclude_none=True) for m in body.messages if m.role not in ("system", "developer")
+        ]
+        return ctx, forwarded
 
     async def complete(self, ctx: TurnContext, forwarded: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], bool]]:
         """The answer with the sidecar removed, and the work to run once it is sent (receipt,
@@ -345,7 +380,7 @@ class ChatProxy:
         template: dict[str, Any] = {
             "id": "chatcmpl-tenure",
             "object": "chat.completion.chunk",
-            "model": ctx.body.model,
+            "model": ctx.model,
         }
         try:
             async for event in Upstream.events(response):

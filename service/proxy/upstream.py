@@ -1,4 +1,6 @@
-"""The OpenAI-compatible upstream: one pooled async httpx client per process.
+"""The upstream models: one pooled async httpx client per process, for the OpenAI-compatible
+upstream (``/chat/completions``, bearer key) and the Anthropic-compatible one (``/messages``,
+``x-api-key`` and ``anthropic-version``).
 
 The target (base URL and key) is per tenant or global (settings). Failures become
 :class:`UpstreamFailure` with a stable code and the status the proxy answers with; nothing here
@@ -29,7 +31,7 @@ class UpstreamFailure(TenureError):
 @dataclass(frozen=True)
 class Target:
     base_url: str
-    api_key: str | None
+    headers: dict[str, str]  # the upstream's credentials and API version
 
 
 def _message_of(response: httpx.Response) -> str:
@@ -62,22 +64,41 @@ class Upstream:
         )
 
     def target(self, tenant_id: str) -> Target:
+        """The OpenAI-compatible upstream of the tenant."""
         override = self.policy.for_tenant(tenant_id)
         base = override.upstream_base_url or self.policy.upstream_base_url
         key = override.upstream_api_key or self.policy.upstream_api_key
         if not base:
             raise UpstreamFailure("no upstream model endpoint is configured for this tenant", status=502)
-        return Target(base.rstrip("/"), key.get_secret_value() if key else None)
+        secret = key.get_secret_value() if key else None
+        return Target(base.rstrip("/"), {"Authorization": f"Bearer {secret}"} if secret else {})
 
-    def _headers(self, target: Target) -> dict[str, str]:
-        return {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+    def anthropic_target(self, tenant_id: str, version: str | None, beta: str | None) -> Target:
+        """The Anthropic-compatible upstream of the tenant, with the caller's API version and beta
+        flags (never the caller's credential: that authenticated them here)."""
+        override = self.policy.for_tenant(tenant_id)
+        base = override.anthropic_upstream_base_url or self.policy.anthropic_upstream_base_url
+        key = override.anthropic_upstream_api_key or self.policy.anthropic_upstream_api_key
+        if not base:
+            raise UpstreamFailure("no Anthropic upstream endpoint is configured for this tenant", status=502)
+        secret = key.get_secret_value() if key else None
+        headers = {"anthropic-version": version or self.policy.anthropic_version}
+        if secret:
+            headers["x-api-key"] = secret
+        if beta:
+            headers["anthropic-beta"] = beta
+        return Target(base.rstrip("/"), headers)
 
     async def complete(self, tenant_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        target = self.target(tenant_id)
+        data = await self.post_json(self.target(tenant_id), "/chat/completions", body)
+        if not isinstance(data.get("choices"), list):
+            raise UpstreamFailure("the upstream answer has no choices", status=502)
+        return data
+
+    async def post_json(self, target: Target, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``target`` + ``path`` and return the JSON object it answers."""
         try:
-            response = await self.client.post(
-                f"{target.base_url}/chat/completions", json=body, headers=self._headers(target)
-            )
+            response = await self.client.post(f"{target.base_url}{path}", json=body, headers=target.headers)
         except httpx.TimeoutException as exc:
             raise UpstreamFailure("the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT) from exc
         except httpx.HTTPError as exc:
@@ -88,17 +109,17 @@ class Upstream:
             data = response.json()
         except ValueError as exc:
             raise UpstreamFailure("the upstream answered with invalid JSON", status=502) from exc
-        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
-            raise UpstreamFailure("the upstream answer has no choices", status=502)
+        if not isinstance(data, dict):
+            raise UpstreamFailure("the upstream answer is not a JSON object", status=502)
         return data
 
     async def open_stream(self, tenant_id: str, body: dict[str, Any]) -> httpx.Response:
+        return await self.open_stream_at(self.target(tenant_id), "/chat/completions", body)
+
+    async def open_stream_at(self, target: Target, path: str, body: dict[str, Any]) -> httpx.Response:
         """Send a streaming request and return the open response once its status is known (so
         an error can still be answered as a plain JSON error). The caller must close it."""
-        target = self.target(tenant_id)
-        request = self.client.build_request(
-            "POST", f"{target.base_url}/chat/completions", json=body, headers=self._headers(target)
-        )
+        request = self.client.build_request("POST", f"{target.base_url}{path}", json=body, headers=target.headers)
         try:
             response = await self.client.send(request, stream=True)
         except httpx.TimeoutException as exc:
@@ -113,7 +134,8 @@ class Upstream:
 
     @staticmethod
     async def events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-        """Parsed ``data:`` events of an SSE stream, until ``[DONE]``."""
+        """Parsed ``data:`` events of an SSE stream, until ``[DONE]`` (OpenAI) or its end. An
+        Anthropic event's name is also its data's ``type``, so the ``event:`` lines are not needed."""
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
                 continue

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,6 @@ import anyio
 import httpx
 import httpx2
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -28,33 +24,16 @@ from mcp.client.streamable_http import streamable_http_client
 from service.api.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team, belief_body, ok
+from tests.live import serve
 
 TENURE = str(Path(sys.executable).with_name("tenure"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
 def live_url(api_settings: Settings, client: TestClient) -> Iterator[str]:
     """The app under uvicorn on a free port (same indices and Redis as the TestClient's)."""
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(api_settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=15)
+    with serve(create_app(api_settings)) as url:
+        yield url
 
 
 def _http(url: str, key: str) -> Client:

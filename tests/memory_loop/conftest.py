@@ -56,6 +56,7 @@ def llm_own() -> Iterator[ScriptedLLM]:
 
 OWN_UPSTREAM_TENANT = "t-own-upstream"
 STRICT_GATE_TENANT = "t-strict-gate"  # refuses models below their family's version floor
+OWN_ANTHROPIC_TENANT = "t-own-anthropic"  # its own Anthropic upstream (llm_own, key sk-own-ant)
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +87,8 @@ def loop_settings(settings: Settings, llm: ScriptedLLM, llm_own: ScriptedLLM, qu
             "loop": MemoryLoopSettings(
                 upstream_base_url=llm.base_url,
                 upstream_api_key=SecretStr("sk-upstream-test"),
+                anthropic_upstream_base_url=llm.base_url,
+                anthropic_upstream_api_key=SecretStr("sk-ant-upstream-test"),
                 upstream_timeout_s=3.0,
                 tenants={  # type: ignore[dict-item]
                     "t-extraction-off": {"extraction_enabled": False},
@@ -93,6 +96,10 @@ def loop_settings(settings: Settings, llm: ScriptedLLM, llm_own: ScriptedLLM, qu
                     OWN_UPSTREAM_TENANT: {
                         "upstream_base_url": llm_own.base_url,
                         "upstream_api_key": "sk-own",
+                    },
+                    OWN_ANTHROPIC_TENANT: {
+                        "anthropic_upstream_base_url": llm_own.base_url,
+                        "anthropic_upstream_api_key": "sk-own-ant",
                     },
                 },
             ),

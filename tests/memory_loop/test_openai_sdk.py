@@ -109,3 +109,46 @@ def test_cors_allows_only_the_configured_origins(configured: TestClient, api: Te
     assert "access-control-allow-origin" not in other.headers
     default = api.options("/v1/chat/completions", headers=preflight)  # not configured: no CORS at all
     assert "access-control-allow-origin" not in default.headers
+
+
+@pytest.fixture(scope="module")
+def limited(loop_settings: Settings, os_client: OpenSearch) -> Iterator[TestClient]:
+    """The same deployment with a budget of two requests per credential (no refill to speak of)."""
+    api = loop_settings.api.model_copy(update={"rate_limit_per_s": 0.01, "rate_limit_burst": 2})
+    with TestClient(create_app(loop_settings.model_copy(update={"api": api}))) as client:
+        yield client
+
+
+def test_a_rate_limit_is_the_sdks_rate_limit_error(limited: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    client = _openai(limited, crew.keys["bob"])
+    llm.script(Reply(content="first"))
+    assert client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}]).choices
+    client.models.list()
+    for call in (
+        client.models.list,
+        lambda: client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}]),
+    ):
+        with pytest.raises(openai.RateLimitError) as limited_error:
+            call()
+        error = limited_error.value.body
+        assert isinstance(error, dict) and error["type"] == "rate_limit_error" and error["code"] == "rate_limited"
+        assert int(limited_error.value.response.headers["Retry-After"]) >= 1
+    assert len(llm.requests) == 1  # the refused chat never reached the upstream
+    # a colleague's credential has its own bucket
+    assert [m.id for m in _openai(limited, crew.keys["alice"]).models.list()] == llm.models
+
+
+def test_the_openai_routes_document_their_error_shape(api: TestClient) -> None:
+    openapi = api.get("/openapi.json").json()
+    for path, method, statuses in (
+        ("/v1/models", "get", ("401", "429")),
+        ("/v1/chat/completions", "post", ("401", "413", "422", "429", "502", "504")),
+    ):
+        responses = openapi["paths"][path][method]["responses"]
+        for status in statuses:
+            schema = responses[status]["content"]["application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/OpenAIErrorOut"}, (path, status)
+    shape = openapi["components"]["schemas"]["OpenAIErrorDetail"]
+    unauth = api.get("/v1/models", headers={"Authorization": "Bearer tnr_nokey_nosecret"})
+    assert unauth.status_code == 401
+    assert set(shape["required"]) <= set(unauth.json()["error"]) <= set(shape["properties"])

@@ -3,7 +3,7 @@ compaction trigger. Authentication reuses the API's ``CurrentActor`` / ``AdminPr
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -22,6 +22,7 @@ from service.api.deps import (
     bearer_scheme,
     raw_services,
 )
+from service.api.errors import OpenAIErrorOut, openai_error_responses
 from service.auth.actor import Actor
 from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, ValidationFailed
 from service.extraction.reviews import Action, ReviewService
@@ -43,6 +44,7 @@ _ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 TurnIdPath = Annotated[str, Path(pattern=_ID, description="A turn id")]
 ReviewIdPath = Annotated[str, Path(pattern=_ID, description="A review item id")]
 WARNING_HEADER = "x-tenure-warning"
+BodyT = TypeVar("BodyT", bound=BaseModel)
 
 _TYPES = {
     ErrorCode.VALIDATION_ERROR: "invalid_request_error",
@@ -81,7 +83,9 @@ def memory_loop(request: Request) -> MemoryLoop:
     return raw_services(request).loop
 
 
-async def _chat_body(request: Request) -> ChatRequest:
+async def proxy_body(request: Request, model: type[BodyT], what: str) -> BodyT:
+    """A proxy request body, parsed by hand so every failure is a ``ValidationFailed`` the route
+    renders in its SDK's error shape (the framework's 422 would use the service's)."""
     try:
         raw = await request.json()
     except ValueError:
@@ -90,21 +94,20 @@ async def _chat_body(request: Request) -> ChatRequest:
         # json's C decoder recurses per nesting level: 1,000 brackets exhaust the stack
         raise ValidationFailed("the request body is nested too deeply") from None
     try:
-        return ChatRequest.model_validate(raw)
+        return model.model_validate(raw)
     except RecursionError:
         raise ValidationFailed("the request body is nested too deeply") from None
     except ValidationError as exc:
         details = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()[:20]]
-        raise ValidationFailed("invalid chat completion request", details=details) from None
+        raise ValidationFailed(f"invalid {what}", details=details) from None
 
 
 @router.post(
     "/chat/completions",
     summary="OpenAI-compatible chat completions with memory (streaming and not)",
     responses={
-        422: {"description": "Invalid request or model below its tier floor"},
-        502: {},
-        504: {},
+        **openai_error_responses(401, 413, 429, 502, 504),
+        422: {"model": OpenAIErrorOut, "description": "Invalid request, or a model below its floor in strict mode"},
     },
 )
 async def chat_completions(
@@ -116,7 +119,7 @@ async def chat_completions(
     loop = memory_loop(request)
     proxy = ChatProxy(loop, raw_services(request).recall)
     try:
-        body = await _chat_body(request)
+        body = await proxy_body(request, ChatRequest, "chat completion request")
         ctx, forwarded = await proxy.prepare(actor, body, actor.session_id or x_session_id, x_tenure_scope)
         headers = {WARNING_HEADER: ctx.gate.warning} if ctx.gate.warning else {}
         if body.stream:
@@ -175,10 +178,9 @@ async def post_turn(request: Request, body: TurnIn, actor: CurrentActor) -> Any:
         except NotFound:
             pass
     split = split_sidecar(body.assistant_message)
-    chat = ChatRequest(model=body.model, messages=[{"role": "user", "content": body.user_message}])  # type: ignore[list-item]
     ctx = TurnContext(
         actor=actor,
-        body=chat,
+        model=body.model,
         session_id=body.session_id or actor.session_id or "client",
         scopes=body.scope,
         gate=gate,

@@ -8,12 +8,17 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 
 from service.api.deps import authenticate, bearer_scheme, raw_services
+from service.api.errors import openai_error_responses
 from service.proxy.models import list_models
 
 router = APIRouter(prefix="/v1", tags=["memory loop"])
 
 
-@router.get("/models", summary="Models the proxy can answer with (OpenAI-compatible list)")
+@router.get(
+    "/models",
+    summary="Models the proxy can answer with (OpenAI-compatible list)",
+    responses=openai_error_responses(401, 429),
+)
 async def models(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 ) -> dict[str, Any]:
