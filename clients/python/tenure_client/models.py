@@ -19,6 +19,25 @@ class AliasesIn(BaseModel):
     aliases: list[str]
 
 
+class AnthropicErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    type: str
+    message: str
+    code: str
+    details: Any | None = None
+
+
+class AnthropicErrorOut(BaseModel):
+    """The error shape of the Anthropic Messages route (``/v1/messages``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    type: Literal["error"] = "error"
+    error: AnthropicErrorDetail
+    request_id: str | None = None
+
+
 class AuditEvent(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -298,6 +317,25 @@ class KeyPage(BaseModel):
 
 
 Lifecycle = Literal["live", "superseded", "resolved", "retracted"]
+
+
+class OpenAIErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    message: str
+    type: str
+    code: str
+    param: str | None = None
+    details: Any | None = None
+    request_id: str | None = None
+
+
+class OpenAIErrorOut(BaseModel):
+    """The error shape of the OpenAI-compatible routes (``/v1/chat/completions``, ``/v1/models``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    error: OpenAIErrorDetail
 
 
 class QuarantineErasedOut(BaseModel):
@@ -584,6 +622,8 @@ class MemoryLoopResolveIn(BaseModel):
 
 __all__ = [
     "AliasesIn",
+    "AnthropicErrorDetail",
+    "AnthropicErrorOut",
     "AuditEvent",
     "AuditPage",
     "Belief",
@@ -611,6 +651,8 @@ __all__ = [
     "KeyPage",
     "Lifecycle",
     "MemoryLoopResolveIn",
+    "OpenAIErrorDetail",
+    "OpenAIErrorOut",
     "Provenance",
     "QuarantineErasedOut",
     "QuarantinePageOut",
