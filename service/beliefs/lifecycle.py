@@ -1,7 +1,7 @@
 """The belief lifecycle: the only code that changes a belief's state and records it in the audit trail.
 
-Create, import, supersede, merge (compaction), retire, reinforce, pin, resolve, retract, add
-aliases and erase all live here, each writing its audit event under one
+Create, import, supersede, merge a review proposal, merge (compaction), retire, reinforce, pin,
+resolve, retract, add aliases and erase all live here, each writing its audit event under one
 :class:`~service.domain.audit.AuditAction`. The API (:mod:`service.beliefs.api_service`),
 extraction (:mod:`service.extraction.merge`), the alias flywheel, the review queue and compaction
 call these methods; none of them writes a belief document or an audit action itself.
@@ -253,6 +253,19 @@ class Replacement:
 
 
 @dataclass(frozen=True)
+class MergedProposal:
+    """A review proposal merged into the belief it conflicts with (the review queue decides the
+    content and why-it-matters; see :meth:`BeliefLifecycle.merge_proposal`)."""
+
+    review_id: str
+    content: str
+    why_it_matters: str
+    aliases: list[str]  # the proposal's aliases and, when it differs, its name as typed
+    choices: dict[str, str] = field(default_factory=dict)  # where content/why came from, for the audit
+    id: str | None = None  # a derived id for a keyed (retried) change
+
+
+@dataclass(frozen=True)
 class ErasureReceipt:
     belief_id: str
     belief_versions_removed: list[str]
@@ -453,16 +466,7 @@ class BeliefLifecycle:
         """A new version replaces ``old`` (which must be live): the new one is stored, the old one
         marked superseded and pointed at it. Returns (retired, new). If retiring fails, the new
         version written by this call is removed again."""
-        if not old.is_live and (spec.id is None or old.superseded_by != spec.id):
-            raise Conflict(f"belief {old.id!r} is {old.lifecycle.value}; cannot supersede it")
-        new = self.replacement_for(change, old, spec)
-        created = self._put_new(change, new, tenant_wide=tenant_wide)
-        try:
-            before, retired = self.retire(change, old.id, new.id, note=spec.reason, tenant_wide=tenant_wide)
-        except Exception:
-            if created:
-                belief_storage.delete_ids(self.store, change.principal, [new.id])  # undo the half-done write
-            raise
+        before, retired, new = self._new_version(change, old, spec, tenant_wide=tenant_wide)
         self.record(
             change,
             AuditAction.BELIEF_SUPERSEDE,
@@ -476,6 +480,59 @@ class BeliefLifecycle:
             change, AuditAction.BELIEF_CREATE, [new.id], part="create", after=new, details={"supersedes": old.id}
         )
         return retired, new
+
+    def merge_proposal(
+        self, change: Change, old: Belief, proposal: MergedProposal, *, tenant_wide: bool = False
+    ) -> tuple[Belief, Belief]:
+        """A review proposal merged into the live belief it conflicts with: a new version keeps
+        the belief's name, type and scopes, takes the chosen content and why-it-matters, and
+        gains the proposal's aliases after its own (the union, within the cap; the belief's own
+        aliases win the slots). The old version stays in the chain, so the history keeps what was
+        believed before. One ``belief.merge`` event names both versions. Returns (retired, new)."""
+        aliases, dropped = merge_aliases(old.aliases, proposal.aliases)
+        added = [a for a in aliases if a not in old.aliases]
+        spec = Replacement(
+            id=proposal.id,
+            content=proposal.content,
+            why_it_matters=proposal.why_it_matters,
+            aliases=aliases,
+            trigger=f"merged review {proposal.review_id} into",
+            reason=f"alias cap {MAX_ALIASES} reached; dropped {dropped}" if dropped else None,
+        )
+        before, retired, new = self._new_version(change, old, spec, tenant_wide=tenant_wide)
+        self.record(
+            change,
+            AuditAction.BELIEF_MERGE,
+            [old.id, new.id],
+            part="merge",
+            before=before,
+            after=new,
+            details={
+                "review_id": proposal.review_id,
+                "merged_into": new.id,
+                "aliases_added": added,
+                "dropped_for_cap": dropped,
+                **proposal.choices,
+            },
+        )
+        return retired, new
+
+    def _new_version(
+        self, change: Change, old: Belief, spec: Replacement, *, tenant_wide: bool
+    ) -> tuple[Belief, Belief, Belief]:
+        """Store the version that replaces ``old`` and retire ``old``; returns (old before,
+        old retired, new). If retiring fails, the new version written by this call is removed."""
+        if not old.is_live and (spec.id is None or old.superseded_by != spec.id):
+            raise Conflict(f"belief {old.id!r} is {old.lifecycle.value}; cannot supersede it")
+        new = self.replacement_for(change, old, spec)
+        created = self._put_new(change, new, tenant_wide=tenant_wide)
+        try:
+            before, retired = self.retire(change, old.id, new.id, note=spec.reason, tenant_wide=tenant_wide)
+        except Exception:
+            if created:
+                belief_storage.delete_ids(self.store, change.principal, [new.id])  # undo the half-done write
+            raise
+        return before, retired, new
 
     def merge(self, change: Change, merged: Belief, sources: list[Belief], note: str) -> bool:
         """Compaction: ``merged`` (built by the caller from ``sources``) replaces them all. Each

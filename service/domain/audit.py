@@ -18,6 +18,7 @@ class AuditAction(StrEnum):
     BELIEF_CREATE = "belief.create"
     BELIEF_IMPORT = "belief.import"
     BELIEF_SUPERSEDE = "belief.supersede"
+    BELIEF_MERGE = "belief.merge"  # a review proposal merged into the belief it conflicts with
     BELIEF_COMPACT = "belief.compact"
     BELIEF_REINFORCE = "belief.reinforce"
     BELIEF_PIN = "belief.pin"

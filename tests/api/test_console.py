@@ -401,7 +401,13 @@ def test_members_cannot_reach_admin_pages(app: FastAPI, seeded: tuple[Team, Team
 
 
 def file_conflict(
-    services: Services, team: Team, belief_id: str, content: str, review_id: str, name: str = "payment_provider"
+    services: Services,
+    team: Team,
+    belief_id: str,
+    content: str,
+    review_id: str,
+    name: str = "payment_provider",
+    **proposed: object,
 ) -> None:
     """A conflict as extraction files it (BeliefMerger._queue_conflict's shape), into the real store."""
     created = ReviewStore(services.opensearch, services.settings.opensearch_namespace).create(
@@ -415,7 +421,7 @@ def file_conflict(
             canonical_name=name,
             reason="contradicts an explicit belief with similar confidence",
             paper_outcome="conflict",
-            proposed={"content": content, "confidence": 0.8},
+            proposed={"content": content, "confidence": 0.8, **proposed},
             session_id="s-1",
             turn_ids=["turn-1"],
         )
@@ -457,6 +463,59 @@ def test_review_queue_side_by_side_accept_and_reject(
         "/console/reviews/rv-accept", data={"csrf_token": csrf_of(member), "action": "dismiss", "confirmed": "yes"}
     )
     assert refused.status_code == 403
+
+
+def test_review_merge_with_chosen_fields_and_united_aliases(
+    app: FastAPI, client: TestClient, operator: dict[str, str], services: Services
+) -> None:
+    team, other = make_team(client, operator), make_team(client, operator)
+    body = belief_body("payment_provider", "project:pay", id="b-psp", content="We use Stripe.", aliases=["psp"])
+    ok(client.post("/v1/beliefs", json=body, headers=team.h("alice")), 201)
+    extra = {"why_it_matters": "EU cards need 3-D Secure.", "aliases": ["adyen", "card processor"]}
+    file_conflict(services, team, "b-psp", "We moved to Adyen.", "rv-merge", name="card_processor", **extra)
+    file_conflict(services, team, "b-psp", "We use PayPal.", "rv-later")
+    web = sign_in(app, team.keys["carol"])
+    queue = web.get("/console/reviews").text
+    assert queue.count("Merge into the existing belief") == 2 and "EU cards need 3-D Secure." in queue
+    token = csrf_of(web, "/console/reviews")
+    merge = {"csrf_token": token, "action": "merge", "merge_content": "proposed", "merge_why_it_matters": "proposed"}
+
+    assert web.post("/console/reviews/rv-merge", data={**merge, "csrf_token": "forged"}).status_code == 403
+    stranger = sign_in(app, other.keys["carol"])  # another tenant's admin: not found
+    assert (
+        stranger.post("/console/reviews/rv-merge", data={**merge, "csrf_token": csrf_of(stranger)}).status_code == 404
+    )
+    member = sign_in(app, team.keys["bob"])
+    assert member.post("/console/reviews/rv-merge", data={**merge, "csrf_token": csrf_of(member)}).status_code == 403
+    impossible = web.post("/console/reviews/rv-later", data={**merge, "confirmed": "yes"})  # proposal has no why
+    assert impossible.status_code == 422 and "no why-it-matters" in impossible.text
+    shown = web.post("/console/reviews/rv-merge", data=merge)
+    assert shown.status_code == 200 and "Confirm: merge" in shown.text
+    assert "We moved to Adyen." in shown.text and "&#39;adyen&#39;, &#39;card processor&#39;" in shown.text
+    assert ok(client.get("/v1/beliefs/b-psp", headers=team.h("carol")))["content"] == "We use Stripe."  # not yet
+
+    done = web.post("/console/reviews/rv-merge", data={**merge, "confirmed": "yes"})
+    assert done.status_code == 303 and "/console/beliefs/" in done.headers["location"]
+    new_id = done.headers["location"].split("/console/beliefs/")[1].split("?")[0]
+    merged = ok(client.get(f"/v1/beliefs/{new_id}", headers=team.h("alice")))
+    assert (merged["canonical_name"], merged["scope"]) == ("payment_provider", ["project:pay"])
+    assert (merged["content"], merged["why_it_matters"]) == ("We moved to Adyen.", "EU cards need 3-D Secure.")
+    assert merged["aliases"] == ["psp", "adyen", "card processor"]  # the proposal's name was already an alias
+    page = web.get(done.headers["location"]).text
+    assert "We use Stripe." in page and "merged review rv-merge into belief b-psp" in page  # chain and change log
+
+    # the second conflict on the same belief: the belief it names is no longer live
+    gone = web.post("/console/reviews/rv-later", data={**merge, "merge_why_it_matters": "existing", "confirmed": "yes"})
+    assert gone.status_code == 409
+    # written anew: an edited text wins over the side chosen
+    file_conflict(services, team, new_id, "We use PayPal.", "rv-edit")
+    edited = {**merge, "merge_why_it_matters": "existing", "merge_edited_content": "Adyen for cards, PayPal too."}
+    again = web.post("/console/reviews/rv-edit", data={**edited, "confirmed": "yes"})
+    assert again.status_code == 303
+    newest = again.headers["location"].split("/console/beliefs/")[1].split("?")[0]
+    assert ok(client.get(f"/v1/beliefs/{newest}", headers=team.h("alice")))["content"] == "Adyen for cards, PayPal too."
+    closed = web.get("/console/reviews", params={"status": "resolved"}).text
+    assert "rv-merge" in closed and "(merge)" in closed
 
 
 def test_team_keys_grants_and_disable(app: FastAPI, client: TestClient, operator: dict[str, str]) -> None:

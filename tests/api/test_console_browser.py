@@ -214,6 +214,40 @@ def test_resolve_a_review(
     assert ok(client.get("/v1/beliefs/b-mongo", headers=team.h("alice")))["content"].startswith("MongoDB raw")
 
 
+def test_merge_a_review_into_the_existing_belief(
+    context: BrowserContext, console_url: str, team: Team, services: Services, client: TestClient
+) -> None:
+    body = belief_body(
+        "deploy_target", "project:pay", id="b-deploy", content="We deploy to Heroku.", aliases=["hosting"]
+    )
+    ok(client.post("/v1/beliefs", json=body, headers=team.h("alice")), 201)
+    proposal = {"why_it_matters": "Autoscaling needs Fly machines.", "aliases": ["fly.io", "fly machines"]}
+    file_conflict(services, team, "b-deploy", "We deploy to Fly.io.", "rv-merge", name="deploy_target", **proposal)
+    page = sign_in(context, console_url, team.keys["carol"])
+    page.click("text=Review queue")
+    item = page.locator("[data-review=rv-merge]")
+    item.locator("summary", has_text="Merge").click()
+    item.locator("input[name=merge_content][value=proposed]").check()
+    item.locator("input[name=merge_why_it_matters][value=existing]").check()
+    item.scroll_into_view_if_needed()
+    shot(page, "review-merge")
+    item.locator("button", has_text="Merge").click()
+    expect(page.locator("#confirm")).to_contain_text("We deploy to Fly.io.")
+    expect(page.locator("#confirm")).to_contain_text("fly machines")
+    page.click("#confirm button[type=submit]")
+    expect(page.locator(".notice")).to_contain_text("merge")
+    chain = page.locator("#chain li")
+    expect(chain).to_have_count(2)
+    expect(chain.nth(0)).to_contain_text("Heroku")
+    expect(chain.nth(1)).to_contain_text("Fly.io")
+    expect(page.locator("#change-log")).to_contain_text("merged review rv-merge")
+    shot(page, "merged")
+    merged = ok(client.get("/v1/beliefs", params={"q": "fly machines"}, headers=team.h("bob")))["items"]
+    assert [(b["content"], b["aliases"]) for b in merged] == [
+        ("We deploy to Fly.io.", ["hosting", "fly.io", "fly machines"])
+    ]
+
+
 def test_erase_with_receipt(context: BrowserContext, console_url: str, team: Team, client: TestClient) -> None:
     page = sign_in(context, console_url, team.keys["carol"])
     page.goto(f"{console_url}/console/beliefs/b-old-ci")

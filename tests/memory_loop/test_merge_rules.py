@@ -147,6 +147,70 @@ def test_different_content_goes_to_the_review_queue_and_admins_resolve_it(
     assert again.status_code == 409
 
 
+def test_admins_merge_a_conflict_into_the_existing_belief(
+    merger: BeliefMerger, crew: Team, other_crew: Team, loop_services: Services, api: TestClient
+) -> None:
+    """merge: a new version of the existing belief (its name and scopes) with the union of aliases
+    and the content/why-it-matters chosen per field; the old version stays in the chain; one
+    belief.merge event; the same grants as the other resolutions (admins of the tenant only)."""
+    put_all(
+        loop_services.store,
+        make_belief(
+            crew.tenant,
+            "alice",
+            "ci_runner",
+            id="b-ci",
+            type="decision",
+            aliases=["ci"],
+            content="CI runs on Jenkins.",
+            why_it_matters="Pipelines are Jenkinsfiles.",
+            confidence=0.8,
+        ),
+    )
+    proposal = new_belief("ci_runner", "CI runs on GitHub Actions.", aliases=["gha", "github actions"], confidence=0.75)
+    assert outcomes(run(merger, alice(crew), new_beliefs=[proposal])) == ["conflict_queued"]
+    review_id = ok(api.get("/v1/admin/reviews", headers=crew.h("carol")))[0]["review_id"]
+    url = f"/v1/admin/reviews/{review_id}/resolve"
+    merge = {"action": "merge", "merge": {"content": "proposed", "why_it_matters": "existing"}}
+
+    assert api.post(url, json=merge, headers=crew.h("alice")).status_code == 403  # a member
+    assert api.post(url, json=merge, headers=other_crew.h("carol")).status_code == 404  # another tenant's admin
+    wrong = [
+        {"action": "keep_existing", "merge": {}},  # merge choices only with merge
+        {"action": "merge", "merge": {"content": "theirs"}},
+        {"action": "merge", "merge": {"edited_content": ""}},
+    ]
+    for body in wrong:
+        refused = api.post(url, json=body, headers=crew.h("carol"))
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "validation_error"
+    assert loop_services.store.get(alice(crew), "b-ci").is_live  # nothing changed
+
+    resolved = ok(api.post(url, json=merge, headers=crew.h("carol")))
+    assert resolved["status"] == "resolved" and resolved["resolution"] == "merge"
+    old = loop_services.store.get(alice(crew), "b-ci")
+    new = loop_services.store.get(alice(crew), resolved["result_belief_id"])
+    assert old.superseded_by == new.id and new.supersedes == "b-ci"
+    assert old.content == "CI runs on Jenkins."  # history kept
+    assert (new.canonical_name, new.owner_id, new.scope) == ("ci_runner", "alice", ["domain:code"])
+    assert new.content == "CI runs on GitHub Actions."
+    assert new.why_it_matters == "Pipelines are Jenkinsfiles."
+    assert new.aliases == ["ci", "gha", "github actions"]
+    assert new.change_log[-1].trigger == f"merged review {review_id} into belief b-ci"
+    assert new.change_log[-1].previous_content == "CI runs on Jenkins."
+    history = ok(api.get(f"/v1/beliefs/{new.id}/history", headers=crew.h("alice")))
+    assert [b["content"] for b in history["chain"]] == ["CI runs on Jenkins.", "CI runs on GitHub Actions."]
+    recalled = ok(api.post("/v1/recall", json={"query": "which github actions runner?"}, headers=crew.h("alice")))
+    assert [b["id"] for b in recalled["tiers"]["relevant"]] == [new.id]
+
+    events = ok(api.get("/v1/admin/audit", params={"action": "belief.merge"}, headers=crew.h("carol")))["items"]
+    assert [e["belief_ids"] for e in events] == [["b-ci", new.id]]
+    assert events[0]["details"]["content_from"] == "proposed"
+    assert events[0]["details"]["aliases_added"] == ["gha", "github actions"]
+    assert events[0]["before"]["content"] == "CI runs on Jenkins."
+    assert api.post(url, json=merge, headers=crew.h("carol")).status_code == 409  # resolved once
+
+
 def test_explicit_supersede_inherits_aliases_and_old_name_as_counter_signal(
     merger: BeliefMerger, crew: Team, loop_services: Services, loop_settings: Settings
 ) -> None:

@@ -319,6 +319,17 @@ class KeyPage(BaseModel):
 Lifecycle = Literal["live", "superseded", "resolved", "retracted"]
 
 
+class MergeIn(BaseModel):
+    """How a conflict's proposal is merged into the existing belief (``action: merge``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    content: Literal["existing", "proposed"] = "existing"
+    why_it_matters: Literal["existing", "proposed"] = "existing"
+    edited_content: str | None = None
+    edited_why_it_matters: str | None = None
+
+
 class OpenAIErrorDetail(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -617,7 +628,8 @@ class BeliefsResolveIn(BaseModel):
 class MemoryLoopResolveIn(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    action: Literal["keep_existing", "accept_proposed", "apply_alias", "dismiss"]
+    action: Literal["keep_existing", "accept_proposed", "merge", "apply_alias", "dismiss"]
+    merge: MergeIn | None = None
 
 
 __all__ = [
@@ -651,6 +663,7 @@ __all__ = [
     "KeyPage",
     "Lifecycle",
     "MemoryLoopResolveIn",
+    "MergeIn",
     "OpenAIErrorDetail",
     "OpenAIErrorOut",
     "Provenance",

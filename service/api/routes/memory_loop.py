@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
@@ -24,8 +24,9 @@ from service.api.deps import (
 )
 from service.api.errors import OpenAIErrorOut, openai_error_responses
 from service.auth.actor import Actor
+from service.domain.belief import MAX_CONTENT_CHARS, MAX_WHY_CHARS
 from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, ValidationFailed
-from service.extraction.reviews import Action, ReviewService
+from service.extraction.reviews import Action, MergeChoice, ReviewService
 from service.extraction.sidecar import ParseStatus, split_sidecar
 from service.proxy.service import (
     ChatProxy,
@@ -237,10 +238,38 @@ async def admin_reviews(
     )
 
 
+class MergeIn(BaseModel):
+    """How a conflict's proposal is merged into the existing belief (``action: merge``)."""
+
+    # One line above: the SDK's generated models copy the docstring. The belief keeps its name,
+    # type and scopes and gains the proposal's aliases (and its name, when it differs); content and
+    # why-it-matters come from the side chosen, or from the edited text.
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: Literal["existing", "proposed"] = Field("existing", description="Whose content the merged version keeps")
+    why_it_matters: Literal["existing", "proposed"] = Field("existing", description="Whose why-it-matters it keeps")
+    edited_content: str | None = Field(
+        None, min_length=1, max_length=MAX_CONTENT_CHARS, description="New content instead of either side's"
+    )
+    edited_why_it_matters: str | None = Field(
+        None, min_length=1, max_length=MAX_WHY_CHARS, description="New why-it-matters instead of either side's"
+    )
+
+    def choice(self) -> MergeChoice:
+        return MergeChoice(**self.model_dump())
+
+
 class ResolveIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    action: Action
+    action: Action = Field(
+        description=(
+            "conflicts: keep_existing, accept_proposed (the proposal supersedes the belief), merge (into the "
+            "belief, see `merge`) or dismiss; alias candidates: apply_alias or dismiss"
+        )
+    )
+    merge: MergeIn | None = Field(None, description="Only with action merge; defaults keep the existing texts")
 
 
 @router.post("/admin/reviews/{review_id}/resolve", response_model=ReviewItem, summary="Resolve a review item")
@@ -248,7 +277,8 @@ async def resolve_review(
     request: Request, review_id: ReviewIdPath, body: ResolveIn, admin: AdminPrincipal
 ) -> ReviewItem:
     service = _reviews(request)
-    return await run_in_threadpool(service.resolve, admin, review_id, body.action)
+    merge = body.merge.choice() if body.merge is not None else None
+    return await run_in_threadpool(service.resolve, admin, review_id, body.action, merge)
 
 
 class CompactionIn(BaseModel):
