@@ -32,7 +32,7 @@ from service.domain.belief import Belief
 from service.domain.principal import Principal
 from service.storage import access, queries
 from service.storage.access import ScopeView
-from service.storage.beliefs import BeliefStore, ClauseMatch, RecallHits, ScoredBelief
+from service.storage.beliefs import BeliefStore, ClauseMatch, FilterTierMemo, RecallHits, ScoredBelief
 from service.storage.client import translate_errors
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -121,6 +121,7 @@ class VectorStore(BeliefStore):
         min_score: float,
         explain: bool = False,  # noqa: ARG002 - cosine has no clauses to explain
         clauses: list[dict[str, Any]] | None = None,  # noqa: ARG002 - replaced by cosine
+        memo: FilterTierMemo | None = None,
     ) -> RecallHits:
         # persona, pinned and open questions exactly as BM25 gets them (no relevant query sent)
         hits = super().recall_candidates(
@@ -131,6 +132,7 @@ class VectorStore(BeliefStore):
             max_pinned=max_pinned,
             max_questions=max_questions,
             min_score=min_score,
+            memo=memo,
         )
         self.last_embed_ms = 0.0
         self.last_candidates = 0

@@ -34,6 +34,11 @@ class RecallDefaults(BaseSettings):
     # The per-process LRU of tenant vocabularies: how many tenants and how much memory (estimated).
     vocabulary_cache_tenants: int = Field(1000, ge=0, le=1_000_000)
     vocabulary_cache_mb: int = Field(256, ge=0, le=65_536)
+    # The filter tiers (persona, pinned, questions) of recent recalls, kept per API process and
+    # reused until the tenant writes (service/recall/tier_cache.py); 0 entries turns it off. The
+    # age bounds how long an entry can live if Redis lost its version counters.
+    tier_cache_entries: int = Field(4096, ge=0, le=1_000_000)
+    tier_cache_max_age_s: float = Field(60.0, ge=0.0, le=86_400.0)
 
 
 class AuthSettings(BaseSettings):
@@ -65,13 +70,18 @@ class ApiSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TENURE_API_", extra="ignore")
 
     max_body_bytes: int = Field(1_000_000, ge=1024, le=100_000_000)
+    # Threads that run the synchronous parts of requests (anyio's limiter, 40 by default). The
+    # OpenSearch connection pool is sized to match (service/storage/client.py): a smaller pool
+    # makes threads wait for a connection or open and discard extra ones on every burst.
+    thread_pool_size: int = Field(40, ge=1, le=1000)
     max_import_records: int = Field(5000, ge=1, le=100_000)
     retry_after_s: int = Field(5, ge=1, le=600)
     # Refresh policy of API writes: "wait_for" (default) makes a write visible to the next read
     # without forcing a refresh; "true" forces one (tests, tiny deployments).
     write_refresh: Literal["true", "wait_for"] = "wait_for"
     # Per-credential token bucket (API key, or JWT tenant+subject): sustained requests per second
-    # and burst size. 0 requests/second turns the limiter off (no Redis call per request).
+    # and burst size. 0 requests/second turns the limiter off (the request's one Redis round trip
+    # then only reads the tenant's write version for recall's cache).
     rate_limit_per_s: float = Field(20.0, ge=0.0, le=100_000.0)
     rate_limit_burst: int = Field(60, ge=1, le=1_000_000)
     # Every request also draws from its tenant's bucket, so more keys do not buy more requests

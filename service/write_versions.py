@@ -48,3 +48,14 @@ class TenantWriteVersions:
                 pipe.execute()
         except redis.RedisError as exc:
             raise StoreUnavailable("Redis is unreachable while recording a belief write") from exc
+
+
+def queue_current(pipe: redis.client.Pipeline[bytes], namespace: str, tenant_id: str) -> None:
+    """Queue the read of a tenant's version on someone else's pipeline (the rate limit's), so the
+    request's one Redis round trip carries it; :func:`parse` reads the pipeline's result."""
+    pipe.get(redis_keys.tenant_write_version(namespace, tenant_id))
+
+
+def parse(raw: object) -> int:
+    """A version as read from Redis (0 before the tenant's first write)."""
+    return int(raw) if isinstance(raw, bytes | str | int) and raw else 0

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 
 import redis
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 from opensearchpy import OpenSearch
 
 from service.beliefs.lifecycle import BeliefLifecycle
@@ -17,6 +17,7 @@ from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.parked_turns import ParkedTurns
 from service.extraction.pipeline import ExtractionPipeline
 from service.extraction.queue import TaskQueue
+from service.process import freeze_startup_heap
 from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
@@ -91,11 +92,17 @@ def reset() -> None:
         _current = None
 
 
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _on_worker_init(**_: object) -> None:
+    freeze_startup_heap()  # the main process, before it forks: children start with a frozen heap
+
+
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _on_process_init(**_: object) -> None:
     from workers.celery_app import app
 
     get(app.conf.tenure_settings)
+    freeze_startup_heap()  # each prefork child, once its resources exist (service/process.py)
 
 
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 import redis
 from fastapi import APIRouter, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -24,6 +25,7 @@ from service.config import Settings, get_settings
 from service.console import install_console
 from service.errors import TenureError
 from service.mcp.server import mount as mount_mcp
+from service.process import freeze_startup_heap
 from service.storage.client import build_client
 
 ROUTERS: list[APIRouter] = [
@@ -55,6 +57,8 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         services = Services.build(config, client, redis_client)
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = config.api.thread_pool_size
+        freeze_startup_heap()  # after start-up: the long-lived heap leaves the cyclic GC's scans
         try:
             async with mcp_server.session_manager.run():
                 yield

@@ -118,7 +118,7 @@ def authenticate(
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
     identity = services.guard.authenticate(credentials.credentials, client_address(request))
     request.state.identity = identity
-    services.limiter.charge(identity, read_only=read_only)
+    request.state.write_version = services.limiter.charge(identity, read_only=read_only)
     return identity
 
 
@@ -172,6 +172,7 @@ def actor_of(request: Request, identity: Identity, session_id: str | None) -> Ac
         credential_id=identity.credential_id,
         request_id=request_id_of(request),
         session_id=session_id,
+        write_version=getattr(request.state, "write_version", None),
     )
 
 

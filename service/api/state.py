@@ -24,6 +24,7 @@ from service.recall.cache import RenderCache
 from service.recall.context import ContextBuilder
 from service.recall.receipts import ReceiptOutbox
 from service.recall.service import RecallService
+from service.recall.tier_cache import TierCache
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.accounts import AccountStore
 from service.storage.audit import AuditStore
@@ -102,7 +103,18 @@ class Services:
                 max_import=settings.api.max_import_records,
                 user_exists=accounts.user_exists,
             ),
-            recall=RecallService(ContextBuilder(store, settings.recall, recall_matcher(settings, store)), receipts),
+            recall=RecallService(
+                ContextBuilder(
+                    store,
+                    settings.recall,
+                    recall_matcher(settings, store),
+                    TierCache(
+                        max_entries=settings.recall.tier_cache_entries,
+                        max_age_s=settings.recall.tier_cache_max_age_s,
+                    ),
+                ),
+                receipts,
+            ),
             provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),
             render_cache=render_cache,
             receipts=receipts,

@@ -17,3 +17,6 @@ class Actor:
     credential_id: str | None = None
     request_id: str | None = None
     session_id: str | None = None
+    # the tenant's write version read with the rate limit (service/write_versions.py);
+    # recall's filter-tier cache is used only when it is known
+    write_version: int | None = None

@@ -25,7 +25,7 @@ import time
 
 import redis
 
-from service import redis_keys
+from service import redis_keys, write_versions
 from service.auth.authenticator import Identity
 from service.errors import RateLimited, StoreUnavailable
 
@@ -82,8 +82,8 @@ _OUTAGE_LOG_INTERVAL_S = 10.0
 
 
 class RateLimiter:
-    """``per_s <= 0`` disables the limiter (no Redis call at all); ``tenant_per_s <= 0`` leaves
-    out the tenant's bucket."""
+    """``per_s <= 0`` disables the limiter (the round trip then only reads the tenant's write
+    version); ``tenant_per_s <= 0`` leaves out the tenant's bucket."""
 
     def __init__(
         self,
@@ -121,20 +121,32 @@ class RateLimiter:
         tenant = hashlib.sha256(identity.principal.tenant_id.encode()).hexdigest()[:32]
         return redis_keys.rate_limit_tenant(self.namespace, tenant)
 
-    def charge(self, identity: Identity, *, read_only: bool) -> None:
-        """Take one token from the credential's bucket and its tenant's, or raise :class:`RateLimited`."""
-        if not self.enabled:
-            return
-        keys = [self.bucket(identity)]
-        args: list[float] = [self.per_s, self.burst]
-        if self.tenant_per_s > 0:
-            keys.append(self.tenant_bucket(identity))
-            args += [self.tenant_per_s, self.tenant_burst]
+    def charge(self, identity: Identity, *, read_only: bool) -> int | None:
+        """Take one token from the credential's bucket and its tenant's, or raise :class:`RateLimited`.
+
+        Returns the tenant's write version (:mod:`service.write_versions`), read in the same
+        pipeline, so the one Redis round trip of a request also tells recall whether its cached
+        filter tiers are still current; None when Redis cannot answer (recall then does not cache).
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        if self.enabled:
+            keys = [self.bucket(identity)]
+            args: list[float] = [self.per_s, self.burst]
+            if self.tenant_per_s > 0:
+                keys.append(self.tenant_bucket(identity))
+                args += [self.tenant_per_s, self.tenant_burst]
+            self._script(keys=keys, args=args, client=pipe)
+        write_versions.queue_current(pipe, self.namespace, identity.principal.tenant_id)
         try:
-            allowed, wait_ms, refused = self._script(keys=keys, args=args)
+            results = pipe.execute()
         except redis.RedisError as exc:
-            self._outage(exc, read_only)
-            return
+            if self.enabled:
+                self._outage(exc, read_only)
+            return None
+        version = write_versions.parse(results[-1])
+        if not self.enabled:
+            return version
+        allowed, wait_ms, refused = results[0]
         if not allowed:
             retry_after = max(1, math.ceil(int(wait_ms) / 1000))
             whose, per_s, burst = (
@@ -147,6 +159,7 @@ class RateLimiter:
                 retry_after_s=retry_after,
                 details={"retry_after_ms": int(wait_ms), "per_s": per_s, "burst": burst, "bucket": whose.split()[1]},
             )
+        return version
 
     def _outage(self, exc: redis.RedisError, read_only: bool) -> None:
         if not read_only:

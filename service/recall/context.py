@@ -20,6 +20,7 @@ from service.domain.belief import Belief, BeliefType, Subtype
 from service.domain.principal import Principal
 from service.recall.persona import render_persona
 from service.recall.query import CleanQuery, clean_query
+from service.recall.tier_cache import TierCache
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, ClauseMatch, ScoredBelief
@@ -90,12 +91,23 @@ class RecallResult:
 
 
 class ContextBuilder:
-    def __init__(self, store: BeliefStore, defaults: RecallDefaults, matcher: VocabularyMatcher | None = None):
+    """``matcher``: relevance from the tenant's own vocabulary (service/recall/vocabulary.py),
+    else the Lucene fuzzy/shingle query. ``tier_cache``: reuse the filter tiers until the tenant
+    writes (only builds that pass the tenant's ``write_version`` use it)."""
+
+    def __init__(
+        self,
+        store: BeliefStore,
+        defaults: RecallDefaults,
+        matcher: VocabularyMatcher | None = None,
+        tier_cache: TierCache | None = None,
+    ):
         self.store = store
         self.defaults = defaults
         # Set: relevance is matched from the tenant's own vocabulary and sent as exact weighted
         # terms (service/recall/vocabulary.py); unset: the Lucene fuzzy/shingle query.
         self.matcher = matcher
+        self.tier_cache = tier_cache
 
     def build(
         self,
@@ -106,12 +118,14 @@ class ContextBuilder:
         *,
         explain: bool = False,
         search_clauses: list[dict[str, Any]] | None = None,
+        write_version: int | None = None,
     ) -> RecallResult:
         limits = (budget or RecallBudget()).resolve(self.defaults)
+        memo = self.tier_cache.bind(principal.tenant_id, write_version) if self.tier_cache is not None else None
         view = ScopeView.session(scopes)
         query = clean_query(message, max_chars=limits.max_query_chars)
         if search_clauses is None and self.matcher is not None and query.text and limits.max_beliefs > 0:
-            search_clauses = self.matcher.clauses(principal, query.text)
+            search_clauses = self.matcher.clauses(principal, query.text, version=write_version)
         hits = self.store.recall_candidates(
             principal,
             view,
@@ -122,6 +136,7 @@ class ContextBuilder:
             min_score=limits.min_score,
             explain=explain,
             clauses=search_clauses,
+            memo=memo,
         )
         relevant = [TierEntry(h.belief, h.score, h.clauses) for h in hits.relevant]
         questions = [TierEntry(b) for b in hits.questions]

@@ -75,11 +75,13 @@ class RecallService:
         *,
         budget: RecallBudget | None = None,
         explain: bool = False,
+        write_version: int | None = None,
     ) -> Built:
         """The tiers and the injection block for ``principal``, without a receipt: a caller that
         injects the block records one with :meth:`record_receipt` (the proxy does so after the
-        answer went out, off the latency path)."""
-        result = self.builder.build(principal, scopes, query, budget, explain=explain)
+        answer went out, off the latency path). ``write_version``: the tenant's, read with the
+        rate limit (``Actor.write_version``); with it the filter tiers may come from the cache."""
+        result = self.builder.build(principal, scopes, query, budget, explain=explain, write_version=write_version)
         if explain:
             result.notes += self._scope_notes(principal, scopes)
         limits = (budget or RecallBudget()).resolve(self.builder.defaults)
@@ -128,7 +130,8 @@ class RecallService:
         explain: bool,
         preview: bool = False,
     ) -> Recall:
-        built = self.build(principal, scopes, query, budget=budget, explain=explain)
+        version = actor.write_version if principal.tenant_id == actor.principal.tenant_id else None
+        built = self.build(principal, scopes, query, budget=budget, explain=explain, write_version=version)
         receipt_id = self.record_receipt(
             actor,
             built.result,

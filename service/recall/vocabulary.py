@@ -230,8 +230,11 @@ class VocabularyCache:
         self._entries: OrderedDict[str, TenantVocabulary] = OrderedDict()
         self._bytes = 0
 
-    def get(self, principal: Principal) -> TenantVocabulary:
-        version = self._version(principal.tenant_id)
+    def get(self, principal: Principal, version: int | None = None) -> TenantVocabulary:
+        """``version``: the tenant's write version if the caller already read it (the API reads
+        it with the rate limit, in the same Redis round trip); else it is read here."""
+        if version is None:
+            version = self._version(principal.tenant_id)
         if version is not None:
             with self._lock:
                 entry = self._entries.get(principal.tenant_id)
@@ -318,14 +321,17 @@ class VocabularyMatcher:
         )
         return cls(reader, cache)
 
-    def clauses(self, principal: Principal, text: str) -> list[dict[str, Any]]:
+    def clauses(self, principal: Principal, text: str, *, version: int | None = None) -> list[dict[str, Any]]:
         """Exact weighted term clauses equivalent to ``queries.relevance_clauses(text)`` for this
-        tenant. Empty when nothing in the tenant's vocabulary can match."""
-        return self.clauses_many(principal, [text])[0]
+        tenant. Empty when nothing in the tenant's vocabulary can match. ``version``: the tenant's
+        write version when the caller has it (no Redis read here then)."""
+        return self.clauses_many(principal, [text], version=version)[0]
 
-    def clauses_many(self, principal: Principal, texts: Sequence[str]) -> list[list[dict[str, Any]]]:
+    def clauses_many(
+        self, principal: Principal, texts: Sequence[str], *, version: int | None = None
+    ) -> list[list[dict[str, Any]]]:
         """Several texts of one tenant in one analysis round trip (the differential test)."""
-        vocabulary = self.cache.get(principal)
+        vocabulary = self.cache.get(principal, version)
         plans = [self._plan(text) for text in texts]
         analyses = self.store.analyze(principal, [r for p in plans for r in p.requests])
         out: list[list[dict[str, Any]]] = []

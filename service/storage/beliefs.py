@@ -13,8 +13,9 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+import orjson
 from opensearchpy import OpenSearch, helpers
 
 from service.domain.belief import Belief
@@ -60,6 +61,32 @@ class RecallHits:
     relevant: list[ScoredBelief] = field(default_factory=list)
     questions: list[Belief] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)  # ids of stored documents skipped
+    filter_quarantined: list[str] = field(default_factory=list)  # ... of them, in the filter tiers
+
+    def filter_tiers(self) -> FilterTiers:
+        return FilterTiers(
+            tuple(self.persona), tuple(self.pinned), tuple(self.questions), tuple(self.filter_quarantined)
+        )
+
+
+@dataclass(frozen=True)
+class FilterTiers:
+    """The tiers that only filter (no text): what recall may reuse until the tenant writes."""
+
+    persona: tuple[Belief, ...]
+    pinned: tuple[Belief, ...]
+    questions: tuple[Belief, ...]
+    quarantined: tuple[str, ...]
+
+
+class FilterTierMemo(Protocol):
+    """Where :meth:`BeliefStore.recall_candidates` may find and leave the filter tiers, keyed by
+    the exact queries that compute them (routing and bodies), for one tenant write version
+    (service/recall/tier_cache.py binds one to the version)."""
+
+    def get(self, key: bytes) -> FilterTiers | None: ...
+
+    def put(self, key: bytes, tiers: FilterTiers) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -248,15 +275,25 @@ class BeliefStore:
         min_score: float,
         explain: bool = False,
         clauses: list[dict[str, Any]] | None = None,
+        memo: FilterTierMemo | None = None,
     ) -> RecallHits:
-        """All four tiers in one ``_msearch`` round trip (the recall hot path)."""
+        """All four tiers in one ``_msearch`` round trip (the recall hot path). With a ``memo``,
+        the three filter tiers come from it when it holds the result of these very queries, and
+        only the relevant tier is searched."""
         filters = access.access_filters(principal, view)
         persona_filters = access.access_filters(principal, ScopeView(("user:universal",)))
+        routing = access.routing(principal)
         bodies: list[tuple[str, dict[str, Any]]] = [
             ("persona", queries.persona_body(persona_filters)),
             ("pinned", queries.pinned_body(filters, access.cross_scope_pinned_filter(principal), size=max_pinned)),
             ("questions", queries.open_questions_body(filters, size=max_questions)),
         ]
+        # the key is the queries themselves: the same key can only mean the same answer (at one
+        # tenant write version), whatever principal, scopes or budget produced them
+        memo_key = orjson.dumps([self.alias, routing, bodies]) if memo is not None else b""
+        cached = memo.get(memo_key) if memo is not None else None
+        if cached is not None:
+            bodies = []
         if text and max_relevant > 0 and (clauses is None or clauses):  # [] : nothing can match
             bodies.append(
                 (
@@ -266,13 +303,25 @@ class BeliefStore:
                     ),
                 )
             )
+        hits = self._run_tiers(bodies, routing, explain)
+        if cached is not None:
+            hits.persona, hits.pinned = list(cached.persona), list(cached.pinned)
+            hits.questions = list(cached.questions)
+            hits.quarantined += cached.quarantined
+        elif memo is not None:
+            memo.put(memo_key, hits.filter_tiers())
+        return hits
+
+    def _run_tiers(self, bodies: list[tuple[str, dict[str, Any]]], routing: str, explain: bool) -> RecallHits:
+        hits = RecallHits()
+        if not bodies:
+            return hits
         lines: list[dict[str, Any]] = []
         for _, body in bodies:
-            lines.append({"index": self.alias, "routing": access.routing(principal)})
+            lines.append({"index": self.alias, "routing": routing})
             lines.append(body)
         with translate_errors("recall beliefs"):
             response = self.client.msearch(body=lines)
-        hits = RecallHits()
         for (tier, _), result in zip(bodies, response["responses"], strict=True):
             if "error" in result:
                 raise item_error(result.get("status"), result["error"], f"run the recall query for tier {tier}")
@@ -287,6 +336,7 @@ class BeliefStore:
             else:
                 loaded = load_beliefs(rows)
                 hits.quarantined += loaded.quarantined
+                hits.filter_quarantined += loaded.quarantined
                 setattr(hits, tier, list(loaded))
         return hits
 

@@ -50,7 +50,9 @@ def build_client(settings: Settings) -> OpenSearch:
         max_retries=1,
         retry_on_timeout=False,
         http_compress=False,
-        pool_maxsize=32,
+        # at least one connection per request thread (ApiSettings.thread_pool_size), so no
+        # thread waits for a connection and none is opened and discarded on a burst
+        pool_maxsize=max(32, settings.api.thread_pool_size),
         serializer=FastJSONSerializer(),
     )
 

@@ -125,8 +125,8 @@ def test_zero_rate_turns_the_limiter_off(services: Services) -> None:
     limiter = RateLimiter(services.redis, namespace, per_s=0, burst=1)
     identity = Identity(Principal(tenant_id="t-rl", user_id="u"), "jwt", None)
     for _ in range(5):
-        limiter.charge(identity, read_only=False)
-    assert services.redis.keys(f"{namespace}:*") == []
+        assert limiter.charge(identity, read_only=False) == 0  # the tenant's write version, never written
+    assert services.redis.keys(f"{namespace}:*") == []  # no bucket kept (the version is only read)
 
 
 def _closed_port() -> int:

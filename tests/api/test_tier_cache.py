@@ -1,0 +1,145 @@
+"""The filter-tier cache (persona, pinned facts, open questions) through POST /v1/recall.
+
+Real OpenSearch and Redis. Every assertion compares what recall answers with what it must answer;
+the cache's hit counter only shows that the cached path was the one taken.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from service.api.state import Services
+from service.domain.belief import Belief
+from service.recall.tier_cache import TierCache
+from service.storage.beliefs import BeliefStore, FilterTiers
+from tests.api.conftest import Team, belief_body, ok
+
+SCOPES = ["domain:code", "project:pay"]
+
+
+def _recall(client: TestClient, team: Team, user: str, scopes: list[str] = SCOPES) -> dict[str, Any]:
+    return ok(client.post("/v1/recall", json={"scopes": scopes, "query": "hello there"}, headers=team.h(user)))
+
+
+def _pinned(answer: dict[str, Any]) -> list[str]:
+    return [item["id"] for item in answer["tiers"]["pinned"]]
+
+
+def _questions(answer: dict[str, Any]) -> list[str]:
+    return [item["id"] for item in answer["tiers"]["questions"]]
+
+
+def _add(client: TestClient, team: Team, user: str, belief_id: str, scope: str, **extra: Any) -> None:
+    body = belief_body(f"thing_{belief_id.replace('-', '_')}", scope, id=belief_id, **extra)
+    ok(client.post("/v1/beliefs", json=body, headers=team.h(user)), 201)
+
+
+def _cache(services: Services) -> TierCache:
+    cache = services.recall.builder.tier_cache
+    assert cache is not None and cache.enabled
+    return cache
+
+
+def test_a_repeated_recall_is_served_from_the_cache_with_the_same_answer(
+    client: TestClient, services: Services, team: Team
+) -> None:
+    _add(client, team, "alice", "b-pin", "domain:code", pinned=True)
+    _add(client, team, "alice", "b-style", "user:universal", content="Prefers short answers.")
+    first = _recall(client, team, "alice")
+    hits = _cache(services).hits
+    second = _recall(client, team, "alice")
+    assert _cache(services).hits == hits + 1
+    assert _pinned(first) == _pinned(second) == ["b-pin"]
+    assert first["persona"] == second["persona"] and "short answers" in first["persona"]
+    assert first["injection"] == second["injection"]
+
+
+def test_a_colleagues_write_invalidates(client: TestClient, team: Team) -> None:
+    assert _pinned(_recall(client, team, "alice")) == []
+    _add(client, team, "bob", "b-shared", "project:pay", pinned=True)
+    assert _pinned(_recall(client, team, "alice")) == ["b-shared"]
+    ok(client.post("/v1/beliefs/b-shared/unpin", headers=team.h("bob")))
+    assert _pinned(_recall(client, team, "alice")) == []
+
+
+def test_a_write_in_another_scope_invalidates(client: TestClient, team: Team) -> None:
+    """A write the cached scopes cannot see still bumps the tenant's version: the cache never
+    decides what a write could have changed."""
+    _add(client, team, "alice", "b-q", "domain:code", type="open_question", pinned=True)
+    assert _questions(_recall(client, team, "alice")) == ["b-q"]
+    _add(client, team, "alice", "b-elsewhere", "domain:writing", pinned=True)
+    assert _questions(_recall(client, team, "alice")) == ["b-q"]
+    ok(client.post("/v1/beliefs/b-q/resolve", json={}, headers=team.h("alice")))
+    assert _questions(_recall(client, team, "alice")) == []
+
+
+def test_a_write_through_the_store_invalidates(
+    client: TestClient, services: Services, team: Team, store: BeliefStore
+) -> None:
+    """Writes by another process (a worker's lifecycle, here the tests' own store) bump the same
+    version in Redis."""
+    assert _pinned(_recall(client, team, "alice")) == []
+    record = belief_body("from_a_worker", "domain:code", id="b-worker", pinned=True, owner_id="alice")
+    store.put(Belief.from_record(record, tenant_id=team.tenant))
+    assert _pinned(_recall(client, team, "alice")) == ["b-worker"]
+
+
+def test_two_tenants_and_two_users_never_share_entries(client: TestClient, team: Team, other_team: Team) -> None:
+    """Same user ids, same scopes, same message in two tenants; two users of one tenant; one user
+    with two scope lists: each answer is its own, cached or not."""
+    _add(client, team, "alice", "b-a", "domain:code", pinned=True)
+    _add(client, other_team, "alice", "b-b", "domain:code", pinned=True)
+    _add(client, team, "bob", "b-bob", "domain:code", pinned=True)
+    for _ in range(2):  # the second round is served from the cache
+        assert _pinned(_recall(client, team, "alice")) == ["b-a"]
+        assert _pinned(_recall(client, other_team, "alice")) == ["b-b"]
+        assert _pinned(_recall(client, team, "bob")) == ["b-bob"]
+        assert _pinned(_recall(client, team, "alice", ["domain:writing"])) == []
+
+
+def test_without_a_write_version_nothing_is_cached(services: Services, team: Team) -> None:
+    """The tiers of a build that has no write version (Redis unreachable for the rate limit)
+    are computed, never looked up or stored."""
+    cache = _cache(services)
+    size, hits = len(cache), cache.hits
+    from tests.conftest import principal
+
+    services.recall.build(principal(team.tenant, "alice"), SCOPES, "hello", write_version=None)
+    assert (len(cache), cache.hits) == (size, hits)
+
+
+def _tiers(marker: str) -> FilterTiers:
+    return FilterTiers(persona=(), pinned=(), questions=(), quarantined=(marker,))
+
+
+def test_the_cache_is_bounded_by_entries_and_age() -> None:
+    cache = TierCache(max_entries=2, max_age_s=0.2)
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    bound = cache.bind(tenant, 1)
+    assert bound is not None
+    for key in (b"a", b"b", b"c"):
+        bound.put(key, _tiers(key.decode()))
+    assert len(cache) == 2 and bound.get(b"a") is None and bound.get(b"c") == _tiers("c")
+    time.sleep(0.25)
+    assert bound.get(b"c") is None  # too old, even at the same version
+
+
+def test_a_new_version_drops_the_tenants_older_entries() -> None:
+    cache = TierCache(max_entries=100, max_age_s=60)
+    old, new, other = cache.bind("t1", 1), cache.bind("t1", 2), cache.bind("t2", 1)
+    assert old is not None and new is not None and other is not None
+    old.put(b"k", _tiers("old"))
+    other.put(b"k", _tiers("other"))
+    assert new.get(b"k") is None
+    assert len(cache) == 1 and other.get(b"k") == _tiers("other")  # another tenant's stay
+    old.put(b"k", _tiers("late"))  # a recall that read v1 before the write finishes after it
+    assert new.get(b"k") is None and old.get(b"k") is None and len(cache) == 1
+
+
+def test_an_unknown_version_or_a_disabled_cache_binds_nothing() -> None:
+    assert TierCache(max_entries=10, max_age_s=60).bind("t", None) is None
+    assert TierCache(max_entries=0, max_age_s=60).bind("t", 1) is None
