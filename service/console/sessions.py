@@ -15,7 +15,7 @@ import hmac
 import json
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import redis
 
@@ -41,6 +41,9 @@ class ConsoleSession:
     teams: tuple[str, ...]
     created_at: float
     expires_at: float  # absolute end, whatever the activity
+    # An operator's choice of the tenant the console shows (None: the credential's own). Honoured
+    # only while the re-validated credential is still an operator's (:func:`console_user`).
+    viewing_tenant: str | None = None
 
     def identity(self) -> Identity:
         """The identity as signed in; :meth:`Authenticator.revalidate` refreshes it per request."""
@@ -110,6 +113,12 @@ class SessionStore:
             return None
         self._write(session, now)
         return session
+
+    def view_tenant(self, session: ConsoleSession, tenant_id: str | None) -> ConsoleSession:
+        """The same session, showing ``tenant_id`` from now on (None: the credential's own)."""
+        changed = replace(session, viewing_tenant=tenant_id)
+        self._write(changed, time.time())
+        return changed
 
     def revoke(self, session_id: str) -> None:
         try:

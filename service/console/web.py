@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -26,14 +26,16 @@ from service.api.state import Services
 from service.auth.actor import Actor
 from service.auth.authenticator import Identity
 from service.console.sessions import COOKIE, ConsoleSession, SessionStore
+from service.domain.accounts import is_operator
 from service.domain.principal import Principal
-from service.errors import ErrorCode, Forbidden, TenureError, Unauthenticated
+from service.errors import ErrorCode, Forbidden, NotFound, TenureError, Unauthenticated
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
 PREFIX = "/console"
+OPERATOR_KIND = "operator"  # actor_kind of what an operator does in a tenant they switched to
 
 _env = Environment(
     loader=FileSystemLoader(HERE / "templates"),
@@ -61,17 +63,36 @@ def secure_cookies(services: Services) -> bool:
 
 @dataclass(frozen=True)
 class ConsoleUser:
+    """Who is signed in (``identity``, re-validated) and as whom the pages act (``actor``): the
+    identity itself, or, for an operator who switched tenants, the admin of that tenant that
+    :meth:`ProvisioningService.acting_admin` makes of them (the REST API's rule for operators)."""
+
     session: ConsoleSession
     identity: Identity
     actor: Actor
 
     @property
     def principal(self) -> Principal:
-        return self.identity.principal
+        """The principal every page's service calls use (the tenant shown)."""
+        return self.actor.principal
 
     @property
     def is_admin(self) -> bool:
         return self.principal.is_admin
+
+    @property
+    def is_operator(self) -> bool:
+        return is_operator(self.identity.principal)
+
+    @property
+    def own_actor(self) -> Actor:
+        """The signed-in credential's own actor, whatever tenant is shown."""
+        return replace(self.actor, principal=self.identity.principal, kind=self.identity.kind)
+
+    @property
+    def switched(self) -> bool:
+        """An operator looking at another tenant than their own."""
+        return self.principal.tenant_id != self.identity.principal.tenant_id
 
 
 class LoginRequired(Exception):
@@ -90,9 +111,25 @@ def console_user(request: Request, services: Annotated[Services, Depends(get_ser
         raise LoginRequired() from None
     services.limiter.charge(identity, read_only=request.method in ("GET", "HEAD"))
     actor = actor_of(request, identity, None)
+    if session.viewing_tenant is not None and is_operator(identity.principal):
+        actor = _operator_view(services, session, actor)
     user = ConsoleUser(session=session, identity=identity, actor=actor)
     request.state.console_user = user
     return user
+
+
+def _operator_view(services: Services, session: ConsoleSession, actor: Actor) -> Actor:
+    """An operator's actor in the tenant they chose: the admin principal the provisioning service
+    grants operators there (no shared-scope grants of anyone), recorded as ``actor_kind`` operator.
+    A tenant deleted since falls back to the operator's own."""
+    try:
+        acting = services.provisioning.acting_admin(actor.principal, session.viewing_tenant or "")
+    except NotFound:
+        session_store(services).view_tenant(session, None)
+        return actor
+    # the write version read with the rate limit is the operator's own tenant's, not this one's:
+    # unknown here, so recall's filter-tier cache is not used for this tenant
+    return replace(actor, principal=acting, kind=OPERATOR_KIND, write_version=None)
 
 
 CurrentUser = Annotated[ConsoleUser, Depends(console_user)]

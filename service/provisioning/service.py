@@ -127,6 +127,12 @@ class ProvisioningService:
         self._record(actor, tenant_id, "tenant.create", {"name": name})
         return tenant
 
+    def list_tenants(self, actor: Actor, *, size: int = 500) -> list[TenantRecord]:
+        """Operators only (the console's tenant switcher)."""
+        if not is_operator(actor.principal):
+            raise Forbidden("listing tenants needs an operator credential")
+        return self.accounts.list_tenants(actor.principal, size=size)
+
     def get_tenant(self, actor: Actor, tenant_id: str) -> TenantRecord:
         self.acting_admin(actor.principal, tenant_id)
         return self.accounts.get_tenant(tenant_id)

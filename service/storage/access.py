@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.domain import scopes as scope_rules
+from service.domain.accounts import is_operator
 from service.domain.principal import Principal
 
 MATCH_NONE: dict[str, Any] = {"match_none": {}}
@@ -123,6 +124,12 @@ def admin_filters(principal: Principal) -> list[dict[str, Any]]:
     """Tenant-wide records an admin may read (audit events, users, keys): only the admin's own
     tenant, and nothing at all for a member."""
     return [tenant_filter(principal)] if principal.is_admin else [MATCH_NONE]
+
+
+def operator_filters(principal: Principal) -> list[dict[str, Any]]:
+    """Cross-tenant account records (the list of tenants) an operator may read: no tenant term for
+    an operator (an admin of the reserved system tenant), nothing at all for anyone else."""
+    return [] if is_operator(principal) else [MATCH_NONE]
 
 
 def maintenance_filters(tenant_id: str | None = None) -> list[dict[str, Any]]:

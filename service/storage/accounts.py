@@ -112,6 +112,19 @@ class AccountStore:
             _tenant_doc(tenant.tenant_id), tenant.tenant_id, "tenant", tenant, seq, f"tenant {tenant.tenant_id!r}"
         )
 
+    def list_tenants(self, principal: Principal, *, size: int) -> list[TenantRecord]:
+        """Every tenant, by id (operators only: anyone else gets an empty list from the
+        chokepoint's filter). Tenants are few; ``size`` caps the page."""
+        body: dict[str, Any] = {
+            "size": size,
+            "query": {"bool": {"filter": [*access.operator_filters(principal), {"term": {"kind": "tenant"}}]}},
+            "sort": [{"tenant_id": "asc"}],
+            "track_total_hits": False,
+        }
+        with translate_errors("list tenants"):
+            hits = self.client.search(index=self.alias, body=body)["hits"]["hits"]
+        return [_record(TenantRecord, h["_source"]) for h in hits]
+
     def is_disabled(self, tenant_id: str, user_id: str) -> bool:
         """Whether the tenant or the user is disabled, in one real-time ``mget`` (both documents
         share the tenant's routing). A missing record is not a disabled one: JWT subjects from an

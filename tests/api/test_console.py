@@ -238,6 +238,66 @@ def test_admin_of_another_tenant_sees_nothing_of_this_one(
     assert ok(client.get("/v1/beliefs/b-only-a", headers=a.h("alice")))["id"] == "b-only-a"
 
 
+def test_operators_choose_the_tenant_and_act_through_the_same_grants(
+    app: FastAPI, client: TestClient, operator: dict[str, str], services: Services
+) -> None:
+    """Two tenants with the same belief ids: an operator shows one, then the other, and sees only
+    the one shown (beliefs, audit, team); changes go through that tenant's admin rules (erase yes,
+    a shared-scope supersede without a grant no) and are audited as the operator. A tenant admin
+    cannot switch, neither by the form nor by guessing the page."""
+    a, b = make_team(client, operator), make_team(client, operator)
+    for team in (a, b):
+        for belief_id in ("b-pay", "b-gone"):
+            body = belief_body(belief_id[2:] + "_note", "project:pay", id=belief_id, content=f"{team.tenant} text")
+            ok(client.post("/v1/beliefs", json=body, headers=team.h("alice")), 201)
+    services.audit.refresh()
+    web = sign_in(app, operator["Authorization"].removeprefix("Bearer "))
+    assert 'id="shown-tenant">system<' in web.get("/console/").text
+    listed = web.get("/console/tenants")
+    assert listed.status_code == 200 and a.tenant in listed.text and b.tenant in listed.text
+    token = csrf_of(web, "/console/tenants")
+    assert web.post("/console/tenants/view", data={"tenant_id": a.tenant}).status_code == 403  # no CSRF token
+    assert web.post("/console/tenants/view", data={"csrf_token": token, "tenant_id": "t-nowhere"}).status_code == 404
+
+    for shown, hidden in ((a, b), (b, a)):
+        switched = web.post("/console/tenants/view", data={"csrf_token": token, "tenant_id": shown.tenant})
+        assert switched.status_code == 303
+        assert f'id="shown-tenant">{shown.tenant}<' in web.get("/console/").text
+        page = web.get("/console/beliefs/b-pay").text
+        assert f"{shown.tenant} text" in page and f"{hidden.tenant} text" not in page
+        listing = web.get("/console/beliefs").text
+        assert f"{shown.tenant} text" in listing and hidden.tenant not in listing
+        team_page = web.get("/console/team").text
+        assert f"Team · {shown.tenant}" in team_page and hidden.tenant not in team_page
+        audit = web.get("/console/audit", params={"action": "belief.create"}).text
+        assert "b-pay" in audit and hidden.tenant not in audit
+
+    # b is shown: the operator acts as b's admin, holding no one's shared-scope grants
+    erased = web.post("/console/beliefs/b-gone/erase", data={"csrf_token": token, "confirmed": "yes"})
+    assert erased.status_code == 200 and "b-gone" in erased.text
+    assert client.get("/v1/beliefs/b-gone", headers=b.h("alice")).status_code == 404
+    assert ok(client.get("/v1/beliefs/b-gone", headers=a.h("alice")))["content"] == f"{a.tenant} text"
+    supersede = {"csrf_token": token, "confirmed": "yes", "content": "Overwritten by an operator."}
+    assert web.post("/console/beliefs/b-pay/supersede", data=supersede).status_code == 404  # as over REST
+    services.audit.refresh()  # events are appended without a refresh
+    events = ok(client.get("/v1/admin/audit", params={"action": "belief.erase"}, headers=b.h("carol")))["items"]
+    assert [(e["actor_id"], e["actor_kind"], e["belief_ids"]) for e in events] == [("root", "operator", ["b-gone"])]
+    assert ok(client.get("/v1/admin/audit", params={"action": "belief.erase"}, headers=a.h("carol")))["items"] == []
+
+    # a tenant admin cannot switch, and the session keeps showing their own tenant
+    admin = sign_in(app, a.keys["carol"])
+    assert admin.get("/console/tenants").status_code == 403
+    refused = admin.post("/console/tenants/view", data={"csrf_token": csrf_of(admin), "tenant_id": b.tenant})
+    assert refused.status_code == 403
+    assert f'id="shown-tenant">{a.tenant}<' in admin.get("/console/").text
+    assert f"{a.tenant} text" in admin.get("/console/beliefs/b-pay").text
+    member = sign_in(app, a.keys["bob"])
+    assert (
+        member.post("/console/tenants/view", data={"csrf_token": csrf_of(member), "tenant_id": b.tenant}).status_code
+        == 403
+    )
+
+
 def test_admin_sees_the_tenant_and_the_same_whole_unit_search(app: FastAPI, seeded: tuple[Team, Team]) -> None:
     a, _ = seeded
     web = sign_in(app, a.keys["carol"])

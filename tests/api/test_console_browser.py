@@ -269,6 +269,34 @@ def test_team_page(context: BrowserContext, console_url: str, team: Team) -> Non
     shot(page, "team")
 
 
+def test_operator_shows_a_tenant(
+    context: BrowserContext, console_url: str, team: Team, client: TestClient, operator: dict[str, str]
+) -> None:
+    other = make_team(client, operator)
+    body = belief_body("payment_provider", "project:pay", id="b-psp", content="The other tenant's provider.")
+    ok(client.post("/v1/beliefs", json=body, headers=other.h("alice")), 201)
+    page = sign_in(context, console_url, operator["Authorization"].removeprefix("Bearer "))
+    expect(page.locator("header .who")).to_contain_text("operator")
+    expect(page.locator("#shown-tenant")).to_have_text("system")
+    page.click("header >> text=Tenants")
+    page.locator(f"[data-tenant={team.tenant}] button").click()
+    expect(page.locator("#shown-tenant")).to_have_text(team.tenant)
+    page.click("header >> text=Tenants")
+    expect(page.locator(f"[data-tenant={team.tenant}]")).to_contain_text("shown")
+    shot(page, "tenants")
+    page.goto(f"{console_url}/console/beliefs/b-mongo")
+    expect(page.locator("#belief-content")).to_have_text("MongoDB raw driver, not Mongoose.")
+    response = page.goto(f"{console_url}/console/beliefs/b-psp")  # the other tenant's id: not here
+    assert response is not None and response.status == 200  # b-psp exists in this tenant too (superseded)
+    expect(page.locator("body")).not_to_contain_text("The other tenant's provider.")
+    page.click("header >> text=Tenants")
+    page.locator(f"[data-tenant={other.tenant}] button").click()
+    page.goto(f"{console_url}/console/beliefs/b-psp")
+    expect(page.locator("#belief-content")).to_have_text("The other tenant's provider.")
+    response = page.goto(f"{console_url}/console/beliefs/b-mongo")
+    assert response is not None and response.status == 404
+
+
 def test_member_cannot_reach_admin_pages_or_a_colleagues_private_belief(
     context: BrowserContext, console_url: str, team: Team
 ) -> None:

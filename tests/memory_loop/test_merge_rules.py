@@ -203,6 +203,7 @@ def test_admins_merge_a_conflict_into_the_existing_belief(
     recalled = ok(api.post("/v1/recall", json={"query": "which github actions runner?"}, headers=crew.h("alice")))
     assert [b["id"] for b in recalled["tiers"]["relevant"]] == [new.id]
 
+    loop_services.audit.refresh()  # events are appended without a refresh
     events = ok(api.get("/v1/admin/audit", params={"action": "belief.merge"}, headers=crew.h("carol")))["items"]
     assert [e["belief_ids"] for e in events] == [["b-ci", new.id]]
     assert events[0]["details"]["content_from"] == "proposed"

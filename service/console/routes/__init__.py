@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.console.routes import audit, beliefs, recall, reviews, session, team
+from service.console.routes import audit, beliefs, recall, reviews, session, team, tenants
 
 ROUTERS: list[APIRouter] = [
     session.router,
@@ -13,4 +13,5 @@ ROUTERS: list[APIRouter] = [
     audit.router,
     reviews.router,
     team.router,
+    tenants.router,
 ]
