@@ -16,6 +16,7 @@ Operator commands that talk to OpenSearch directly (TENURE_OPENSEARCH_URL, TENUR
 
     tenure apply-templates                # every index template and alias a deployment needs
     tenure reindex beliefs                # template upgrade: copy into generation N+1, swap the alias
+    tenure merge-segments beliefs         # after bulk imports: one segment per shard (faster recall)
 
 The API URL and key come from ``--url``/``--key`` or ``TENURE_CLI_URL``/``TENURE_CLI_KEY``. Output
 is a table on a terminal and JSON otherwise (``--json`` forces it; JSONL for export). An error
@@ -735,6 +736,30 @@ def reindex(
             client.close()
 
     emit(asdict(_direct(run)), _record)
+
+
+@app.command("merge-segments", help="force-merge a family's live index to one segment per shard (after bulk imports)")
+def merge_segments_command(
+    family: Annotated[str, typer.Argument(help="beliefs, audit, accounts, turns or reviews")] = "beliefs",
+) -> None:
+    from service.storage.client import build_client
+    from service.storage.operations import family_by_name, merge_segments
+
+    try:
+        chosen = family_by_name(family)
+    except ValueError as exc:
+        raise _error("validation_error", str(exc)) from exc
+
+    def run(settings: Settings) -> Any:
+        client = build_client(settings)
+        try:
+            with _progress(transient=True) as progress:
+                progress.add_task(f"merging the segments of {family}", total=None)
+                return merge_segments(client, chosen.alias(settings.opensearch_namespace))
+        finally:
+            client.close()
+
+    emit(_direct(run))
 
 
 # Placeholders so `tenure --help` lists the commands that main() hands to their own parsers.

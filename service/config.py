@@ -247,6 +247,11 @@ class CelerySettings(BaseSettings):
     visibility_timeout_s: int = Field(3600, ge=60)
     max_retries: int = Field(5, ge=0)
     queue_prefix: str = "tenure"
+    # Beat checks the beliefs index this often and force-merges it when a bulk import (or a long
+    # stream of writes) left more than merge_above_segments_per_shard segments per shard: recall's
+    # query CPU grows with the segment count (docs/operations.md, "Segments"). 0 turns it off.
+    merge_check_interval_s: float = Field(600.0, ge=0.0, le=7 * 86_400.0)
+    merge_above_segments_per_shard: float = Field(12.0, ge=1.0, le=10_000.0)
 
 
 class CliSettings(BaseSettings):

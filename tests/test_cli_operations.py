@@ -19,6 +19,7 @@ from service.config import Settings
 from service.domain.belief import Belief
 from service.storage import templates
 from service.storage.beliefs import BeliefStore
+from service.storage.operations import segments_per_shard
 from service.storage.templates import BELIEFS, FAMILIES, drop_namespace
 from tests.conftest import principal
 
@@ -123,6 +124,7 @@ def test_reindex_upgrades_the_template_moves_the_alias_and_keeps_every_document(
     assert not os_client.indices.exists_index_template(name=f"{alias}-v1")
     index_settings = os_client.indices.get_settings(index=f"{alias}-000002")[f"{alias}-000002"]["settings"]["index"]
     assert index_settings["number_of_shards"] == "4"
+    assert segments_per_shard(os_client, f"{alias}-000002") <= 1  # merged before the swap
     for belief in beliefs:  # routed by tenant: each is found through its own tenant's principal
         assert store.get(principal(belief.tenant_id, "u1"), belief.id).canonical_name == belief.canonical_name
     # the old generation is kept for rollback but takes no more writes
@@ -130,6 +132,10 @@ def test_reindex_upgrades_the_template_moves_the_alias_and_keeps_every_document(
         os_client.index(index=f"{alias}-000001", body={"tenant_id": "t0"}, routing="t0")
     store.put(_beliefs(41)[-1], refresh="true")  # writes go to the new generation
     assert os_client.count(index=f"{alias}-000002")["count"] == 41
+
+    code, merged, err = _run(ns_settings, "merge-segments", "beliefs")
+    assert code == 0, err
+    assert merged["index"] == alias and merged["segments_per_shard_after"] <= 1
 
     code, result, err = _run(ns_settings, "reindex", "beliefs", "--delete-old")
     assert code == 0, err

@@ -14,12 +14,18 @@ from service.config import Settings, get_settings
 from service.extraction.queue import (
     TASK_DRAIN_PARKED_TURNS,
     TASK_DRAIN_RECEIPTS,
+    TASK_MERGE_SEGMENTS,
     TASK_PLAN_COMPACTION,
     TASK_SWEEP_TURNS,
     queue_names,
 )
 
-TASK_MODULES = ["workers.tasks.extraction", "workers.tasks.compaction", "workers.tasks.audit"]
+TASK_MODULES = [
+    "workers.tasks.extraction",
+    "workers.tasks.compaction",
+    "workers.tasks.audit",
+    "workers.tasks.maintenance",
+]
 
 
 def create_celery(settings: Settings) -> Celery:
@@ -71,6 +77,12 @@ def create_celery(settings: Settings) -> Celery:
             },
         },
     )
+    if limits.merge_check_interval_s > 0:
+        app.conf.beat_schedule["beliefs-merge-segments"] = {
+            "task": TASK_MERGE_SEGMENTS,
+            "schedule": limits.merge_check_interval_s,
+            "options": {"queue": heavy, "expires": limits.merge_check_interval_s},
+        }
     app.conf.tenure_settings = settings
     return app
 

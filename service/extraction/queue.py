@@ -22,6 +22,7 @@ TASK_PLAN_COMPACTION = "beliefs.compact_plan"
 TASK_SWEEP_TURNS = "turns.sweep"
 TASK_DRAIN_RECEIPTS = "audit.drain_receipts"
 TASK_DRAIN_PARKED_TURNS = "turns.drain_parked"
+TASK_MERGE_SEGMENTS = "beliefs.merge_segments"
 
 
 def queue_names(settings: Settings) -> tuple[str, str]:

@@ -1,0 +1,410 @@
+"""Recall over HTTP before and after the fast-path changes (issue 16), same machine, one run.
+
+For each corpus size (default 10k, 100k, 1M beliefs over 1,000 tenants, ``recall_bench``'s corpus)
+and each *variant* (a source tree plus environment: "before" is a checkout of the code before the
+changes, "after" this tree, with single changes switched off by their settings), it starts the API
+under uvicorn against one OpenSearch node and one Redis and measures ``POST /v1/recall`` with the
+query's own tenant user's API key (rate limit on, defaults):
+
+1. **sequential**: one keep-alive client, p50/p95/p99 after a warm-up;
+2. **paced**: an open-loop run at ``--rate`` recalls/s (300) for ``--paced-s`` seconds, latency
+   from the scheduled send time (so queueing counts), errors;
+3. **ceiling**: ``--clients`` closed-loop clients for ``--ceiling-s`` seconds: recalls/s;
+4. **CPU per recall** during the sequential run, from ``/proc``: OpenSearch (the JVM), the API
+   (uvicorn and its workers), Redis and this client, in ms of CPU per recall; plus the rest of the
+   machine (other people's work on a shared box), and the load average before and after.
+
+The corpus and the accounts are built once with bulk indexing under ``--state-dir`` and reused by
+the next run (``--sizes`` grows it; nothing is deleted unless ``--fresh``): generating 1M beliefs
+takes minutes. Accounts (1,000 tenants x 5 users, one API key each, every user granted projects
+p0..p4) are bulk-written in the storage layer's own shapes with deterministic keys.
+
+    # the whole run (own OpenSearch 2g heap + Redis under /tmp/tenure-fastpath; reused next time)
+    git worktree add --detach /tmp/tenure-before ed3a7e7      # the code before issue 16
+    .venv/bin/python -m benchmarks.fastpath_bench --variant before=/tmp/tenure-before \\
+        --variant after-no-tier-cache=.:TENURE_RECALL_TIER_CACHE_ENTRIES=0 --variant after=.
+    # smoke run
+    .venv/bin/python -m benchmarks.fastpath_bench --sizes 10000 --queries 300 --paced-s 5 --ceiling-s 5
+
+This is a benchmark, not a test: it prints figures and writes a JSON (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from opensearchpy import OpenSearch, helpers
+
+from benchmarks.recall_bench import Query, Spec, draw_queries, load_range, loadavg, pct
+from deploy.devstack import Service, free_port, start_opensearch, start_redis
+from loadtest.__main__ import CpuMeter
+from service.auth import keys
+from service.config import Settings
+from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord
+from service.domain.principal import Role
+from service.storage.accounts import KEY_ROUTING
+from service.storage.client import build_client
+from service.storage.templates import ACCOUNTS, BELIEFS, FAMILIES, apply_templates
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+NAMESPACE = "fastpath"
+PEPPER = "fastpath-bench-pepper"
+NOW = datetime(2026, 11, 1, tzinfo=UTC)  # the corpus's clock: the same beliefs on every run
+
+
+@dataclass
+class Variant:
+    name: str
+    source: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        """``name=path[:VAR=value[,VAR=value]]``"""
+        name, _, rest = text.partition("=")
+        path, _, env_text = rest.partition(":")
+        env = dict(item.split("=", 1) for item in env_text.split(",") if item)
+        return cls(name, Path(path or ".").resolve(), env)
+
+
+# ------------------------------------------------------------------------------ state: corpus, accounts
+
+
+def key_of(tenant: str, user: str) -> tuple[str, str]:
+    """A deterministic API key (id, plaintext) per user, so a reused state needs no key file."""
+    digest = hashlib.sha256(f"fastpath:{tenant}:{user}".encode()).hexdigest()
+    secret = hashlib.sha256(digest.encode()).hexdigest()[:43]
+    key_id = digest[:16]
+    return key_id, f"{keys.PREFIX}{key_id}_{secret}"
+
+
+def account_actions(spec: Spec) -> Any:
+    alias = ACCOUNTS.alias(NAMESPACE)
+    projects = [f"p{p}" for p in range(spec.projects_per_tenant)]
+    for t in range(spec.tenants):
+        tenant = f"t{t:04d}"
+        record = TenantRecord(tenant_id=tenant, name=tenant)
+        yield {"_index": alias, "_id": f"tenant:{tenant}", "_routing": tenant,
+               "_source": {"kind": "tenant", **record.model_dump(mode="json")}}  # fmt: skip
+        for u in range(spec.users_per_tenant):
+            user = f"u{u}"
+            grants = {"roles": [Role.MEMBER], "projects": projects, "teams": []}
+            urec = UserRecord(tenant_id=tenant, user_id=user, **grants)
+            yield {"_index": alias, "_id": f"user:{tenant}:{user}", "_routing": tenant,
+                   "_source": {"kind": "user", **urec.model_dump(mode="json")}}  # fmt: skip
+            key_id, plaintext = key_of(tenant, user)
+            krec = ApiKeyRecord(
+                key_id=key_id, tenant_id=tenant, user_id=user, key_hash=keys.hash_key(plaintext, PEPPER), **grants
+            )
+            yield {"_index": alias, "_id": f"key:{key_id}", "_routing": KEY_ROUTING,
+                   "_source": {"kind": "key", **krec.model_dump(mode="json")}}  # fmt: skip
+
+
+def ensure_state(client: OpenSearch, state: Path, spec: Spec, sizes: list[int]) -> dict[str, Any]:
+    """Templates, accounts and the corpus up to the largest size; returns load times per stage."""
+    marker = state / "fastpath-state.json"
+    done: dict[str, Any] = json.loads(marker.read_text()) if marker.exists() else {"loaded": 0, "loads": {}}
+    apply_templates(client, NAMESPACE, FAMILIES)
+    if not done.get("accounts"):
+        t0 = time.perf_counter()
+        for ok, item in helpers.streaming_bulk(client, account_actions(spec), chunk_size=2000, raise_on_error=False):
+            if not ok:
+                raise RuntimeError(f"account not written: {item}")
+        client.indices.refresh(index=ACCOUNTS.alias(NAMESPACE))
+        done["accounts"] = spec.tenants * spec.users_per_tenant
+        print(f"accounts: {done['accounts']} users with keys in {time.perf_counter() - t0:.0f} s", flush=True)
+        marker.write_text(json.dumps(done))
+    for size in sizes:
+        if done["loaded"] >= size:
+            continue
+        print(f"loading beliefs {done['loaded']:,} -> {size:,} (bulk, then refresh + force-merge) ...", flush=True)
+        took = load_range(client, BELIEFS.alias(NAMESPACE), done["loaded"], size, spec, NOW, chunk=2000)
+        done["loads"][str(size)] = round(took, 1)
+        done["loaded"] = size
+        marker.write_text(json.dumps(done))
+        print(f"  {size:,} loaded in {took:.0f} s", flush=True)
+    return done
+
+
+def segments(client: OpenSearch) -> int:
+    rows = client.cat.segments(index=BELIEFS.alias(NAMESPACE), format="json")
+    return len(rows)
+
+
+# ------------------------------------------------------------------------------ the API under test
+
+
+class Api:
+    def __init__(self, variant: Variant, opensearch_url: str, redis_url: str, workers: int, log: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(variant.source),
+            "TENURE_OPENSEARCH_URL": opensearch_url,
+            "TENURE_REDIS_URL": redis_url,
+            "TENURE_OPENSEARCH_NAMESPACE": NAMESPACE,
+            "TENURE_AUTH_API_KEY_PEPPER": PEPPER,
+            "TENURE_LOOP_COMPACTION_INTERVAL_S": "86400",
+            **variant.env,
+        }
+        args = [sys.executable, "-m", "uvicorn", "--factory", "service.api.app:create_app",
+                "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),
+                "--no-access-log", "--log-level", "warning"]  # fmt: skip
+        self.log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(args, cwd=variant.source, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"the API of {variant.name} did not start (see {log})")
+
+    def pids(self) -> list[int]:
+        out = [self.process.pid]
+        try:
+            children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+            out += [int(c) for c in children]
+        except OSError:
+            pass
+        return out
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+def body_of(q: Query) -> dict[str, Any]:
+    return {"scopes": q.scopes, "query": q.message}
+
+
+def headers_of(q: Query) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key_of(q.principal.tenant_id, q.principal.user_id)[1]}"}
+
+
+def summary(timings: list[float]) -> dict[str, float]:
+    if not timings:
+        return {"n": 0}
+    return {"n": len(timings), "p50_ms": round(pct(timings, 50), 2), "p95_ms": round(pct(timings, 95), 2),
+            "p99_ms": round(pct(timings, 99), 2), "max_ms": round(max(timings), 1)}  # fmt: skip
+
+
+def sequential(api: Api, queries: list[Query], warmup: int) -> tuple[dict[str, Any], int]:
+    timings: list[float] = []
+    errors = 0
+    with httpx.Client(base_url=api.url, timeout=30) as http:
+        for i, q in enumerate(queries):
+            t0 = time.perf_counter()
+            response = http.post("/v1/recall", json=body_of(q), headers=headers_of(q))
+            elapsed = (time.perf_counter() - t0) * 1000
+            if response.status_code != 200:
+                errors += 1
+            elif i >= warmup:
+                timings.append(elapsed)
+    return {**summary(timings), "errors": errors}, len(queries) - warmup
+
+
+async def paced(api: Api, queries: list[Query], rate: float, seconds: float) -> dict[str, Any]:
+    """Open loop: request k is due at start + k/rate whatever the answers do; its latency counts
+    from that due time, so a stalled server shows as queueing instead of a slower sender."""
+    total = int(rate * seconds)
+    timings: list[float] = []
+    errors = 0
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    async with httpx.AsyncClient(base_url=api.url, timeout=30, limits=limits) as http:
+        start = time.perf_counter() + 0.2
+
+        async def one(k: int) -> None:
+            nonlocal errors
+            due = start + k / rate
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            q = queries[k % len(queries)]
+            try:
+                response = await http.post("/v1/recall", json=body_of(q), headers=headers_of(q))
+                ok = response.status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                timings.append((time.perf_counter() - due) * 1000)
+            else:
+                errors += 1
+
+        await asyncio.gather(*(one(k) for k in range(total)))
+        wall = time.perf_counter() - start
+    return {**summary(timings), "errors": errors, "sent": total, "achieved_per_s": round(len(timings) / wall, 1)}
+
+
+async def ceiling(api: Api, queries: list[Query], clients: int, seconds: float) -> dict[str, Any]:
+    timings: list[float] = []
+    errors = 0
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        stop = time.perf_counter() + seconds
+
+        async def client(c: int) -> None:
+            nonlocal errors
+            k = c
+            while time.perf_counter() < stop:
+                q = queries[k % len(queries)]
+                k += clients
+                t0 = time.perf_counter()
+                try:
+                    ok = (await http.post("/v1/recall", json=body_of(q), headers=headers_of(q))).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    timings.append((time.perf_counter() - t0) * 1000)
+                else:
+                    errors += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in range(clients)))
+        wall = time.perf_counter() - t0
+    return {**summary(timings), "errors": errors, "recalls_per_s": round(len(timings) / wall, 1)}
+
+
+def measure_variant(
+    variant: Variant, args: argparse.Namespace, urls: tuple[str, str], pids: dict[str, list[int]], loaded: int
+) -> dict[str, Any]:
+    spec = Spec(tenants=args.tenants, users_per_tenant=args.users_per_tenant)
+    queries = draw_queries(args.queries + args.warmup, loaded, spec, NOW, seed=args.seed)
+    api = Api(variant, urls[0], urls[1], args.api_workers, args.state_dir / f"api-{variant.name}.log")
+    try:
+        sequential(api, queries[: args.warmup], 0)  # warm the caches of every process
+        meter = CpuMeter(lambda: {**pids, "api": api.pids()})
+        load_before = loadavg()
+        meter.begin()
+        seq, counted = sequential(api, queries, args.warmup)
+        used = meter.finish()
+        n = len(queries)  # every call of the run, warm-up ones included, used the CPU measured
+        cpu = {name: round(seconds * 1000 / n, 2) for name, seconds in used["cpu_s"].items()}
+        cpu["client"] = cpu.pop("loadgen")
+        cpu["other processes"] = round(used["other_processes_cpu_s"] * 1000 / n, 2)
+        result = {
+            "variant": variant.name,
+            "source": str(variant.source),
+            "env": variant.env,
+            "sequential": seq,
+            "cpu_ms_per_recall": cpu,
+            "loadavg_before": load_before,
+        }
+        del counted
+        result["paced"] = asyncio.run(paced(api, queries, args.rate, args.paced_s))
+        result["ceiling"] = asyncio.run(ceiling(api, queries, args.clients, args.ceiling_s))
+        result["loadavg_after"] = loadavg()
+        return result
+    finally:
+        api.stop()
+
+
+def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{size:,} beliefs")
+    print("| variant | seq p50 | seq p99 | paced p50 / p99 (errors) | ceiling /s", end=" ")
+    print("| CPU ms/recall OS / API / Redis / client |")
+    for r in rows:
+        s, p, c, cpu = r["sequential"], r["paced"], r["ceiling"], r["cpu_ms_per_recall"]
+        print(
+            f"| {r['variant']} | {s['p50_ms']} | {s['p99_ms']} | {p.get('p50_ms')} / {p.get('p99_ms')} ({p['errors']}) "
+            f"| {c['recalls_per_s']} | {cpu.get('opensearch')} / {cpu.get('api')} / {cpu.get('redis')} / "
+            f"{cpu.get('client')} |",
+            flush=True,
+        )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="corpus sizes, ascending")
+    parser.add_argument("--tenants", type=int, default=1000)
+    parser.add_argument("--users-per-tenant", type=int, default=5)
+    parser.add_argument("--variant", action="append", default=[], help="name=path[:VAR=value,...] (repeatable)")
+    parser.add_argument("--state-dir", type=Path, default=Path("/tmp/tenure-fastpath"))  # noqa: S108
+    parser.add_argument("--fresh", action="store_true", help="wipe the state dir first")
+    parser.add_argument("--opensearch-url", help="use a running node (its data is then the state)")
+    parser.add_argument("--redis-url", help="use a running Redis")
+    parser.add_argument("--heap", default="2g")
+    parser.add_argument("--api-workers", type=int, default=1)
+    parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--rate", type=float, default=300.0)
+    parser.add_argument("--paced-s", type=float, default=20.0)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--ceiling-s", type=float, default=20.0)
+    parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--load-only", action="store_true", help="build the corpus and accounts, measure nothing")
+    parser.add_argument("--out", type=Path)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.state_dir.mkdir(parents=True, exist_ok=True)
+    variants = [Variant.parse(v) for v in args.variant] or [Variant("after", REPO)]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    spec = Spec(tenants=args.tenants, users_per_tenant=args.users_per_tenant)
+    owned: list[Service] = []
+    try:
+        if args.opensearch_url:
+            os_url = args.opensearch_url
+        else:
+            home = args.state_dir / "opensearch"
+            owned.append(start_opensearch(home, heap=args.heap, fresh=args.fresh or not home.exists()))
+            os_url = owned[-1].url
+        if args.redis_url:
+            redis_url = args.redis_url
+        else:
+            owned.append(start_redis(args.state_dir / "redis"))
+            redis_url = owned[-1].url
+        client = build_client(Settings(opensearch_url=os_url, opensearch_timeout_s=600))
+        data: dict[str, Any] = {
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+            "cpu_count": os.cpu_count(),
+            "uptime_loadavg": loadavg(),
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "stages": [],
+        }
+        out = args.out or RESULTS / f"fastpath-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+        for size in sizes:
+            state = ensure_state(client, args.state_dir, spec, [size])
+            data["loads"] = state["loads"]
+            if args.load_only:
+                continue
+            pids: dict[str, list[int]] = {"opensearch": [owned[0].process.pid]} if not args.opensearch_url else {}
+            if not args.redis_url:
+                pids["redis"] = [owned[-1].process.pid]
+            stage = {"beliefs": size, "segments": segments(client), "variants": []}
+            for variant in variants:
+                print(f"[{size:,}] {variant.name} ...", flush=True)
+                stage["variants"].append(measure_variant(variant, args, (os_url, redis_url), pids, size))
+            print_rows(size, stage["variants"])
+            data["stages"].append(stage)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(data, indent=2))
+        print(f"\nresults: {out}")
+        client.close()
+    finally:
+        for service in reversed(owned):
+            service.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""Index maintenance on a beat schedule: merge the beliefs index's segments after bulk imports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.extraction.queue import TASK_MERGE_SEGMENTS
+from service.storage.operations import merge_if_fragmented
+from service.storage.templates import BELIEFS
+from workers import resources
+from workers.celery_app import app
+from workers.tasks.base import TenantTask
+
+_settings = app.conf.tenure_settings
+
+
+class _Maintenance(TenantTask):
+    tenant_optional = True  # one index holds every tenant's beliefs
+
+
+@app.task(  # type: ignore[untyped-decorator]
+    base=_Maintenance,
+    name=TASK_MERGE_SEGMENTS,
+    soft_time_limit=_settings.celery.heavy_soft_time_limit_s,
+    time_limit=_settings.celery.heavy_time_limit_s,
+    max_retries=0,  # the next beat tick is the retry
+)
+def merge_segments() -> dict[str, Any] | None:
+    """Beat: force-merge the beliefs index when it holds more segments per shard than the setting
+    allows (a bulk import just ran); nothing otherwise. A merge that outlives the task's time limit
+    still completes inside OpenSearch."""
+    client = resources.get(_settings).client
+    return merge_if_fragmented(
+        client,
+        BELIEFS.alias(_settings.opensearch_namespace),
+        above=_settings.celery.merge_above_segments_per_shard,
+    )
