@@ -47,7 +47,7 @@ from typing import Any
 import httpx
 from opensearchpy import OpenSearch, helpers
 
-from benchmarks.recall_bench import Query, Spec, draw_queries, load_range, loadavg, pct
+from benchmarks.recall_bench import Query, Spec, draw_queries, load_range, loadavg, pct, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
 from loadtest.__main__ import CpuMeter
 from service.auth import keys
@@ -127,6 +127,7 @@ def ensure_state(client: OpenSearch, state: Path, spec: Spec, sizes: list[int]) 
         done["accounts"] = spec.tenants * spec.users_per_tenant
         print(f"accounts: {done['accounts']} users with keys in {time.perf_counter() - t0:.0f} s", flush=True)
         marker.write_text(json.dumps(done))
+    trim_to(client, done["loaded"], spec)
     for size in sizes:
         if done["loaded"] >= size:
             continue
@@ -137,6 +138,21 @@ def ensure_state(client: OpenSearch, state: Path, spec: Spec, sizes: list[int]) 
         marker.write_text(json.dumps(done))
         print(f"  {size:,} loaded in {took:.0f} s", flush=True)
     return done
+
+
+def trim_to(client: OpenSearch, loaded: int, spec: Spec) -> None:
+    """An interrupted load leaves documents past the recorded size (and refresh off): delete them,
+    so a stage measures exactly the corpus it names."""
+    alias = BELIEFS.alias(NAMESPACE)
+    client.indices.put_settings(index=alias, body={"index": {"refresh_interval": "1s"}})
+    client.indices.refresh(index=alias, request_timeout=600)
+    if int(client.count(index=alias)["count"]) <= loaded:
+        return
+    wanted = [f"{tenant_of(i, spec)}:b{i}" for i in range(loaded)]
+    body = {"query": {"bool": {"must_not": [{"ids": {"values": wanted}}]}}}
+    client.delete_by_query(index=alias, body=body, refresh=True, request_timeout=3600, conflicts="proceed")
+    client.indices.forcemerge(index=alias, max_num_segments=1, request_timeout=3600)
+    print(f"trimmed the corpus back to {loaded:,} beliefs", flush=True)
 
 
 def segments(client: OpenSearch) -> int:
@@ -366,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             os_url = args.opensearch_url
         else:
             home = args.state_dir / "opensearch"
-            owned.append(start_opensearch(home, heap=args.heap, fresh=args.fresh or not home.exists()))
+            owned.append(start_opensearch(home, heap=args.heap, timeout_s=900, fresh=args.fresh or not home.exists()))
             os_url = owned[-1].url
         if args.redis_url:
             redis_url = args.redis_url

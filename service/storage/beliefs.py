@@ -25,7 +25,7 @@ from service.storage import access, cursor, queries
 from service.storage.access import ScopeView
 from service.storage.client import get_routed, index_routed, item_error, routed_id, status_of, translate_errors
 from service.storage.templates import BELIEFS
-from service.storage.unreadable import LoadedBeliefs, document_id, load_belief, load_beliefs
+from service.storage.unreadable import DecodedBeliefs, LoadedBeliefs, document_id, load_belief, load_beliefs
 from service.write_versions import TenantWriteVersions
 
 Refresh = Literal["true", "false", "wait_for"]
@@ -135,6 +135,8 @@ class BeliefStore:
         self.client = client
         self.namespace = namespace
         self.alias = BELIEFS.alias(namespace)
+        # recall's hits, validated once per stored document version (service/storage/unreadable.py)
+        self.decoded = DecodedBeliefs()
         # Bumped after every write, so per-tenant caches (the recall vocabulary) see it. A store
         # without it (scripts, offline evals) must not be paired with a caching reader.
         self.versions = versions
@@ -328,13 +330,13 @@ class BeliefStore:
             rows = result["hits"]["hits"]
             if tier == "relevant":
                 for row in rows:
-                    belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
+                    belief = self.decoded.load(row)
                     if belief is None:
                         hits.quarantined.append(document_id(row.get("_source") or {}, row.get("_id")))
                     else:
                         hits.relevant.append(self._scored(row, belief, explain))
             else:
-                loaded = load_beliefs(rows)
+                loaded = self.decoded.load_all(rows)
                 hits.quarantined += loaded.quarantined
                 hits.filter_quarantined += loaded.quarantined
                 setattr(hits, tier, list(loaded))

@@ -204,6 +204,7 @@ def relevant_body(
         "track_total_hits": False,
         "explain": explain,
         "_source": {"excludes": _SOURCE_EXCLUDES},
+        "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
         "query": {
             "bool": {
                 "filter": [*filters, LIVE],
@@ -224,6 +225,7 @@ def pinned_body(filters: list[dict[str, Any]], cross_scope: dict[str, Any], *, s
         "size": size,
         "track_total_hits": False,
         "_source": {"excludes": _SOURCE_EXCLUDES},
+        "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
         "query": {
             "bool": {
                 "filter": [
@@ -252,6 +254,7 @@ def open_questions_body(filters: list[dict[str, Any]], *, size: int) -> dict[str
         "size": size,
         "track_total_hits": False,
         "_source": {"excludes": _SOURCE_EXCLUDES},
+        "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
         "query": {
             "bool": {
                 "filter": [
@@ -272,6 +275,7 @@ def persona_body(filters: list[dict[str, Any]], *, size: int = 80) -> dict[str, 
         "size": size,
         "track_total_hits": False,
         "_source": {"excludes": _SOURCE_EXCLUDES},
+        "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
         "query": {
             "bool": {
                 "filter": [

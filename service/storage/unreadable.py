@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -88,3 +89,54 @@ def _report(doc: str, source: Any) -> None:
         tenant,
         why_unreadable(source),
     )
+
+
+class DecodedBeliefs:
+    """Validated beliefs by stored document version, so the recall hot path validates a document
+    once per process instead of on every hit (issue 16: full pydantic validation of every hit was a
+    visible share of the API's CPU per recall).
+
+    The key is the hit's ``(_index, _id, _seq_no, _primary_term)``: every write to a document gives
+    it a new ``_seq_no``, a reindex a new ``_index``, so one key is one stored version and decodes to
+    the same belief every time. Only documents that load are kept: an unloadable one goes through
+    :func:`load_belief` on every read and is quarantined exactly as without this cache. Hits without
+    the version fields (a query that did not ask for ``seq_no_primary_term``) are decoded afresh.
+    The beliefs are shared between requests and must not be mutated (recall never does). Bounded
+    LRU; an erased belief is never hit again (its document is gone) and ages out.
+    """
+
+    def __init__(self, max_entries: int = 10_000):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[Any, ...], Belief] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def load(self, row: dict[str, Any]) -> Belief | None:
+        key = (row.get("_index"), row.get("_id"), row.get("_seq_no"), row.get("_primary_term"))
+        if None in key or self.max_entries <= 0:
+            return load_belief(row.get("_source"), hit_id=row.get("_id"))
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+        belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
+        if belief is not None:
+            with self._lock:
+                self._entries[key] = belief
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+        return belief
+
+    def load_all(self, rows: Iterable[dict[str, Any]]) -> LoadedBeliefs:
+        """:func:`load_beliefs` through the cache."""
+        loaded = LoadedBeliefs()
+        for row in rows:
+            belief = self.load(row)
+            if belief is None:
+                loaded.quarantined.append(document_id(row.get("_source") or {}, row.get("_id")))
+            else:
+                loaded.append(belief)
+        return loaded
