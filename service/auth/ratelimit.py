@@ -22,6 +22,7 @@ import hashlib
 import logging
 import math
 import time
+from typing import Any
 
 import redis
 
@@ -101,7 +102,8 @@ class RateLimiter:
         self.burst = burst
         self.tenant_per_s = tenant_per_s
         self.tenant_burst = tenant_burst
-        self._script = redis_client.register_script(BUCKET_SCRIPT)
+        # Redis names a script by its SHA-1 (EVALSHA); not a security use of SHA-1
+        self._sha = hashlib.sha1(BUCKET_SCRIPT.encode(), usedforsecurity=False).hexdigest()
         self._last_outage_log = 0.0
 
     @property
@@ -128,17 +130,16 @@ class RateLimiter:
         pipeline, so the one Redis round trip of a request also tells recall whether its cached
         filter tiers are still current; None when Redis cannot answer (recall then does not cache).
         """
-        pipe = self.redis.pipeline(transaction=False)
+        keys: list[str] = []
+        args: list[float] = []
         if self.enabled:
             keys = [self.bucket(identity)]
-            args: list[float] = [self.per_s, self.burst]
+            args = [self.per_s, self.burst]
             if self.tenant_per_s > 0:
                 keys.append(self.tenant_bucket(identity))
                 args += [self.tenant_per_s, self.tenant_burst]
-            self._script(keys=keys, args=args, client=pipe)
-        write_versions.queue_current(pipe, self.namespace, identity.principal.tenant_id)
         try:
-            results = pipe.execute()
+            results = self._round_trip(keys, args, identity.principal.tenant_id)
         except redis.RedisError as exc:
             if self.enabled:
                 self._outage(exc, read_only)
@@ -160,6 +161,26 @@ class RateLimiter:
                 details={"retry_after_ms": int(wait_ms), "per_s": per_s, "burst": burst, "bucket": whose.split()[1]},
             )
         return version
+
+    def _round_trip(self, keys: list[str], args: list[float], tenant_id: str) -> list[Any]:
+        """The buckets' script (by its SHA) and the tenant's write version in one pipeline: one
+        round trip. (redis-py's ``Script`` on a pipeline would first ask ``SCRIPT EXISTS`` on
+        every execute, a second round trip; here the script is loaded only when Redis answers
+        ``NOSCRIPT``, after a restart or a ``SCRIPT FLUSH``, and the pipeline is sent again.)"""
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            if keys:
+                pipe.evalsha(self._sha, len(keys), *keys, *args)
+            write_versions.queue_current(pipe, self.namespace, tenant_id)
+            results: list[Any] = pipe.execute(raise_on_error=False)
+            failure = next((r for r in results if isinstance(r, Exception)), None)
+            if failure is None:
+                return results
+            if attempt == 1 and isinstance(failure, redis.exceptions.NoScriptError):
+                self.redis.execute_command("SCRIPT", "LOAD", BUCKET_SCRIPT)
+                continue
+            raise failure
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _outage(self, exc: redis.RedisError, read_only: bool) -> None:
         if not read_only:

@@ -177,3 +177,16 @@ def test_redis_down_still_serves_recall_and_records_its_receipt_directly(
     admin = Principal(tenant_id=team.tenant, user_id="carol", roles=frozenset({Role.ADMIN}))
     events, _ = services.audit.search(admin, AuditQuery(session_id="redis-down"), size=5, after=None)
     assert [e.event_id for e in events] == [recalled["receipt_id"]]
+
+
+def test_one_round_trip_survives_a_flushed_script_cache(services: Services) -> None:
+    """The bucket script runs by SHA in the request's one pipeline; after a Redis restart or a
+    SCRIPT FLUSH it is loaded again on NOSCRIPT and the charge still counts exactly once."""
+    namespace = f"rl-{uuid.uuid4().hex[:8]}"
+    limiter = RateLimiter(services.redis, namespace, per_s=0.001, burst=2)
+    identity = Identity(Principal(tenant_id="t-flush", user_id="u"), "jwt", None)
+    services.redis.script_flush()
+    assert limiter.charge(identity, read_only=True) == 0
+    assert limiter.charge(identity, read_only=True) == 0
+    with pytest.raises(RateLimited):
+        limiter.charge(identity, read_only=True)
