@@ -117,6 +117,8 @@ def ensure_state(client: OpenSearch, state: Path, spec: Spec, sizes: list[int]) 
     """Templates, accounts and the corpus up to the largest size; returns load times per stage."""
     marker = state / "fastpath-state.json"
     done: dict[str, Any] = json.loads(marker.read_text()) if marker.exists() else {"loaded": 0, "loads": {}}
+    # a restarted node replays its translog first (minutes on a busy machine)
+    client.cluster.health(wait_for_status="yellow", timeout="1800s", request_timeout=1800)
     apply_templates(client, NAMESPACE, FAMILIES)
     if not done.get("accounts"):
         t0 = time.perf_counter()
@@ -356,6 +358,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fresh", action="store_true", help="wipe the state dir first")
     parser.add_argument("--opensearch-url", help="use a running node (its data is then the state)")
     parser.add_argument("--redis-url", help="use a running Redis")
+    parser.add_argument("--opensearch-pid", type=int, help="with --opensearch-url: its JVM, for the CPU split")
+    parser.add_argument("--redis-pid", type=int, help="with --redis-url: its process, for the CPU split")
     parser.add_argument("--heap", default="2g")
     parser.add_argument("--api-workers", type=int, default=1)
     parser.add_argument("--queries", type=int, default=2000)
@@ -403,8 +407,14 @@ def main(argv: list[str] | None = None) -> int:
             data["loads"] = state["loads"]
             if args.load_only:
                 continue
-            pids: dict[str, list[int]] = {"opensearch": [owned[0].process.pid]} if not args.opensearch_url else {}
-            if not args.redis_url:
+            pids: dict[str, list[int]] = {}
+            if args.opensearch_url:
+                pids["opensearch"] = [args.opensearch_pid] if args.opensearch_pid else []
+            else:
+                pids["opensearch"] = [owned[0].process.pid]
+            if args.redis_url:
+                pids["redis"] = [args.redis_pid] if args.redis_pid else []
+            else:
                 pids["redis"] = [owned[-1].process.pid]
             stage = {"beliefs": size, "segments": segments(client), "variants": []}
             for variant in variants:
