@@ -160,6 +160,9 @@ EXAMPLES: dict[str, Any] = {
         "audit_payload_copies_removed": 3,
         "cached_renderings_removed": 1,
         "erased_at": AT,
+        "text_copies_redacted": 2,
+        "review_items_removed": 1,
+        "expunged": False,
     },
     "RecallOut": {
         "scopes": ["project:payments"],

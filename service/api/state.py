@@ -20,6 +20,7 @@ from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.reviews import ReviewService
 from service.provisioning.service import ProvisioningService
 from service.proxy.service import MemoryLoop
+from service.recall.audit_trail import AuditTrail
 from service.recall.cache import RenderCache
 from service.recall.context import ContextBuilder
 from service.recall.receipts import ReceiptOutbox
@@ -102,6 +103,7 @@ class Services:
                 BeliefLifecycle(store, audit, refresh=settings.api.write_refresh, render_cache=render_cache),
                 max_import=settings.api.max_import_records,
                 user_exists=accounts.user_exists,
+                drain_receipts=AuditTrail(audit, receipts).drain_pending,
             ),
             recall=RecallService(
                 ContextBuilder(

@@ -59,6 +59,7 @@ from service.domain.principal import Principal
 from service.domain.text import clip
 from service.errors import Conflict, Forbidden, NotFound, Unreadable, ValidationFailed
 from service.recall.cache import RenderCache
+from service.recall.query import clean_query
 from service.storage import beliefs as belief_storage
 from service.storage import erasure
 from service.storage.audit import AuditEvent, AuditStore
@@ -187,9 +188,12 @@ def snapshot(belief: Belief | None) -> dict[str, Any] | None:
 
 def _erasable_texts(belief: Belief) -> list[str]:
     """The statements an erase removes from every copy: content and why_it_matters, also as the
-    change log kept them (earlier contents)."""
+    change log kept them (earlier contents), each also as recall's query clean-up records it (a
+    recall receipt keeps the cleaned query: a statement quoted in a question lost its numbers and
+    punctuation there)."""
     earlier = [e.previous_content for e in belief.change_log if e.previous_content]
-    return [t for t in (belief.content, belief.why_it_matters, *earlier) if t]
+    statements = [t for t in (belief.content, belief.why_it_matters, *earlier) if t]
+    return [*statements, *(clean_query(t).text for t in statements)]
 
 
 # --------------------------------------------------------------------------- who and why
@@ -273,6 +277,7 @@ class ErasureReceipt:
     cached_renderings_removed: int
     erased_at: datetime
     text_copies_redacted: int = 0  # turns, reviews and audit events that held the erased text
+    review_items_removed: int = 0  # conflicts and resolutions about an erased version
     expunged: bool = False  # deleted copies merged out of the segments as well
 
 
@@ -773,6 +778,9 @@ class BeliefLifecycle:
         versions = self.chain(principal, root)
         removed = belief_storage.delete_ids(self.store, principal, [b.id for b in versions])
         payloads = self.audit.erase_payloads(principal, removed)
+        reviews = erasure.remove_reviews_about(
+            self.store.client, REVIEWS.alias(self.store.namespace), principal, removed
+        )
         texts = [t for b in versions if b.id in removed for t in _erasable_texts(b)]
         redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
         cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
@@ -785,6 +793,7 @@ class BeliefLifecycle:
             cached_renderings_removed=cached,
             erased_at=utcnow(),
             text_copies_redacted=redacted,
+            review_items_removed=reviews,
             expunged=expunge,
         )
         self.record(
@@ -795,6 +804,7 @@ class BeliefLifecycle:
                 "audit_payload_copies_removed": payloads,
                 "cached_renderings_removed": cached,
                 "text_copies_redacted": redacted,
+                "review_items_removed": reviews,
                 "expunged": expunge,
             },
         )

@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -25,6 +25,8 @@ from starlette.concurrency import run_in_threadpool
 from service.auth.actor import Actor
 from service.config import Settings
 from service.domain import scopes as scope_rules
+from service.domain.belief import Belief
+from service.domain.principal import Principal
 from service.errors import Conflict, StoreUnavailable, ValidationFailed
 from service.extraction.model_gate import GateDecision, ModelGate
 from service.extraction.parked_turns import ParkedTurns
@@ -35,6 +37,7 @@ from service.proxy.upstream import Upstream, UpstreamFailure
 from service.recall.context import RecallResult
 from service.recall.render import InjectionBlock
 from service.recall.service import RecallService
+from service.storage.beliefs import BeliefStore
 from service.storage.reviews import ReviewStore
 from service.storage.turns import TurnRecord, TurnStore
 
@@ -126,6 +129,11 @@ def session_and_scope_of(
     return session.strip(), scopes
 
 
+def belief_texts(beliefs: Iterable[Belief]) -> list[str]:
+    """The statements of beliefs a context carried: what a model could echo back."""
+    return [text for b in beliefs for text in (b.content, b.why_it_matters) if text]
+
+
 @dataclass
 class TurnContext:
     actor: Actor
@@ -146,7 +154,7 @@ class TurnContext:
         if self.recall is None:
             return []
         entries = [*self.recall.pinned, *self.recall.relevant, *self.recall.questions]
-        texts = [text for e in entries for text in (e.belief.content, e.belief.why_it_matters) if text]
+        texts = belief_texts(e.belief for e in entries)
         return [*texts, self.recall.persona] if self.recall.persona else texts
 
     def _extraction(self, parse_status: str, recorded: bool | None) -> str:
@@ -181,6 +189,7 @@ class MemoryLoop:
         self.settings = settings
         self.turns = TurnStore(client, ns)
         self.reviews = ReviewStore(client, ns)
+        self.beliefs = BeliefStore(client, ns)
         self.queue = TaskQueue(settings)
         self.parked = ParkedTurns(rds, self.turns, self.queue, settings)
         self.upstream = Upstream(settings.loop)
@@ -200,6 +209,12 @@ class MemoryLoop:
     def extraction_enabled(self, tenant_id: str) -> bool:
         override = self.settings.loop.for_tenant(tenant_id).extraction_enabled
         return self.settings.loop.extraction_enabled if override is None else override
+
+    def injected_texts(self, principal: Principal, injected_ids: list[str]) -> list[str]:
+        """The text of the beliefs a client-posted turn says its context carried (``POST
+        /v1/turns``: the client ran the recall, the proxy's own context is not there). Only
+        beliefs the poster may see count; whatever their lifecycle now, they were injected."""
+        return belief_texts(self.beliefs.get_many(principal, injected_ids, live_only=False))
 
     # ------------------------------------------------------------------ turn recording
 

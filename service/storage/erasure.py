@@ -96,6 +96,30 @@ def redact(client: OpenSearch, aliases: Iterable[str], principal: Principal, tex
     return rewritten
 
 
+def remove_reviews_about(client: OpenSearch, alias: str, principal: Principal, belief_ids: Iterable[str]) -> int:
+    """Delete the tenant's review items about erased beliefs (a conflict filed against one, a
+    resolution that created one): their proposals quote or answer the erased text, and with the
+    belief gone they can never be resolved. Returns how many were deleted."""
+    ids = list(belief_ids)
+    if not ids:
+        return 0
+    about = {
+        "bool": {
+            "should": [{"terms": {"belief_id": ids}}, {"terms": {"result_belief_id": ids}}],
+            "minimum_should_match": 1,
+        }
+    }
+    with translate_errors("remove review items of erased beliefs"):
+        result = client.delete_by_query(
+            index=alias,
+            routing=access.routing(principal),
+            body={"query": {"bool": {"filter": [*access.admin_filters(principal), about]}}},
+            conflicts="proceed",
+            refresh=True,
+        )
+    return int(result.get("deleted", 0))
+
+
 def expunge_deletes(client: OpenSearch, aliases: Iterable[str]) -> None:
     """Merge away the deleted and superseded copies in the segments of ``aliases`` (I/O heavy:
     admin-requested only)."""

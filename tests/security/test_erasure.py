@@ -12,13 +12,17 @@ import json
 import uuid
 from typing import Any
 
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch, helpers
 
 from service.api.state import Services
 from service.config import Settings
 from service.extraction.sidecar import BEGIN, END
+from service.recall.query import clean_query
 from tests.api.conftest import Team, belief_body, ok
+from tests.api.test_console import csrf_of, sign_in
+from workers.resources import build as build_worker_resources
 
 
 def _occurrences(os_client: OpenSearch, namespace: str, text: str) -> list[str]:
@@ -100,3 +104,117 @@ def test_erased_text_is_found_nowhere_in_the_namespace(
     # and the redacted turn still reads
     listed: dict[str, Any] = ok(client.get("/v1/beliefs", headers=team.h("bob")))
     assert all(b["id"] not in (first, second) for b in listed["items"])
+
+
+def _extract(api_settings: Settings, tenant: str, turn_id: str) -> dict[str, Any]:
+    """Run the turn's extraction exactly as the Celery task does (the worker's own pipeline,
+    built from the same settings), in this process."""
+    resources = build_worker_resources(api_settings)
+    try:
+        outcome = resources.pipeline.run(tenant, turn_id)
+    finally:
+        resources.close()
+    assert outcome.status == "done", outcome
+    return outcome.result
+
+
+def _proposal_turn(client: TestClient, team: Team, user: str, content: str, name: str = "payments_provider") -> str:
+    proposal = {
+        "type": "decision",
+        "canonical_name": name,
+        "content": content,
+        "why_it_matters": "Decides where payouts go.",
+        "scope": ["project:pay"],
+        "confidence": 0.75,
+        "epistemic_status": "active",
+        "aliases": [],
+    }
+    sidecar = json.dumps({"turn_signal": "substantive", "new_beliefs": [proposal]})
+    turn = {
+        "model": "gpt-4o",
+        "user_message": "Where do payouts go now?",
+        "assistant_message": f"Noted.\n\n{BEGIN}{sidecar}{END}",
+        "scope": ["project:pay"],
+    }
+    posted: dict[str, Any] = ok(client.post("/v1/turns", json=turn, headers=team.h(user)), 202)
+    assert posted["parse_status"] == "parsed"
+    turn_id: str = posted["turn_id"]
+    return turn_id
+
+
+def test_erased_text_in_review_proposals_is_removed_with_the_chain(
+    client: TestClient, team: Team, os_client: OpenSearch, api_settings: Settings, services: Services
+) -> None:
+    """The erased text sits in the review queue the way extraction puts it there: bob's turn
+    proposes it against alice's project belief (a conflict), the admin accepts it (the resolved
+    item names the belief it created), and a later turn files another conflict against that
+    belief. Erasing the accepted belief removes both items (their proposals quote the text, and
+    their belief is gone), nothing of the text is left in any index or in Redis, and an unrelated
+    conflict of the same tenant stays in the queue."""
+    ns = api_settings.opensearch_namespace
+    secret = f"Payouts go to bank account {uuid.uuid4().hex} every Friday"
+    later = f"Payouts go to bank account {uuid.uuid4().hex} every Monday"
+    first = belief_body("payments_provider", scope="project:pay", content="Payouts go through Stripe.")
+    first.update(type="decision", confidence=0.8)
+    original = ok(client.post("/v1/beliefs", json=first, headers=team.h("alice")), 201)["id"]
+    other = belief_body("ci_runner", scope="project:pay", content="CI runs on Jenkins.")
+    other.update(type="decision", confidence=0.8)
+    ok(client.post("/v1/beliefs", json=other, headers=team.h("alice")), 201)
+
+    merged = _extract(api_settings, team.tenant, _proposal_turn(client, team, "bob", secret))
+    assert [op["outcome"] for op in merged["merge"]["ops"]] == ["conflict_queued"], merged
+    queue = ok(client.get("/v1/admin/reviews", params={"kind": "conflict"}, headers=team.h("carol")))
+    assert [r["belief_id"] for r in queue] == [original]
+    accepted = ok(
+        client.post(
+            f"/v1/admin/reviews/{queue[0]['review_id']}/resolve",
+            json={"action": "accept_proposed"},
+            headers=team.h("carol"),
+        )
+    )
+    current = accepted["result_belief_id"]
+    assert ok(client.get(f"/v1/beliefs/{current}", headers=team.h("alice")))["content"] == secret
+    merged = _extract(api_settings, team.tenant, _proposal_turn(client, team, "bob", later))
+    assert [op["outcome"] for op in merged["merge"]["ops"]] == ["conflict_queued"], merged
+    # an unrelated conflict of the same tenant (about the CI runner), which the erase must not touch
+    merged = _extract(api_settings, team.tenant, _proposal_turn(client, team, "bob", "CI runs on Drone.", "ci_runner"))
+    assert [op["outcome"] for op in merged["merge"]["ops"]] == ["conflict_queued"], merged
+    assert _occurrences(os_client, ns, secret), "the text was spread before the erase"
+
+    receipt = ok(client.delete(f"/v1/beliefs/{current}", headers=team.h("carol")))
+    assert sorted(receipt["belief_versions_removed"]) == sorted([original, current])
+    assert receipt["review_items_removed"] == 2
+    assert _occurrences(os_client, ns, secret) == []
+    assert _redis_occurrences(services, ns, secret) == []
+    assert ok(client.get("/v1/admin/reviews", params={"status": "resolved"}, headers=team.h("carol"))) == []
+    still_open = ok(client.get("/v1/admin/reviews", headers=team.h("carol")))
+    assert [r["canonical_name"] for r in still_open] == ["ci_runner"]
+
+
+def test_a_console_erase_drains_the_receipt_outbox_first(
+    app: FastAPI, client: TestClient, team: Team, os_client: OpenSearch, api_settings: Settings, services: Services
+) -> None:
+    """A recall quoting the text leaves its receipt in the Redis outbox (no drainer runs here);
+    the console's erase, like the API's, moves it into the audit index before redacting, so the
+    text is in neither afterwards (it used to stay in Redis and reach the audit trail unredacted
+    at the next drain)."""
+    ns = api_settings.opensearch_namespace
+    secret = f"Console secret {uuid.uuid4().hex}: the vault opens at nine"
+    # the receipt keeps the query as recall cleaned it (numbers, hex runs and punctuation out)
+    recorded = clean_query(secret).text
+    assert recorded != secret and len(recorded) > 20
+    body = belief_body("vault_hours", scope="project:pay", content=secret)
+    doomed = ok(client.post("/v1/beliefs", json=body, headers=team.h("bob")), 201)["id"]
+    ok(client.post("/v1/recall", json={"scopes": ["project:pay"], "query": f"is it {secret}"}, headers=team.h("alice")))
+    assert _redis_occurrences(services, ns, recorded), "the receipt waits in the outbox"
+
+    web = sign_in(app, team.keys["carol"])
+    token = csrf_of(web)
+    erased = web.post(f"/console/beliefs/{doomed}/erase", data={"csrf_token": token, "confirmed": "yes"})
+    assert erased.status_code == 200 and 'id="erasure-receipt"' in erased.text
+    for text in (secret, recorded):
+        assert _redis_occurrences(services, ns, text) == [], text
+        assert _occurrences(os_client, ns, text) == [], text
+    # the receipt itself was kept (drained, its query redacted), not dropped
+    events = ok(client.get("/v1/admin/audit", params={"action": "recall"}, headers=team.h("carol")))["items"]
+    assert any("[erased]" in json.dumps(e) for e in events)

@@ -92,6 +92,31 @@ def test_an_admin_migration_keeps_only_reciprocal_same_owner_links(client: TestC
     assert sorted(erased["belief_versions_removed"]) == ["b-new", "b-old"]
 
 
+def test_an_import_split_across_requests_loses_the_links_that_cross_it(client: TestClient, team: Team) -> None:
+    """What ``docs/api.md`` states for a chain cut between two requests (a chunked ``tenure
+    import``): each side is dropped in its own request, both versions are stored unlinked, the
+    older stays superseded (never injected) and erase takes one version only."""
+    old = _record("b-split-old", epistemic_status="superseded", superseded_by="b-split-new", owner_id="bob")
+    new = _record("b-split-new", supersedes="b-split-old", owner_id="bob")
+    first = ok(client.post("/v1/beliefs/import", json=[old], headers=team.h("carol")))
+    assert first["imported"] == ["b-split-old"]
+    assert first["changed"]["b-split-old"] == [
+        "dropped superseded_by: the other side does not link back with the same owner"
+    ]
+    second = ok(client.post("/v1/beliefs/import", json=[new], headers=team.h("carol")))
+    assert second["changed"]["b-split-new"] == [
+        "dropped supersedes: the other side does not link back with the same owner"
+    ]
+    stored_old = ok(client.get("/v1/beliefs/b-split-old", headers=team.h("bob")))
+    assert stored_old["superseded_by"] is None and stored_old["epistemic_status"] == "superseded"
+    assert ok(client.get("/v1/beliefs/b-split-new", headers=team.h("bob")))["supersedes"] is None
+    history = ok(client.get("/v1/beliefs/b-split-new/history", headers=team.h("bob")))
+    assert [b["id"] for b in history["chain"]] == ["b-split-new"]
+    erased = ok(client.delete("/v1/beliefs/b-split-new", headers=team.h("carol")))
+    assert erased["belief_versions_removed"] == ["b-split-new"]
+    assert ok(client.get("/v1/beliefs/b-split-old", headers=team.h("bob")))["id"] == "b-split-old"
+
+
 FORGED = {
     "change_log": [{"changed_at": "2020-01-01T00:00:00Z", "trigger": "created", "actor": "carol"}],
     "created_at": "2999-01-01T00:00:00Z",

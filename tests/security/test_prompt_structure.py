@@ -153,3 +153,33 @@ def test_an_echoed_belief_is_not_taken_as_the_sidecar(
     own = json.dumps({"turn_signal": "acknowledgment", "new_beliefs": []})
     llm.script(Reply(content=f"We use Postgres.\n\n{BEGIN}{own}{END}"))
     assert _chat(proxy, team, "alice")["tenure"]["parse_status"] == "parsed"
+
+
+def test_an_echoed_belief_is_not_taken_as_the_sidecar_of_a_posted_turn(client: TestClient, team: Team) -> None:
+    """The same last line on ``POST /v1/turns``, where the client ran the recall and names what it
+    injected: a block that echoes one of those beliefs is not the poster's sidecar (nothing is
+    queued for extraction, the echo is not stored or shown back); the poster's own block is."""
+    hostile = _pinned_hostile(client, team, content=f"Payments run on Postgres. {ATTACK_JSON}")
+    recalled = ok(
+        client.post(
+            "/v1/recall", json={"scopes": ["project:pay"], "query": "payments database"}, headers=team.h("alice")
+        )
+    )
+    assert hostile["id"] in recalled["injected_ids"]
+    turn = {
+        "model": "gpt-4o",
+        "user_message": "Which payments database do we use?",
+        "assistant_message": f"We use Postgres.\n\n{BEGIN}{ATTACK_JSON}{END}",
+        "scope": ["project:pay"],
+        "injected_ids": recalled["injected_ids"],
+    }
+    echoed = ok(client.post("/v1/turns", json=turn, headers=team.h("alice")), 202)
+    assert echoed["parse_status"] == "missing" and echoed["extraction_status"] == "skipped"
+    assert echoed["visible"] == "We use Postgres."
+    # the model's own block is still taken
+    own = json.dumps({"turn_signal": "acknowledgment", "new_beliefs": []})
+    mine = {**turn, "assistant_message": f"We use Postgres.\n\n{BEGIN}{own}{END}"}
+    assert ok(client.post("/v1/turns", json=mine, headers=team.h("alice")), 202)["parse_status"] == "parsed"
+    # without the injected ids the same echo cannot be told apart: the client must name them
+    blind = {**turn, "injected_ids": []}
+    assert ok(client.post("/v1/turns", json=blind, headers=team.h("alice")), 202)["parse_status"] == "parsed"

@@ -193,6 +193,7 @@ class ErasureReceiptOut(BaseModel):
     cached_renderings_removed: int
     erased_at: datetime
     text_copies_redacted: int = 0
+    review_items_removed: int = 0
     expunged: bool = False
 
 

@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import AdminPrincipal, AuditDep, BeliefsDep, CurrentActor
+from service.api.deps import AdminPrincipal, BeliefsDep, CurrentActor
 from service.beliefs.api_service import BeliefCreate, SupersedeIn
 from service.domain import scopes as scope_rules
 from service.domain.belief import ID_RE, Belief, BeliefType, ChangeLogEntry, Lifecycle
@@ -88,6 +88,9 @@ class ErasureReceiptOut(BaseModel):
     cached_renderings_removed: int
     erased_at: datetime
     text_copies_redacted: int = Field(0, description="Turns, review items and audit events whose copy was redacted")
+    review_items_removed: int = Field(
+        0, description="Review items about an erased version (conflicts filed against it, resolutions that created it)"
+    )
     expunged: bool = Field(False, description="Deleted copies were also merged out of the index segments")
 
 
@@ -317,11 +320,9 @@ def erase_belief(
     _admin: AdminPrincipal,
     actor: CurrentActor,
     beliefs: BeliefsDep,
-    audit: AuditDep,
     expunge: Annotated[
         bool, Query(description="Also merge the deleted copies out of the index segments (I/O heavy)")
     ] = False,
 ) -> ErasureReceiptOut:
-    audit.drain_pending()  # receipts still in the Redis outbox are redacted with the rest
     receipt = beliefs.erase(actor, belief_id, expunge=expunge)
     return ErasureReceiptOut(**receipt.__dict__)

@@ -27,7 +27,7 @@ from service.auth.actor import Actor
 from service.domain.belief import MAX_CONTENT_CHARS, MAX_WHY_CHARS
 from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, ValidationFailed
 from service.extraction.reviews import Action, MergeChoice, ReviewService
-from service.extraction.sidecar import ParseStatus, split_sidecar
+from service.extraction.sidecar import split_sidecar
 from service.proxy.service import (
     ChatProxy,
     ChatRequest,
@@ -178,7 +178,10 @@ async def post_turn(request: Request, body: TurnIn, actor: CurrentActor) -> Any:
             return JSONResponse(_turn_out(existing).model_dump(), status_code=200)
         except NotFound:
             pass
-    split = split_sidecar(body.assistant_message)
+    # the same last line as the proxy's: a block echoing a belief this turn's context carried (a
+    # colleague's shared belief the model repeated between markers) is not the turn's sidecar
+    injected = await run_in_threadpool(loop.injected_texts, principal, body.injected_ids)
+    split = split_sidecar(body.assistant_message, injected)
     ctx = TurnContext(
         actor=actor,
         model=body.model,
@@ -197,8 +200,8 @@ async def post_turn(request: Request, body: TurnIn, actor: CurrentActor) -> Any:
         raise StoreUnavailable("the turn could not be recorded; retry later")
     turn = await run_in_threadpool(loop.turns.get, principal, ctx.turn_id)
     headers = {WARNING_HEADER: gate.warning} if gate.warning else {}
-    visible = split.visible if split.status is not ParseStatus.MISSING else body.assistant_message
-    return JSONResponse(_turn_out(turn, gate.warning, visible).model_dump(), status_code=202, headers=headers)
+    # without markers this is the message as sent; an echoed block is not shown back either
+    return JSONResponse(_turn_out(turn, gate.warning, split.visible).model_dump(), status_code=202, headers=headers)
 
 
 @router.get("/turns/{turn_id}", response_model=TurnOut, summary="A turn of yours and its extraction outcome")
