@@ -93,7 +93,7 @@ def version_two(tmp_path: Path) -> Path:
     shutil.copytree(templates.TEMPLATE_DIR, root)
     path = root / "index" / "tenure-beliefs.json"
     body = json.loads(path.read_text())
-    body["version"] = 2
+    body["version"] += 1
     body["template"]["settings"]["number_of_shards"] = 4
     path.write_text(json.dumps(body))
     return path
@@ -118,10 +118,11 @@ def test_reindex_upgrades_the_template_moves_the_alias_and_keeps_every_document(
     assert code == 0, err
     assert result["source"] == [f"{alias}-000001"] and result["target"] == f"{alias}-000002"
     assert result["documents"] == {"source": 40, "target": 40}
-    assert result["template"] == f"{alias}-v2"
+    released = json.loads(version_two.read_text())["version"]
+    assert result["template"] == f"{alias}-v{released}"
     assert _aliases(os_client, alias) == [f"{alias}-000002"]
-    assert os_client.indices.exists_index_template(name=f"{alias}-v2")
-    assert not os_client.indices.exists_index_template(name=f"{alias}-v1")
+    assert os_client.indices.exists_index_template(name=f"{alias}-v{released}")
+    assert not os_client.indices.exists_index_template(name=f"{alias}-v{released - 1}")
     index_settings = os_client.indices.get_settings(index=f"{alias}-000002")[f"{alias}-000002"]["settings"]["index"]
     assert index_settings["number_of_shards"] == "4"
     assert segments_per_shard(os_client, f"{alias}-000002") <= 1  # merged before the swap

@@ -37,6 +37,7 @@ BELIEF: dict[str, Any] = {
     "resolved_at": None,
     "retracted_at": None,
     "participants": [],
+    "relation_type": None,
     "expertise_domain": None,
     "expertise_depth": None,
     "compaction_note": None,
@@ -58,7 +59,23 @@ TIER_ITEM: dict[str, Any] = {
     "score": 19.0,
     "clauses": [{"clause": "aliases.shingle", "term": "sticky sessions", "score": 14.0}],
     "via_relation": None,
+    "relation_type": None,
 }
+# A relation in the paper author's later format (POST /v1/beliefs/import): the paper's seed fields
+# plus relation_type, kept, shown in recall's tiers and in the rendered injection.
+RELATION_RECORD: dict[str, Any] = {
+    "_id": "b-payments-uses-redis",
+    "type": "relation",
+    "canonical_name": "payments_api_uses_redis",
+    "aliases": ["payments redis"],
+    "content": "The payments API keeps its sessions and idempotency keys in Redis.",
+    "why_it_matters": "A Redis change is a payments change: check both.",
+    "scope": ["project:payments"],
+    "participants": ["b-payments-api", "b-session-store"],
+    "relation_type": "depends_on",
+    "confidence": 0.9,
+}
+IMPORT_EXAMPLE: list[dict[str, Any]] = [RELATION_RECORD]
 USER: dict[str, Any] = {
     "tenant_id": "acme",
     "user_id": "bob",

@@ -71,6 +71,9 @@ class BeliefCreate(BaseModel):
     pinned: bool = False
     user_edited: bool = False
     participants: list[BeliefId] = Field(default_factory=list, max_length=16)
+    relation_type: str | None = Field(
+        None, max_length=200, description="Relations only: what links the participants (depends_on, uses, ...)"
+    )
     expertise_domain: str | None = Field(None, max_length=200)
     expertise_depth: ExpertiseDepth | None = None
     provenance: Provenance = Field(default_factory=Provenance)

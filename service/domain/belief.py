@@ -35,6 +35,7 @@ MAX_NAME_CHARS = 120
 MAX_CONTENT_CHARS = 8000
 MAX_WHY_CHARS = 2000
 MAX_CHANGE_LOG = 200
+MAX_RELATION_TYPE_CHARS = 64
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
@@ -114,6 +115,21 @@ def normalize_canonical_name(value: str) -> str:
 
 
 _UNDERSCORE_RUNS = re.compile(r"_+")
+
+
+def normalize_relation_type(value: str | None) -> str | None:
+    """A relation's type as a snake_case verb phrase (``Depends On`` / ``depends-on`` ->
+    ``depends_on``), checked after normalising like a name; blank means none."""
+    if value is None:
+        return None
+    kind = normalize_canonical_name(visible_text(value))
+    if not kind:
+        if value.strip():
+            raise ValueError("relation_type must contain at least one letter or digit")
+        return None
+    if len(kind) > MAX_RELATION_TYPE_CHARS:
+        raise ValueError(f"relation_type longer than {MAX_RELATION_TYPE_CHARS} characters once normalised")
+    return kind
 
 
 def normalize_alias(value: str) -> str:
@@ -234,6 +250,9 @@ class Belief(BaseModel):
     resolved_at: datetime | None = None
     retracted_at: datetime | None = None
     participants: list[BeliefId] = Field(default_factory=list, max_length=16)
+    # what a relation says about its participants (`depends_on`, `uses`, `owned_by`, ...): the
+    # paper author's later releases carry it; snake_cased like a name, relations only
+    relation_type: str | None = None
     expertise_domain: str | None = Field(None, max_length=200)
     expertise_depth: ExpertiseDepth | None = None
     compaction_note: str | None = Field(None, max_length=2000)
@@ -252,6 +271,11 @@ class Belief(BaseModel):
         if len(name) > MAX_NAME_CHARS:
             raise ValueError(f"canonical_name longer than {MAX_NAME_CHARS} characters once normalised")
         return name
+
+    @field_validator("relation_type")
+    @classmethod
+    def _relation_type(cls, value: str | None) -> str | None:
+        return normalize_relation_type(value)
 
     @field_validator("aliases")
     @classmethod
@@ -301,6 +325,8 @@ class Belief(BaseModel):
             raise ValueError("subtype (expertise | style) is only valid on preference beliefs")
         if self.participants and self.type is not BeliefType.RELATION:
             raise ValueError("participants are only valid on relation beliefs")
+        if self.relation_type is not None and self.type is not BeliefType.RELATION:
+            raise ValueError("relation_type is only valid on relation beliefs")
         if self.type is BeliefType.RELATION and len(self.participants) < 2:
             raise ValueError("a relation must link at least two participants (belief ids)")
         if self.resolved_at is not None and self.type is not BeliefType.OPEN_QUESTION:
@@ -328,6 +354,10 @@ class Belief(BaseModel):
     def to_document(self) -> dict[str, Any]:
         """The OpenSearch source: the model plus derived, indexed fields."""
         doc = self.model_dump(mode="json")
+        if doc["relation_type"] is None:
+            # only relations that have one carry the field (beliefs template v3): every other
+            # document keeps the shape an index of an older template accepts
+            del doc["relation_type"]
         doc["lifecycle"] = self.lifecycle.value
         doc["content_hash"] = content_fingerprint(self.content)
         return doc

@@ -206,7 +206,13 @@ class ContextBuilder:
                         TierEntry(
                             belief,
                             relation.score,
-                            (ClauseMatch("relation", relation.score, relation.belief.id),),
+                            (ClauseMatch(_relation_clause(relation.belief), relation.score, relation.belief.id),),
                             relation.belief.id,
                         )
                     )
+
+
+def _relation_clause(relation: Belief) -> str:
+    """The explain clause of a belief brought in by a relation: ``relation``, or with the relation's
+    type, ``relation.depends_on``."""
+    return f"relation.{relation.relation_type}" if relation.relation_type else "relation"

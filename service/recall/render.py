@@ -65,6 +65,10 @@ def project(belief: Belief, *, max_chars: int, surfaced_by_search: bool) -> dict
     }
     if belief.type in (BeliefType.DECISION, BeliefType.OPEN_QUESTION):
         out["type"] = belief.type.value
+    if belief.type is BeliefType.RELATION and belief.relation_type:
+        # what links the participants (`depends_on`, `uses`) changes how the model reads the content
+        out["type"] = belief.type.value
+        out["relation_type"] = belief.relation_type
     if belief.epistemic_status is not EpistemicStatus.ACTIVE:
         out["epistemic_status"] = belief.epistemic_status.value
     if belief.confidence < LOW_CONFIDENCE:

@@ -67,3 +67,10 @@ def test_request_examples_are_accepted_by_the_api(app: FastAPI, client: TestClie
         ok(client.post(path.format(belief_id=bid), json=example(path), headers=member))
     path = "/v1/beliefs/{belief_id}/supersede"
     ok(client.post(path.format(belief_id=bid), json=example(path), headers=member), 201)
+    # the import example: a relation in the later format, its relation_type kept and recalled
+    relation = example("/v1/beliefs/import")[0]
+    assert ok(client.post("/v1/beliefs/import", json=[relation], headers=member))["imported"] == [relation["_id"]]
+    recalled = ok(
+        client.post("/v1/recall", json={"scopes": relation["scope"], "query": "payments redis"}, headers=member)
+    )
+    assert [(t["id"], t["relation_type"]) for t in recalled["tiers"]["relevant"]] == [(relation["_id"], "depends_on")]

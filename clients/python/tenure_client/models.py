@@ -129,6 +129,7 @@ class Belief(BaseModel):
     resolved_at: datetime | None = None
     retracted_at: datetime | None = None
     participants: list[str] | None = None
+    relation_type: str | None = None
     expertise_domain: str | None = None
     expertise_depth: ExpertiseDepth | None = None
     compaction_note: str | None = None
@@ -157,6 +158,7 @@ class BeliefCreate(BaseModel):
     pinned: bool = False
     user_edited: bool = False
     participants: list[str] | None = None
+    relation_type: str | None = None
     expertise_domain: str | None = None
     expertise_depth: ExpertiseDepth | None = None
     provenance: Provenance | None = None
@@ -423,6 +425,7 @@ class TierItem(BaseModel):
     score: float | None = None
     clauses: list[Clause] | None = None
     via_relation: str | None = None
+    relation_type: str | None = None
 
 
 class Tiers(BaseModel):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import AdminPrincipal, BeliefsDep, CurrentActor
+from service.api.examples import IMPORT_EXAMPLE
 from service.beliefs.api_service import BeliefCreate, SupersedeIn
 from service.domain import scopes as scope_rules
 from service.domain.belief import ID_RE, Belief, BeliefType, ChangeLogEntry, Lifecycle
@@ -168,7 +169,10 @@ def _parse_import(raw: bytes, content_type: str) -> list[dict[str, Any]]:
         "requestBody": {
             "required": True,
             "content": {
-                "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+                "application/json": {
+                    "schema": {"type": "array", "items": {"type": "object"}},
+                    "example": IMPORT_EXAMPLE,
+                },
                 "application/x-ndjson": {"schema": {"type": "string"}},
             },
         }

@@ -53,6 +53,7 @@ class TierItem(BaseModel):
     score: float | None = None
     clauses: list[Clause] = Field(default_factory=list)
     via_relation: str | None = None
+    relation_type: str | None = Field(None, description="Relations: what links the participants (depends_on, ...)")
 
 
 class Tiers(BaseModel):
@@ -96,6 +97,7 @@ def _item(entry: TierEntry) -> TierItem:
         score=entry.score,
         clauses=[Clause(clause=c.clause, term=c.term, score=c.score) for c in entry.clauses],
         via_relation=entry.via_relation,
+        relation_type=b.relation_type,
     )
 
 
