@@ -41,8 +41,7 @@ from deploy.devstack import Service, start_opensearch
 from evals.cases import CaseSet, multilingual_case_set
 from service.config import RecallDefaults, Settings
 from service.domain.belief import Belief
-from service.domain.principal import Principal
-from service.domain.text import has_unspaced_script
+from service.domain.text import has_hangul, has_unspaced_script
 from service.recall.context import ContextBuilder
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client
@@ -61,14 +60,21 @@ def load_multilingual(store: BeliefStore, cases: CaseSet, tenants: int) -> int:
     return count
 
 
+def _kind(query: str) -> str:
+    """Korean (the `.ko` clauses run beside the `.cjk` ones), other unspaced scripts, or Latin."""
+    if has_hangul(query):
+        return "multilingual-korean"
+    return "multilingual-cjk" if has_unspaced_script(query) else "multilingual-latin"
+
+
 def multilingual_queries(cases: CaseSet, n: int, tenants: int, seed: int) -> list[Query]:
     """The case set's static questions, each asked in a random tenant by the case's user."""
     rng = random.Random(seed)
     out = []
     for _ in range(n):
         case = rng.choice(cases.static)
-        principal = Principal(tenant_id=f"t{rng.randrange(tenants):04d}", user_id=case.user_id)
-        kind = "multilingual-cjk" if has_unspaced_script(case.query) else "multilingual-latin"
+        principal = cases.principal(f"t{rng.randrange(tenants):04d}", case.user_id)  # with its grants
+        kind = _kind(case.query)
         out.append(Query(kind, principal, list(case.scope), case.query))
     return out
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.domain.principal import Principal
+
 REPO = Path(__file__).resolve().parents[1]
 PAPER_DIR = Path(os.environ.get("TENURE_PAPER_EVAL_DIR", REPO.parent / "shared" / "eval-data" / "tenure-paper-v1"))
 MULTILINGUAL_DIR = REPO / "evals" / "data" / "multilingual-v1"
@@ -49,12 +51,30 @@ class Session:
     description: str = ""
 
 
+@dataclass(frozen=True)
+class UserGrants:
+    """The shared scopes a case set's user holds (``users.json``): ``project:<p>`` and ``team:<t>``
+    beliefs reach whoever holds the grant, whoever owns them."""
+
+    projects: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
+
+
 @dataclass
 class CaseSet:
     name: str
     beliefs: list[dict[str, Any]]
     static: list[StaticCase] = field(default_factory=list)
     sessions: list[Session] = field(default_factory=list)
+    # users with shared-scope grants; a user not named here holds none (the paper's set names none)
+    users: dict[str, UserGrants] = field(default_factory=dict)
+
+    def principal(self, tenant_id: str, user_id: str) -> Principal:
+        """The identity a case runs as: its user, with the grants ``users.json`` gives them."""
+        grants = self.users.get(user_id, UserGrants())
+        return Principal(
+            tenant_id=tenant_id, user_id=user_id, projects=frozenset(grants.projects), teams=frozenset(grants.teams)
+        )
 
     @property
     def total(self) -> int:
@@ -105,7 +125,12 @@ def load_case_set(directory: Path, name: str | None = None) -> CaseSet:
                     description=raw.get("description", ""),
                 )
             )
-    return CaseSet(name=name or directory.name, beliefs=beliefs, static=static, sessions=sessions)
+    users_path = directory / "users.json"
+    users = {
+        user: UserGrants(projects=tuple(g.get("projects") or ()), teams=tuple(g.get("teams") or ()))
+        for user, g in (json.loads(users_path.read_text()) if users_path.exists() else {}).items()
+    }
+    return CaseSet(name=name or directory.name, beliefs=beliefs, static=static, sessions=sessions, users=users)
 
 
 def paper_case_set() -> CaseSet:

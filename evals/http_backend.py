@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from evals.cases import CaseSet
+from evals.cases import CaseSet, UserGrants
 from evals.judge import Tiers, judge
 from evals.runner import RunResult
 from service.domain.principal import Principal
@@ -60,14 +60,25 @@ class HttpBackend:
         )
 
 
+def case_set_users(case_set: CaseSet) -> dict[str, UserGrants]:
+    """The users to provision: the paper's three, plus every user the case set names in
+    ``users.json`` with the project and team grants it gives them."""
+    return {user: UserGrants() for user in PAPER_USERS} | case_set.users
+
+
 def provision(
-    client: httpx.Client, operator: dict[str, str], tenant: str, users: tuple[str, ...] = PAPER_USERS
+    client: httpx.Client,
+    operator: dict[str, str],
+    tenant: str,
+    users: dict[str, UserGrants] | tuple[str, ...] = PAPER_USERS,
 ) -> dict[tuple[str, str], str]:
-    """A tenant with the paper's users, each with an API key."""
+    """A tenant with the given users (with their shared-scope grants), each with an API key."""
     _ok(client.post("/v1/admin/tenants", json={"tenant_id": tenant, "name": f"paper {tenant}"}, headers=operator), 201)
+    grants = users if isinstance(users, dict) else dict.fromkeys(users, UserGrants())
     keys: dict[tuple[str, str], str] = {}
-    for user in users:
-        _ok(client.post(f"/v1/admin/tenants/{tenant}/users", json={"user_id": user}, headers=operator), 201)
+    for user, held in grants.items():
+        body = {"user_id": user, "projects": list(held.projects), "teams": list(held.teams)}
+        _ok(client.post(f"/v1/admin/tenants/{tenant}/users", json=body, headers=operator), 201)
         issued = _ok(
             client.post(
                 f"/v1/admin/tenants/{tenant}/users/{user}/keys", json={"name": "paper-suite"}, headers=operator
@@ -103,17 +114,18 @@ def apply_turn(backend: HttpBackend, principal: Principal, session_id: str, turn
 def run_over_http(
     case_set: CaseSet, client: httpx.Client, operator: dict[str, str], *, static_tenant: str, session_tenant: str
 ) -> RunResult:
-    keys = provision(client, operator, static_tenant) | provision(client, operator, session_tenant)
+    users = case_set_users(case_set)
+    keys = provision(client, operator, static_tenant, users) | provision(client, operator, session_tenant, users)
     backend = HttpBackend(client, keys)
     load_corpus(backend, static_tenant, case_set)
     load_corpus(backend, session_tenant, case_set)
     run = RunResult(case_set=case_set.name, backend=backend.name)
     for case in case_set.static:
-        principal = Principal(tenant_id=static_tenant, user_id=case.user_id)
+        principal = case_set.principal(static_tenant, case.user_id)
         budget = RecallBudget.model_validate(case.budget) if case.budget else None
         run.static.append(judge(case.case_id, case.expect, backend.recall(principal, case.scope, case.query, budget)))
     for session in case_set.sessions:
-        principal = Principal(tenant_id=session_tenant, user_id=session.user_id)
+        principal = case_set.principal(session_tenant, session.user_id)
         for turn in session.turns:
             tiers = backend.recall(principal, turn.scope, turn.user_message, None)
             run.sessions.append(

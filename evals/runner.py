@@ -139,14 +139,14 @@ def run_case_set(
     load_corpus(store, session_tenant, case_set)
     run = RunResult(case_set=case_set.name, backend=backend.name)
     for case in case_set.static:
-        principal = Principal(tenant_id=static_tenant, user_id=case.user_id)
+        principal = case_set.principal(static_tenant, case.user_id)
         budget = RecallBudget.model_validate(case.budget) if case.budget else None
         tiers = backend.recall(principal, case.scope, case.query, budget)
         run.static.append(judge(case.case_id, case.expect, tiers))
         if progress:
             progress(backend.name, case.case_id)
     for session in case_set.sessions:
-        principal = Principal(tenant_id=session_tenant, user_id=session.user_id)
+        principal = case_set.principal(session_tenant, session.user_id)
         for turn in session.turns:
             tiers = backend.recall(principal, turn.scope, turn.user_message, None)
             verdict = judge(f"{session.case_id}#{turn.index}", turn.expect, tiers)

@@ -1,6 +1,6 @@
 """Our multilingual case set through the recall library, judged as the paper's cases are.
 
-Japanese, Chinese, German and Spanish beliefs (evals/data/multilingual-v1): unsegmented queries,
+Japanese, Chinese, Korean, German and Spanish beliefs (evals/data/multilingual-v1): unsegmented queries,
 mixed scripts, partial compounds that must not match, width/kana/accent/ß variants, one-character
 near misses, scopes, owners, supersession, noise, and two sessions. Expected: every case passes,
 precision 1.0, drift 0.0 -- the paper's bar, in languages without spaces between words.
@@ -36,9 +36,13 @@ def test_the_case_set_covers_what_the_issue_asks() -> None:
     assert CASES.total >= 40
     languages = Counter(c.case_id.split("-", 1)[0] for c in CASES.static)
     assert languages["ja"] >= 10 and languages["zh"] >= 10 and languages["de"] + languages["es"] >= 10
+    assert languages["ko"] >= 10  # particles attached to nouns, unspaced compounds (the .ko sub-fields)
     categories = {c.category for c in CASES.static}
     assert {"Unsegmented query", "Mixed scripts", "Partial compound must not match", "Variant folding"} <= categories
-    assert {"Fuzz and near-misses", "Scopes, owners, supersession", "Noise"} <= categories
+    assert {"Fuzz and near-misses", "Scopes, owners, supersession", "Noise", "Shared scopes"} <= categories
+    # shared-scope cases run as users holding (or lacking) the project and team grants of users.json
+    assert {c.user_id for c in CASES.static if c.category == "Shared scopes"} >= {"other-user", "outsider"}
+    assert CASES.users["other-user"].projects == ("payments",)
 
 
 @pytest.mark.parametrize("case", CASES.static, ids=lambda c: c.case_id)

@@ -26,6 +26,7 @@ from tests import test_cli_operations as operations
 
 TENANT = "upgrade-tenant"
 JAPANESE_QUESTION = "セッションストアの設定を教えて"
+KOREAN_QUESTION = "레디스의 설정은 어떻게 돼?"
 # the operator-command tests' own namespace fixture and CLI runner
 ns_settings = operations.ns_settings
 _run = operations._run
@@ -42,10 +43,13 @@ def _version_one_analysis(current: dict[str, Any]) -> dict[str, Any]:
     analysis["char_filter"].pop("tenure_nfkc")
     for name in ("tenure_latin_tokens", "tenure_non_latin_tokens", "tenure_katakana_stem", "tenure_cjk_shingles"):
         analysis["filter"].pop(name)
-    analysis["filter"].pop("tenure_fold")
-    analysis["analyzer"] = {k: v for k, v in analysis["analyzer"].items() if not k.startswith("tenure_cjk_")}
+    for name in ("tenure_fold", "tenure_ko_function_words", "tenure_ko_hangul_words"):  # v2, v3
+        analysis["filter"].pop(name)
+    analysis["analyzer"] = {
+        k: v for k, v in analysis["analyzer"].items() if not k.startswith(("tenure_cjk_", "tenure_ko_"))
+    }
     for field in body["template"]["mappings"]["properties"].values():
-        for sub in ("cjk", "cjk_latin", "cjk_shingle"):
+        for sub in ("cjk", "cjk_latin", "cjk_shingle", "ko", "ko_shingle"):
             field["fields"].pop(sub)
     return body
 
@@ -63,17 +67,20 @@ def version_one(tmp_path: Path) -> Path:
     beliefs = root / "index" / "tenure-beliefs.json"
     body = json.loads(beliefs.read_text())
     body["version"] = 1
-    body["composed_of"] = [c.replace("tenure-analysis-v2", "tenure-analysis-v1") for c in body["composed_of"]]
+    body["composed_of"] = [
+        "tenure-analysis-v1" if c.startswith("tenure-analysis-v") else c for c in body["composed_of"]
+    ]
     beliefs.write_text(json.dumps(body))
     return root
 
 
 def _recall_everything(store: BeliefStore, settings: Settings) -> dict[str, Any]:
-    """Every static paper case and the Japanese question: the ids of each tier, with scores."""
+    """Every static paper case and the Japanese and Korean questions: the ids of each tier, with scores."""
     backend = ContextBackend(ContextBuilder(store, settings.recall))
     out: dict[str, Any] = {}
     queries = [(c.case_id, c.user_id, c.scope, c.query) for c in paper_case_set().static]
     queries.append(("ja", "test-user", ["domain:code"], JAPANESE_QUESTION))
+    queries.append(("ko", "test-user", ["domain:code"], KOREAN_QUESTION))
     for case_id, user, scope, query in queries:
         tiers = backend.recall(Principal(tenant_id=TENANT, user_id=user), scope, query, None)
         out[case_id] = (tiers.pinned, tiers.relevant, tiers.questions, tiers.scores)
@@ -97,21 +104,24 @@ def test_reindex_to_the_multilingual_analysis_keeps_english_recall_identical(
         content="セッションストアは Redis。",
         scope=["domain:code"],
     )
-    store.put(japanese, refresh="true")
+    korean = japanese.model_copy(
+        update={"id": "b-ko-redis", "canonical_name": "레디스", "content": "레디스는 캐시 전용."}
+    )
+    store.put_many([japanese, korean], refresh="true")
     before = _recall_everything(store, ns_settings)
-    # new code on the old index: English as always; the Japanese question finds nothing (v1
-    # cannot segment it) but does not fail either
-    assert before["ja"][1] == []
+    # new code on the old index: English as always; the Japanese and Korean questions find
+    # nothing (v1 cannot segment them) but do not fail either
+    assert before["ja"][1] == [] and before["ko"][1] == []
 
     monkeypatch.setattr(templates, "TEMPLATE_DIR", released)  # release the multilingual templates
     code, result, err = _run(ns_settings, "reindex", "beliefs")
     assert code == 0, err
-    released = templates.load_json("index/tenure-beliefs.json")["version"]
-    assert result["template"] == f"{alias}-v{released}" and result["target"] == f"{alias}-000002"
-    assert result["documents"]["source"] == result["documents"]["target"] == 30
+    version = templates.load_json("index/tenure-beliefs.json")["version"]
+    assert result["template"] == f"{alias}-v{version}" and result["target"] == f"{alias}-000002"
+    assert result["documents"]["source"] == result["documents"]["target"] == 31
 
     after = _recall_everything(store, ns_settings)
-    assert after["ja"][1] == [japanese.id]
-    english = [case for case in before if case != "ja"]
+    assert after["ja"][1] == [japanese.id] and after["ko"][1] == [korean.id]
+    english = [case for case in before if case not in ("ja", "ko")]
     assert len(english) == 60
     assert {c: after[c] for c in english} == {c: before[c] for c in english}

@@ -1,5 +1,7 @@
 import java.io.Reader;
 import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
@@ -19,7 +21,9 @@ import org.apache.lucene.analysis.icu.segmentation.ICUTokenizer;
 import org.apache.lucene.analysis.ja.JapaneseBaseFormFilter;
 import org.apache.lucene.analysis.ja.JapaneseKatakanaStemFilter;
 import org.apache.lucene.analysis.ja.JapaneseTokenizer;
+import org.apache.lucene.analysis.ko.KoreanPartOfSpeechStopFilter;
 import org.apache.lucene.analysis.ko.KoreanTokenizer;
+import org.apache.lucene.analysis.ko.POS;
 import org.opensearch.common.settings.Settings;
 import org.opensearch.index.IndexSettings;
 import org.opensearch.index.analysis.AbstractCharFilterFactory;
@@ -62,6 +66,7 @@ public final class TenureAnalysisPlugin extends Plugin implements AnalysisPlugin
         out.put("icu_folding", IcuFoldingFilter::new);
         out.put("kuromoji_stemmer", KuromojiStemmer::new);
         out.put("kuromoji_baseform", KuromojiBaseForm::new);
+        out.put("nori_part_of_speech", NoriPartOfSpeech::new);
         return out;
     }
 
@@ -177,6 +182,32 @@ public final class TenureAnalysisPlugin extends Plugin implements AnalysisPlugin
         @Override
         public TokenStream create(TokenStream stream) {
             return new JapaneseBaseFormFilter(stream);
+        }
+    }
+
+    /** The official {@code nori_part_of_speech}: drops tokens whose part-of-speech tag is in
+     *  {@code stoptags} (default: Lucene's list: particles, endings, affixes, punctuation...). */
+    static final class NoriPartOfSpeech extends AbstractTokenFilterFactory {
+        private final Set<POS.Tag> stopTags;
+
+        NoriPartOfSpeech(IndexSettings index, org.opensearch.env.Environment env, String name, Settings settings) {
+            super(index, name, settings);
+            onlyKnown(settings, name, Set.of("stoptags"));
+            List<String> tags = settings.getAsList("stoptags", null);
+            if (tags == null) {
+                this.stopTags = KoreanPartOfSpeechStopFilter.DEFAULT_STOP_TAGS;
+            } else {
+                Set<POS.Tag> chosen = new HashSet<>();
+                for (String tag : tags) {
+                    chosen.add(POS.resolveTag(tag));
+                }
+                this.stopTags = chosen;
+            }
+        }
+
+        @Override
+        public TokenStream create(TokenStream stream) {
+            return new KoreanPartOfSpeechStopFilter(stream, stopTags);
         }
     }
 

@@ -58,6 +58,15 @@ _UNSPACED = re.compile(_UNSPACED_CLASS)
 _SPACE_BESIDE_UNSPACED = re.compile(rf"(?<={_UNSPACED_CLASS}) +| +(?={_UNSPACED_CLASS})")
 
 
+_HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
+
+
+def has_hangul(text: str) -> bool:
+    """True when ``text`` contains Korean (Hangul syllables or jamo): its particles and endings
+    attach to the word before them (``레디스의``), so it is also segmented by the Korean analyzer."""
+    return _HANGUL.search(text) is not None
+
+
 def has_unspaced_script(text: str) -> bool:
     """True when ``text`` contains a script that does not separate words with spaces."""
     return _UNSPACED.search(text) is not None

@@ -38,7 +38,7 @@ from typing import Any
 
 from service.config import RecallDefaults
 from service.domain.principal import Principal
-from service.domain.text import has_unspaced_script
+from service.domain.text import has_hangul, has_unspaced_script
 from service.errors import StoreUnavailable
 from service.storage import queries
 from service.storage.beliefs import BeliefStore
@@ -58,7 +58,9 @@ CJK_LATIN_FIELDS = ("canonical_name.cjk_latin", "aliases.cjk_latin")
 FUZZY_FIELDS = WORD_FIELDS + CJK_LATIN_FIELDS
 SPACED_PHRASE_FIELDS = ("canonical_name.phrase", "aliases.shingle")
 CJK_EXACT_FIELDS = ("canonical_name.cjk", "aliases.cjk", "canonical_name.cjk_shingle", "aliases.cjk_shingle")
-VOCABULARY_FIELDS = FUZZY_FIELDS + SPACED_PHRASE_FIELDS + CJK_EXACT_FIELDS
+# Korean text also runs the `.ko` clauses (queries.unspaced_clauses): exact words and shingles
+KO_FIELDS = ("canonical_name.ko", "aliases.ko", "canonical_name.ko_shingle", "aliases.ko_shingle")
+VOCABULARY_FIELDS = FUZZY_FIELDS + SPACED_PHRASE_FIELDS + CJK_EXACT_FIELDS + KO_FIELDS
 
 
 # ----------------------------------------------------------------------------- float32
@@ -346,7 +348,9 @@ class VocabularyMatcher:
         analyzers = self.store.search_analyzers()
         both = {"canonical_name": text, "aliases": text}
         if has_unspaced_script(text):
-            cjk = {f: analyzers[f] for f in CJK_LATIN_FIELDS + CJK_EXACT_FIELDS}
+            wanted = CJK_LATIN_FIELDS + CJK_EXACT_FIELDS + (KO_FIELDS if has_hangul(text) else ())
+            # a field the index does not have yet (before `tenure reindex beliefs`) matches nothing
+            cjk = {f: analyzers[f] for f in wanted if f in analyzers}
             return _Plan([AnalysisRequest(both, cjk)], unspaced=True, has_tail=False)
         words = queries.distinct_words(text).split()
         head, tail = words[: queries.MAX_FUZZY_WORDS], words[queries.MAX_FUZZY_WORDS :]
@@ -397,6 +401,18 @@ class VocabularyMatcher:
                 _expansions(exact, exact, word_boost, analysis.get(exact, ()), vocabulary.field(exact).exact),
                 _alternatives(shingle, shingle, shingle_boost, analysis.get(shingle, ()), vocabulary.field(shingle)),
             ]
+            ko, ko_shingle = f"{name}.ko", f"{name}.ko_shingle"
+            if ko in analysis or ko_shingle in analysis:  # Korean text (queries.unspaced_clauses)
+                planned += [
+                    _expansions(ko, ko, word_boost, analysis.get(ko, ()), vocabulary.field(ko).exact),
+                    _alternatives(
+                        ko_shingle,
+                        ko_shingle,
+                        shingle_boost,
+                        analysis.get(ko_shingle, ()),
+                        vocabulary.field(ko_shingle),
+                    ),
+                ]
         return queries.weighted_term_clauses(planned)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from service.domain import scopes as scope_rules
 from service.domain.belief import BeliefType, Lifecycle, Subtype
-from service.domain.text import has_unspaced_script
+from service.domain.text import has_hangul, has_unspaced_script
 
 # A canonical name is the belief's own deliberate name; matching it whole is the strongest
 # evidence there is that the query is about this belief.
@@ -44,6 +44,11 @@ CLAUSES = ("canonical_name", "canonical_name.phrase", "aliases", "aliases.shingl
 # テスト方法 must never reach テスト方針, nor 数据集 数据库. Each sub-field carries its own search
 # analyzer, so no clause names an analyzer: an index not yet upgraded to these fields (before
 # ``tenure reindex beliefs``) answers such queries with no hits instead of an error.
+#
+# Korean separates words with spaces but attaches particles and endings to them (레디스의 설정 is
+# 레디스 + 의 + 설정): the ICU tokenizer keeps 레디스의 as one word, which no name equals. Text with
+# Hangul therefore also runs the ``.ko`` clauses (nori tokenizer, particles and endings dropped,
+# names still whole units), beside the ``.cjk`` ones (index_templates/README.md has the measurement).
 
 LIVE = {"term": {"lifecycle": Lifecycle.LIVE.value}}
 _SOURCE_EXCLUDES = ["change_log"]
@@ -75,13 +80,18 @@ def distinct_words(text: str) -> str:
 
 
 def relevance_clauses(
-    text: str, *, fuzzy: bool = True, use_aliases: bool = True, word_analyzer: str | None = WORD_ANALYZER
+    text: str,
+    *,
+    fuzzy: bool = True,
+    use_aliases: bool = True,
+    word_analyzer: str | None = WORD_ANALYZER,
+    korean: bool | None = None,
 ) -> list[dict[str, Any]]:
     """The four relevance clauses. ``word_analyzer=None`` searches words with each field's own
     search analyzer (the standard-analyzer ablation needs that). Text in a script written
     without spaces gets the ``.cjk`` clauses instead (:func:`unspaced_clauses`)."""
     if has_unspaced_script(text):
-        return unspaced_clauses(text, fuzzy=fuzzy, use_aliases=use_aliases)
+        return unspaced_clauses(text, fuzzy=fuzzy, use_aliases=use_aliases, korean=korean)
     words = distinct_words(text).split()
     head, tail = (words[:MAX_FUZZY_WORDS], words[MAX_FUZZY_WORDS:]) if fuzzy else ([], words)
 
@@ -107,10 +117,16 @@ def relevance_clauses(
     return clauses
 
 
-def unspaced_clauses(text: str, *, fuzzy: bool = True, use_aliases: bool = True) -> list[dict[str, Any]]:
+def unspaced_clauses(
+    text: str, *, fuzzy: bool = True, use_aliases: bool = True, korean: bool | None = None
+) -> list[dict[str, Any]]:
     """Relevance clauses on the ``.cjk*`` sub-fields, with the same boosts as
     :func:`relevance_clauses`: Latin words (fuzzy), every other word (exact), and the 2-6 word
-    shingles that reach multi-word names and aliases."""
+    shingles that reach multi-word names and aliases. Text with Hangul also gets the ``.ko*``
+    sub-fields (``korean``: default, whether the text has Hangul): the same words and shingles as
+    the Korean analyzer segments them, particles and endings removed."""
+    if korean is None:
+        korean = has_hangul(text)
 
     def match(field: str, boost: float, fuzz: bool = False) -> dict[str, Any]:
         body: dict[str, Any] = {"query": text, "boost": boost, "_name": field}
@@ -123,6 +139,7 @@ def unspaced_clauses(text: str, *, fuzzy: bool = True, use_aliases: bool = True)
             match(f"{field}.cjk_latin", word_boost, fuzz=fuzzy),
             match(f"{field}.cjk", word_boost),
             match(f"{field}.cjk_shingle", shingle_boost),
+            *([match(f"{field}.ko", word_boost), match(f"{field}.ko_shingle", shingle_boost)] if korean else []),
         ]
 
     clauses = field_clauses("canonical_name", CANONICAL_BOOST, CANONICAL_PHRASE_BOOST)
