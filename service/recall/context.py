@@ -16,14 +16,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.config import RecallDefaults
-from service.domain.belief import Belief, BeliefType, Subtype
+from service.domain.belief import Belief, BeliefType, Lifecycle, Subtype
 from service.domain.principal import Principal
 from service.recall.persona import render_persona
 from service.recall.query import CleanQuery, clean_query
 from service.recall.tier_cache import TierCache
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.access import ScopeView
-from service.storage.beliefs import BeliefStore, ClauseMatch, ScoredBelief
+from service.storage.beliefs import BeliefStore, ClauseMatch, NearMiss, ScoredBelief
 
 
 class RecallBudget(BaseModel):
@@ -88,6 +88,22 @@ class RecallResult:
     @property
     def injected_ids(self) -> list[str]:
         return self.pinned_ids + self.relevant_ids + self.question_ids
+
+
+def _why_not(miss: NearMiss, min_score: float) -> dict[str, str]:
+    """The first reason a matched belief was not injected: its lifecycle, the session's scopes,
+    the threshold, or (all passed) the budget."""
+    belief = miss.belief
+    if belief.lifecycle is Lifecycle.SUPERSEDED:
+        return {"reason": "superseded", "outcome": f"not injected: superseded by {belief.superseded_by}"}
+    if belief.lifecycle is not Lifecycle.LIVE:
+        return {"reason": belief.lifecycle.value, "outcome": f"not injected: {belief.lifecycle.value}"}
+    if not miss.in_session:
+        scopes = ", ".join(belief.scope)
+        return {"reason": "out_of_scope", "outcome": f"filtered by scope: {scopes} is outside this session's scopes"}
+    if miss.score < min_score:
+        return {"reason": "below_threshold", "outcome": f"below the threshold: score {miss.score:.2f} < {min_score:g}"}
+    return {"reason": "budget", "outcome": "not injected: above the threshold, beyond the max_beliefs budget"}
 
 
 class ContextBuilder:
@@ -164,6 +180,9 @@ class ContextBuilder:
                 for e in combined[limits.max_beliefs :]
             ]
         n_pinned = min(len(hits.pinned), len(kept))
+        if explain and query.text and limits.max_beliefs > 0:
+            explained = {n["id"] for n in notes} | {e.belief.id for e in [*kept, *questions]}
+            notes += self._near_misses(principal, view, query.text, limits.min_score, explained, search_clauses)
         return RecallResult(
             scopes=list(view.labels or []),
             query=query,
@@ -175,6 +194,32 @@ class ContextBuilder:
             notes=notes,
             quarantined=list(dict.fromkeys(hits.quarantined)),  # one document may match several tiers
         )
+
+    def _near_misses(
+        self,
+        principal: Principal,
+        view: ScopeView,
+        text: str,
+        min_score: float,
+        explained: set[str],
+        clauses: list[dict[str, Any]] | None,
+    ) -> list[dict[str, Any]]:
+        """Why candidates the message named were not injected, for the explain view: only
+        beliefs this principal may see (the chokepoint's filters), so a preview as a colleague
+        never shows the admin's own or another colleague's beliefs."""
+        misses = self.store.near_misses(principal, view, text, exclude_ids=sorted(explained), clauses=clauses)
+        return [
+            {
+                "id": m.belief.id,
+                "name": m.belief.canonical_name,
+                "tier": "relevant",
+                "score": round(m.score, 2),
+                "matched": [c.clause for c in m.clauses],
+                **_why_not(m, min_score),
+            }
+            for m in misses
+            if m.belief.id not in explained
+        ]
 
     def _expand_relations(
         self,

@@ -52,6 +52,17 @@ class ScoredBelief:
     clauses: tuple[ClauseMatch, ...] = ()
 
 
+@dataclass(frozen=True)
+class NearMiss:
+    """A belief the principal may see whose names a message matched, but that recall did not
+    inject (explain only); :meth:`BeliefStore.near_misses`."""
+
+    belief: Belief
+    score: float
+    in_session: bool  # inside the session's scopes
+    clauses: tuple[ClauseMatch, ...] = ()
+
+
 @dataclass
 class RecallHits:
     """Raw tier candidates from one multi-search round trip."""
@@ -341,6 +352,39 @@ class BeliefStore:
                 hits.filter_quarantined += loaded.quarantined
                 setattr(hits, tier, list(loaded))
         return hits
+
+    def near_misses(
+        self,
+        principal: Principal,
+        view: ScopeView,
+        text: str,
+        *,
+        exclude_ids: list[str],
+        size: int = 20,
+        clauses: list[dict[str, Any]] | None = None,
+    ) -> list[NearMiss]:
+        """Explain only: beliefs ``principal`` may see (any scope of theirs, any lifecycle) that
+        the relevant tier's clauses match, best first, without ``exclude_ids`` (what was
+        injected). Never anything the principal could not read by id: the filters are the
+        chokepoint's, for this principal."""
+        body = queries.near_miss_body(
+            access.access_filters(principal, ScopeView.everything()),
+            access.visibility_filter(principal, view),
+            text,
+            size=size,
+            exclude_ids=exclude_ids,
+            clauses=clauses,
+        )
+        out: list[NearMiss] = []
+        for row in self._search(principal, body, "explain recall")["hits"]["hits"]:
+            belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
+            if belief is None:
+                continue  # quarantined: the recall itself counts those
+            named = _named_clauses(row)
+            matched = tuple(c for c in named if c.clause != queries.IN_SESSION)
+            in_session = len(matched) < len(named)
+            out.append(NearMiss(belief, float(row.get("_score") or row["sort"][0]), in_session, matched))
+        return out
 
     @staticmethod
     def _scored(row: dict[str, Any], belief: Belief, explain: bool) -> ScoredBelief:

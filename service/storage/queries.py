@@ -197,6 +197,18 @@ def weighted_term_clauses(clauses: list[WeightedClause]) -> list[dict[str, Any]]
     return out
 
 
+def _not_relevant_tier(exclude_ids: list[str] | None) -> list[dict[str, Any]]:
+    """What the relevant tier never returns: open questions and expertise (their own tiers), and
+    ``exclude_ids``."""
+    must_not: list[dict[str, Any]] = [
+        {"term": {"type": BeliefType.OPEN_QUESTION.value}},
+        {"term": {"subtype": Subtype.EXPERTISE.value}},
+    ]
+    if exclude_ids:
+        must_not.append({"terms": {"id": exclude_ids}})
+    return must_not
+
+
 def relevant_body(
     filters: list[dict[str, Any]],
     text: str,
@@ -209,12 +221,7 @@ def relevant_body(
 ) -> dict[str, Any]:
     """Text search over names and aliases only. Open questions and expertise never come back
     here (they have their own tiers), nor does anything that is not live."""
-    must_not: list[dict[str, Any]] = [
-        {"term": {"type": BeliefType.OPEN_QUESTION.value}},
-        {"term": {"subtype": Subtype.EXPERTISE.value}},
-    ]
-    if exclude_ids:
-        must_not.append({"terms": {"id": exclude_ids}})
+    must_not = _not_relevant_tier(exclude_ids)
     return {
         "size": size,
         "min_score": min_score,
@@ -231,6 +238,43 @@ def relevant_body(
             }
         },
         "sort": ["_score", {"last_reinforced_at": {"order": "desc", "missing": "_last"}}, {"id": "asc"}],
+    }
+
+
+# The name of the zero-weight probe in :func:`near_miss_body`: a hit it matches lies inside the
+# session's scopes.
+IN_SESSION = "in_session_scopes"
+
+
+def near_miss_body(
+    filters: list[dict[str, Any]],
+    in_session: dict[str, Any],
+    text: str,
+    *,
+    size: int,
+    exclude_ids: list[str],
+    clauses: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Explain only: what the relevant tier's search matches among *everything the principal may
+    see* (``filters``), with no threshold and no lifecycle filter, so the explain view can say why
+    each was not injected (below the threshold, outside the session's scopes, superseded ...).
+    Scores are the relevant tier's own (the same clauses, summed the same way); ``in_session``
+    (the session's visibility clause) is a named probe with no weight."""
+    must_not = _not_relevant_tier(exclude_ids)
+    relevance = clauses if clauses is not None else relevance_clauses(text)
+    return {
+        "size": size,
+        "track_total_hits": False,
+        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "query": {
+            "bool": {
+                "filter": filters,
+                "must_not": must_not,
+                "must": [{"bool": {"should": relevance, "minimum_should_match": 1}}],
+                "should": [{"constant_score": {"filter": in_session, "boost": 0.0, "_name": IN_SESSION}}],
+            }
+        },
+        "sort": ["_score", {"id": "asc"}],
     }
 
 

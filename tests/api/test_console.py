@@ -383,6 +383,66 @@ def test_recall_playground_as_a_chosen_user(app: FastAPI, client: TestClient, se
     assert all(e["event_id"] != receipt_id.group(1) for e in bob_recalls["items"])  # not an injection
 
 
+def test_playground_explains_what_the_message_named_but_was_not_injected(
+    app: FastAPI, client: TestClient, operator: dict[str, str]
+) -> None:
+    """Superseded, below the threshold, outside the session's scopes: each named with its reason,
+    and only among the beliefs the user it runs as may see (never alice's personal or team:core
+    belief in a preview as bob, whose message names them too)."""
+    team = make_team(client, operator)
+    seed = [
+        ("b-psp", "payment_provider", "project:pay", ["psp"]),
+        ("b-host", "deploy_target", "project:pay", ["hosting"]),
+        ("b-kafka", "kafka_topics", "domain:code", ["event bus"]),
+        ("b-core", "core_budget", "team:core", ["headcount"]),
+    ]
+    for belief_id, name, scope, aliases in seed:
+        body = belief_body(name, scope, id=belief_id, aliases=aliases, content=f"{name} content")
+        ok(client.post("/v1/beliefs", json=body, headers=team.h("alice")), 201)
+    new = ok(
+        client.post("/v1/beliefs/b-psp/supersede", json={"content": "We use Adyen."}, headers=team.h("alice")), 201
+    )
+    new_id = new["current"]["id"]
+    message = "which payment provider, hosting, kafka topics and core budget?"
+    web = sign_in(app, team.keys["carol"])
+    token = csrf_of(web, "/console/recall")
+    form = {"csrf_token": token, "scopes": "project:pay", "message": message, "min_score": "6"}
+
+    as_bob = web.post("/console/recall", data={**form, "as_user": "bob"})
+    assert as_bob.status_code == 200, as_bob.text
+    misses = dict(re.findall(r'<li data-reason="([a-z_]+)"><a href="/console/beliefs/([^"]+)"', as_bob.text))
+    assert {v: k for k, v in misses.items()} == {"b-psp": "superseded", "b-host": "below_threshold"}
+    assert f"superseded by {new_id}" in as_bob.text and "score 5.00 &lt; 6" in as_bob.text
+    assert f'href="/console/beliefs/{new_id}"' in as_bob.text  # injected
+    for hidden in ("b-kafka", "b-core", "kafka_topics", "core_budget"):
+        assert hidden not in as_bob.text
+
+    as_alice = web.post("/console/recall", data={**form, "as_user": "alice"})
+    reasons = {
+        bid: why
+        for why, bid in re.findall(r'<li data-reason="([a-z_]+)"><a href="/console/beliefs/([^"]+)"', as_alice.text)
+    }
+    assert reasons == {
+        "b-psp": "superseded",
+        "b-host": "below_threshold",
+        "b-kafka": "out_of_scope",
+        "b-core": "out_of_scope",
+    }
+    assert "filtered by scope: domain:code is outside this session&#39;s scopes" in as_alice.text
+
+    default = web.post("/console/recall", data={**form, "as_user": "bob", "min_score": ""})
+    assert 'data-reason="below_threshold"' not in default.text  # 5 clears the deployment's 3
+    assert web.post("/console/recall", data={**form, "min_score": "lots"}).status_code == 422
+
+    # the same explain over REST, as bob himself
+    body = {"scopes": ["project:pay"], "query": message, "explain": True, "budget": {"minScore": 6}}
+    explain = ok(client.post("/v1/recall", json=body, headers=team.h("bob")))["explain"]
+    assert {n["id"]: n["reason"] for n in explain if "reason" in n} == {
+        "b-psp": "superseded",
+        "b-host": "below_threshold",
+    }
+
+
 def test_members_preview_only_as_themselves(app: FastAPI, seeded: tuple[Team, Team]) -> None:
     a, _ = seeded
     web = sign_in(app, a.keys["bob"])

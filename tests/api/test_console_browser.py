@@ -163,13 +163,23 @@ def test_recall_playground(context: BrowserContext, console_url: str, team: Team
     page.click("text=Recall playground")
     page.select_option("select[name=as_user]", "bob")
     page.fill("input[name=scopes]", "project:pay, team:core")
-    page.fill("textarea[name=message]", "which mongodb driver do we use?")
+    page.fill("textarea[name=message]", "which mongodb driver and payment provider? and alice private notes?")
+    page.fill("input[name=min_score]", "40")
     page.click("#recall-form button[type=submit]")
     tiers = page.locator("#tiers")
-    expect(tiers).to_contain_text("mongodb_driver")
     expect(tiers).to_contain_text("typescript_strict")  # pinned
+    expect(tiers.locator("text=mongodb_driver")).to_have_count(0)  # name and alias: 28 < 40
+    near = page.locator("#near-misses li[data-reason=below_threshold]").filter(has_text="mongodb_driver")
+    expect(near).to_have_count(1)
+    expect(near).to_contain_text("score 28.00 < 40")
+    explain = page.locator("#explain")
+    expect(explain).to_contain_text("team:core")  # bob holds no grant for it
+    expect(explain).not_to_contain_text("alice_private_notes")  # named, but not bob's to see
+    page.fill("input[name=min_score]", "")
+    page.click("#recall-form button[type=submit]")
+    expect(tiers).to_contain_text("mongodb_driver")
     expect(page.locator("#injection")).to_contain_text("MongoDB raw driver, not Mongoose.")
-    expect(page.locator("#explain")).to_contain_text("team:core")  # bob holds no grant for it
+    expect(page.locator("#explain")).not_to_contain_text("alice_private_notes")
     shot(page, "recall")
 
 

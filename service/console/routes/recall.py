@@ -17,6 +17,7 @@ from service.domain.accounts import effective_principal
 from service.domain.principal import Principal
 from service.errors import ValidationFailed
 from service.provisioning.service import ProvisioningService
+from service.recall.context import RecallBudget
 
 router = APIRouter(prefix=f"{PREFIX}/recall", route_class=ConsoleRoute, include_in_schema=False)
 MAX_MESSAGE = 20_000
@@ -38,7 +39,7 @@ def playground(
     scopes: Annotated[str, Query(max_length=2000)] = "",
     message: Annotated[str, Query(max_length=MAX_MESSAGE)] = "",
 ) -> Response:
-    form = {"as_user": as_user or user.principal.user_id, "scopes": scopes, "message": message}
+    form = {"as_user": as_user or user.principal.user_id, "scopes": scopes, "message": message, "min_score": ""}
     return page(request, "recall.html", nav="recall", users=_users(user, prov), form=form, done=None)
 
 
@@ -47,6 +48,20 @@ def _as_principal(user: CurrentUser, prov: ProvisioningService, as_user: str) ->
         return user.principal  # as oneself: the credential's own (possibly narrowed) grants
     record = prov.get_user(user.actor, user.principal.tenant_id, as_user)  # admins only (403 otherwise)
     return effective_principal(record)
+
+
+def _threshold(raw: str) -> float | None:
+    """An optional relevance threshold to try instead of the deployment's (what would surface at
+    another ``min_score``; the same budget override as ``POST /v1/recall``)."""
+    if not raw.strip():
+        return None
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ValidationFailed("threshold: a number") from exc
+    if not 0 <= value <= 1000:
+        raise ValidationFailed("threshold: between 0 and 1000")
+    return value
 
 
 @router.post("")
@@ -59,6 +74,16 @@ def run(request: Request, user: CurrentUser, form: Form, service: RecallDep, pro
     except scope_rules.InvalidScope as exc:
         raise ValidationFailed(str(exc)) from exc
     as_principal = _as_principal(user, prov, form.get("as_user", "").strip())
-    done = service.preview(user.actor, as_principal, scopes, message, explain=True)
-    shown = {"as_user": as_principal.user_id, "scopes": ", ".join(scopes), "message": message}
-    return page(request, "recall.html", nav="recall", users=_users(user, prov), form=shown, done=done)
+    min_score = _threshold(form.get("min_score", ""))
+    budget = RecallBudget(min_score=min_score) if min_score is not None else None
+    done = service.preview(user.actor, as_principal, scopes, message, budget=budget, explain=True)
+    shown = {
+        "as_user": as_principal.user_id,
+        "scopes": ", ".join(scopes),
+        "message": message,
+        "min_score": form.get("min_score", "").strip(),
+    }
+    threshold = f"{min_score if min_score is not None else service.builder.defaults.min_score:g}"
+    return page(
+        request, "recall.html", nav="recall", users=_users(user, prov), form=shown, done=done, threshold=threshold
+    )
