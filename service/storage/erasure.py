@@ -27,8 +27,39 @@ from service.storage.client import translate_errors
 REDACTED = "[erased]"
 MIN_NEEDLE_CHARS = 8  # shorter texts ("yes", "Redis") are everywhere; only whole statements are redacted
 
+# Identifiers, scopes and vocabulary words are never text a statement was copied into: a belief
+# whose content happens to equal a tenant, user or session id must not rewrite those (the records
+# would leave their tenant's filters, or stop loading).
+KEPT_FIELDS = (
+    "tenant_id",
+    "owner_id",
+    "user_id",
+    "actor_id",
+    "actor_kind",
+    "credential_id",
+    "request_id",
+    "turn_id",
+    "turn_ids",
+    "session_id",
+    "review_id",
+    "event_id",
+    "belief_id",
+    "belief_ids",
+    "result_belief_id",
+    "injected_ids",
+    "id",
+    "scope",
+    "scopes",
+    "projects",
+    "teams",
+    "kind",
+    "status",
+    "action",
+    "tier",
+)
+
 _SCRUB_SCRIPT = """
-def scrub(def value, List needles, String mark, List hits) {
+def scrub(def value, List needles, String mark, List hits, List kept) {
   if (value instanceof String) {
     String out = value;
     for (def needle : needles) {
@@ -37,18 +68,22 @@ def scrub(def value, List needles, String mark, List hits) {
     return out;
   }
   if (value instanceof Map) {
-    for (def key : new ArrayList(value.keySet())) { value.put(key, scrub(value.get(key), needles, mark, hits)); }
+    for (def key : new ArrayList(value.keySet())) {
+      if (!kept.contains(key)) { value.put(key, scrub(value.get(key), needles, mark, hits, kept)); }
+    }
     return value;
   }
   if (value instanceof List) {
-    for (int i = 0; i < value.size(); ++i) { value.set(i, scrub(value.get(i), needles, mark, hits)); }
+    for (int i = 0; i < value.size(); ++i) { value.set(i, scrub(value.get(i), needles, mark, hits, kept)); }
     return value;
   }
   return value;
 }
 List hits = new ArrayList();
 for (def key : new ArrayList(ctx._source.keySet())) {
-  ctx._source.put(key, scrub(ctx._source.get(key), params.needles, params.mark, hits));
+  if (!params.kept.contains(key)) {
+    ctx._source.put(key, scrub(ctx._source.get(key), params.needles, params.mark, hits, params.kept));
+  }
 }
 if (hits.isEmpty()) { ctx.op = 'noop'; }
 """
@@ -86,7 +121,7 @@ def redact(client: OpenSearch, aliases: Iterable[str], principal: Principal, tex
                     "script": {
                         "source": _SCRUB_SCRIPT,
                         "lang": "painless",
-                        "params": {"needles": wanted, "mark": REDACTED},
+                        "params": {"needles": wanted, "mark": REDACTED, "kept": list(KEPT_FIELDS)},
                     },
                 },
                 conflicts="proceed",

@@ -218,3 +218,22 @@ def test_a_console_erase_drains_the_receipt_outbox_first(
     # the receipt itself was kept (drained, its query redacted), not dropped
     events = ok(client.get("/v1/admin/audit", params={"action": "recall"}, headers=team.h("carol")))["items"]
     assert any("[erased]" in json.dumps(e) for e in events)
+
+
+def test_an_erase_never_rewrites_identifiers_that_equal_the_erased_text(
+    client: TestClient, team: Team, os_client: OpenSearch, api_settings: Settings
+) -> None:
+    """A member's belief whose content is the tenant's id (or a colleague's session id): erasing
+    it redacts statements, never identifiers; before, every turn, review and audit event of the
+    tenant had its ``tenant_id`` rewritten to ``[erased]`` and vanished from the tenant."""
+    session = f"session-{uuid.uuid4().hex[:12]}"
+    turn = {"model": "gpt-4o", "user_message": "hello there", "assistant_message": "hi", "session_id": session}
+    posted = ok(client.post("/v1/turns", json=turn, headers=team.h("alice")), 202)
+    bait = ok(client.post("/v1/beliefs", json=belief_body("bait_one", content=team.tenant), headers=team.h("bob")), 201)
+    other = ok(client.post("/v1/beliefs", json=belief_body("bait_two", content=session), headers=team.h("bob")), 201)
+    for doomed in (bait["id"], other["id"]):
+        ok(client.delete(f"/v1/beliefs/{doomed}", headers=team.h("carol")))
+    kept = ok(client.get(f"/v1/turns/{posted['turn_id']}", headers=team.h("alice")))
+    assert kept["session_id"] == session
+    events = ok(client.get("/v1/admin/audit", headers=team.h("carol")))["items"]
+    assert events and all(e["tenant_id"] == team.tenant for e in events)
