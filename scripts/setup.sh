@@ -23,6 +23,17 @@ if ! command -v chromium >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 
+# Caddy, the compose deployment's TLS proxy: tests validate deploy/caddy/Caddyfile with the same
+# version the compose file's image pins (Debian's).
+if ! command -v caddy >/dev/null 2>&1; then
+  echo "setup: installing caddy (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends caddy >/dev/null
+  # the package starts a system service on :80; nothing here should serve there
+  (systemctl disable --now caddy >/dev/null 2>&1 || service caddy stop >/dev/null 2>&1 || true)
+fi
+
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 stamp=$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)
@@ -30,7 +41,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.installed 2>/dev/null)" != "$sta
   echo "setup: installing Python dependencies into .venv"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[dev,evals]" -e "clients/python[openai,anthropic]"
+  .venv/bin/pip install -q -e ".[dev,evals,tracing]" -e "clients/python[openai,anthropic]"
   echo "$stamp" > .venv/.installed
 fi
 

@@ -254,6 +254,23 @@ class CelerySettings(BaseSettings):
     merge_above_segments_per_shard: float = Field(12.0, ge=1.0, le=10_000.0)
 
 
+class ObservabilitySettings(BaseSettings):
+    """Logs, metrics and traces (service/telemetry, docs/operations.md "Observability")."""
+
+    model_config = SettingsConfigDict(env_prefix="TENURE_OBSERVABILITY_", extra="ignore")
+
+    # "json": one object per line with request id, tenant and latency; "text" for a terminal
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # GET /metrics on the API (Prometheus text format; blocked at the TLS proxy)
+    metrics_enabled: bool = True
+    # the Celery worker's main process serves its pool's metrics on this port (0: not served)
+    worker_metrics_port: int = Field(0, ge=0, le=65535)
+    # OpenTelemetry traces, exported over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME);
+    # needs the `tracing` extra installed
+    tracing_enabled: bool = False
+
+
 class CliSettings(BaseSettings):
     """The ``tenure`` CLI: where the API is and which credential to use."""
 
@@ -287,6 +304,7 @@ class Settings(BaseSettings):
     celery: CelerySettings = Field(default_factory=CelerySettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @property
     def broker_url(self) -> str:

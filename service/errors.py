@@ -25,6 +25,7 @@ class ErrorCode(str, Enum):
     MODEL_NOT_SUPPORTED = "model_not_supported"
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_TIMEOUT = "upstream_timeout"
+    UPSTREAM_NOT_CONFIGURED = "upstream_not_configured"  # the proxy has no model provider to forward to
     STORE_UNAVAILABLE = "store_unavailable"
     INTERNAL = "internal_error"
 
@@ -46,6 +47,7 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.MODEL_NOT_SUPPORTED: 422,
     ErrorCode.UPSTREAM_ERROR: 502,
     ErrorCode.UPSTREAM_TIMEOUT: 504,
+    ErrorCode.UPSTREAM_NOT_CONFIGURED: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.INTERNAL: 500,
 }

@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 SCHEMA = Path(__file__).parent / "data" / "compose-spec.json"
 
-CORE = {"opensearch", "redis", "templates", "api", "worker", "beat"}
+CORE = {"opensearch", "redis", "templates", "api", "worker", "beat", "tls"}
 LOAD_PROFILE = {"llm", "load"}
-HEALTHCHECKED = {"opensearch", "redis", "api", "worker"}
+HEALTHCHECKED = {"opensearch", "redis", "api", "worker", "beat", "tls"}
 MEMORY_LIMITED = {"opensearch", "redis"}
 NEEDS_EVERYTHING = {"api", "worker", "beat"}
 READY_ORDER = {
@@ -238,6 +238,38 @@ def check_tenure_names(doc: dict[str, Any], known: frozenset[str]) -> list[str]:
     return [f"{name} is not a setting the service reads" for name in sorted(used - known)]
 
 
+def check_log_rotation(doc: dict[str, Any]) -> list[str]:
+    """Every container's log is bounded: the json-file driver with max-size and max-file."""
+    problems = []
+    for name, service in _services(doc).items():
+        logging = service.get("logging") or {}
+        options = logging.get("options") or {}
+        if logging.get("driver") != "json-file" or not options.get("max-size") or not options.get("max-file"):
+            problems.append(f"{name}: logs are not rotated (json-file with max-size and max-file)")
+    return problems
+
+
+def _published(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """(host address or '' for all interfaces, container port) of every published port."""
+    found = []
+    for port in service.get("ports", []):
+        parts = str(port).split(":")
+        found.append((parts[0] if len(parts) == 3 else "", parts[-1]))
+    return found
+
+
+def check_only_tls_is_public(doc: dict[str, Any]) -> list[str]:
+    """Plain HTTP never leaves the host: only the TLS proxy publishes on every interface."""
+    problems = []
+    for name, service in _services(doc).items():
+        for host, port in _published(service):
+            if name != "tls" and host != "127.0.0.1":
+                problems.append(f"{name}: port {port} published on all interfaces without TLS")
+    if ("", "443") not in _published(_services(doc).get("tls", {})):
+        problems.append("tls: does not publish 443")
+    return problems
+
+
 def check_schema(doc: dict[str, Any]) -> list[str]:
     validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
     return [f"{error.json_path}: {error.message}" for error in validator.iter_errors(doc)]
@@ -251,6 +283,8 @@ ALL_CHECKS = (
     check_profiles,
     check_named_volumes,
     check_memory_limits,
+    check_log_rotation,
+    check_only_tls_is_public,
     check_schema,
 )
 
@@ -293,6 +327,11 @@ BROKEN = [
     (check_named_volumes, lambda s: s["redis"].update(volumes=["./redis:/data"])),
     (check_named_volumes, lambda s: s["opensearch"].pop("volumes")),
     (check_memory_limits, lambda s: s["opensearch"].pop("mem_limit")),
+    (check_healthchecks, lambda s: s["beat"].pop("healthcheck")),
+    (check_log_rotation, lambda s: s["worker"].pop("logging")),
+    (check_log_rotation, lambda s: s["redis"].update(logging={"driver": "json-file"})),
+    (check_only_tls_is_public, lambda s: s["api"].update(ports=["8000:8000"])),
+    (check_only_tls_is_public, lambda s: s["tls"].update(ports=["127.0.0.1:443:443"])),
     (check_schema, lambda s: s["api"].update(healthcheck={"tset": ["CMD", "true"]})),
     (check_schema, lambda s: s["redis"].update(depends_on={"opensearch": {"condition": "service_ready"}})),
 ]
@@ -371,7 +410,7 @@ def test_redis_image_is_the_version_tests_run_against() -> None:
 
 def test_tenure_image_is_the_package_version() -> None:
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    for name in CORE - {"opensearch", "redis"} | LOAD_PROFILE:
+    for name in CORE - {"opensearch", "redis", "tls"} | LOAD_PROFILE:
         assert load_raw()["services"][name]["image"] == f"tenure-service:{version}", name
 
 
@@ -395,13 +434,16 @@ def _settings_from(environment: Mapping[str, str], monkeypatch: pytest.MonkeyPat
 
 def test_shared_environment_is_a_valid_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     services = _services(resolved())
-    environments = {name: services[name]["environment"] for name in CORE - {"opensearch", "redis"} | LOAD_PROFILE}
+    environments = {
+        name: services[name]["environment"] for name in CORE - {"opensearch", "redis", "tls"} | LOAD_PROFILE
+    }
     assert len({json.dumps(env, sort_keys=True) for env in environments.values()}) == 1  # one shared block
     settings = _settings_from(environments["api"], monkeypatch)
     assert settings.opensearch_url == "http://opensearch:9200" and settings.redis_url == "redis://redis:6379/0"
     assert settings.auth.api_key_pepper.get_secret_value() == PEPPER
     assert not settings.auth.jwks_url and not settings.loop.upstream_api_key  # empty means "not set"
-    assert settings.loop.upstream_base_url == "http://llm:8081/v1"
+    # no model provider until the operator sets one: chat answers 503 upstream_not_configured
+    assert not settings.loop.upstream_base_url  # empty: not set
     assert settings.auth.jwt_hs256_secret is None  # the development-only HS256 path stays off
 
 
@@ -483,3 +525,58 @@ def test_operations_guide_names_real_settings() -> None:
     names = set(_TENURE_NAME.findall((ROOT / "docs/operations.md").read_text()))
     assert "TENURE_AUTH_JWKS_CACHE_S" in names
     assert names - environment_names() == set()
+
+
+# ------------------------------------------------------------ the TLS proxy
+
+CADDYFILE = ROOT / "deploy/caddy/Caddyfile"
+
+
+def _caddy_json(tmp_path: Path, **env: str) -> dict[str, Any]:
+    """The Caddyfile as Caddy itself parses it (``caddy adapt``), with the compose environment."""
+    caddy = shutil.which("caddy")
+    assert caddy, "caddy is not installed: scripts/setup.sh installs it (apt)"
+    run = subprocess.run(
+        [caddy, "adapt", "--config", str(CADDYFILE), "--adapter", "caddyfile"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+    )
+    adapted: dict[str, Any] = json.loads(run.stdout)
+    return adapted
+
+
+def _caddy_env(**overrides: str) -> dict[str, str]:
+    environment: dict[str, str] = _services(resolved(**overrides))["tls"]["environment"]
+    return environment
+
+
+def test_the_tls_proxy_serves_the_api_over_https(tmp_path: Path) -> None:
+    tls = _services(resolved())["tls"]
+    assert "./deploy/caddy/Caddyfile:/etc/caddy/Caddyfile:ro" in tls["volumes"]
+    assert set(re.findall(r"\{\$([A-Z_]+)", CADDYFILE.read_text())) == set(tls["environment"])
+    adapted = _caddy_json(tmp_path, **_caddy_env())
+    server = adapted["apps"]["http"]["servers"]["srv0"]
+    assert server["listen"] == [":443"]
+    route = server["routes"][0]
+    assert route["match"] == [{"host": ["localhost"]}]
+    handlers = [h for sub in route["handle"][0]["routes"] for h in sub["handle"]]
+    proxy = next(h for h in handlers if h["handler"] == "reverse_proxy")
+    assert proxy["upstreams"] == [{"dial": "api:8000"}]
+    assert proxy["flush_interval"] == -1  # streamed chat answers are not buffered
+    blocked = next(sub for sub in route["handle"][0]["routes"] if sub.get("match"))
+    assert blocked["match"] == [{"path": ["/metrics"]}] and blocked["handle"][0]["status_code"] == 404
+    # the default: a certificate for PUBLIC_HOST from Caddy's internal (self-signed) CA
+    policy = adapted["apps"]["tls"]["automation"]["policies"][0]
+    assert policy["issuers"] == [{"module": "internal"}]
+
+
+def test_real_certificates_are_one_setting(tmp_path: Path) -> None:
+    own = _caddy_json(tmp_path, **_caddy_env(TLS_CERTIFICATES="/certs/tls.crt /certs/tls.key", PUBLIC_HOST="t.example"))
+    assert own["apps"]["tls"]["certificates"]["load_files"][0]["certificate"] == "/certs/tls.crt"
+    assert own["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"] == [{"host": ["t.example"]}]
+    acme = _caddy_json(tmp_path, **_caddy_env(TLS_CERTIFICATES="ops@example.com", PUBLIC_HOST="t.example"))
+    issuers = acme["apps"]["tls"]["automation"]["policies"][0]["issuers"]
+    assert {i["module"] for i in issuers} >= {"acme"} and issuers[0]["email"] == "ops@example.com"

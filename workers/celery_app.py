@@ -19,6 +19,8 @@ from service.extraction.queue import (
     TASK_SWEEP_TURNS,
     queue_names,
 )
+from workers import telemetry
+from workers.beat import MAX_LOOP_INTERVAL_S
 
 TASK_MODULES = [
     "workers.tasks.extraction",
@@ -52,6 +54,9 @@ def create_celery(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
+        # touches <schedule>.alive every tick: beat's health check (workers/beat.py)
+        beat_scheduler="workers.beat:HeartbeatScheduler",
+        beat_max_loop_interval=MAX_LOOP_INTERVAL_S,
         beat_schedule={
             "compaction-plan": {
                 "task": TASK_PLAN_COMPACTION,
@@ -84,6 +89,7 @@ def create_celery(settings: Settings) -> Celery:
             "options": {"queue": heavy, "expires": limits.merge_check_interval_s},
         }
     app.conf.tenure_settings = settings
+    telemetry.install(settings)
     return app
 
 

@@ -18,7 +18,7 @@ from fastapi_offline import FastAPIOffline
 
 from service.api.errors import RequestContextMiddleware, error_responses, install_error_handlers
 from service.api.examples import install as install_examples
-from service.api.routes import admin, audit, beliefs, health, messages, models, quarantine, recall
+from service.api.routes import admin, audit, beliefs, health, messages, metrics, models, quarantine, recall
 from service.api.routes import memory_loop as memory_loop_routes
 from service.api.state import Services, ensure_indices
 from service.config import Settings, get_settings
@@ -27,6 +27,8 @@ from service.errors import TenureError
 from service.mcp.server import mount as mount_mcp
 from service.process import freeze_startup_heap
 from service.storage.client import build_client
+from service.telemetry.logs import configure_logging
+from service.telemetry.tracing import configure_tracing, instrument_app
 
 ROUTERS: list[APIRouter] = [
     health.router,
@@ -49,6 +51,10 @@ or a JWT. Every error has the shape `{"error": {"code", "message", "details", "r
 
 def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIRouter] = ()) -> FastAPI:
     config = settings or get_settings()
+    observability = config.observability
+    configure_logging(observability.log_format, observability.log_level)
+    if observability.tracing_enabled:
+        configure_tracing("tenure-api")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -102,6 +108,10 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         )
     for router in (*ROUTERS, *extra_routers):
         app.include_router(router)
+    if observability.metrics_enabled:
+        app.include_router(metrics.router)
+    if observability.tracing_enabled:
+        instrument_app(app)
     install_console(app)
     install_examples(app)  # a valid example on every request body and response (/docs "Try it out")
     mcp_server = mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (service/mcp)

@@ -29,6 +29,7 @@ from service.provisioning.service import ProvisioningService
 from service.recall.audit_trail import AuditTrail
 from service.recall.service import RecallService
 from service.storage.beliefs import BeliefStore
+from service.telemetry import context as work_context
 
 bearer_scheme = HTTPBearer(
     scheme_name="BearerAuth",
@@ -118,6 +119,7 @@ def authenticate(
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
     identity = services.guard.authenticate(credentials.credentials, client_address(request))
     request.state.identity = identity
+    work_context.set_tenant(identity.principal.tenant_id)  # every later log line names the tenant
     request.state.write_version = services.limiter.charge(identity, read_only=read_only)
     return identity
 

@@ -22,7 +22,11 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.observe import observe_request
 from service.errors import ErrorCode, RateLimited, StoreUnavailable, TenureError
+from service.telemetry import context as work_context
+from service.telemetry import metrics
+from service.telemetry.context import WorkContext
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +85,7 @@ _DESCRIPTIONS = {
     413: "Request body too large",
     422: "Invalid request (details carry field paths)",
     429: "The credential's rate limit is exhausted; retry after the Retry-After delay",
-    502: "The upstream model failed, refused the credentials or is not configured",
+    502: "The upstream model failed or refused the credentials",
     503: "A backing store is unavailable; retry after the Retry-After delay",
     504: "The upstream model timed out",
 }
@@ -206,6 +210,9 @@ async def _tenure_error(request: Request, exc: Exception) -> JSONResponse:
         headers["WWW-Authenticate"] = "Bearer"
     if isinstance(exc, StoreUnavailable | RateLimited):
         headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, RateLimited):
+        bucket = exc.details.get("bucket") if isinstance(exc.details, dict) else None
+        metrics.RATE_LIMITED.labels(bucket or "failed_auth").inc()
     if exc.code.http_status >= 500:
         log.warning("request %s failed: %s", request_id_of(request), exc.message)
     return _respond(request, exc.code.http_status, exc.code, exc.message, exc.details, headers)
@@ -293,6 +300,19 @@ class RequestContextMiddleware:
         given = headers.get(REQUEST_ID_HEADER.lower(), "")
         request_id = given if _REQUEST_ID_RE.match(given) else f"req-{uuid.uuid4().hex}"
         scope.setdefault("state", {})["request_id"] = request_id
+        work = WorkContext(request_id=request_id)
+        token = work_context.begin(work)
+        status = 500  # what the request counts as if the app fails before answering
+        try:
+            status = await self._handle(scope, receive, send, request_id, headers)
+        finally:
+            work_context.end(token)
+            observe_request(scope, status, work)
+
+    async def _handle(
+        self, scope: Scope, receive: Receive, send: Send, request_id: str, headers: dict[str, str]
+    ) -> int:
+        """Serve the request; returns the status that went out."""
         limit = self.max_body_bytes
 
         declared = headers.get("content-length")
@@ -307,7 +327,7 @@ class RequestContextMiddleware:
             )
             response = JSONResponse(body, status_code=413, headers={REQUEST_ID_HEADER: request_id})
             await response(scope, receive, send)
-            return
+            return 413
 
         received = 0
         too_large = False
@@ -323,9 +343,10 @@ class RequestContextMiddleware:
             return message
 
         replaced = False
+        sent_status = 500
 
         async def send_with_id(message: Message) -> None:
-            nonlocal replaced
+            nonlocal replaced, sent_status
             # The framework may turn a failure while reading the body into its own 400; the
             # client deserves to know the real reason, so the response is replaced by the 413.
             if too_large:
@@ -341,8 +362,10 @@ class RequestContextMiddleware:
                     )
                     response = JSONResponse(body, status_code=413, headers={REQUEST_ID_HEADER: request_id})
                     await response(scope, receive, send)
+                    sent_status = 413
                 return
             if message["type"] == "http.response.start":
+                sent_status = int(message["status"])
                 message.setdefault("headers", [])
                 message["headers"] = [
                     *message["headers"],
@@ -351,3 +374,4 @@ class RequestContextMiddleware:
             await send(message)
 
         await self.app(scope, counting_receive, send_with_id)
+        return sent_status

@@ -47,6 +47,7 @@ from service.extraction.validator import (
 from service.storage.beliefs import Refresh
 from service.storage.lookup import BeliefLookup
 from service.storage.reviews import ReviewItem, ReviewStore
+from service.telemetry import metrics
 
 OPEN_QUESTION_CONFIDENCE = 0.7
 # Belief writes by extraction are made visible at once: a later item of the same payload may read
@@ -121,6 +122,7 @@ class MergeReport:
 
     def add(self, op: Op) -> Op:
         self.ops.append(op)
+        metrics.MERGE_DECISIONS.labels(op.section, op.outcome).inc()
         return op
 
     def count(self, outcome: str) -> int:

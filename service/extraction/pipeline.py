@@ -21,6 +21,7 @@ from service.extraction.sidecar import ParseStatus
 from service.extraction.validator import AliasCandidate, validate_sidecar
 from service.storage.reviews import ReviewStore
 from service.storage.turns import TurnRecord, TurnStore
+from service.telemetry import metrics
 
 FINAL = ("done", "skipped", "failed")
 # A store that cannot answer now: worth retrying, and never a reason to give a turn up.
@@ -104,6 +105,15 @@ class ExtractionPipeline:
             self.turns.save(current, seq_no=seq, primary_term=term)
 
     def run(self, tenant_id: str, turn_id: str) -> ExtractionOutcome:
+        try:
+            outcome = self._run(tenant_id, turn_id)
+        except TRANSIENT_ERRORS:
+            metrics.EXTRACTIONS.labels("retried").inc()
+            raise
+        metrics.EXTRACTIONS.labels(outcome.status).inc()
+        return outcome
+
+    def _run(self, tenant_id: str, turn_id: str) -> ExtractionOutcome:
         turn = self._claim(tenant_id, turn_id)
         if turn is None:
             return self._already_final(tenant_id, turn_id)
@@ -153,6 +163,7 @@ class ExtractionPipeline:
         """Give up on a turn that cannot be extracted (the sweep will not pick it up again)."""
         turn, _, _ = self.turns.load(tenant_id, turn_id)
         self._finish(turn, "failed", turn.result or {}, error[:2000])
+        metrics.EXTRACTIONS.labels("failed").inc()
 
     def enrich(self, tenant_id: str, turn_id: str) -> list[dict[str, Any]]:
         """Apply the flywheel rules to the alias candidates recorded on a finished turn."""

@@ -356,6 +356,7 @@ class ChatProxy(ProxyTurns):
     async def prepare(
         self, actor: Actor, body: ChatRequest, header_session: str | None, header_scope: str | None
     ) -> tuple[TurnContext, dict[str, Any]]:
+        self.loop.upstream.target(actor.principal.tenant_id)  # no provider configured: 503 before any recall
         users = [m for m in body.messages if m.role == "user"]
         ctx, block = await self.begin(
             actor,

@@ -55,6 +55,17 @@ def failure_for(response: httpx.Response) -> UpstreamFailure:
     return UpstreamFailure(message, status=502)
 
 
+def not_configured(setting: str, tenant_field: str, kind: str) -> UpstreamFailure:
+    """A deployment that has not chosen its model provider yet: the service is not ready to chat
+    (503), which is neither the caller's mistake nor a broken provider (502)."""
+    return UpstreamFailure(
+        f"no upstream configured: set {setting} (or the tenant's {tenant_field} in TENURE_LOOP_TENANTS) "
+        f"to {kind} model provider",
+        status=503,
+        code=ErrorCode.UPSTREAM_NOT_CONFIGURED,
+    )
+
+
 class Upstream:
     def __init__(self, policy: MemoryLoopSettings):
         self.policy = policy
@@ -69,7 +80,7 @@ class Upstream:
         base = override.upstream_base_url or self.policy.upstream_base_url
         key = override.upstream_api_key or self.policy.upstream_api_key
         if not base:
-            raise UpstreamFailure("no upstream model endpoint is configured for this tenant", status=502)
+            raise not_configured("TENURE_LOOP_UPSTREAM_BASE_URL", "upstream_base_url", "an OpenAI-compatible")
         secret = key.get_secret_value() if key else None
         return Target(base.rstrip("/"), {"Authorization": f"Bearer {secret}"} if secret else {})
 
@@ -80,7 +91,9 @@ class Upstream:
         base = override.anthropic_upstream_base_url or self.policy.anthropic_upstream_base_url
         key = override.anthropic_upstream_api_key or self.policy.anthropic_upstream_api_key
         if not base:
-            raise UpstreamFailure("no Anthropic upstream endpoint is configured for this tenant", status=502)
+            raise not_configured(
+                "TENURE_LOOP_ANTHROPIC_UPSTREAM_BASE_URL", "anthropic_upstream_base_url", "an Anthropic-compatible"
+            )
         secret = key.get_secret_value() if key else None
         headers = {"anthropic-version": version or self.policy.anthropic_version}
         if secret:

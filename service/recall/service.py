@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from service.recall.context import ContextBuilder, RecallBudget, RecallResult
 from service.recall.receipts import ReceiptOutbox
 from service.recall.render import InjectionBlock, render_injection
 from service.storage.audit import AuditEvent
+from service.telemetry import metrics
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,9 @@ class RecallService:
         injects the block records one with :meth:`record_receipt` (the proxy does so after the
         answer went out, off the latency path). ``write_version``: the tenant's, read with the
         rate limit (``Actor.write_version``); with it the filter tiers may come from the cache."""
+        started = time.perf_counter()
         result = self.builder.build(principal, scopes, query, budget, explain=explain, write_version=write_version)
+        metrics.observe_recall(time.perf_counter() - started, {t: len(e) for t, e in result.tiers().items()})
         if explain:
             result.notes += self._scope_notes(principal, scopes)
         limits = (budget or RecallBudget()).resolve(self.builder.defaults)

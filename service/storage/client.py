@@ -17,6 +17,7 @@ from opensearchpy.exceptions import SerializationError
 
 from service.config import Settings
 from service.errors import Conflict, StoreUnavailable, TenureError, ValidationFailed
+from service.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,12 @@ def translate_errors(action: str) -> Iterator[None]:
     except TenureError:
         raise
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        metrics.OPENSEARCH_ERRORS.labels("unreachable").inc()
         raise StoreUnavailable(f"OpenSearch is unreachable while trying to {action}") from exc
     except os_exc.TransportError as exc:
         status = exc.status_code if isinstance(exc.status_code, int) else 0
+        if status not in (404, 409):  # a missing document, a lost version race: answers, not failures
+            metrics.OPENSEARCH_ERRORS.labels(str(status)).inc()
         if status in (429, 502, 503, 504):
             raise StoreUnavailable(
                 f"OpenSearch is overloaded or unavailable ({status}) while trying to {action}"
@@ -89,6 +93,7 @@ def item_error(status: Any, error: Any, action: str) -> TenureError:
     :func:`translate_errors` maps a failed request: a 400 is the caller's; anything else (a 503
     "all shards failed" while a restarted node recovers its shards, a 429 rejection, a missing
     index) means the store cannot serve it now, which is a retryable 503, not a 422."""
+    metrics.OPENSEARCH_ERRORS.labels(str(status)).inc()
     if status == 400:
         log.warning("OpenSearch refused the request to %s: %s", action, error)
         return ValidationFailed(f"the store refused the request to {action}; check the parameters")

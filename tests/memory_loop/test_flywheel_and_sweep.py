@@ -154,3 +154,22 @@ def test_beat_sweep_reenqueues_turns_whose_extraction_never_ran(
     done = wait_turn(api, crew.h("alice"), turn_id, timeout=40)
     assert done["extraction_status"] == "done"
     assert done["result"]["merge"]["ops"][0]["outcome"] == "inserted"
+
+
+def test_beat_health_check_follows_the_scheduler(beat: Any, tmp_path: Path) -> None:
+    """The compose/Helm health check of beat: fresh while the scheduler ticks, failing once it stops."""
+    from workers.beat import check
+
+    schedule = str(tmp_path / "schedule")
+    wait_until(lambda: check(schedule) is None, timeout=30)
+    probe = [sys.executable, "-m", "workers.beat", "check", schedule]
+    assert subprocess.run(probe, cwd=REPO, capture_output=True, check=False).returncode == 0
+    beat.terminate()
+    beat.wait(timeout=20)
+    wait_until(lambda: check(schedule, max_age_s=1.0) is not None, timeout=10)
+    stale = subprocess.run([*probe, "1"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert stale.returncode == 1 and "beat last ticked" in stale.stderr
+    assert (
+        check(str(tmp_path / "never-started"))
+        == f"{tmp_path / 'never-started'}.alive does not exist: beat has not ticked yet"
+    )

@@ -254,3 +254,37 @@ def test_per_tenant_upstream(
     assert llm_own.requests[-1]["_headers"]["authorization"] == "Bearer sk-own"
     assert llm.requests == []
     llm_own.reset()
+
+
+def test_no_upstream_configured_is_a_clear_503(
+    loop_settings: Settings, operator_headers: dict[str, str], llm: ScriptedLLM, llm_own: ScriptedLLM
+) -> None:
+    """The deployment default (compose, Helm): no provider until an operator sets one. Chat
+    answers 503 ``upstream_not_configured`` naming the setting, streaming or not, before any
+    recall; a tenant with its own upstream still chats; ``GET /v1/models`` still answers."""
+    from tests.api.conftest import make_team
+    from tests.memory_loop.conftest import OWN_UPSTREAM_TENANT
+
+    loop = loop_settings.loop.model_copy(update={"upstream_base_url": None, "upstream_api_key": None})
+    with TestClient(create_app(loop_settings.model_copy(update={"loop": loop}))) as client:
+        team = make_team(client, operator_headers)
+        sent = len(llm.requests)
+        for stream in (False, True):
+            refused = chat(client, team.h("alice"), "hello", stream=stream)
+            assert refused.status_code == 503, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "upstream_not_configured"
+            assert error["message"].startswith("no upstream configured")
+            assert "TENURE_LOOP_UPSTREAM_BASE_URL" in error["message"]
+        assert len(llm.requests) == sent  # nothing was forwarded anywhere
+        anthropic = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+        refused = client.post("/v1/messages", json=anthropic, headers=team.h("alice"))
+        assert refused.status_code == 503, refused.text
+        assert "TENURE_LOOP_ANTHROPIC_UPSTREAM_BASE_URL" in refused.json()["error"]["message"]
+        own = make_team(client, operator_headers, tenant=OWN_UPSTREAM_TENANT)
+        llm_own.script(Reply(content="the tenant's own provider"))
+        assert ok(chat(client, own.h("alice"), "hello"))["choices"][0]["message"]["content"] == (
+            "the tenant's own provider"
+        )
+        assert client.get("/v1/models", headers=team.h("alice")).status_code == 200
+    llm_own.reset()

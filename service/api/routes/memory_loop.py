@@ -53,6 +53,7 @@ _TYPES = {
     ErrorCode.PAYLOAD_TOO_LARGE: "invalid_request_error",
     ErrorCode.UPSTREAM_ERROR: "upstream_error",
     ErrorCode.UPSTREAM_TIMEOUT: "timeout_error",
+    ErrorCode.UPSTREAM_NOT_CONFIGURED: "upstream_error",
 }  # a rate limit is refused by proxy_actor, before the handler: it answers in the service's shape
 
 
@@ -109,6 +110,10 @@ async def proxy_body(request: Request, model: type[BodyT], what: str) -> BodyT:
     responses={
         **openai_error_responses(401, 413, 429, 502, 504),
         422: {"model": OpenAIErrorOut, "description": "Invalid request, or a model below its floor in strict mode"},
+        503: {
+            "model": OpenAIErrorOut,
+            "description": "No upstream model provider is configured (`upstream_not_configured`)",
+        },
     },
 )
 async def chat_completions(

@@ -66,6 +66,7 @@ def anthropic_error(request: Request, exc: TenureError) -> JSONResponse:
     responses={
         **anthropic_error_responses(401, 413, 429, 502, 504),
         422: {"model": AnthropicErrorOut, "description": "Invalid request, or a model below its floor in strict mode"},
+        503: {"model": AnthropicErrorOut, "description": "No upstream model provider is configured"},
     },
 )
 async def messages(

@@ -1,0 +1,137 @@
+"""The service's Prometheus metrics, defined once; every layer records into them.
+
+Several processes (uvicorn ``--workers``, Celery's prefork pool) each hold their own counters.
+With ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty directory, fresh per start: the compose file
+and the Helm chart mount a tmpfs), prometheus-client writes them to per-process files and
+:func:`exposition` merges every process's values, so one scrape of any process shows the whole
+container. Without it (one process) the default registry is served.
+
+Gauges of shared state (outbox depth and age, queue lengths) are not process-local counters: they
+are read from Redis at scrape time by :class:`StoreCollector`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import multiprocess as prom_multiprocess
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import REGISTRY, Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_COUNT_BUCKETS = (0, 1, 2, 3, 5, 8, 13, 20, 30, 50, 100)
+
+HTTP_LATENCY = Histogram(
+    "tenure_http_request_duration_seconds",
+    "HTTP request latency by route template, method and status",
+    ["method", "route", "status"],
+)
+RECALL_LATENCY = Histogram(
+    "tenure_recall_duration_seconds",
+    "Recall: the four tiers and the injection block, from query to block",
+    buckets=(0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.2, 0.35, 0.5, 1.0, 2.5),
+)
+TIER_SIZE = Histogram(
+    "tenure_recall_tier_size", "Beliefs injected per recall, by tier", ["tier"], buckets=_COUNT_BUCKETS
+)
+INJECTED = Histogram("tenure_recall_injected_beliefs", "Beliefs injected per recall", buckets=_COUNT_BUCKETS)
+EXTRACTIONS = Counter("tenure_extraction_outcomes_total", "Turn extractions by outcome", ["outcome"])
+MERGE_DECISIONS = Counter(
+    "tenure_merge_decisions_total", "Merge decisions on sidecar items, by section and outcome", ["section", "outcome"]
+)
+RATE_LIMITED = Counter(
+    "tenure_rate_limit_refusals_total",
+    "Requests refused with 429, by bucket (credential, tenant, failed_auth)",
+    ["bucket"],
+)
+OPENSEARCH_ERRORS = Counter(
+    "tenure_opensearch_errors_total", "OpenSearch failures by kind (unreachable or the HTTP status)", ["kind"]
+)
+TASKS = Counter("tenure_celery_tasks_total", "Celery tasks finished, by task and state", ["task", "state"])
+TASK_LATENCY = Histogram(
+    "tenure_celery_task_duration_seconds",
+    "Celery task run time, by task",
+    ["task"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+RETENTION_DELETED = Counter(
+    "tenure_retention_deleted_total", "Documents removed by the retention sweep, by index family", ["family"]
+)
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def exposition(*extra: Collector) -> bytes:
+    """The text format of every process's metrics plus ``extra`` collectors (read now)."""
+    if multiprocess_dir():
+        registry = CollectorRegistry()
+        prom_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        body = generate_latest(registry)
+    else:
+        body = generate_latest(REGISTRY)
+    if extra:
+        scraped = CollectorRegistry(auto_describe=False)
+        for collector in extra:
+            scraped.register(collector)
+        body += generate_latest(scraped)
+    return body
+
+
+def observe_recall(seconds: float, tiers: dict[str, int]) -> None:
+    RECALL_LATENCY.observe(seconds)
+    for tier, size in tiers.items():
+        TIER_SIZE.labels(tier).observe(size)
+    INJECTED.observe(sum(tiers.values()))
+
+
+class StoreCollector(Collector):
+    """Shared state read at scrape time: the Redis outboxes (depth and age of the oldest record)
+    and the Celery queues' lengths. A store that cannot answer yields ``tenure_store_up 0``."""
+
+    def __init__(self, redis_client: Any, outboxes: dict[str, str], queues: Iterable[str]):
+        self.redis = redis_client
+        self.outboxes = outboxes
+        self.queues = list(queues)
+
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily("tenure_redis_up", "Redis answered the scrape's reads", labels=[])
+        depth = GaugeMetricFamily("tenure_outbox_depth", "Records waiting in a Redis outbox", labels=["outbox"])
+        age = GaugeMetricFamily(
+            "tenure_outbox_oldest_age_seconds", "Age of the oldest record waiting in an outbox", labels=["outbox"]
+        )
+        queued = GaugeMetricFamily("tenure_celery_queue_length", "Messages waiting in a Celery queue", labels=["queue"])
+        try:
+            for name, key in self.outboxes.items():
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.xlen(key)
+                pipe.xrange(key, count=1)
+                length, first = pipe.execute()
+                depth.add_metric([name], int(length))
+                oldest_ms = int(first[0][0].split(b"-")[0]) if first else None
+                age.add_metric([name], max(0.0, time.time() - oldest_ms / 1000) if oldest_ms else 0.0)
+            for queue in self.queues:
+                queued.add_metric([queue], int(self.redis.llen(queue)))
+            up.add_metric([], 1)
+        except Exception:  # the scrape must not fail: the outage is itself the metric
+            up.add_metric([], 0)
+            yield up
+            return
+        yield from (up, depth, age, queued)
+
+
+def timed(histogram: Histogram) -> Callable[[], float]:
+    """A stopwatch: call the returned function to observe the elapsed seconds (and get them)."""
+    start = time.perf_counter()
+
+    def stop() -> float:
+        elapsed = time.perf_counter() - start
+        histogram.observe(elapsed)
+        return elapsed
+
+    return stop

@@ -1,0 +1,83 @@
+"""Optional OpenTelemetry traces: off unless ``TENURE_OBSERVABILITY_TRACING_ENABLED=true``.
+
+Needs the ``tracing`` extra (``pip install 'tenure-service[tracing]'``). Spans of FastAPI, httpx
+(the proxy's upstream calls), Celery, Redis and opensearch-py (through urllib3, its transport) go
+to an OTLP/HTTP exporter configured by the standard ``OTEL_*`` variables
+(``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``...). The
+packages are imported only when tracing is switched on, so a deployment without the extra pays
+nothing; switched on without it, start-up fails with a message naming the extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+_PACKAGES = (
+    "opentelemetry.sdk",
+    "opentelemetry.exporter.otlp.proto.http",
+    "opentelemetry.instrumentation.fastapi",
+    "opentelemetry.instrumentation.httpx",
+    "opentelemetry.instrumentation.celery",
+    "opentelemetry.instrumentation.redis",
+    "opentelemetry.instrumentation.urllib3",
+)
+_configured = False
+
+
+class TracingUnavailable(RuntimeError):
+    """Tracing was switched on but the ``tracing`` extra is not installed."""
+
+
+def _require() -> None:
+    missing = [name for name in _PACKAGES if _absent(name)]
+    if missing:
+        raise TracingUnavailable(
+            "TENURE_OBSERVABILITY_TRACING_ENABLED is set but OpenTelemetry is not installed "
+            f"(missing {', '.join(missing)}): install the `tracing` extra"
+        )
+
+
+def _absent(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except ModuleNotFoundError:
+        return True
+
+
+def configure_tracing(service_name: str, exporter: Any = None) -> None:
+    """Install the tracer provider and instrument the client libraries (once per process).
+    ``exporter`` replaces the OTLP exporter (tests pass an in-memory one)."""
+    global _configured
+    if _configured:
+        return
+    _require()
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+    from opentelemetry.instrumentation.redis import RedisInstrumentor
+    from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    if exporter is None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    else:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    HTTPXClientInstrumentor().instrument()
+    RedisInstrumentor().instrument()
+    URLLib3Instrumentor().instrument()
+    CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
+    _configured = True
+
+
+def instrument_app(app: Any) -> None:
+    """Server spans for every request of the FastAPI ``app`` (after :func:`configure_tracing`)."""
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")

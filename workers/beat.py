@@ -1,0 +1,58 @@
+"""Celery beat with a liveness file, and the health check that reads it.
+
+beat has no ping (``celery inspect`` talks to workers only), and a hung scheduler looks alive to a
+process check while sweeps, drains and retention silently stop. So every scheduler tick touches
+``<schedule file>.alive``; ``python -m workers.beat check <schedule file>`` exits 0 only while that
+file is fresh. Ticks come at least every ``beat_max_loop_interval`` (the receipt drain, every
+second by default, keeps them far more frequent).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from celery.beat import PersistentScheduler
+
+DEFAULT_MAX_AGE_S = 120.0
+MAX_LOOP_INTERVAL_S = 30.0  # celery's default is 300 s; the health check needs ticks well inside its max age
+
+
+def alive_file(schedule_filename: str) -> Path:
+    return Path(f"{schedule_filename}.alive")
+
+
+class HeartbeatScheduler(PersistentScheduler):  # type: ignore[misc]
+    """The default persistent scheduler, touching its liveness file on every tick."""
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        alive_file(self.schedule_filename).touch()
+        interval: float = super().tick(*args, **kwargs)
+        return interval
+
+
+def check(schedule_filename: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> str | None:
+    """None when beat ticked within ``max_age_s``, else what is wrong."""
+    path = alive_file(schedule_filename)
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return f"{path} does not exist: beat has not ticked yet"
+    return None if age <= max_age_s else f"beat last ticked {age:.0f} s ago (limit {max_age_s:.0f} s)"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3) or argv[0] != "check":
+        sys.stderr.write("usage: python -m workers.beat check <schedule file> [max age in s]\n")
+        return 2
+    problem = check(argv[1], float(argv[2]) if len(argv) == 3 else DEFAULT_MAX_AGE_S)
+    if problem:
+        sys.stderr.write(problem + "\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
