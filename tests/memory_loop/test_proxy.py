@@ -265,7 +265,8 @@ def test_no_upstream_configured_is_a_clear_503(
     from tests.api.conftest import make_team
     from tests.memory_loop.conftest import OWN_UPSTREAM_TENANT
 
-    loop = loop_settings.loop.model_copy(update={"upstream_base_url": None, "upstream_api_key": None})
+    unset = {"upstream_base_url": None, "upstream_api_key": None, "anthropic_upstream_base_url": None}
+    loop = loop_settings.loop.model_copy(update=unset)
     with TestClient(create_app(loop_settings.model_copy(update={"loop": loop}))) as client:
         team = make_team(client, operator_headers)
         sent = len(llm.requests)
