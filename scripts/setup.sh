@@ -34,6 +34,16 @@ if ! command -v caddy >/dev/null 2>&1; then
   (systemctl disable --now caddy >/dev/null 2>&1 || service caddy stop >/dev/null 2>&1 || true)
 fi
 
+# Helm lints and renders deploy/helm in the tests (tests/test_helm.py). No registry here serves
+# its binary, so it is built once from its Go module into GOPATH/bin (a few minutes of CPU; the Go
+# build cache makes later runs instant).
+HELM_VERSION=v3.18.6
+GO=$(command -v go || echo /usr/local/go/bin/go)
+if ! command -v helm >/dev/null 2>&1 && [ -x "$GO" ] && [ ! -x "$("$GO" env GOPATH)/bin/helm" ]; then
+  echo "setup: building helm $HELM_VERSION from its Go module (once)"
+  "$GO" install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 stamp=$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)

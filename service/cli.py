@@ -15,6 +15,7 @@
 Operator commands that talk to OpenSearch directly (TENURE_OPENSEARCH_URL, TENURE_OPENSEARCH_NAMESPACE):
 
     tenure apply-templates                # every index template and alias a deployment needs
+    tenure apply-retention                # delete audit events and turns past their retention now
     tenure reindex beliefs                # template upgrade: copy into generation N+1, swap the alias
     tenure merge-segments beliefs         # after bulk imports: one segment per shard (faster recall)
 
@@ -682,6 +683,26 @@ def bootstrap(settings: Settings, user: str) -> dict[str, Any]:
 @app.command("bootstrap", help="create the first operator key directly in OpenSearch")
 def bootstrap_cmd(user: Annotated[str, typer.Option()] = "root") -> None:
     emit(_direct(lambda s: bootstrap(s, user)), _record)
+
+
+@app.command(
+    "apply-retention",
+    help="delete audit events and turns past their tenant's retention now (directly in OpenSearch; idempotent)",
+)
+def apply_retention_cmd() -> None:
+    from service.domain.belief import utcnow
+    from service.storage.client import build_client
+    from service.storage.retention import RetentionStore, apply_retention
+
+    def run(settings: Settings) -> Any:
+        client = build_client(settings)
+        try:
+            store = RetentionStore(client, settings.opensearch_namespace)
+            return [e.as_dict() for e in apply_retention(store, settings.retention, utcnow())]
+        finally:
+            client.close()
+
+    emit(_direct(run))
 
 
 @app.command("apply-templates", help="put every index template and alias (directly in OpenSearch; idempotent)")

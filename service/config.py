@@ -271,6 +271,35 @@ class ObservabilitySettings(BaseSettings):
     tracing_enabled: bool = False
 
 
+class TenantRetention(BaseModel):
+    """One tenant's retention in days (None: the deployment's; 0: forever)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    audit_days: int | None = Field(None, ge=0, le=36_500)
+    turns_days: int | None = Field(None, ge=0, le=36_500)
+
+
+class RetentionSettings(BaseSettings):
+    """How long audit events and proxied turns are kept (service/storage/retention.py). 0 keeps
+    them forever. ``tenants`` overrides per tenant: ``{"acme": {"audit_days": 365}}``."""
+
+    model_config = SettingsConfigDict(env_prefix="TENURE_RETENTION_", extra="ignore")
+
+    audit_days: int = Field(0, ge=0, le=36_500)
+    turns_days: int = Field(90, ge=0, le=36_500)
+    tenants: dict[str, TenantRetention] = Field(default_factory=dict)
+    # beat runs the retention sweep this often
+    interval_s: int = Field(3600, ge=60, le=7 * 86_400)
+
+    def for_tenant(self, tenant_id: str) -> TenantRetention:
+        base = self.tenants.get(tenant_id) or TenantRetention()
+        return TenantRetention(
+            audit_days=self.audit_days if base.audit_days is None else base.audit_days,
+            turns_days=self.turns_days if base.turns_days is None else base.turns_days,
+        )
+
+
 class CliSettings(BaseSettings):
     """The ``tenure`` CLI: where the API is and which credential to use."""
 
@@ -305,6 +334,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     @property
     def broker_url(self) -> str:

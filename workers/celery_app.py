@@ -12,6 +12,7 @@ from kombu import Queue  # type: ignore[attr-defined]
 
 from service.config import Settings, get_settings
 from service.extraction.queue import (
+    TASK_APPLY_RETENTION,
     TASK_DRAIN_PARKED_TURNS,
     TASK_DRAIN_RECEIPTS,
     TASK_MERGE_SEGMENTS,
@@ -27,6 +28,7 @@ TASK_MODULES = [
     "workers.tasks.compaction",
     "workers.tasks.audit",
     "workers.tasks.maintenance",
+    "workers.tasks.retention",
 ]
 
 
@@ -73,6 +75,11 @@ def create_celery(settings: Settings) -> Celery:
                 "task": TASK_DRAIN_PARKED_TURNS,
                 "schedule": float(settings.loop.parked_drain_interval_s),
                 "options": {"queue": cheap, "expires": float(settings.loop.parked_drain_interval_s)},
+            },
+            "retention": {
+                "task": TASK_APPLY_RETENTION,
+                "schedule": float(settings.retention.interval_s),
+                "options": {"queue": heavy, "expires": float(settings.retention.interval_s)},
             },
             "receipts-drain": {
                 "task": TASK_DRAIN_RECEIPTS,

@@ -23,6 +23,7 @@ TASK_SWEEP_TURNS = "turns.sweep"
 TASK_DRAIN_RECEIPTS = "audit.drain_receipts"
 TASK_DRAIN_PARKED_TURNS = "turns.drain_parked"
 TASK_MERGE_SEGMENTS = "beliefs.merge_segments"
+TASK_APPLY_RETENTION = "retention.apply"
 
 
 def queue_names(settings: Settings) -> tuple[str, str]:

@@ -141,6 +141,12 @@ def maintenance_filters(tenant_id: str | None = None) -> list[dict[str, Any]]:
     return [] if tenant_id is None else [{"term": {"tenant_id": tenant_id}}]
 
 
+def maintenance_excluding(tenant_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """A maintenance scan over every tenant *except* these (the retention sweep's default limit
+    skips tenants that have their own). Narrowing only; returns keys and counts like the rest."""
+    return [{"bool": {"must_not": [{"terms": {"tenant_id": list(tenant_ids)}}]}}] if tenant_ids else []
+
+
 def scope_narrowing(labels: Sequence[str]) -> dict[str, Any]:
     """Restrict a listing to the given scope labels. Narrowing only: it is always combined with
     :func:`access_filters`, so it can hide beliefs but never reveal one."""
