@@ -17,6 +17,7 @@ from service.cli import main
 from service.config import RetentionSettings, Settings, TenantRetention
 from service.domain.belief import utcnow
 from service.storage.audit import AuditEvent, AuditStore
+from service.storage.client import build_client
 from service.storage.operations import apply_all
 from service.storage.retention import RetentionStore, apply_retention
 from service.storage.templates import AUDIT, FAMILIES, TURNS, drop_namespace
@@ -32,12 +33,21 @@ POLICY = RetentionSettings(
 
 
 @pytest.fixture
-def ns(settings: Settings, os_client: OpenSearch) -> Iterator[str]:
+def client(settings: Settings) -> Iterator[OpenSearch]:
+    """Its own client with a patient timeout: creating five indices on a busy CI node can take
+    longer than the service's 10 s, and this test is about retention, not start-up latency."""
+    patient = build_client(settings.model_copy(update={"opensearch_timeout_s": 120.0}))
+    yield patient
+    patient.close()
+
+
+@pytest.fixture
+def ns(client: OpenSearch) -> Iterator[str]:
     namespace = f"ret-{uuid.uuid4().hex[:8]}"
-    apply_all(os_client, namespace)
+    apply_all(client, namespace)
     yield namespace
-    drop_namespace(os_client, namespace, FAMILIES)
-    os_client.indices.delete_index_template(name=f"{namespace}-*", ignore=[404])
+    drop_namespace(client, namespace, FAMILIES)
+    client.indices.delete_index_template(name=f"{namespace}-*", ignore=[404])
 
 
 def _seed(client: OpenSearch, ns: str) -> None:
@@ -82,32 +92,32 @@ def _parse(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def test_each_tenant_keeps_what_its_limits_allow(os_client: OpenSearch, ns: str) -> None:
-    _seed(os_client, ns)
-    done = apply_retention(RetentionStore(os_client, ns), POLICY, NOW)
+def test_each_tenant_keeps_what_its_limits_allow(client: OpenSearch, ns: str) -> None:
+    _seed(client, ns)
+    done = apply_retention(RetentionStore(client, ns), POLICY, NOW)
     assert {(e.family, e.tenant_id, e.days): e.deleted for e in done} == {
         ("audit", None, 30): 2,  # t-default's 60- and 400-day events (overridden tenants untouched)
         ("audit", "t-long", 365): 1,
         ("turns", None, 10): 6,  # t-default's and t-long's 20/60/400-day turns, not the pending one
     }
-    assert _ages_left(os_client, ns, "audit", "t-default", "at") == [5, 20]
-    assert _ages_left(os_client, ns, "audit", "t-long", "at") == [5, 20, 60]
-    assert _ages_left(os_client, ns, "audit", "t-forever", "at") == list(AGES)
-    assert _ages_left(os_client, ns, "turns", "t-default", "created_at") == [5, 400]  # 400: the pending turn
-    assert _ages_left(os_client, ns, "turns", "t-long", "created_at") == [5]
-    assert _ages_left(os_client, ns, "turns", "t-forever", "created_at") == list(AGES)
+    assert _ages_left(client, ns, "audit", "t-default", "at") == [5, 20]
+    assert _ages_left(client, ns, "audit", "t-long", "at") == [5, 20, 60]
+    assert _ages_left(client, ns, "audit", "t-forever", "at") == list(AGES)
+    assert _ages_left(client, ns, "turns", "t-default", "created_at") == [5, 400]  # 400: the pending turn
+    assert _ages_left(client, ns, "turns", "t-long", "created_at") == [5]
+    assert _ages_left(client, ns, "turns", "t-forever", "created_at") == list(AGES)
     # idempotent: the same limits again delete nothing
-    assert all(e.deleted == 0 for e in apply_retention(RetentionStore(os_client, ns), POLICY, NOW))
+    assert all(e.deleted == 0 for e in apply_retention(RetentionStore(client, ns), POLICY, NOW))
 
 
-def test_zero_everywhere_keeps_everything(os_client: OpenSearch, ns: str) -> None:
-    _seed(os_client, ns)
-    assert apply_retention(RetentionStore(os_client, ns), RetentionSettings(audit_days=0, turns_days=0), NOW) == []
-    assert len(_ages_left(os_client, ns, "audit", "t-default", "at")) == len(AGES)
+def test_zero_everywhere_keeps_everything(client: OpenSearch, ns: str) -> None:
+    _seed(client, ns)
+    assert apply_retention(RetentionStore(client, ns), RetentionSettings(audit_days=0, turns_days=0), NOW) == []
+    assert len(_ages_left(client, ns, "audit", "t-default", "at")) == len(AGES)
 
 
-def test_the_cli_applies_the_configured_retention(settings: Settings, os_client: OpenSearch, ns: str) -> None:
-    _seed(os_client, ns)
+def test_the_cli_applies_the_configured_retention(settings: Settings, client: OpenSearch, ns: str) -> None:
+    _seed(client, ns)
     out, err = io.StringIO(), io.StringIO()
     configured = settings.model_copy(update={"opensearch_namespace": ns, "retention": POLICY})
     assert main(["--json", "apply-retention"], settings=configured, out=out, err=err) == 0, err.getvalue()
