@@ -54,7 +54,12 @@ def _seed(client: OpenSearch, ns: str) -> None:
     events, turns = AuditStore(client, ns), TurnStore(client, ns)
     for tenant in ("t-default", "t-long", "t-forever"):
         events.append_many(
-            [AuditEvent(tenant_id=tenant, at=NOW - timedelta(days=d), action="recall", actor_id="u") for d in AGES]
+            [
+                AuditEvent(
+                    tenant_id=tenant, at=NOW - timedelta(days=d), action="recall", actor_id="u", actor_kind="user"
+                )
+                for d in AGES
+            ]
         )
         for days in AGES:
             at = NOW - timedelta(days=days)
@@ -98,7 +103,8 @@ def test_each_tenant_keeps_what_its_limits_allow(client: OpenSearch, ns: str) ->
     assert {(e.family, e.tenant_id, e.days): e.deleted for e in done} == {
         ("audit", None, 30): 2,  # t-default's 60- and 400-day events (overridden tenants untouched)
         ("audit", "t-long", 365): 1,
-        ("turns", None, 10): 6,  # t-default's and t-long's 20/60/400-day turns, not the pending one
+        ("turns", None, 10): 3,  # t-default's 20/60/400-day turns, not the pending one
+        ("turns", "t-long", 10): 3,  # its override leaves turns at the deployment's 10 days
     }
     assert _ages_left(client, ns, "audit", "t-default", "at") == [5, 20]
     assert _ages_left(client, ns, "audit", "t-long", "at") == [5, 20, 60]
