@@ -33,6 +33,7 @@ import httpx
 import redis
 from pydantic import SecretStr
 
+from deploy.cluster import Cluster
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 
@@ -59,15 +60,27 @@ class StackConfig:
     llm_args: tuple[str, ...] = ("--mode", "load")
     # extra TENURE_* variables for the API, worker and beat processes
     env: dict[str, str] = field(default_factory=dict)
+    # > 1: an OpenSearch cluster of that many nodes (deploy/cluster.py) instead of one node; its
+    # nodes are components named node-1, node-2, ...
+    opensearch_nodes: int = 1
+    # > 1: more API servers (uvicorn supervisors with api_workers each) named api, api-2, ...
+    api_processes: int = 1
+    # two Celery workers, worker-heavy and worker-cheap, one per queue, instead of one on both
+    split_worker_queues: bool = False
 
 
 def celery_worker_args(
-    queue_prefix: str, *, concurrency: int = 1, name: str = "tenure", loglevel: str = "INFO"
+    queue_prefix: str,
+    *,
+    concurrency: int = 1,
+    name: str = "tenure",
+    loglevel: str = "INFO",
+    queues: tuple[str, ...] = ("heavy", "cheap"),
 ) -> list[str]:
-    """``python -m`` arguments of a Celery worker on both of a deployment's queues, as the stack,
-    the tests and the benchmarks run it (prefork, no gossip/mingle/heartbeat chatter)."""
+    """``python -m`` arguments of a Celery worker on a deployment's queues (both by default), as
+    the stack, the tests and the benchmarks run it (prefork, no gossip/mingle/heartbeat chatter)."""
     return [
-        "celery", "-A", "workers.celery_app", "worker", "-Q", f"{queue_prefix}.heavy,{queue_prefix}.cheap",
+        "celery", "-A", "workers.celery_app", "worker", "-Q", ",".join(f"{queue_prefix}.{q}" for q in queues),
         "--pool=prefork", f"--concurrency={concurrency}", "--without-gossip", "--without-mingle",
         "--without-heartbeat", "-l", loglevel, "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h",
     ]  # fmt: skip
@@ -123,7 +136,8 @@ class LocalStack:
         self.config = config
         self.root = config.root
         self.logs = self.root / "logs"
-        self.ports = {"api": free_port(), "llm": free_port()}
+        self.ports = {name: free_port() for name in ("llm", *self.api_names)}
+        self.cluster: Cluster | None = None
         self._servers: dict[str, Service] = {}
         self._procs: dict[str, _Process] = {}
         self._server_ports: dict[str, int] = {}
@@ -134,8 +148,23 @@ class LocalStack:
     # ------------------------------------------------------------------ addresses and settings
 
     @property
+    def api_names(self) -> list[str]:
+        return ["api", *(f"api-{i}" for i in range(2, self.config.api_processes + 1))]
+
+    @property
+    def worker_names(self) -> list[str]:
+        if not self.config.with_worker:
+            return []
+        return ["worker-heavy", "worker-cheap"] if self.config.split_worker_queues else ["worker"]
+
+    @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['api']}"
+
+    @property
+    def api_urls(self) -> list[str]:
+        """Every API server's URL (a load balancer's upstreams)."""
+        return [f"http://127.0.0.1:{self.ports[name]}" for name in self.api_names]
 
     @property
     def llm_url(self) -> str:
@@ -144,7 +173,8 @@ class LocalStack:
     @property
     def owned(self) -> tuple[str, ...]:
         """The components this stack started and may kill."""
-        return (*self._servers, *self._procs)
+        nodes = [n.name for n in self.cluster.nodes] if self.cluster else []
+        return (*self._servers, *nodes, *self._procs)
 
     def settings(self) -> Settings:
         """The settings every process of the stack runs with (also for in-process store access)."""
@@ -189,7 +219,11 @@ class LocalStack:
     def start(self) -> LocalStack:
         self.logs.mkdir(parents=True, exist_ok=True)
         try:
-            if not self.config.opensearch_url:
+            if not self.config.opensearch_url and self.config.opensearch_nodes > 1:
+                self.cluster = Cluster(self.root / "cluster", self.config.opensearch_nodes, self.config.opensearch_heap)
+                self.cluster.start()
+                self.opensearch_url = self.cluster.url
+            elif not self.config.opensearch_url:
                 self._start_server("opensearch", fresh=True)
             if not self.config.redis_url:
                 self._start_server("redis", fresh=True)
@@ -208,6 +242,8 @@ class LocalStack:
         for svc in self._servers.values():
             svc.stop()
         self._servers.clear()
+        if self.cluster:
+            self.cluster.stop()
 
     def __enter__(self) -> LocalStack:
         return self.start()
@@ -218,19 +254,17 @@ class LocalStack:
         self.stop()
 
     def _python_components(self) -> list[str]:
-        wanted = {
-            "llm": self.config.with_llm,
-            "api": True,
-            "worker": self.config.with_worker,
-            "beat": self.config.with_beat,
-        }
-        return [name for name in PYTHON_COMPONENTS if wanted[name]]
+        llm = ["llm"] if self.config.with_llm else []
+        beat = ["beat"] if self.config.with_beat else []
+        return [*llm, *self.api_names, *self.worker_names, *beat]
 
     # ------------------------------------------------------------------ faults
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Signal a component's whole process group and reap it (SIGKILL: no shutdown at all)."""
-        if name in self._servers:
+        if self.cluster and name in self.owned and name.startswith("node-"):
+            self.cluster.kill(name, sig)
+        elif name in self._servers:
             svc = self._servers[name]
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(svc.process.pid, sig)
@@ -242,9 +276,11 @@ class LocalStack:
 
     def start_component(self, name: str) -> None:
         """(Re)start a component on its port and data directory and wait until it serves."""
-        if name in ("opensearch", "redis"):
+        if self.cluster and name.startswith("node-"):
+            self.cluster.start_node(name)
+        elif name in ("opensearch", "redis"):
             self._start_server(name, fresh=False)
-        elif name in PYTHON_COMPONENTS:
+        elif name in self._python_components():
             self._procs[name] = _Process(name, self._args(name), self.process_env(), self.logs / f"{name}.log")
             self._wait_ready(name)
         else:
@@ -269,15 +305,18 @@ class LocalStack:
         ns = self.config.namespace
         if name == "llm":
             return ["loadtest.scripted_llm", "--port", str(self.ports["llm"]), *self.config.llm_args]
-        if name == "api":
+        if name in self.api_names:
             return [
                 "uvicorn", "service.api.app:create_app", "--factory", "--host", "127.0.0.1",
-                "--port", str(self.ports["api"]), "--workers", str(self.config.api_workers),
+                "--port", str(self.ports[name]), "--workers", str(self.config.api_workers),
                 "--log-level", "warning", "--no-access-log",
                 "--http", "service.api.http_protocol:JsonErrorHttpProtocol",
             ]  # fmt: skip
         if name == "worker":
             return celery_worker_args(ns, concurrency=self.config.worker_concurrency, name="stack")
+        if name in ("worker-heavy", "worker-cheap"):
+            queue = name.removeprefix("worker-")
+            return celery_worker_args(ns, concurrency=self.config.worker_concurrency, name=name, queues=(queue,))
         return ["celery", "-A", "workers.celery_app", "beat", "-s", str(self.root / "beat-schedule"), "-l", "INFO"]
 
     def _wait_ready(self, name: str) -> None:
@@ -286,11 +325,11 @@ class LocalStack:
         def ready() -> bool:
             if not proc.alive():
                 raise RuntimeError(f"{name} exited: {proc.log_tail()}")
-            if name == "api":
-                return _http_status(f"{self.api_url}/readyz") == 200
+            if name in self.api_names:
+                return _http_status(f"http://127.0.0.1:{self.ports[name]}/readyz") == 200
             if name == "llm":
                 return _http_status(f"{self.llm_url}/models") is not None
-            if name == "worker":
+            if name.startswith("worker"):
                 return "ready." in proc.log_tail(20_000)
             return True
 
@@ -301,6 +340,8 @@ class LocalStack:
     def pids(self) -> dict[str, list[int]]:
         """Every live pid of each component: the group leader and its descendants."""
         leaders = {name: svc.process.pid for name, svc in self._servers.items()}
+        if self.cluster:
+            leaders.update({n.name: n.process.pid for n in self.cluster.nodes if n.process and n.alive()})
         leaders.update({name: p.proc.pid for name, p in self._procs.items() if p.alive()})
         return {name: _process_tree(pid) for name, pid in leaders.items()}
 

@@ -31,6 +31,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -84,6 +85,12 @@ class DrillPlan:
     # kill only once an extraction is running (the worker drill), at most this long after warm_s
     wait_for_running_extraction_s: float = 0.0
     drain_timeout_s: float = 150.0
+    # the cluster drill: nodes, API servers, and a worker per queue (deploy/cluster.py)
+    opensearch_nodes: int = 1
+    api_processes: int = 1
+    split_worker_queues: bool = False
+    # the cluster drill: load between the data node's return to green and the manager's loss
+    between_s: float = 10.0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -118,6 +125,22 @@ PLANS: dict[str, DrillPlan] = {
             mix={"recall": 72, "write": 20, "turn": 8},
             allowed_failures=frozenset(),
             wait_for_running_extraction_s=30.0,
+        ),
+        DrillPlan(
+            "cluster",
+            "cluster",
+            "A 3-node OpenSearch cluster (beliefs with 1 replica), 2 API servers, one Celery worker per "
+            "queue: SIGKILL a data node that is not the cluster manager, start it again, wait for green; "
+            "then SIGKILL the elected cluster manager, start it again, wait for green. No request may fail "
+            "other than with a 503, and nothing acknowledged may be lost.",
+            outage_s=10.0,
+            recovery_s=15.0,
+            opensearch_nodes=3,
+            api_processes=2,
+            split_worker_queues=True,
+            recovery_budget_s=20.0,
+            fail_fast_ms=5000.0,
+            drain_timeout_s=180.0,
         ),
         DrillPlan(
             "api",
@@ -326,8 +349,7 @@ def _unfinished(point: dict[str, Any]) -> int:
 
 def worker_log_counts(stack: LocalStack) -> dict[str, int]:
     """What the worker did, from its log (every worker of the drill appends to it)."""
-    log = stack.logs / "worker.log"
-    text = log.read_text(errors="replace") if log.exists() else ""
+    text = "".join(log.read_text(errors="replace") for log in sorted(stack.logs.glob("worker*.log")))
     extract_done = [line for line in text.splitlines() if "Task beliefs.extract[" in line and "succeeded" in line]
     return {
         "extract_tasks_succeeded": len(extract_done),
@@ -340,8 +362,9 @@ def worker_log_counts(stack: LocalStack) -> dict[str, int]:
 
 def unhandled_errors(stack: LocalStack) -> int:
     """Requests the API answered with its generic 500 (logged by the last-resort handler)."""
-    log = stack.logs / "api.log"
-    return log.read_text(errors="replace").count("unhandled error in request") if log.exists() else 0
+    return sum(
+        log.read_text(errors="replace").count("unhandled error in request") for log in stack.logs.glob("api*.log")
+    )
 
 
 # ---------------------------------------------------------------------------- one drill
@@ -360,8 +383,64 @@ class Events:
         return self.marks[name]
 
 
+async def lose_node(stack: LocalStack, plan: DrillPlan, events: Events, node: str, phase: str) -> dict[str, Any]:
+    """SIGKILL one cluster node, keep it down ``outage_s``, start it again, wait for green."""
+    cluster = stack.cluster
+    assert cluster is not None
+    before = await asyncio.to_thread(cluster.health)
+    events.mark(f"{phase}_killed")
+    await asyncio.to_thread(stack.kill, node, signal.SIGKILL)
+    # how long until the survivors answer with a cluster manager again (instant for a data node)
+    manager = await asyncio.to_thread(_wait_for_manager, cluster, 120.0)
+    events.mark(f"{phase}_manager_known")
+    during = await asyncio.to_thread(cluster.health)
+    await asyncio.sleep(plan.outage_s)
+    events.mark(f"{phase}_restart")
+    await asyncio.to_thread(stack.start_component, node)
+    events.mark(f"{phase}_rejoined")
+    await asyncio.to_thread(cluster.wait_for, status="green", nodes=cluster.size, timeout_s=600.0)
+    events.mark(f"{phase}_green")
+    marks = events.marks
+    return {
+        "node": node,
+        "manager_before": before.get("cluster_manager_node") or None,
+        "manager_after": manager,
+        "status_during": during["status"],
+        "unassigned_shards_during": during["unassigned_shards"],
+        "manager_known_after_kill_s": round(marks[f"{phase}_manager_known"] - marks[f"{phase}_killed"], 2),
+        "green_after_restart_s": round(marks[f"{phase}_green"] - marks[f"{phase}_restart"], 2),
+        "green_after_kill_s": round(marks[f"{phase}_green"] - marks[f"{phase}_killed"], 2),
+    }
+
+
+def _wait_for_manager(cluster: Any, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(RuntimeError, KeyError, IndexError):
+            return str(cluster.cluster_manager())
+        time.sleep(0.1)
+    raise RuntimeError(f"no cluster manager elected within {timeout_s:.0f}s")
+
+
+async def inject_cluster(stack: LocalStack, plan: DrillPlan, events: Events) -> dict[str, Any]:
+    """Lose a data node that is not the cluster manager, then the elected cluster manager."""
+    cluster = stack.cluster
+    assert cluster is not None
+    manager = await asyncio.to_thread(cluster.cluster_manager)
+    data_node = next(n.name for n in cluster.nodes if n.name != manager)
+    events.mark("fault")
+    data = await lose_node(stack, plan, events, data_node, "data_node")
+    await asyncio.sleep(plan.between_s)
+    manager = await asyncio.to_thread(cluster.cluster_manager)
+    elected = await lose_node(stack, plan, events, manager, "cluster_manager")
+    events.mark("ready")
+    return {"cluster": {"data_node": data, "cluster_manager": elected}}
+
+
 async def inject(stack: LocalStack, plan: DrillPlan, events: Events) -> dict[str, Any]:
     """The fault: signal the component, keep it down ``outage_s``, start it again."""
+    if plan.component == "cluster":
+        return await inject_cluster(stack, plan, events)
     notes: dict[str, Any] = {}
     if plan.wait_for_running_extraction_s:
         notes["at_kill"] = await wait_for_running_extraction(stack, plan.wait_for_running_extraction_s)
@@ -378,7 +457,7 @@ async def inject(stack: LocalStack, plan: DrillPlan, events: Events) -> dict[str
 
 async def drive(stack: LocalStack, plan: DrillPlan) -> dict[str, Any]:
     config = LoadConfig(
-        url=stack.api_url,
+        url=",".join(stack.api_urls),
         operator_key=stack.operator_key(),
         tenants=plan.tenants,
         users_per_tenant=plan.users_per_tenant,
@@ -455,6 +534,8 @@ def judge(
     if plan.wait_for_running_extraction_s:
         running = notes.get("at_kill", {}).get("turns_running", 0)
         criteria.check(running > 0, "no extraction was running when the worker was killed")
+    if "cluster" in notes:
+        notes["cluster"]["recall"] = cluster_recall(samples, marks)
     return {
         "drill": plan.name,
         "plan": plan.to_json(),
@@ -486,6 +567,25 @@ def judge(
     }
 
 
+def cluster_recall(samples: Sequence[Any], marks: dict[str, float]) -> dict[str, Any]:
+    """Recall before the first loss and while each node was gone (kill to green again)."""
+
+    def window(start: float, end: float) -> dict[str, Any]:
+        recalls = [s for s in samples if s.op == "recall" and start <= s.t_s < end]
+        return {
+            "requests": len(recalls),
+            "errors": sum(1 for s in recalls if not s.ok),
+            "outcomes": dict(sorted(Counter(s.outcome for s in recalls).items())),
+            "ok_latency_ms": LatencySummary.of([s.latency_ms for s in recalls if s.ok]).to_json(),
+        }
+
+    return {
+        "before": window(0.0, marks["fault"]),
+        "data_node_lost": window(marks["data_node_killed"], marks["data_node_green"]),
+        "cluster_manager_lost": window(marks["cluster_manager_killed"], marks["cluster_manager_green"]),
+    }
+
+
 async def split_unrecorded(config: LoadConfig, fleet: Fleet, report: LoadReport) -> tuple[LoadReport, list[TurnRecord]]:
     """Move the answered turns that were never stored to the unacknowledged ones.
 
@@ -496,7 +596,8 @@ async def split_unrecorded(config: LoadConfig, fleet: Fleet, report: LoadReport)
     without this split the verifier would wait its whole drain timeout for turns that cannot
     appear. Asked after the load stopped, so no recording is still under way; a turn is read by
     key (real time), so a 404 is final."""
-    async with httpx.AsyncClient(base_url=config.url, timeout=config.request_timeout_s) as client:
+    base_url = config.url.split(",")[0]
+    async with httpx.AsyncClient(base_url=base_url, timeout=config.request_timeout_s) as client:
         gate = asyncio.Semaphore(16)
 
         async def absent(turn: TurnRecord) -> bool:
@@ -550,17 +651,30 @@ def drop_indices(settings: Settings) -> None:
         client.close()
 
 
-def stack_config(root: Path, opensearch_url: str | None = None) -> StackConfig:
+def stack_config(root: Path, opensearch_url: str | None = None, plan: DrillPlan | None = None) -> StackConfig:
+    if plan and plan.opensearch_nodes > 1:
+        # three JVMs on a shared 2-core box: small heaps, one uvicorn process per API server
+        return StackConfig(
+            root=root,
+            opensearch_heap="512m",
+            opensearch_nodes=plan.opensearch_nodes,
+            api_processes=plan.api_processes,
+            api_workers=1,
+            split_worker_queues=plan.split_worker_queues,
+            worker_concurrency=1,
+            # creating the indices across three JVMs on a busy box can outlast the 10 s default
+            env={**DRILL_ENV, "TENURE_OPENSEARCH_TIMEOUT_S": "30"},
+        )
     return StackConfig(root=root, opensearch_url=opensearch_url, opensearch_heap="1g", env=dict(DRILL_ENV))
 
 
 def run_drill(plan: DrillPlan, root: Path, *, opensearch_url: str | None = None) -> dict[str, Any]:
     """One drill on a fresh stack under ``root`` (its own Redis; its own OpenSearch unless
     ``opensearch_url`` is given, which only a drill that does not kill OpenSearch may share)."""
-    if opensearch_url and plan.component == "opensearch":
+    if opensearch_url and plan.component in ("opensearch", "cluster"):
         raise ValueError("the OpenSearch drill kills its node: it cannot use a shared one")
     started = time.monotonic()
-    stack = LocalStack(stack_config(root, opensearch_url))
+    stack = LocalStack(stack_config(root, opensearch_url, plan))
     try:
         with stack:
             result = asyncio.run(drive(stack, plan))
@@ -593,6 +707,13 @@ def format_result(result: dict[str, Any]) -> str:
         "after ready; "
         f"worker: {result['state']['worker_log']}",
     ]
+    for phase, info in result["state"].get("cluster", {}).items():
+        if phase != "recall":
+            lines.append(f"cluster {phase}: {json.dumps(info)}")
+    for phase, info in result["state"].get("cluster", {}).get("recall", {}).items():
+        lat = info["ok_latency_ms"]
+        counts = f"{info['requests']} requests, {info['errors']} errors"
+        lines.append(f"recall {phase}: {counts}, p50 {lat['p50']} p99 {lat['p99']} ms")
     v = result["verification"]
     lines.append(
         f"verification: writes {v['acknowledged_writes']} acknowledged, {len(v['lost_writes'])} lost; turns "

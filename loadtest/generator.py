@@ -64,7 +64,7 @@ MISS_QUERIES = (
 
 @dataclass
 class LoadConfig:
-    url: str
+    url: str  # the API's base URL; several API servers: their URLs, comma-separated
     operator_key: str
     tenants: int = 4
     users_per_tenant: int = 2
@@ -77,11 +77,18 @@ class LoadConfig:
     request_timeout_s: float = 10.0
     seed: int = 0
 
+    # requests sent so far: with several API servers (``url`` comma-separated) they take turns,
+    # like a round-robin load balancer in front of them
+    _sent: int = field(default=0, init=False, repr=False, compare=False)
+
     def endpoint(self, path: str) -> str:
-        return f"{self.url.rstrip('/')}{path}"
+        urls = self.url.split(",")
+        self._sent += 1
+        return f"{urls[self._sent % len(urls)].strip().rstrip('/')}{path}"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("_sent")
         data["operator_key"] = self.operator_key[:20] + "..."  # the key id part only; never the secret
         return data
 

@@ -317,6 +317,7 @@ class Settings(BaseSettings):
     # works over plain http on a laptop. Every other value gets Secure cookies.
     environment: str = "development"
 
+    # One node's URL, or a cluster's nodes comma-separated ("http://a:9200,http://b:9200").
     opensearch_url: str = "http://127.0.0.1:9200"
     opensearch_username: str | None = None
     opensearch_password: SecretStr | None = None

@@ -40,12 +40,19 @@ class FastJSONSerializer(JSONSerializer):
             raise SerializationError(data, exc) from exc
 
 
+def opensearch_hosts(url: str) -> list[str]:
+    """``TENURE_OPENSEARCH_URL`` names one node or, comma-separated, several nodes of a cluster."""
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
 def build_client(settings: Settings) -> OpenSearch:
     auth = None
     if settings.opensearch_username and settings.opensearch_password:
         auth = (settings.opensearch_username, settings.opensearch_password.get_secret_value())
     return OpenSearch(
-        hosts=[settings.opensearch_url],
+        # several nodes: requests rotate over them, and one that fails to connect is retried on
+        # the next node (max_retries) while the dead one rests (opensearch-py's connection pool)
+        hosts=opensearch_hosts(settings.opensearch_url),
         http_auth=auth,
         timeout=settings.opensearch_timeout_s,
         max_retries=1,

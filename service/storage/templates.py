@@ -75,6 +75,12 @@ def expected_mapping(family: IndexFamily) -> dict[str, Any]:
     return out
 
 
+# Template puts and index creation are cluster-state updates: the cluster manager answers within
+# its own 30 s timeout. The client waits longer than that (not the 10 s request default), so on a
+# busy or multi-node cluster the server's answer decides, not a client-side read timeout.
+ADMIN_TIMEOUT_S = 60
+
+
 def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFamily, ...] = (BELIEFS,)) -> list[str]:
     """Put component and index templates (older versions of a family's index template removed
     first), then make sure each family's alias exists.
@@ -84,11 +90,15 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
     """
     removed: list[str] = []
     for path in sorted((TEMPLATE_DIR / "component").glob("*.json")):
-        client.cluster.put_component_template(name=component_name(path.stem), body=load_json(f"component/{path.name}"))
+        client.cluster.put_component_template(
+            name=component_name(path.stem), body=load_json(f"component/{path.name}"), request_timeout=ADMIN_TIMEOUT_S
+        )
     for family in families:
         removed += remove_stale_index_templates(client, family, namespace)
         client.indices.put_index_template(
-            name=index_template_name(family, namespace), body=index_template_body(family, namespace)
+            name=index_template_name(family, namespace),
+            body=index_template_body(family, namespace),
+            request_timeout=ADMIN_TIMEOUT_S,
         )
         ensure_alias(client, family, namespace)
     return removed
@@ -110,7 +120,8 @@ def remove_stale_index_templates(client: OpenSearch, family: IndexFamily, namesp
         return []
     stale = [t["name"] for t in listed.get("index_templates", []) if own.match(t["name"]) and t["name"] != current]
     for name in stale:
-        client.indices.delete_index_template(name=name, ignore=[404])  # another process may be first
+        # another process may be first
+        client.indices.delete_index_template(name=name, ignore=[404], request_timeout=ADMIN_TIMEOUT_S)
     return stale
 
 
@@ -120,7 +131,9 @@ def ensure_alias(client: OpenSearch, family: IndexFamily, namespace: str) -> str
         return alias
     index = family.concrete(namespace)
     try:
-        client.indices.create(index=index, body={"aliases": {alias: {"is_write_index": True}}})
+        client.indices.create(
+            index=index, body={"aliases": {alias: {"is_write_index": True}}}, request_timeout=ADMIN_TIMEOUT_S
+        )
     except os_exc.RequestError as exc:
         if "resource_already_exists_exception" not in str(exc.error):
             raise
