@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole test suite against a real OpenSearch node and a real Redis
 # (both started by the pytest session fixture on free ports, torn down afterwards), then lint and
-# type-check, then run docker-compose.yml for real through Podman (scripts/compose-check.sh: build,
-# up, load profile, nothing lost, restart on the volumes, tear down; ~10 min on a fresh machine).
-# Extra arguments go to pytest and select a partial run, which skips the compose check; CI passes none.
+# type-check. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,6 +9,3 @@ bash scripts/setup.sh
 .venv/bin/mypy
 .venv/bin/lint-imports  # the layering contracts ([tool.importlinter] in pyproject.toml)
 .venv/bin/python -m pytest "$@"
-if [ $# -eq 0 ]; then
-  bash scripts/compose-check.sh
-fi
