@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from evals.cases import PAPER_DIR
-from service.domain.belief import Belief, Lifecycle, normalize_canonical_name
+from service.domain.belief import Belief, ChangeLogEntry, Lifecycle, normalize_canonical_name, roll_over
+from tests.factories import make_belief
 
 SEED: list[dict[str, Any]] = json.loads((PAPER_DIR / "beliefs.seed.json").read_text())
 
@@ -150,3 +152,17 @@ def test_document_round_trip_keeps_everything() -> None:
     doc = belief.to_document()
     assert doc["lifecycle"] == "live" and len(doc["content_hash"]) == 64
     assert Belief.from_document(doc) == belief
+
+
+def test_removed_aliases_survive_the_change_log_rollover() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    entries = [ChangeLogEntry(changed_at=at, trigger="created")]
+    entries.append(ChangeLogEntry(changed_at=at, trigger="aliases removed", removed_aliases=["lru"]))
+    for round_ in range(3):  # the first removal is dropped by the first rollover, the rest later
+        entries += [ChangeLogEntry(changed_at=at, trigger="reinforced") for _ in range(10)]
+        entries.append(ChangeLogEntry(changed_at=at, trigger="aliases removed", removed_aliases=[f"x{round_}"]))
+        entries = roll_over(entries, cap=6)
+    assert len(entries) == 6 and entries[1].trigger == "change log rolled over"
+    belief = make_belief("t", "u", "redis_cache", aliases=["redis", "x1"])
+    belief.change_log = entries
+    assert belief.removed_aliases() == ["lru", "x0", "x2"]  # x1 was given back: no longer refused

@@ -153,6 +153,12 @@ def merge_aliases(existing: list[str], new: list[str], *, cap: int = MAX_ALIASES
     return merged, dropped
 
 
+def without_removed(belief: Belief, aliases: list[str]) -> list[str]:
+    """``aliases`` (normalised) less those a person took back from ``belief``."""
+    removed = set(belief.removed_aliases())
+    return [a for a in normalize_aliases(aliases, cap=None) if a not in removed]
+
+
 def spoken_name(canonical_name: str) -> str:
     """A canonical name as an alias, the way people type it: ``orm_choice`` -> ``orm choice``."""
     return normalize_alias(canonical_name.replace("_", " "))
@@ -218,7 +224,14 @@ class Change:
     def principal(self) -> Principal:
         return self.actor.principal
 
-    def entry(self, trigger: str, *, previous: Belief | None = None, note: str | None = None) -> ChangeLogEntry:
+    def entry(
+        self,
+        trigger: str,
+        *,
+        previous: Belief | None = None,
+        note: str | None = None,
+        removed_aliases: list[str] | None = None,
+    ) -> ChangeLogEntry:
         session = self.actor.session_id
         return ChangeLogEntry(
             changed_at=self.at,
@@ -230,6 +243,7 @@ class Change:
             changed_by_session=session[:200] if session else None,
             changed_by_turn=self.turn_id,
             note=clip(note, 2000) if note else None,
+            removed_aliases=removed_aliases or None,
         )
 
     def logged(self, belief: Belief, trigger: str) -> bool:
@@ -456,7 +470,15 @@ class BeliefLifecycle:
             epistemic_status=EpistemicStatus.ACTIVE,
             supersedes=old.id,
             last_reinforced_at=change.at if spec.reinforced_now else None,
-            change_log=[change.entry(f"{spec.trigger} belief {old.id}", previous=old, note="; ".join(notes) or None)],
+            # aliases taken back from the old version stay taken back from the new one
+            change_log=[
+                change.entry(
+                    f"{spec.trigger} belief {old.id}",
+                    previous=old,
+                    note="; ".join(notes) or None,
+                    removed_aliases=[a for a in old.removed_aliases() if a not in aliases],
+                )
+            ],
         )
         if spec.provenance is not None:
             values["provenance"] = spec.provenance
@@ -595,15 +617,18 @@ class BeliefLifecycle:
         *,
         trigger: str = "reinforced",
         promote: Callable[[Belief, datetime], bool] | None = None,
+        keep_removed_out: bool = False,
     ) -> Belief:
         """One more statement of a live belief (plus aliases). A change with a turn reinforces at
-        most once per turn; ``promote`` decides whether an inferred belief becomes active."""
+        most once per turn; ``promote`` decides whether an inferred belief becomes active;
+        ``keep_removed_out`` (the memory loop) leaves out aliases a person took back."""
         promoted: list[bool] = []
 
         def edit(belief: Belief) -> Belief:
             if not belief.is_live:
                 raise Conflict(f"belief {belief_id!r} is {belief.lifecycle.value}; cannot reinforce it")
-            belief.aliases, dropped = merge_aliases(belief.aliases, aliases)
+            wanted = without_removed(belief, aliases) if keep_removed_out else aliases
+            belief.aliases, dropped = merge_aliases(belief.aliases, wanted)
             if change.logged(belief, trigger):
                 return belief
             belief.reinforcement_count += 1
@@ -635,17 +660,20 @@ class BeliefLifecycle:
         *,
         trigger: str = "aliases added",
         tenant_wide: bool = False,
+        keep_removed_out: bool = False,
     ) -> tuple[Belief, list[str], list[str]]:
         """Add aliases within the cap. Returns the belief, the aliases actually added and those
         dropped for the cap; the change log and the audit trail record only a change that added or
-        dropped something."""
+        dropped something. ``keep_removed_out`` (the memory loop) leaves out aliases a person
+        took back (:meth:`Belief.removed_aliases`); a person adding one again is not refused."""
         if not aliases:
             raise ValidationFailed("no aliases given")
         added: list[str] = []
         dropped: list[str] = []
 
         def edit(belief: Belief) -> Belief:
-            merged, cut = merge_aliases(belief.aliases, aliases)
+            wanted = without_removed(belief, aliases) if keep_removed_out else aliases
+            merged, cut = merge_aliases(belief.aliases, wanted)
             added[:] = [a for a in merged if a not in belief.aliases]
             dropped[:] = cut
             if added or cut:
@@ -684,7 +712,7 @@ class BeliefLifecycle:
                 )
             removed[:] = wanted
             belief.aliases = [a for a in belief.aliases if a not in wanted]
-            belief.change_log.append(change.entry("aliases removed", note=", ".join(wanted)))
+            belief.change_log.append(change.entry("aliases removed", note=", ".join(wanted), removed_aliases=wanted))
             return belief
 
         before, updated = self._mutate(change, belief_id, edit)

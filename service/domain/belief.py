@@ -36,6 +36,7 @@ MAX_CONTENT_CHARS = 8000
 MAX_WHY_CHARS = 2000
 MAX_CHANGE_LOG = 200
 MAX_RELATION_TYPE_CHARS = 64
+MAX_REMOVED_ALIASES = 500  # remembered per belief (the change log's rollover keeps them too)
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
@@ -188,6 +189,8 @@ class ChangeLogEntry(BaseModel):
     changed_by_session: str | None = Field(None, max_length=200)
     changed_by_turn: str | None = Field(None, max_length=200)
     note: str | None = Field(None, max_length=2000)
+    # aliases a person took back (normalised): the memory loop never adds them again
+    removed_aliases: list[str] | None = Field(None, max_length=MAX_REMOVED_ALIASES)
 
     _utc = field_validator("changed_at")(_as_utc)
 
@@ -211,13 +214,26 @@ def roll_over(entries: list[ChangeLogEntry], *, cap: int = MAX_CHANGE_LOG) -> li
         dropped_before = int(found.group(1)) if found else 0
     keep = cap - 2
     dropped = dropped_before + len(rest) - keep
+    gone = ([marker] if dropped_before else []) + rest[: len(rest) - keep]
     marker = ChangeLogEntry(
         changed_at=rest[-keep - 1].changed_at if len(rest) > keep else first.changed_at,
         trigger=ROLLOVER_TRIGGER,
         actor="tenure",
         note=f"{dropped} entries between the first and the last {keep} dropped",
+        removed_aliases=removed_in(gone)[-MAX_REMOVED_ALIASES:] or None,
     )
     return [first, marker, *rest[-keep:]]
+
+
+def removed_in(entries: list[ChangeLogEntry]) -> list[str]:
+    """The aliases the entries record as taken back, oldest first, each once (the rollover marker
+    carries those of the entries it replaced, so none is forgotten)."""
+    out: list[str] = []
+    for entry in entries:
+        for alias in entry.removed_aliases or ():
+            if alias not in out:
+                out.append(alias)
+    return out
 
 
 BeliefId = Annotated[str, Field(pattern=ID_RE.pattern)]
@@ -350,6 +366,11 @@ class Belief(BaseModel):
     @property
     def is_live(self) -> bool:
         return self.lifecycle is Lifecycle.LIVE
+
+    def removed_aliases(self) -> list[str]:
+        """Aliases a person took back and has not given back since (an alias they add again
+        through the API is theirs to add): extraction and the alias flywheel must not add them."""
+        return [a for a in removed_in(self.change_log) if a not in self.aliases]
 
     def to_document(self) -> dict[str, Any]:
         """The OpenSearch source: the model plus derived, indexed fields."""

@@ -37,6 +37,7 @@ from service.domain.belief import (
     ExpertiseDepth,
     Subtype,
     content_fingerprint,
+    normalize_aliases,
     normalize_canonical_name,
     utcnow,
 )
@@ -348,10 +349,14 @@ class Compactor:
         source_ids = sorted(b.id for b in sources)
         new_id = "b-c" + hashlib.sha256("|".join([key.tenant_id, *source_ids]).encode()).hexdigest()[:24]
         retired_names = [spoken_name(b.canonical_name) for b in sources if b.canonical_name != plan.canonical_name]
+        # aliases a person took back from a source stay out, whatever the plan proposes
+        current = {a for b in sources for a in b.aliases}
+        removed = [a for b in sources for a in b.removed_aliases() if a not in current]
+        proposed = [a for a in normalize_aliases(list(plan.aliases), cap=None) if a not in removed]
         # retired names first: they must survive the cap for search continuity
         aliases, cut = merge_aliases(
             [],
-            [*retired_names, *plan.aliases, *(a for b in sources for a in b.aliases)],
+            [*retired_names, *proposed, *(a for b in sources for a in b.aliases)],
             cap=MAX_ALIASES,
         )
         all_inferred = all(b.epistemic_status is EpistemicStatus.INFERRED for b in sources)
@@ -378,7 +383,13 @@ class Compactor:
                 "created_at": now,
                 "updated_at": now,
                 "version": 1,
-                "change_log": [change.entry(f"compaction: merged from {', '.join(source_ids)}", note=note)],
+                "change_log": [
+                    change.entry(
+                        f"compaction: merged from {', '.join(source_ids)}",
+                        note=note,
+                        removed_aliases=[a for a in dict.fromkeys(removed) if a not in aliases],
+                    )
+                ],
             }
         )
         Belief.model_validate(merged.model_dump())

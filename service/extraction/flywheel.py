@@ -71,6 +71,8 @@ class AliasFlywheel:
         belief = next(iter(found.values()))
         if surface in belief.aliases or surface == spoken_name(belief.canonical_name):
             return CandidateOutcome(surface, "unchanged: already an alias", belief.id)
+        if normalize_alias(surface) in belief.removed_aliases():
+            return CandidateOutcome(surface, "dropped: taken back by a person", belief.id)
         if cand.confidence == "high" and len(cand.possible_entities) == 1:
             self.apply(ctx, belief.id, surface, trigger="alias candidate (high confidence)")
             return CandidateOutcome(surface, "applied", belief.id)
@@ -94,6 +96,7 @@ class AliasFlywheel:
             [surface],
             trigger=trigger,
             tenant_wide=ctx.principal.is_admin,
+            keep_removed_out=True,
         )
         return updated
 

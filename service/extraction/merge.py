@@ -33,6 +33,7 @@ from service.domain.belief import (
     ChangeLogEntry,
     Provenance,
     content_fingerprint,
+    normalize_aliases,
     utcnow,
 )
 from service.domain.principal import Principal
@@ -283,10 +284,16 @@ class BeliefMerger:
         target = matches[0]
         if not ent.new_aliases:
             return Op("entity_updates", index, "unchanged", target.id, "added []")
+        refused = [a for a in normalize_aliases(ent.new_aliases, cap=None) if a in target.removed_aliases()]
         _, added, dropped = self.lifecycle.add_aliases(
-            ctx.change(f"entity|{index}"), target.id, ent.new_aliases, trigger="entity_update: aliases added"
+            ctx.change(f"entity|{index}"),
+            target.id,
+            ent.new_aliases,
+            trigger="entity_update: aliases added",
+            keep_removed_out=True,
         )
         detail = f"added {added}" + (f"; alias cap reached, dropped {dropped}" if dropped else "")
+        detail += f"; taken back by a person, not added again: {refused}" if refused else ""
         return Op("entity_updates", index, "aliases_added" if added else "unchanged", target.id, detail)
 
     def open_question(self, ctx: MergeContext, q: NewOpenQuestion, index: int) -> Op:
@@ -389,6 +396,7 @@ class BeliefMerger:
             aliases,
             trigger=TRIGGER_REINFORCED,
             promote=self._promotable,
+            keep_removed_out=True,
         )
 
     def _promotable(self, belief: Belief, now: datetime) -> bool:

@@ -85,6 +85,7 @@ class ChangeLogEntry(BaseModel):
     changed_by_session: str | None = None
     changed_by_turn: str | None = None
     note: str | None = None
+    removed_aliases: list[str] | None = None
 
 
 ExpertiseDepth = Literal["learning", "working", "deep", "expert"]
