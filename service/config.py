@@ -30,7 +30,7 @@ class RecallDefaults(BaseSettings):
     # Relevance from the tenant's own vocabulary, sent as exact weighted terms (same results as
     # the Lucene fuzzy/shingle query, fuzzy candidates from the caller's tenant only: issue 16,
     # docs/scoring-independence.md). Off: the Lucene query expands over the whole shard.
-    vocabulary_matching: bool = False
+    vocabulary_matching: bool = True
     # The per-process LRU of tenant vocabularies: how many tenants and how much memory (estimated).
     vocabulary_cache_tenants: int = Field(1000, ge=0, le=1_000_000)
     vocabulary_cache_mb: int = Field(256, ge=0, le=65_536)

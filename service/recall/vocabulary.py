@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 # The Lucene query's fuzziness, restated as numbers: AUTO:4,10000 is one edit from 4 code points.
 MIN_FUZZY_LENGTH = 4
+# A cached vocabulary unused this long leaves memory (checked on every recall, oldest first).
+MAX_IDLE_S = 600.0
 # Terms shorter than this can never be one edit from a word of MIN_FUZZY_LENGTH.
 _MIN_FUZZY_TERM = MIN_FUZZY_LENGTH - 1
 
@@ -61,6 +63,10 @@ CJK_EXACT_FIELDS = ("canonical_name.cjk", "aliases.cjk", "canonical_name.cjk_shi
 # Korean text also runs the `.ko` clauses (queries.unspaced_clauses): exact words and shingles
 KO_FIELDS = ("canonical_name.ko", "aliases.ko", "canonical_name.ko_shingle", "aliases.ko_shingle")
 VOCABULARY_FIELDS = FUZZY_FIELDS + SPACED_PHRASE_FIELDS + CJK_EXACT_FIELDS + KO_FIELDS
+# Which field of the artificial query document carries which analysis (the analyzer is what
+# counts: a per-field analyzer replaces the field's own).
+_ALIAS_SHINGLES_VIA = "canonical_name"
+_HEAD_WORDS_VIA = "aliases"
 
 
 # ----------------------------------------------------------------------------- float32
@@ -192,9 +198,17 @@ class TenantVocabulary:
     def build(cls, store: VocabularyStore, principal: Principal, version: int) -> TenantVocabulary:
         started = time.perf_counter()
         read = store.tenant_terms(principal, VOCABULARY_FIELDS)
-        fields = {name: FieldVocabulary.build(read.fields[name], fuzzy=name in FUZZY_FIELDS) for name in read.fields}
+        # Sub-fields with the same index analyzer hold the same terms (canonical_name and its
+        # phrase sub-field; often the .cjk ones too): built and counted once, shared.
+        shared: dict[tuple[frozenset[str], bool], FieldVocabulary] = {}
+        fields: dict[str, FieldVocabulary] = {}
+        for name, terms in read.fields.items():
+            key = (frozenset(terms), name in FUZZY_FIELDS)
+            if key not in shared:
+                shared[key] = FieldVocabulary.build(key[0], fuzzy=key[1])
+            fields[name] = shared[key]
         build_ms = (time.perf_counter() - started) * 1000
-        size = sum(f.approx_bytes() for f in fields.values())
+        size = sum(f.approx_bytes() for f in shared.values())
         return cls(principal.tenant_id, version, fields, read.documents, build_ms, size)
 
     def field(self, name: str) -> FieldVocabulary:
@@ -230,6 +244,7 @@ class VocabularyCache:
         self.stats = CacheStats()
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, TenantVocabulary] = OrderedDict()
+        self._used: dict[str, float] = {}  # monotonic time of each entry's last use
         self._bytes = 0
 
     def get(self, principal: Principal, version: int | None = None) -> TenantVocabulary:
@@ -239,9 +254,11 @@ class VocabularyCache:
             version = self._version(principal.tenant_id)
         if version is not None:
             with self._lock:
+                self._drop_idle()
                 entry = self._entries.get(principal.tenant_id)
                 if entry is not None and entry.version == version:
                     self._entries.move_to_end(principal.tenant_id)
+                    self._used[principal.tenant_id] = time.monotonic()
                     self.stats.hits += 1
                     return entry
         built = TenantVocabulary.build(self.store, principal, version or 0)
@@ -263,6 +280,18 @@ class VocabularyCache:
             log.warning("tenant write version unreadable; building the vocabulary without caching it")
             return None
 
+    def _drop_idle(self) -> None:
+        """Drop the least recently used entry once it has been idle for MAX_IDLE_S: an erased
+        alias stays in an idle tenant's stale entry no longer than that (or until its next recall,
+        which sees the new version)."""
+        if self._entries:
+            tenant, oldest = next(iter(self._entries.items()))
+            if time.monotonic() - self._used.get(tenant, 0.0) > MAX_IDLE_S:
+                self._entries.pop(tenant)
+                self._used.pop(tenant, None)
+                self._bytes -= oldest.approx_bytes
+                self.stats.evictions += 1
+
     def _put(self, entry: TenantVocabulary) -> None:
         old = self._entries.pop(entry.tenant_id, None)
         if old is not None:
@@ -270,18 +299,18 @@ class VocabularyCache:
         if entry.approx_bytes > self.max_bytes:
             return  # larger than the whole budget: used for this request only
         self._entries[entry.tenant_id] = entry
+        self._used[entry.tenant_id] = time.monotonic()
         self._bytes += entry.approx_bytes
         while len(self._entries) > self.max_tenants or self._bytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
+            tenant, evicted = self._entries.popitem(last=False)
+            self._used.pop(tenant, None)
             self._bytes -= evicted.approx_bytes
             self.stats.evictions += 1
 
-    def forget(self, tenant_id: str) -> None:
-        """Drop a tenant's vocabulary now (erasure: no erased alias stays in memory)."""
+    def entries(self) -> list[TenantVocabulary]:
+        """The cached vocabularies, least recently used first (for measurements)."""
         with self._lock:
-            old = self._entries.pop(tenant_id, None)
-            if old is not None:
-                self._bytes -= old.approx_bytes
+            return list(self._entries.values())
 
     @property
     def cached_bytes(self) -> int:
@@ -354,12 +383,22 @@ class VocabularyMatcher:
             return _Plan([AnalysisRequest(both, cjk)], unspaced=True, has_tail=False)
         words = queries.distinct_words(text).split()
         head, tail = words[: queries.MAX_FUZZY_WORDS], words[queries.MAX_FUZZY_WORDS :]
+        # One artificial document for the three analyses (each extra document costs the engine a
+        # parse and an in-memory index): the full text in canonical_name for the phrase sub-field
+        # and, under aliases.shingle's own search analyzer, for the alias shingles; the fuzzy words
+        # in aliases under the word clauses' analyzer.
         requests = [
-            AnalysisRequest(both, {f: analyzers[f] for f in SPACED_PHRASE_FIELDS}),
-            AnalysisRequest({"aliases": " ".join(head)}, {"aliases": queries.WORD_ANALYZER}),
+            AnalysisRequest(
+                {"canonical_name": text, "aliases": " ".join(head)},
+                {
+                    "canonical_name.phrase": analyzers["canonical_name.phrase"],
+                    _ALIAS_SHINGLES_VIA: analyzers["aliases.shingle"],
+                    _HEAD_WORDS_VIA: queries.WORD_ANALYZER,
+                },
+            )
         ]
         if tail:
-            requests.append(AnalysisRequest({"aliases": " ".join(tail)}, {"aliases": queries.WORD_ANALYZER}))
+            requests.append(AnalysisRequest({"aliases": " ".join(tail)}, {_HEAD_WORDS_VIA: queries.WORD_ANALYZER}))
         return _Plan(requests, unspaced=False, has_tail=bool(tail))
 
     def _render(
@@ -367,9 +406,13 @@ class VocabularyMatcher:
     ) -> list[dict[str, Any]]:
         if plan.unspaced:
             return self._render_unspaced(analyses[0], vocabulary)
-        phrases = analyses[0]
-        head = analyses[1].get("aliases", ())
-        tail = analyses[2].get("aliases", ()) if plan.has_tail else ()
+        analysed = analyses[0]
+        phrases = {
+            "canonical_name.phrase": analysed.get("canonical_name.phrase", ()),
+            "aliases.shingle": analysed.get(_ALIAS_SHINGLES_VIA, ()),
+        }
+        head = analysed.get(_HEAD_WORDS_VIA, ())
+        tail = analyses[1].get(_HEAD_WORDS_VIA, ()) if plan.has_tail else ()
 
         def words(name: str, boost: float) -> list[WeightedClause]:
             vocab = vocabulary.field(name)

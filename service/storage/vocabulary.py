@@ -130,7 +130,9 @@ class VocabularyStore:
     # --------------------------------------------------------------- query analysis
 
     def analyze(self, principal: Principal, requests: Sequence[AnalysisRequest]) -> list[dict[str, Positions]]:
-        """Each request's tokens per field, grouped by position, in one round trip."""
+        """Each request's tokens per field, grouped by position, in one round trip (a request
+        with no field to analyse answers ``{}`` without being sent)."""
+        sent = [r for r in requests if r.analyzers]
         docs = [
             {
                 "doc": dict(request.doc),
@@ -143,18 +145,19 @@ class VocabularyStore:
                 "field_statistics": False,
                 "routing": access.routing(principal),
             }
-            for request in requests
+            for request in sent
         ]
-        if not docs:
-            return []
-        with translate_errors("analyse the recall query"):
-            response = self.client.mtermvectors(index=self.alias, body={"docs": docs})
-        out: list[dict[str, Positions]] = []
-        for doc in response["docs"]:
-            if "error" in doc:
-                raise item_error(doc.get("status"), doc["error"], "analyse the recall query")
-            out.append({name: _by_position(v.get("terms", {})) for name, v in (doc.get("term_vectors") or {}).items()})
-        return out
+        answers: list[dict[str, Positions]] = []
+        if docs:
+            with translate_errors("analyse the recall query"):
+                response = self.client.mtermvectors(index=self.alias, body={"docs": docs})
+            for doc in response["docs"]:
+                if "error" in doc:
+                    raise item_error(doc.get("status"), doc["error"], "analyse the recall query")
+                vectors = doc.get("term_vectors") or {}
+                answers.append({name: _by_position(v.get("terms", {})) for name, v in vectors.items()})
+        by_request = iter(answers)
+        return [next(by_request) if r.analyzers else {} for r in requests]
 
 
 def _search_analyzers(properties: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
