@@ -32,7 +32,7 @@ def measure(size: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any
             sys.executable, "-m", "loadtest", "--local", "--opensearch-url", cluster.url,
             "--mix", "recall=100", "--duration", str(args.duration), "--concurrency", str(args.concurrency),
             "--tenants", "4", "--users-per-tenant", "2", "--seed-beliefs", str(args.seed_beliefs),
-            "--api-workers", "2", "--out", str(out),
+            "--api-workers", "2", "--keep-data", "--out", str(out),  # the cluster is thrown away
         ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         subprocess.run(cmd, cwd=REPO, env=env, check=False)
