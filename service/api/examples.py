@@ -14,6 +14,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from service.recall.tiers import Tier
+
 AT = "2026-11-30T09:00:00Z"
 BELIEF: dict[str, Any] = {
     "id": "b-session-store",
@@ -112,7 +114,7 @@ AUDIT_EVENT: dict[str, Any] = {
     "request_id": "req-1",
     "scopes": ["project:payments"],
     "query": "can we use sticky sessions?",
-    "injected": [{"id": "b-session-store", "tier": "relevant", "score": 19.0}],
+    "injected": [{"id": "b-session-store", "tier": Tier.RELEVANT.value, "score": 19.0}],
 }
 INJECTION = (
     "You have persistent memory of this team's settled decisions...\n"
@@ -185,7 +187,7 @@ EXAMPLES: dict[str, Any] = {
         "scopes": ["project:payments"],
         "query": "can we just use sticky sessions?",
         "persona": None,
-        "tiers": {"pinned": [], "relevant": [TIER_ITEM], "questions": []},
+        "tiers": {tier.value: [TIER_ITEM] if tier is Tier.RELEVANT else [] for tier in Tier},
         "injected_ids": ["b-session-store"],
         "truncated": False,
         "injection": {"beliefs": INJECTION.split("\n")[0], "dynamic": INJECTION.split("\n")[1], "text": INJECTION},

@@ -1,7 +1,7 @@
 """The model gate (the paper's "tier gate", §4.3): which answering models are trusted to write sidecars.
 
 Named "model gate" here so that "tier" means one thing in this code base: the recall tiers
-(pinned, relevant, questions: ``service/recall/context.py``). The paper's word survives only where
+(pinned, relevant, questions: ``service/recall/tiers.py``). The paper's word survives only where
 it is on the wire: each family's ``tier`` key in ``model_not_supported`` details and the
 unknown-family warning text; the old setting names are still read (``service/config.py``).
 

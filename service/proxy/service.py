@@ -153,7 +153,7 @@ class TurnContext:
         """The belief text this turn's context carried (for telling an echo from a sidecar)."""
         if self.recall is None:
             return []
-        entries = [*self.recall.pinned, *self.recall.relevant, *self.recall.questions]
+        entries = [e for tier in self.recall.tiers().values() for e in tier]
         texts = belief_texts(e.belief for e in entries)
         return [*texts, self.recall.persona] if self.recall.persona else texts
 

@@ -10,7 +10,7 @@ filters; a linked open question joins tier 4.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +21,7 @@ from service.domain.principal import Principal
 from service.recall.persona import render_persona
 from service.recall.query import CleanQuery, clean_query
 from service.recall.tier_cache import TierCache
+from service.recall.tiers import Tier
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, ClauseMatch, NearMiss, ScoredBelief
@@ -58,6 +59,7 @@ class RecallResult:
     scopes: list[str]
     query: CleanQuery
     persona: str | None
+    # one field per Tier, named by its value (checked below)
     pinned: list[TierEntry]
     relevant: list[TierEntry]
     questions: list[TierEntry]
@@ -65,13 +67,15 @@ class RecallResult:
     notes: list[dict[str, Any]] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)  # stored documents skipped (unloadable)
 
-    def tiers(self) -> dict[str, list[TierEntry]]:
+    def tiers(self) -> dict[Tier, list[TierEntry]]:
         """The injected tiers by name, in injection order (the persona is rendered apart, as the
-        preamble). Receipts, the proxy's turn record and its response metadata all read this."""
-        return {"pinned": self.pinned, "relevant": self.relevant, "questions": self.questions}
+        preamble). Receipts, the proxy's turn record and its response metadata, the recall
+        response and the console all read this."""
+        return {tier: getattr(self, tier.value) for tier in Tier}
 
     def tier_ids(self) -> dict[str, list[str]]:
-        return {tier: [e.belief.id for e in entries] for tier, entries in self.tiers().items()}
+        """The injected ids by tier name (plain strings: this goes into records and JSON)."""
+        return {tier.value: [e.belief.id for e in entries] for tier, entries in self.tiers().items()}
 
     @property
     def pinned_ids(self) -> list[str]:
@@ -87,7 +91,12 @@ class RecallResult:
 
     @property
     def injected_ids(self) -> list[str]:
-        return self.pinned_ids + self.relevant_ids + self.question_ids
+        return [belief_id for ids in self.tier_ids().values() for belief_id in ids]
+
+
+# RecallResult.tiers() reads one field per tier: a tier without its field fails at import
+if missing := {tier.value for tier in Tier} - {f.name for f in fields(RecallResult)}:
+    raise TypeError(f"RecallResult has no field for the tiers {sorted(missing)}")
 
 
 def _why_not(miss: NearMiss, min_score: float) -> dict[str, str]:
@@ -162,7 +171,7 @@ class ContextBuilder:
         notes: list[dict[str, Any]] = []
         if explain:
             notes += [
-                {"id": e.belief.id, "tier": "relevant", "outcome": "deduplicated: already pinned"}
+                {"id": e.belief.id, "tier": Tier.RELEVANT.value, "outcome": "deduplicated: already pinned"}
                 for e in relevant
                 if e.belief.id in pinned_ids
             ]
@@ -174,7 +183,7 @@ class ContextBuilder:
             notes += [
                 {
                     "id": e.belief.id,
-                    "tier": "pinned" if e.score is None else "relevant",
+                    "tier": (Tier.PINNED if e.score is None else Tier.RELEVANT).value,
                     "outcome": "evicted: budget max_beliefs",
                 }
                 for e in combined[limits.max_beliefs :]

@@ -114,7 +114,7 @@ class RecallService:
             scopes=result.scopes,
             query=clip(result.query.text, 2000),
             injected=[
-                {"id": e.belief.id, "tier": tier, "score": e.score}
+                {"id": e.belief.id, "tier": tier.value, "score": e.score}
                 for tier, entries in result.tiers().items()
                 for e in entries
             ],

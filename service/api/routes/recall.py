@@ -6,12 +6,13 @@ from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from service.api.deps import ReadingActor, RecallDep
 from service.domain import scopes as scope_rules
 from service.domain.belief import BeliefType, EpistemicStatus
 from service.recall.context import RecallBudget, TierEntry
+from service.recall.tiers import Tier
 
 router = APIRouter(prefix="/v1", tags=["recall"])
 
@@ -56,10 +57,14 @@ class TierItem(BaseModel):
     relation_type: str | None = Field(None, description="Relations: what links the participants (depends_on, ...)")
 
 
-class Tiers(BaseModel):
-    pinned: list[TierItem]
-    relevant: list[TierItem]
-    questions: list[TierItem]
+def _tiers_model() -> type[BaseModel]:
+    """``tiers`` of the response: one required list of items per :class:`Tier`, in its order
+    (the same schema as the hand-written model this replaces: the SDK's ``Tiers``)."""
+    fields: dict[str, Any] = {tier.value: (list[TierItem], ...) for tier in Tier}
+    return create_model("Tiers", **fields)
+
+
+Tiers = _tiers_model()
 
 
 class Injection(BaseModel):
@@ -72,7 +77,7 @@ class RecallOut(BaseModel):
     scopes: list[str]
     query: str
     persona: str | None
-    tiers: Tiers
+    tiers: Tiers  # type: ignore[valid-type]  # a model built from Tier (mypy sees no class statement)
     injected_ids: list[str]
     truncated: bool
     injection: Injection
@@ -111,11 +116,7 @@ def recall(body: RecallIn, actor: ReadingActor, service: RecallDep) -> RecallOut
         scopes=r.scopes,
         query=r.query.text,
         persona=r.persona,
-        tiers=Tiers(
-            pinned=[_item(e) for e in r.pinned],
-            relevant=[_item(e) for e in r.relevant],
-            questions=[_item(e) for e in r.questions],
-        ),
+        tiers=Tiers(**{tier.value: [_item(e) for e in entries] for tier, entries in r.tiers().items()}),
         injected_ids=r.injected_ids,
         truncated=r.truncated,
         injection=Injection(beliefs=done.block.beliefs, dynamic=done.block.dynamic, text=done.block.text),
