@@ -461,11 +461,11 @@ def tier_breakdown(
     took: dict[str, list[float]] = {}
     for q in queries[:max_queries]:
         view = ScopeView.session(q.scopes)
-        filters = access.access_filters(q.principal, view)
+        filters = access.for_principal(q.principal, view)
         text = clean_query(q.message).text
         bodies = {
-            "persona": queries_mod.persona_body(access.access_filters(q.principal, ScopeView(("user:universal",)))),
-            "pinned": queries_mod.pinned_body(filters, access.cross_scope_pinned_filter(q.principal), size=10),
+            "persona": queries_mod.persona_body(access.for_principal(q.principal, ScopeView(("user:universal",)))),
+            "pinned": queries_mod.pinned_body(access.for_pinned(q.principal, view), size=10),
             "questions": queries_mod.open_questions_body(filters, size=15),
         }
         if text:
@@ -478,7 +478,7 @@ def tier_breakdown(
                 clauses=queries_mod.relevance_clauses(text, fuzzy=False),
             )
         for name, body in bodies.items():
-            response = client.search(index=alias, body=body, routing=access.routing(q.principal))
+            response = client.search(index=alias, body=body, routing=filters.routing)
             took.setdefault(name, []).append(float(response["took"]))
     return {k: {"p50": pct(v, 50), "p95": pct(v, 95), "p99": pct(v, 99)} for k, v in sorted(took.items())}
 

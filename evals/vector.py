@@ -143,10 +143,10 @@ class VectorStore(BeliefStore):
     def candidates(self, principal: Principal, view: ScopeView) -> list[Belief]:
         """Everything the relevant tier may return: same access filters, live only, no open
         questions or expertise (the BM25 relevant query's filters, with every document matching)."""
-        filters = access.access_filters(principal, view)
+        filters = access.for_principal(principal, view)
         body = queries.relevant_body(filters, "", size=MAX_CANDIDATES, min_score=0.0, clauses=[{"match_all": {}}])
         with translate_errors("read vector candidates"):
-            result = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+            result = self.client.search(index=self.alias, body=body, routing=filters.routing)
         return [Belief.from_document(h["_source"]) for h in result["hits"]["hits"]]
 
     def nearest(self, principal: Principal, view: ScopeView, text: str, k: int) -> list[ScoredBelief]:

@@ -51,3 +51,64 @@ def test_belief_state_changes_only_in_the_lifecycle() -> None:
         if p != ROOT / "service" / "domain" / "audit.py" and ACTION_STRING.search(p.read_text())
     ]
     assert spelled == []
+
+
+FILTER_TYPES = re.compile(r"\b(AccessFilters|MaintenanceScan)\(")
+
+
+def test_access_filters_are_built_only_in_the_chokepoint() -> None:
+    """The storage boundary is a type: only access.py makes AccessFilters / MaintenanceScan
+    (and they refuse to be made anywhere else at run time)."""
+    import pytest
+
+    from service.storage.access import AccessFilters, MaintenanceScan
+
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in _sources("service", "workers", "evals", "benchmarks")
+        if p.name != "access.py" and FILTER_TYPES.search(p.read_text())
+    ]
+    assert offenders == []
+    with pytest.raises(TypeError, match="chokepoint"):
+        AccessFilters({"match_all": {}}, (), "t1")
+    with pytest.raises(TypeError, match="maintenance_scan"):
+        MaintenanceScan("anything", ())
+
+
+def test_every_query_builder_requires_the_access_filters() -> None:
+    """Each body builder in service/storage/queries.py takes the chokepoint's AccessFilters as its
+    first parameter (mypy then refuses a call with a hand-made list of clauses)."""
+    import inspect
+
+    from service.storage import queries
+    from service.storage.access import AccessFilters
+
+    builders = {
+        name: fn
+        for name, fn in vars(queries).items()
+        if name.endswith("_body") and inspect.isfunction(fn) and fn.__module__ == queries.__name__
+    }
+    assert {"relevant_body", "pinned_body", "open_questions_body", "persona_body", "by_ids_body", "list_body"} <= set(
+        builders
+    )
+    for name, fn in builders.items():
+        first = next(iter(inspect.signature(fn, eval_str=True).parameters.values()))
+        assert first.annotation is AccessFilters, name
+
+
+STATUS_HANDLING = re.compile(r"""status(_code)?["')\]]*\s*(==|!=)\s*40[49]\b|\b(NotFoundError|ConflictError)\b""")
+
+
+def test_store_404_and_409_are_mapped_only_in_storage_client() -> None:
+    """opensearch-py's 404/409 become NotFound/Conflict in one place (storage/client.py:
+    translate_errors, already_exists); nothing else compares an OpenSearch status."""
+    mapped_here = ROOT / "service" / "storage" / "client.py"
+    # the API's opensearch-py handlers are a status-blind safety net (anything untranslated is a
+    # 503); its 404 is Starlette's "no route"
+    http_errors = ROOT / "service" / "api" / "errors.py"
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in _sources("service", "workers")
+        if p not in (mapped_here, http_errors) and STATUS_HANDLING.search(p.read_text())
+    ]
+    assert offenders == []

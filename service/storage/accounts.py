@@ -18,7 +18,7 @@ from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import NotFound
 from service.storage import access, cursor
-from service.storage.client import get_routed, index_routed, status_of, translate_errors
+from service.storage.client import get_routed, index_routed, translate_errors
 from service.storage.templates import ACCOUNTS
 
 R = TypeVar("R", bound=BaseModel)
@@ -117,7 +117,7 @@ class AccountStore:
         chokepoint's filter). Tenants are few; ``size`` caps the page."""
         body: dict[str, Any] = {
             "size": size,
-            "query": {"bool": {"filter": [*access.operator_filters(principal), {"term": {"kind": "tenant"}}]}},
+            "query": access.for_operator(principal).query({"term": {"kind": "tenant"}}),
             "sort": [{"tenant_id": "asc"}],
             "track_total_hits": False,
         }
@@ -133,13 +133,11 @@ class AccountStore:
             {"_id": _tenant_doc(tenant_id), "routing": tenant_id, "_source": ["disabled"]},
             {"_id": _user_doc(tenant_id, user_id), "routing": tenant_id, "_source": ["disabled"]},
         ]
-        with translate_errors("check whether an account is disabled"):
-            try:
+        try:
+            with translate_errors("check whether an account is disabled", on_missing="no accounts index"):
                 found = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
-            except Exception as exc:
-                if status_of(exc) == 404:  # no accounts index yet: no record, so nothing disabled
-                    return False
-                raise
+        except NotFound:  # no accounts index yet: no record, so nothing disabled
+            return False
         return any(d.get("found") and d.get("_source", {}).get("disabled") is True for d in found)
 
     def owner_records(self, tenant_id: str, user_id: str) -> tuple[UserRecord, TenantRecord]:
@@ -242,10 +240,9 @@ class AccountStore:
         size: int,
         after: str | None,
     ) -> tuple[list[R], str | None]:
-        filters = [*access.admin_filters(principal), {"term": {"kind": kind}}]
         body: dict[str, Any] = {
             "size": size,
-            "query": {"bool": {"filter": filters}},
+            "query": access.for_admin(principal).query({"term": {"kind": kind}}),
             "sort": [{"created_at": "asc"}, {id_field: "asc"}],
             "track_total_hits": False,
         }

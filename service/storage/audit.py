@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.domain.audit import matching_actions
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
-from service.errors import StoreUnavailable
+from service.errors import Conflict, StoreUnavailable
 from service.storage import access, cursor
-from service.storage.client import status_of, translate_errors
+from service.storage.client import already_exists, bulk_item, translate_errors
 from service.storage.templates import AUDIT
 
 
@@ -94,10 +94,10 @@ class AuditStore:
         """Create an event whose id is derived from the change it records (a retried task): an
         event that already exists (409: an earlier attempt recorded it) counts as recorded."""
         try:
-            self.append(event)
-        except Exception as exc:
-            if status_of(exc) != 409:
-                raise
+            with translate_errors("record an audit event", on_conflict="already recorded"):
+                self.append(event)
+        except Conflict:
+            pass
 
     def append_many(self, events: list[AuditEvent], *, refresh: bool = False) -> None:
         """Create events in bulk. An event that already exists (409: same id) counts as recorded,
@@ -122,17 +122,17 @@ class AuditStore:
                 raise_on_error=False,
                 refresh="true" if refresh else "false",  # admin reads: rare, must see it now
             )
-        failed = [e for e in errors if isinstance(e, dict) and _status(e) != 409]
+        failed = [e for e in errors if isinstance(e, dict) and not already_exists(bulk_item(e))]
         if failed:
             raise StoreUnavailable(f"{len(failed)} audit events could not be recorded; retry")
 
     def search(
         self, principal: Principal, query: AuditQuery, *, size: int, after: str | None
     ) -> tuple[list[AuditEvent], str | None]:
-        filters = [*access.admin_filters(principal), *self._narrowing(query)]
+        filters = access.for_admin(principal)
         body: dict[str, Any] = {
             "size": size,
-            "query": {"bool": {"filter": filters}},
+            "query": filters.query(*self._narrowing(query)),
             "sort": _SORT,
             "track_total_hits": False,
         }
@@ -140,7 +140,7 @@ class AuditStore:
         if search_after is not None:
             body["search_after"] = search_after
         with translate_errors("read the audit trail"):
-            hits = self.client.search(index=self.alias, body=body, routing=access.routing(principal))["hits"]["hits"]
+            hits = self.client.search(index=self.alias, body=body, routing=filters.routing)["hits"]["hits"]
         events = [AuditEvent.model_validate(h["_source"]) for h in hits]
         next_cursor = cursor.encode(hits[-1]["sort"]) if len(hits) == size else None
         return events, next_cursor
@@ -173,17 +173,10 @@ class AuditStore:
         """Events of one action per UTC day over the last ``days`` days (admins of the tenant;
         empty days included), oldest first."""
         start = (utcnow() - timedelta(days=days - 1)).strftime("%Y-%m-%d")
+        filters = access.for_admin(principal)
         body = {
             "size": 0,
-            "query": {
-                "bool": {
-                    "filter": [
-                        *access.admin_filters(principal),
-                        {"term": {"action": action}},
-                        {"range": {"at": {"gte": start}}},
-                    ]
-                }
-            },
+            "query": filters.query({"term": {"action": action}}, {"range": {"at": {"gte": start}}}),
             "aggs": {
                 "per_day": {
                     "date_histogram": {
@@ -197,22 +190,22 @@ class AuditStore:
             },
         }
         with translate_errors("count audit events"):
-            result = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+            result = self.client.search(index=self.alias, body=body, routing=filters.routing)
         return [(str(b["key_as_string"]), int(b["doc_count"])) for b in result["aggregations"]["per_day"]["buckets"]]
 
     def erase_payloads(self, principal: Principal, belief_ids: list[str]) -> int:
         """Strip before/after copies of ``belief_ids`` from the tenant's events; returns a count."""
         if not belief_ids:
             return 0
-        filters = [*access.admin_filters(principal), {"terms": {"belief_ids": belief_ids}}]
+        filters = access.for_admin(principal)
         with translate_errors("erase audit payloads"):
             # Events appended within the last refresh interval are not searchable yet.
             self.client.indices.refresh(index=self.alias)
             result = self.client.update_by_query(
                 index=self.alias,
-                routing=access.routing(principal),
+                routing=filters.routing,
                 body={
-                    "query": {"bool": {"filter": filters}},
+                    "query": filters.query({"terms": {"belief_ids": belief_ids}}),
                     "script": {
                         "source": _ERASE_SCRIPT,
                         "lang": "painless",
@@ -227,8 +220,3 @@ class AuditStore:
     def refresh(self) -> None:
         with translate_errors("refresh the audit trail"):
             self.client.indices.refresh(index=self.alias)
-
-
-def _status(bulk_error: dict[str, Any]) -> int | None:
-    item = next(iter(bulk_error.values()), None)
-    return item.get("status") if isinstance(item, dict) else None

@@ -23,7 +23,15 @@ from service.domain.principal import Principal
 from service.errors import NotFound, Unreadable
 from service.storage import access, cursor, queries
 from service.storage.access import ScopeView
-from service.storage.client import get_routed, index_routed, item_error, routed_id, status_of, translate_errors
+from service.storage.client import (
+    already_exists,
+    bulk_item,
+    get_routed,
+    index_routed,
+    item_error,
+    routed_id,
+    translate_errors,
+)
 from service.storage.templates import BELIEFS
 from service.storage.unreadable import DecodedBeliefs, LoadedBeliefs, document_id, load_belief, load_beliefs
 from service.write_versions import TenantWriteVersions
@@ -135,7 +143,7 @@ def _named_clauses(hit: dict[str, Any]) -> tuple[ClauseMatch, ...]:
 def _refusal(belief_id: str, info: dict[str, Any]) -> str:
     """The client's reason for a refused bulk item. OpenSearch's own text names the internal
     document id (``<tenant>:<id>``) and index: it goes to the log, never into a response."""
-    if info.get("status") == 409:
+    if already_exists(info):
         return f"belief {belief_id!r} already exists"
     log.warning("the store refused belief %s: %s", belief_id, info.get("error"))
     return f"the store refused belief {belief_id!r}"
@@ -211,7 +219,7 @@ class BeliefStore:
             for ok, item in helpers.streaming_bulk(
                 self.client, actions, chunk_size=1000, raise_on_error=False, raise_on_exception=False, max_retries=2
             ):
-                info = next(iter(item.values()))
+                info = bulk_item(item)
                 belief_id = str(info.get("_id", "")).split(":", 1)[-1]
                 if ok:
                     written.append(belief_id)
@@ -233,9 +241,10 @@ class BeliefStore:
 
     # ----------------------------------------------------------------- reads
 
-    def _search(self, principal: Principal, body: dict[str, Any], action: str) -> dict[str, Any]:
+    def _search(self, filters: access.AccessFilters, body: dict[str, Any], action: str) -> dict[str, Any]:
+        """One search of the caller's beliefs: ``body`` was built from ``filters``, which also route it."""
         with translate_errors(action):
-            result: dict[str, Any] = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+            result: dict[str, Any] = self.client.search(index=self.alias, body=body, routing=filters.routing)
         return result
 
     def get(
@@ -249,10 +258,10 @@ class BeliefStore:
     def get_versioned(
         self, principal: Principal, belief_id: str, *, view: ScopeView | None = None, tenant_wide: bool = False
     ) -> tuple[Belief, int, int]:
-        filters = access.access_filters(principal, view or ScopeView.everything(), tenant_wide=tenant_wide)
+        filters = access.for_principal(principal, view or ScopeView.everything(), tenant_wide=tenant_wide)
         body = queries.by_ids_body(filters, [belief_id], live_only=False)
         body["seq_no_primary_term"] = True
-        hits = self._search(principal, body, "read a belief")["hits"]["hits"]
+        hits = self._search(filters, body, "read a belief")["hits"]["hits"]
         if not hits:
             raise NotFound(f"belief {belief_id!r} not found")
         hit = hits[0]
@@ -270,9 +279,9 @@ class BeliefStore:
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return []
-        filters = access.access_filters(principal, view or ScopeView.everything())
+        filters = access.for_principal(principal, view or ScopeView.everything())
         body = queries.by_ids_body(filters, wanted, live_only=live_only)
-        hits = self._search(principal, body, "read beliefs")["hits"]["hits"]
+        hits = self._search(filters, body, "read beliefs")["hits"]["hits"]
         by_id = {b.id: b for b in load_beliefs(hits)}
         return [by_id[i] for i in wanted if i in by_id]
 
@@ -293,12 +302,12 @@ class BeliefStore:
         """All four tiers in one ``_msearch`` round trip (the recall hot path). With a ``memo``,
         the three filter tiers come from it when it holds the result of these very queries, and
         only the relevant tier is searched."""
-        filters = access.access_filters(principal, view)
-        persona_filters = access.access_filters(principal, ScopeView(("user:universal",)))
+        filters = access.for_principal(principal, view)
+        persona_filters = access.for_principal(principal, ScopeView(("user:universal",)))
         routing = access.routing(principal)
         bodies: list[tuple[str, dict[str, Any]]] = [
             ("persona", queries.persona_body(persona_filters)),
-            ("pinned", queries.pinned_body(filters, access.cross_scope_pinned_filter(principal), size=max_pinned)),
+            ("pinned", queries.pinned_body(access.for_pinned(principal, view), size=max_pinned)),
             ("questions", queries.open_questions_body(filters, size=max_questions)),
         ]
         # the key is the queries themselves: the same key can only mean the same answer (at one
@@ -367,8 +376,9 @@ class BeliefStore:
         the relevant tier's clauses match, best first, without ``exclude_ids`` (what was
         injected). Never anything the principal could not read by id: the filters are the
         chokepoint's, for this principal."""
+        filters = access.for_principal(principal, ScopeView.everything())
         body = queries.near_miss_body(
-            access.access_filters(principal, ScopeView.everything()),
+            filters,
             access.visibility_filter(principal, view),
             text,
             size=size,
@@ -376,7 +386,7 @@ class BeliefStore:
             clauses=clauses,
         )
         out: list[NearMiss] = []
-        for row in self._search(principal, body, "explain recall")["hits"]["hits"]:
+        for row in self._search(filters, body, "explain recall")["hits"]["hits"]:
             belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
             if belief is None:
                 continue  # quarantined: the recall itself counts those
@@ -427,8 +437,7 @@ class ListFilter:
 
 def _page(
     store: BeliefStore,
-    principal: Principal,
-    filters: list[dict[str, Any]],
+    filters: access.AccessFilters,
     narrow: ListFilter,
     size: int,
     after: str | None,
@@ -443,7 +452,7 @@ def _page(
         search_after=search_after,
         include_change_log=include_change_log,
     )
-    hits = store._search(principal, body, "list beliefs")["hits"]["hits"]
+    hits = store._search(filters, body, "list beliefs")["hits"]["hits"]
     # The cursor follows the last hit, readable or not: a quarantined document never stops paging.
     return load_beliefs(hits), (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
 
@@ -462,8 +471,8 @@ def list_page(
     """One page of the beliefs ``principal`` may see (or, for an admin with ``tenant_wide``, the
     whole tenant's), with the cursor of the next page (None at the end)."""
     view = view or ScopeView.everything()
-    filters = access.access_filters(principal, view, tenant_wide=tenant_wide)
-    return _page(store, principal, filters, narrow, size, after, include_change_log)
+    filters = access.for_principal(principal, view, tenant_wide=tenant_wide)
+    return _page(store, filters, narrow, size, after, include_change_log)
 
 
 FACETS = ("type", "lifecycle", "scope")
@@ -475,14 +484,14 @@ def facet_counts(
     """How many beliefs of each type, lifecycle and scope the principal may see (or, for an admin
     with ``tenant_wide``, the tenant holds): the console's overview figures. One aggregation
     request, no documents returned."""
-    filters = access.access_filters(principal, ScopeView.everything(), tenant_wide=tenant_wide)
+    filters = access.for_principal(principal, ScopeView.everything(), tenant_wide=tenant_wide)
     body = {
         "size": 0,
         "track_total_hits": True,
-        "query": {"bool": {"filter": filters}},
+        "query": filters.query(),
         "aggs": {facet: {"terms": {"field": facet, "size": size}} for facet in FACETS},
     }
-    result = store._search(principal, body, "count beliefs")
+    result = store._search(filters, body, "count beliefs")
     counts = {
         facet: [(str(b["key"]), int(b["doc_count"])) for b in result["aggregations"][facet]["buckets"]]
         for facet in FACETS
@@ -496,15 +505,16 @@ def raw_tenant_page(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of the admin's whole tenant as stored sources, unparsed (the quarantine scan), in
     list order, with the cursor of the next page."""
+    filters = access.for_admin(principal)
     body = queries.list_body(
-        access.access_filters(principal, ScopeView.everything(), tenant_wide=True),
+        filters,
         [],
         text=None,
         size=size,
         search_after=cursor.decode(after, arity=2, types=(int, str)),
         include_change_log=False,
     )
-    hits = store._search(principal, body, "scan the tenant's beliefs")["hits"]["hits"]
+    hits = store._search(filters, body, "scan the tenant's beliefs")["hits"]["hits"]
     sources = [h["_source"] if isinstance(h.get("_source"), dict) else {} for h in hits]
     return sources, (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
 
@@ -527,17 +537,17 @@ def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) 
     The documents are addressed by ``<tenant>:<id>`` from the principal, so another tenant's are out
     of reach by construction."""
     removed: list[str] = []
-    with store._bumping([principal.tenant_id]), translate_errors("erase beliefs"):
+    with store._bumping([principal.tenant_id]):
         for belief_id in belief_ids:
             try:
-                store.client.delete(
-                    index=store.alias,
-                    id=doc_id(principal.tenant_id, belief_id),
-                    routing=access.routing(principal),
-                    refresh="wait_for",
-                )
+                with translate_errors("erase beliefs", on_missing="already gone"):
+                    store.client.delete(
+                        index=store.alias,
+                        id=doc_id(principal.tenant_id, belief_id),
+                        routing=access.routing(principal),
+                        refresh="wait_for",
+                    )
                 removed.append(belief_id)
-            except Exception as exc:
-                if status_of(exc) != 404:
-                    raise
+            except NotFound:
+                continue
     return removed

@@ -1,6 +1,10 @@
 """OpenSearch client construction and error translation.
 
-Clients are created by the app lifespan / worker init, never at import time.
+Clients are created by the app lifespan / worker init, never at import time. opensearch-py's
+failures are mapped to the service's errors in one place, :func:`translate_errors`: a 404 or 409
+that means something to the caller (a missing document, a stale version, an id that exists)
+becomes :class:`NotFound` / :class:`Conflict` there, when the caller names what it means; storage
+code catches those, never an opensearch-py status.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from opensearchpy import exceptions as os_exc
 from opensearchpy.exceptions import SerializationError
 
 from service.config import Settings
-from service.errors import Conflict, StoreUnavailable, TenureError, ValidationFailed
+from service.errors import Conflict, NotFound, StoreUnavailable, TenureError, ValidationFailed
 from service.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -66,8 +70,13 @@ def build_client(settings: Settings) -> OpenSearch:
 
 
 @contextmanager
-def translate_errors(action: str) -> Iterator[None]:
-    """Map opensearch-py failures to the service's error hierarchy (never a bare 500)."""
+def translate_errors(action: str, *, on_missing: str | None = None, on_conflict: str | None = None) -> Iterator[None]:
+    """Map opensearch-py failures to the service's error hierarchy (never a bare 500).
+
+    ``on_missing``: a 404 (document or index absent) is :class:`NotFound` with this message;
+    ``on_conflict``: a 409 (``op_type=create`` over an existing id, a stale ``if_seq_no``) is
+    :class:`Conflict` with this message. Without them a 404/409 is not expected and stays the
+    store's failure (the API answers 503)."""
     try:
         yield
     except TenureError:
@@ -79,6 +88,10 @@ def translate_errors(action: str) -> Iterator[None]:
         status = exc.status_code if isinstance(exc.status_code, int) else 0
         if status not in (404, 409):  # a missing document, a lost version race: answers, not failures
             metrics.OPENSEARCH_ERRORS.labels(str(status)).inc()
+        if status == 404 and on_missing is not None:
+            raise NotFound(on_missing) from exc
+        if status == 409 and on_conflict is not None:
+            raise Conflict(on_conflict) from exc
         if status in (429, 502, 503, 504):
             raise StoreUnavailable(
                 f"OpenSearch is overloaded or unavailable ({status}) while trying to {action}"
@@ -107,10 +120,16 @@ def item_error(status: Any, error: Any, action: str) -> TenureError:
     return StoreUnavailable(f"OpenSearch could not {action} ({status})")
 
 
-def status_of(exc: Exception) -> int | None:
-    """The HTTP status an opensearch-py exception carries, if any."""
-    status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) else None
+def bulk_item(result: dict[str, Any]) -> dict[str, Any]:
+    """The per-document part of one bulk result (``{"create": {...}}`` -> ``{...}``)."""
+    info = next(iter(result.values()), None)
+    return info if isinstance(info, dict) else {}
+
+
+def already_exists(info: dict[str, Any]) -> bool:
+    """Whether a refused bulk item was refused only because its id exists (a create's 409: an
+    earlier attempt wrote it)."""
+    return info.get("status") == 409
 
 
 def routed_id(tenant_id: str, key: str) -> str:
@@ -133,22 +152,15 @@ def index_routed(
 ) -> None:
     """Index one routed document. A 409 (``op_type=create`` over an existing id, or a stale
     ``if_seq_no``) becomes :class:`Conflict` with ``on_conflict`` as its message."""
-    with translate_errors(action):
-        try:
-            client.index(index=index, id=doc_id, body=body, routing=routing, refresh=refresh, **options)
-        except Exception as exc:
-            if status_of(exc) == 409:
-                raise Conflict(on_conflict) from exc
-            raise
+    with translate_errors(action, on_conflict=on_conflict):
+        client.index(index=index, id=doc_id, body=body, routing=routing, refresh=refresh, **options)
 
 
 def get_routed(client: OpenSearch, *, index: str, doc_id: str, routing: str, action: str) -> dict[str, Any] | None:
     """A document by key (real time, with ``_seq_no``/``_primary_term``); None when it is absent."""
-    with translate_errors(action):
-        try:
+    try:
+        with translate_errors(action, on_missing=f"no document {doc_id!r}"):
             found: dict[str, Any] = client.get(index=index, id=doc_id, routing=routing)
-        except Exception as exc:
-            if status_of(exc) == 404:
-                return None
-            raise
+    except NotFound:
+        return None
     return found

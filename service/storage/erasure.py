@@ -110,14 +110,15 @@ def redact(client: OpenSearch, aliases: Iterable[str], principal: Principal, tex
     if not wanted:
         return 0
     rewritten = 0
+    filters = access.for_admin(principal)
     with translate_errors("redact erased text"):
         for alias in aliases:
             client.indices.refresh(index=alias)  # what was written a moment ago is searchable
             result = client.update_by_query(
                 index=alias,
-                routing=access.routing(principal),
+                routing=filters.routing,
                 body={
-                    "query": {"bool": {"filter": access.admin_filters(principal)}},
+                    "query": filters.query(),
                     "script": {
                         "source": _SCRUB_SCRIPT,
                         "lang": "painless",
@@ -144,11 +145,12 @@ def remove_reviews_about(client: OpenSearch, alias: str, principal: Principal, b
             "minimum_should_match": 1,
         }
     }
+    filters = access.for_admin(principal)
     with translate_errors("remove review items of erased beliefs"):
         result = client.delete_by_query(
             index=alias,
-            routing=access.routing(principal),
-            body={"query": {"bool": {"filter": [*access.admin_filters(principal), about]}}},
+            routing=filters.routing,
+            body={"query": filters.query(about)},
             conflicts="proceed",
             refresh=True,
         )

@@ -2,7 +2,7 @@
 bucket listings for compaction, and the key-only compaction planner scan.
 
 Query bodies live here, filters come from :mod:`service.storage.access` (principal-based, or
-:func:`access.maintenance_filters` for the planner, which returns keys only).
+:func:`access.maintenance_scan` for the planner, which returns keys only).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ class BeliefLookup:
     def __init__(self, store: BeliefStore):
         self.store = store
 
-    def _search(self, principal: Principal, body: dict[str, Any], action: str) -> list[dict[str, Any]]:
+    def _search(self, filters: access.AccessFilters, body: dict[str, Any], action: str) -> list[dict[str, Any]]:
         with translate_errors(action):
-            result = self.store.client.search(index=self.store.alias, body=body, routing=access.routing(principal))
+            result = self.store.client.search(index=self.store.alias, body=body, routing=filters.routing)
         hits: list[dict[str, Any]] = result["hits"]["hits"]
         return hits
 
@@ -52,22 +52,20 @@ class BeliefLookup:
         """Live beliefs the principal may see whose canonical name is ``name`` or whose aliases
         contain it (exact, after normalisation); exact canonical matches first."""
         forms = name_forms(name)
-        filters = access.access_filters(principal, ScopeView.everything())
+        filters = access.for_principal(principal, ScopeView.everything())
         body = {
             "size": size,
-            "query": {
-                "bool": {
-                    "filter": [*filters, LIVE],
-                    "should": [
-                        {"terms": {"canonical_name.raw": forms, "boost": 10.0}},
-                        {"terms": {"aliases.raw": forms, "boost": 1.0}},
-                    ],
-                    "minimum_should_match": 1,
-                }
-            },
+            "query": filters.query(
+                LIVE,
+                should=[
+                    {"terms": {"canonical_name.raw": forms, "boost": 10.0}},
+                    {"terms": {"aliases.raw": forms, "boost": 1.0}},
+                ],
+                minimum_should_match=1,
+            ),
             "sort": ["_score", {"created_at": "asc"}, {"id": "asc"}],
         }
-        rows = self._search(principal, body, "look up a belief by name")
+        rows = self._search(filters, body, "look up a belief by name")
         return list(load_beliefs(rows))
 
     def by_canonical_name(self, principal: Principal, name: str) -> list[Belief]:
@@ -77,7 +75,7 @@ class BeliefLookup:
         self, principal: Principal, scope: str, type_: str, subtype: str | None, *, size: int = 500
     ) -> list[Belief]:
         """Live beliefs of the principal (owner) in one compaction bucket, oldest first."""
-        filters = [access.tenant_filter(principal), access.owned_by(principal)]
+        filters = access.for_owner(principal)
         narrow: list[dict[str, Any]] = [LIVE, {"term": {"scope": scope}}, {"term": {"type": type_}}]
         must_not: list[dict[str, Any]] = []
         if subtype is None:
@@ -86,16 +84,16 @@ class BeliefLookup:
             narrow.append({"term": {"subtype": subtype}})
         body = {
             "size": size,
-            "query": {"bool": {"filter": [*filters, *narrow], "must_not": must_not}},
+            "query": filters.query(*narrow, must_not=must_not),
             "sort": [{"created_at": "asc"}, {"id": "asc"}],
         }
-        rows = self._search(principal, body, "list a compaction bucket")
+        rows = self._search(filters, body, "list a compaction bucket")
         return list(load_beliefs(rows))
 
     def plan_buckets(self, *, min_count: int, tenant_id: str | None = None, page: int = 500) -> list[BucketKey]:
         """Key-only scan: every (tenant, owner, scope, type, subtype) with >= ``min_count`` live
         beliefs. ``tenant_id`` narrows it to one tenant (the admin trigger)."""
-        narrow: list[dict[str, Any]] = [LIVE]
+        scan = access.maintenance_scan("compaction planner", tenant_id)
         sources = [
             {"tenant_id": {"terms": {"field": "tenant_id"}}},
             {"owner_id": {"terms": {"field": "owner_id"}}},
@@ -111,7 +109,7 @@ class BeliefLookup:
                 composite["after"] = after
             body = {
                 "size": 0,
-                "query": {"bool": {"filter": [*access.maintenance_filters(tenant_id), *narrow]}},
+                "query": scan.query(LIVE),
                 "aggs": {"buckets": {"composite": composite}},
             }
             with translate_errors("plan compaction"):

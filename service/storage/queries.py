@@ -1,4 +1,5 @@
-"""Query bodies for belief recall. Pure functions: filters come in from :mod:`access`.
+"""Query bodies for belief recall. Pure functions: each takes the :class:`~access.AccessFilters`
+the chokepoint built for the caller, so none can be built without them.
 
 Boost constants follow the paper's Atlas Search query (§3.4); each is a named constant with the
 reason it has the weight it has. Because the search fields use the ``boolean`` similarity, a hit's
@@ -14,6 +15,7 @@ from typing import Any
 from service.domain import scopes as scope_rules
 from service.domain.belief import BeliefType, Lifecycle, Subtype
 from service.domain.text import has_hangul, has_unspaced_script
+from service.storage.access import AccessFilters
 
 # A canonical name is the belief's own deliberate name; matching it whole is the strongest
 # evidence there is that the query is about this belief.
@@ -210,7 +212,7 @@ def _not_relevant_tier(exclude_ids: list[str] | None) -> list[dict[str, Any]]:
 
 
 def relevant_body(
-    filters: list[dict[str, Any]],
+    filters: AccessFilters,
     text: str,
     *,
     size: int,
@@ -229,14 +231,12 @@ def relevant_body(
         "explain": explain,
         "_source": {"excludes": _SOURCE_EXCLUDES},
         "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
-        "query": {
-            "bool": {
-                "filter": [*filters, LIVE],
-                "must_not": must_not,
-                "should": clauses if clauses is not None else relevance_clauses(text),
-                "minimum_should_match": 1,
-            }
-        },
+        "query": filters.query(
+            LIVE,
+            must_not=must_not,
+            should=clauses if clauses is not None else relevance_clauses(text),
+            minimum_should_match=1,
+        ),
         "sort": ["_score", {"last_reinforced_at": {"order": "desc", "missing": "_last"}}, {"id": "asc"}],
     }
 
@@ -247,7 +247,7 @@ IN_SESSION = "in_session_scopes"
 
 
 def near_miss_body(
-    filters: list[dict[str, Any]],
+    filters: AccessFilters,
     in_session: dict[str, Any],
     text: str,
     *,
@@ -266,41 +266,32 @@ def near_miss_body(
         "size": size,
         "track_total_hits": False,
         "_source": {"excludes": _SOURCE_EXCLUDES},
-        "query": {
-            "bool": {
-                "filter": filters,
-                "must_not": must_not,
-                "must": [{"bool": {"should": relevance, "minimum_should_match": 1}}],
-                "should": [{"constant_score": {"filter": in_session, "boost": 0.0, "_name": IN_SESSION}}],
-            }
-        },
+        "query": filters.query(
+            must_not=must_not,
+            must=[{"bool": {"should": relevance, "minimum_should_match": 1}}],
+            should=[{"constant_score": {"filter": in_session, "boost": 0.0, "_name": IN_SESSION}}],
+        ),
         "sort": ["_score", {"id": "asc"}],
     }
 
 
-def pinned_body(filters: list[dict[str, Any]], cross_scope: dict[str, Any], *, size: int) -> dict[str, Any]:
+def pinned_body(filters: AccessFilters, *, size: int) -> dict[str, Any]:
     """Pinned facts: live, pinned, never open questions, never universal (that is the persona's
-    job); in the session's scopes, or the owner's user-edited ones from any personal scope."""
-    tenant, visibility = filters[0], filters[1:]
+    job); ``filters`` from :func:`access.for_pinned` (in the session's scopes, or the owner's
+    user-edited ones from any personal scope)."""
     return {
         "size": size,
         "track_total_hits": False,
         "_source": {"excludes": _SOURCE_EXCLUDES},
         "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
-        "query": {
-            "bool": {
-                "filter": [
-                    tenant,
-                    LIVE,
-                    {"term": {"pinned": True}},
-                    {"bool": {"should": [*visibility, cross_scope], "minimum_should_match": 1}},
-                ],
-                "must_not": [
-                    {"term": {"type": BeliefType.OPEN_QUESTION.value}},
-                    {"terms": {"scope": list(scope_rules.UNIVERSAL_LABELS)}},
-                ],
-            }
-        },
+        "query": filters.query(
+            LIVE,
+            {"term": {"pinned": True}},
+            must_not=[
+                {"term": {"type": BeliefType.OPEN_QUESTION.value}},
+                {"terms": {"scope": list(scope_rules.UNIVERSAL_LABELS)}},
+            ],
+        ),
         "sort": [
             {"user_edited": {"order": "desc"}},
             {"last_reinforced_at": {"order": "desc", "missing": "_last"}},
@@ -309,44 +300,30 @@ def pinned_body(filters: list[dict[str, Any]], cross_scope: dict[str, Any], *, s
     }
 
 
-def open_questions_body(filters: list[dict[str, Any]], *, size: int) -> dict[str, Any]:
+def open_questions_body(filters: AccessFilters, *, size: int) -> dict[str, Any]:
     """Pinned, live open questions in the session's scopes. Never text-searched."""
     return {
         "size": size,
         "track_total_hits": False,
         "_source": {"excludes": _SOURCE_EXCLUDES},
         "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
-        "query": {
-            "bool": {
-                "filter": [
-                    *filters,
-                    LIVE,
-                    {"term": {"pinned": True}},
-                    {"term": {"type": BeliefType.OPEN_QUESTION.value}},
-                ],
-            }
-        },
+        "query": filters.query(LIVE, {"term": {"pinned": True}}, {"term": {"type": BeliefType.OPEN_QUESTION.value}}),
         "sort": [{"last_reinforced_at": {"order": "desc", "missing": "_last"}}, {"id": "asc"}],
     }
 
 
-def persona_body(filters: list[dict[str, Any]], *, size: int = 80) -> dict[str, Any]:
+def persona_body(filters: AccessFilters, *, size: int = 80) -> dict[str, Any]:
     """Universal preferences of the owner (filters already restrict to user:universal)."""
     return {
         "size": size,
         "track_total_hits": False,
         "_source": {"excludes": _SOURCE_EXCLUDES},
         "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
-        "query": {
-            "bool": {
-                "filter": [
-                    *filters,
-                    LIVE,
-                    {"term": {"type": BeliefType.PREFERENCE.value}},
-                    {"terms": {"epistemic_status": ["active", "inferred"]}},
-                ]
-            }
-        },
+        "query": filters.query(
+            LIVE,
+            {"term": {"type": BeliefType.PREFERENCE.value}},
+            {"terms": {"epistemic_status": ["active", "inferred"]}},
+        ),
         "sort": [
             {"pinned": {"order": "desc"}},
             {"reinforcement_count": {"order": "desc"}},
@@ -356,12 +333,12 @@ def persona_body(filters: list[dict[str, Any]], *, size: int = 80) -> dict[str, 
     }
 
 
-def by_ids_body(filters: list[dict[str, Any]], ids: list[str], *, live_only: bool) -> dict[str, Any]:
+def by_ids_body(filters: AccessFilters, ids: list[str], *, live_only: bool) -> dict[str, Any]:
     extra = [LIVE] if live_only else []
     return {
         "size": len(ids),
         "track_total_hits": False,
-        "query": {"bool": {"filter": [*filters, *extra, {"terms": {"id": ids}}]}},
+        "query": filters.query(*extra, {"terms": {"id": ids}}),
     }
 
 
@@ -369,7 +346,7 @@ LIST_SORT: list[dict[str, Any]] = [{"created_at": {"order": "asc"}}, {"id": {"or
 
 
 def list_body(
-    filters: list[dict[str, Any]],
+    filters: AccessFilters,
     narrowing: list[dict[str, Any]],
     *,
     text: str | None,
@@ -379,7 +356,7 @@ def list_body(
 ) -> dict[str, Any]:
     """A page of beliefs in a stable order (created_at, id) for cursor pagination. ``text``
     narrows to beliefs whose names or aliases match it (the same analyzers as recall, no fuzz)."""
-    query: dict[str, Any] = {"bool": {"filter": [*filters, *narrowing]}}
+    query = filters.query(*narrowing)
     if text and has_unspaced_script(text):
         query["bool"]["must"] = [{"bool": {"should": unspaced_clauses(text, fuzzy=False), "minimum_should_match": 1}}]
     elif text:

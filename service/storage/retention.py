@@ -8,7 +8,7 @@ have.) The sweep is idempotent, like ``apply-templates``: each run deletes what 
 limits in force at that moment, so changing a limit takes effect on the next run and a failed run
 is simply repeated.
 
-The tenant walls still hold: every delete is narrowed by :func:`access.maintenance_filters` (one
+The tenant walls still hold: every delete is narrowed by :func:`access.maintenance_scan` (one
 tenant, or the default limit for every tenant *without* an override), and returns only counts.
 """
 
@@ -52,16 +52,10 @@ class RetentionStore:
     ) -> int:
         """Delete ``family``'s documents older than ``before``: of one tenant, or of every tenant
         but ``excluding``. Returns how many were deleted."""
-        query = {
-            "bool": {
-                "filter": [
-                    *access.maintenance_filters(tenant_id),
-                    *access.maintenance_excluding(excluding or []),
-                    {"range": {_AGED_BY[family.name]: {"lt": before.isoformat()}}},
-                ],
-                "must_not": _KEEP.get(family.name, []),
-            }
-        }
+        aged = {"range": {_AGED_BY[family.name]: {"lt": before.isoformat()}}}
+        keep = _KEEP.get(family.name, [])
+        narrow = access.maintenance_scan("retention sweep", tenant_id).query(aged, must_not=keep)
+        query = access.maintenance_scan_excluding("retention sweep", excluding or []).query(narrow)
         with translate_errors(f"expire old {family.name}"):
             response = self.client.delete_by_query(
                 index=family.alias(self.namespace),

@@ -18,7 +18,6 @@ from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, NotFound
 from service.storage import access
-from service.storage.access import ScopeView
 from service.storage.client import get_routed, index_routed, routed_id, translate_errors
 from service.storage.templates import REVIEWS as REVIEWS  # re-exported: defined in the registry
 
@@ -107,10 +106,9 @@ class ReviewStore:
             if_primary_term=primary_term,
         )
 
-    def _filters(self, principal: Principal, tenant_wide: bool) -> list[dict[str, Any]]:
-        if tenant_wide:
-            return access.access_filters(principal, ScopeView.everything(), tenant_wide=True)
-        return [access.tenant_filter(principal), access.owned_by(principal)]
+    @staticmethod
+    def _filters(principal: Principal, tenant_wide: bool) -> access.AccessFilters:
+        return access.for_admin(principal) if tenant_wide else access.for_owner(principal)
 
     def list(
         self,
@@ -127,29 +125,21 @@ class ReviewStore:
             narrow.append({"term": {"kind": kind}})
         if status:
             narrow.append({"term": {"status": status}})
+        filters = self._filters(principal, tenant_wide)
         body = {
             "size": size,
-            "query": {"bool": {"filter": [*self._filters(principal, tenant_wide), *narrow]}},
+            "query": filters.query(*narrow),
             "sort": [{"created_at": "desc"}, {"review_id": "asc"}],
         }
         with translate_errors("list review items"):
-            rows = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+            rows = self.client.search(index=self.alias, body=body, routing=filters.routing)
         return [ReviewItem.model_validate(r["_source"]) for r in rows["hits"]["hits"]]
 
     def get(self, principal: Principal, review_id: str, *, tenant_wide: bool = False) -> ReviewItem:
-        body = {
-            "size": 1,
-            "query": {
-                "bool": {
-                    "filter": [
-                        *self._filters(principal, tenant_wide),
-                        {"term": {"review_id": review_id}},
-                    ]
-                }
-            },
-        }
+        filters = self._filters(principal, tenant_wide)
+        body = {"size": 1, "query": filters.query({"term": {"review_id": review_id}})}
         with translate_errors("read a review item"):
-            rows = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+            rows = self.client.search(index=self.alias, body=body, routing=filters.routing)
         hits = rows["hits"]["hits"]
         if not hits:
             raise NotFound(f"review item {review_id!r} not found")

@@ -17,6 +17,9 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
+from service.errors import NotFound
+from service.storage.client import translate_errors
+
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "index_templates"
 
 
@@ -115,8 +118,9 @@ def remove_stale_index_templates(client: OpenSearch, family: IndexFamily, namesp
     current = index_template_name(family, namespace)
     own = re.compile(rf"^{re.escape(family.alias(namespace))}-v\d+$")
     try:
-        listed = client.indices.get_index_template(name=f"{family.alias(namespace)}-v*")
-    except os_exc.NotFoundError:
+        with translate_errors("list index templates", on_missing="no index template yet"):
+            listed = client.indices.get_index_template(name=f"{family.alias(namespace)}-v*")
+    except NotFound:
         return []
     stale = [t["name"] for t in listed.get("index_templates", []) if own.match(t["name"]) and t["name"] != current]
     for name in stale:

@@ -5,7 +5,7 @@ write is in the translog, i.e. durable; no refresh is waited for, so the proxy a
 latency), keyed
 ``<tenant>:<turn id>`` and routed by tenant, so a task carrying ``(tenant_id, turn_id)`` can only
 ever read a turn of that tenant. Reads for callers take their filters from :mod:`access`; the
-maintenance sweep uses :func:`access.maintenance_filters` and yields keys only.
+maintenance sweep uses :func:`access.maintenance_scan` and yields keys only.
 """
 
 from __future__ import annotations
@@ -121,13 +121,14 @@ class TurnStore:
 
     def outcome_counts(self, principal: Principal) -> list[tuple[str, int]]:
         """The tenant's turns by extraction status (admins; nothing for a member)."""
+        filters = access.for_admin(principal)
         body = {
             "size": 0,
-            "query": {"bool": {"filter": access.admin_filters(principal)}},
+            "query": filters.query(),
             "aggs": {"status": {"terms": {"field": "extraction_status", "size": 10}}},
         }
         with translate_errors("count turns"):
-            result = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+            result = self.client.search(index=self.alias, body=body, routing=filters.routing)
         return [(str(b["key"]), int(b["doc_count"])) for b in result["aggregations"]["status"]["buckets"]]
 
     def stale_keys(self, *, older_than_s: int, max_attempts: int, limit: int = 200) -> list[tuple[str, str]]:
@@ -136,16 +137,11 @@ class TurnStore:
         body = {
             "size": limit,
             "_source": ["tenant_id", "turn_id"],
-            "query": {
-                "bool": {
-                    "filter": [
-                        *access.maintenance_filters(),
-                        {"terms": {"extraction_status": ["pending", "running"]}},
-                        {"range": {"updated_at": {"lt": cutoff}}},
-                        {"range": {"attempts": {"lt": max_attempts}}},
-                    ]
-                }
-            },
+            "query": access.maintenance_scan("extraction sweep").query(
+                {"terms": {"extraction_status": ["pending", "running"]}},
+                {"range": {"updated_at": {"lt": cutoff}}},
+                {"range": {"attempts": {"lt": max_attempts}}},
+            ),
             "sort": [{"created_at": "asc"}],
         }
         with translate_errors("sweep turns"):

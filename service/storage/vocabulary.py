@@ -70,7 +70,7 @@ class VocabularyStore:
 
     def tenant_terms(self, principal: Principal, fields: Sequence[str]) -> TenantTerms:
         """The terms the index holds for ``fields`` over every document of the principal's tenant
-        (any owner, scope or lifecycle: see :func:`access.vocabulary_filters`)."""
+        (any owner, scope or lifecycle: see :func:`access.for_vocabulary`)."""
         terms = TenantTerms(fields={f: set() for f in fields})
         batch: list[str] = []
         for doc_id in self._tenant_doc_ids(principal):
@@ -84,18 +84,19 @@ class VocabularyStore:
 
     def _tenant_doc_ids(self, principal: Principal) -> Iterator[str]:
         search_after: list[Any] | None = None
+        filters = access.for_vocabulary(principal)
         while True:
             body: dict[str, Any] = {
                 "size": _ID_PAGE,
                 "track_total_hits": False,
                 "_source": False,
-                "query": {"bool": {"filter": access.vocabulary_filters(principal)}},
+                "query": filters.query(),
                 "sort": [{"id": "asc"}],
             }
             if search_after is not None:
                 body["search_after"] = search_after
             with translate_errors("list the tenant's beliefs for its vocabulary"):
-                found = self.client.search(index=self.alias, body=body, routing=access.routing(principal))
+                found = self.client.search(index=self.alias, body=body, routing=filters.routing)
             hits = found["hits"]["hits"]
             for hit in hits:
                 yield str(hit["_id"])
