@@ -35,7 +35,7 @@ from service.config import RecallDefaults
 from service.recall.context import ContextBuilder
 from service.storage import queries
 from service.storage.beliefs import BeliefStore
-from service.storage.templates import BELIEFS, apply_templates, index_template_body, load_json
+from service.storage.templates import BELIEFS, apply_templates, component_stems, index_template_body, load_json
 
 # The ablation that searches content too: one BM25 clause over the English-analysed content,
 # at the weight the paper's stale case description gives content ("weight 1"), so a content hit
@@ -127,8 +127,8 @@ def variant_index_body(namespace: str, variant: str) -> dict[str, Any]:
     template = index_template_body(BELIEFS, namespace)
     settings: dict[str, Any] = {}
     mappings: dict[str, Any] = {}
-    for name in template["composed_of"]:
-        component = load_json(f"component/{name.rsplit('-v', 1)[0]}.json")["template"]
+    for stem in component_stems(BELIEFS):
+        component = load_json(f"component/{stem}.json")["template"]
         _merge(settings, component.get("settings", {}))
         _merge(mappings, component.get("mappings", {}))
     _merge(settings, template.get("template", {}).get("settings", {}))

@@ -104,3 +104,17 @@ def test_a_write_blocked_index_is_a_retryable_store_outage(os_client: OpenSearch
     finally:
         os_client.indices.put_settings(index=index, body={"index": {"blocks": {"write": False}}})
         drop_namespace(os_client, ns)
+
+
+def test_composed_of_names_components_by_stem_and_gets_their_versions_from_the_registry() -> None:
+    """No index template file spells a component's version: it is added from the component's own
+    file when the template is put (one place per version)."""
+    from service.storage.templates import FAMILIES, TEMPLATE_DIR, component_name, index_template_body, load_json
+
+    components = {path.stem for path in (TEMPLATE_DIR / "component").glob("*.json")}
+    for family in FAMILIES:
+        stems = load_json(f"index/tenure-{family.name}.json")["composed_of"]
+        assert set(stems) <= components, family.name  # stems only, each an existing component file
+        put = index_template_body(family, "ns")["composed_of"]
+        assert put == [f"{stem}-v{load_json(f'component/{stem}.json')['version']}" for stem in stems]
+        assert put == [component_name(stem) for stem in stems]

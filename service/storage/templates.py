@@ -1,7 +1,10 @@
 """Index templates from ``index_templates/``: applied idempotently, indices behind aliases.
 
 Names (``ns`` is ``settings.opensearch_namespace``):
-- component templates ``tenure-<name>-v<version>`` (shared by all namespaces; content-addressed by version)
+- component templates ``tenure-<name>-v<version>`` (shared by all namespaces; content-addressed by version).
+  An index template file lists its components by file stem (``"composed_of": ["tenure-analysis"]``);
+  :func:`index_template_body` adds each component's current ``-v<version>``, so a component's
+  version is written once, in its own file.
 - index template ``<ns>-beliefs-v<version>`` matching ``<ns>-beliefs-*``
 - write alias ``<ns>-beliefs`` -> concrete ``<ns>-beliefs-000001`` (a reindex creates ``-000002`` and swaps)
 """
@@ -56,19 +59,24 @@ def component_name(file_stem: str) -> str:
     return f"{file_stem}-v{load_json(f'component/{file_stem}.json')['version']}"
 
 
+def component_stems(family: IndexFamily) -> list[str]:
+    """The component templates of ``family``'s index template, by file stem, in order."""
+    return list(load_json(f"index/tenure-{family.name}.json")["composed_of"])
+
+
 def index_template_body(family: IndexFamily, namespace: str) -> dict[str, Any]:
+    """The index template as put: the namespace in its patterns, each component by versioned name."""
     body = load_json(f"index/tenure-{family.name}.json")
     body["index_patterns"] = [p.replace("{namespace}", namespace) for p in body["index_patterns"]]
+    body["composed_of"] = [component_name(stem) for stem in body["composed_of"]]
     return body
 
 
 def expected_mapping(family: IndexFamily) -> dict[str, Any]:
     """The mapping an index of ``family`` must have: the union of its component templates."""
-    body = index_template_body(family, "x")
     properties: dict[str, Any] = {}
     dynamic: Any = None
-    for name in body["composed_of"]:
-        stem = name.rsplit("-v", 1)[0]
+    for stem in component_stems(family):
         mappings = load_json(f"component/{stem}.json")["template"].get("mappings", {})
         properties.update(mappings.get("properties", {}))
         dynamic = mappings.get("dynamic", dynamic)
