@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource
 
 from service.config import MemoryLoopSettings
 from service.errors import ErrorCode, TenureError
@@ -147,12 +148,14 @@ class Upstream:
 
     @staticmethod
     async def events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-        """Parsed ``data:`` events of an SSE stream, until ``[DONE]`` (OpenAI) or its end. An
-        Anthropic event's name is also its data's ``type``, so the ``event:`` lines are not needed."""
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
+        """The JSON ``data`` of each server-sent event, until ``[DONE]`` (OpenAI) or the stream's
+        end; events whose data is not a JSON object (keep-alives, comments) are skipped. An
+        Anthropic event's name is also its data's ``type``, so the ``event:`` field is not needed.
+        httpx-sse parses the stream (fields, multi-line data, CR/LF variants); a 200 answer that is
+        not ``text/event-stream`` raises its ``SSEError``, which the relay reports as a broken
+        upstream stream."""
+        async for sse in EventSource(response).aiter_sse():
+            data = sse.data.strip()
             if data == "[DONE]":
                 return
             try:
