@@ -1,7 +1,7 @@
-"""Bearer JWT verification with authlib JOSE, and development token issuance.
+"""Bearer JWT verification with joserfc, and development token issuance.
 
-Algorithms are pinned twice: the :class:`JsonWebToken` instance only knows the configured ones
-(``none`` is never among them), and the key is chosen by the header's algorithm *family*: an HS256
+Algorithms are pinned twice: :func:`joserfc.jwt.decode` is given only the configured ones (``none``
+is never among them), and the key is chosen by the header's algorithm *family*: an HS256
 token is only ever checked against the configured HMAC secret, an RS256/ES256 token only against
 JWKS keys of the matching type. That closes the classic confusion attack (an HS256 token "signed"
 with the public RSA key).
@@ -13,18 +13,14 @@ import json
 import threading
 import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
 import httpx
-from authlib.deprecate import AuthlibDeprecationWarning
-
-with warnings.catch_warnings():
-    # authlib.jose announces its successor (joserfc) on import; the API we use is stable in 1.x.
-    warnings.simplefilter("ignore", AuthlibDeprecationWarning)
-    from authlib.jose import JsonWebKey, JsonWebToken, KeySet
-    from authlib.jose.errors import JoseError
+from joserfc import jwt
+from joserfc.errors import JoseError
+from joserfc.jwk import GuestProtocol, Key, KeySet, OctKey
+from joserfc.jwt import ClaimsOption
 
 from service.config import AuthSettings
 from service.domain.accounts import SLUG_RE
@@ -46,7 +42,7 @@ class KeySource:
         self._keys: KeySet | None = None
         self._fetched = 0.0
         if settings.jwks_file:
-            self._keys = JsonWebKey.import_key_set(json.loads(Path(settings.jwks_file).read_text()))
+            self._keys = KeySet.import_key_set(json.loads(Path(settings.jwks_file).read_text()))
 
     @property
     def configured(self) -> bool:
@@ -62,7 +58,7 @@ class KeySource:
                 try:
                     response = httpx.get(self.settings.jwks_url, timeout=5.0)
                     response.raise_for_status()
-                    self._keys = JsonWebKey.import_key_set(response.json())
+                    self._keys = KeySet.import_key_set(response.json())
                     self._fetched = time.monotonic()
                 except (httpx.HTTPError, ValueError) as exc:
                     if self._keys is None:
@@ -77,10 +73,19 @@ class TokenVerifier:
         if settings.jwt_hs256_secret is not None and "HS256" not in allowed:
             allowed.append("HS256")
         self.allowed = frozenset(allowed)
-        self.jwt = JsonWebToken(sorted(self.allowed))
         self.keys = KeySource(settings)
+        essential: ClaimsOption = {"essential": True}
+        required: dict[str, ClaimsOption] = {
+            "iss": {"essential": True, "value": settings.jwt_issuer},
+            "aud": {"essential": True, "value": settings.jwt_audience},
+            "exp": essential,
+            "sub": essential,
+            TENANT_CLAIM: essential,
+        }
+        self.claims = jwt.JWTClaimsRegistry(None, settings.jwt_leeway_s, **required)  # now=None: the clock
 
-    def _key_for(self, header: dict[str, Any], _payload: Any) -> Any:
+    def _key_for(self, token: GuestProtocol) -> Key:
+        header = token.headers()
         alg = header.get("alg")
         if alg not in self.allowed:
             raise Unauthenticated(f"token algorithm {alg!r} is not accepted")
@@ -88,27 +93,20 @@ class TokenVerifier:
             secret = self.settings.jwt_hs256_secret
             if secret is None:
                 raise Unauthenticated("HS256 tokens are not accepted by this deployment")
-            return JsonWebKey.import_key(secret.get_secret_value().encode(), {"kty": "oct"})
+            return OctKey.import_key(secret.get_secret_value().encode())
         key_set = self.keys.key_set()
         kty = ASYMMETRIC_ALGS[str(alg)]
         candidates = [
-            k for k in key_set.keys if k.kty == kty and (header.get("kid") is None or k.kid == header.get("kid"))
+            k for k in key_set.keys if k.key_type == kty and (header.get("kid") is None or k.kid == header.get("kid"))
         ]
         if not candidates:
             raise Unauthenticated("no JWKS key matches the token's kid and algorithm")
         return candidates[0]
 
     def verify(self, token: str) -> dict[str, Any]:
-        options = {
-            "iss": {"essential": True, "value": self.settings.jwt_issuer},
-            "aud": {"essential": True, "value": self.settings.jwt_audience},
-            "exp": {"essential": True},
-            "sub": {"essential": True},
-            TENANT_CLAIM: {"essential": True},
-        }
         try:
-            claims = self.jwt.decode(token, self._key_for, claims_options=options)
-            claims.validate(leeway=self.settings.jwt_leeway_s)
+            decoded = jwt.decode(token, self._key_for, algorithms=sorted(self.allowed))
+            self.claims.validate(decoded.claims)
         except Unauthenticated:
             raise
         except JoseError as exc:
@@ -116,7 +114,7 @@ class TokenVerifier:
             raise InvalidCredential(f"invalid token: {exc.error}: {exc.description or ''}".rstrip(": ")) from exc
         except (ValueError, TypeError, KeyError, RecursionError) as exc:
             raise InvalidCredential("malformed token") from exc
-        return dict(claims)
+        return dict(decoded.claims)
 
     def issue_dev_token(self, principal: Principal, *, ttl_s: int | None = None) -> tuple[str, int]:
         """An HS256 token for ``principal`` (development deployments only)."""
@@ -138,10 +136,8 @@ class TokenVerifier:
             "exp": exp,
             "jti": f"dev-{uuid.uuid4().hex}",  # the handle for revoking this token
         }
-        token = JsonWebToken(["HS256"]).encode(
-            {"alg": "HS256", "typ": "JWT"}, payload, secret.get_secret_value().encode()
-        )
-        return token.decode(), exp
+        key = OctKey.import_key(secret.get_secret_value().encode())
+        return jwt.encode({"alg": "HS256", "typ": "JWT"}, payload, key, algorithms=["HS256"]), exp
 
 
 def _string_list(claims: dict[str, Any], name: str) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import uuid
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,19 +14,23 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from joserfc import jwt
+from joserfc.jwk import ECKey, Key, OctKey, RSAKey
 from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
-warnings.filterwarnings("ignore", message="authlib.jose module is deprecated")
-
-from authlib.jose import JsonWebKey  # noqa: E402
-
-from service.api.app import create_app  # noqa: E402
-from service.api.state import Services  # noqa: E402
-from service.config import ApiSettings, AuthSettings, Settings  # noqa: E402
-from service.storage.templates import FAMILIES, drop_namespace  # noqa: E402
+from service.api.app import create_app
+from service.api.state import Services
+from service.config import ApiSettings, AuthSettings, Settings
+from service.storage.templates import FAMILIES, drop_namespace
 
 HS_SECRET = "test-hs256-secret-with-enough-entropy-0123456789"
+
+
+def sign_jwt(header: dict[str, Any], claims: dict[str, Any], key: Key | bytes) -> str:
+    """A JWT as an identity provider (or an attacker holding ``key``) would make it."""
+    material = OctKey.import_key(key) if isinstance(key, bytes) else key
+    return jwt.encode(header, claims, material, algorithms=[str(header["alg"])])
 
 
 @dataclass(frozen=True)
@@ -39,10 +42,10 @@ class SigningKeys:
 
 @pytest.fixture(scope="session")
 def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> SigningKeys:
-    rsa = JsonWebKey.generate_key("RSA", 2048, {"kid": "rsa-1"}, is_private=True)
-    ec = JsonWebKey.generate_key("EC", "P-256", {"kid": "ec-1"}, is_private=True)
+    rsa = RSAKey.generate_key(2048, {"kid": "rsa-1"})
+    ec = ECKey.generate_key("P-256", {"kid": "ec-1"})
     path = Path(tmp_path_factory.mktemp("jwks")) / "jwks.json"
-    path.write_text(json.dumps({"keys": [rsa.as_dict(is_private=False), ec.as_dict(is_private=False)]}))
+    path.write_text(json.dumps({"keys": [rsa.as_dict(private=False), ec.as_dict(private=False)]}))
     return SigningKeys(rsa=rsa, ec=ec, jwks_path=path)
 
 

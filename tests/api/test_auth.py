@@ -10,14 +10,13 @@ import time
 from typing import Any
 
 import pytest
-from authlib.jose import JsonWebToken
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
 from service.auth.tokens import TokenVerifier
 from service.config import AuthSettings, Settings
 from service.errors import Unauthenticated
-from tests.api.conftest import HS_SECRET, SigningKeys, Team, auth, ok
+from tests.api.conftest import HS_SECRET, SigningKeys, Team, auth, ok, sign_jwt
 
 
 def _claims(team: Team, **over: Any) -> dict[str, Any]:
@@ -39,7 +38,7 @@ def _claims(team: Team, **over: Any) -> dict[str, Any]:
 
 def _sign(alg: str, key: Any, claims: dict[str, Any], kid: str | None = None) -> str:
     header = {"alg": alg, "typ": "JWT", **({"kid": kid} if kid else {})}
-    return JsonWebToken([alg]).encode(header, claims, key).decode()
+    return sign_jwt(header, claims, key)
 
 
 def _b64(data: dict[str, Any]) -> str:
@@ -112,8 +111,8 @@ def test_wrong_key_rejected(client: TestClient, team: Team) -> None:
 
 def test_hs_rs_confusion_rejected(client: TestClient, team: Team, signing_keys: SigningKeys) -> None:
     """An HS256 token 'signed' with the public RSA key (PEM or JWK JSON) must not verify."""
-    public_pem = signing_keys.rsa.as_pem(is_private=False)
-    public_jwk = json.dumps(signing_keys.rsa.as_dict(is_private=False)).encode()
+    public_pem = signing_keys.rsa.as_pem(private=False)
+    public_jwk = json.dumps(signing_keys.rsa.as_dict(private=False)).encode()
     for material in (public_pem, public_jwk):
         signing_input = f"{_b64({'alg': 'HS256', 'kid': 'rsa-1'})}.{_b64(_claims(team))}"
         mac = hmac.new(material, signing_input.encode(), hashlib.sha256).digest()

@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import pytest
-from authlib.jose import JsonWebToken
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
@@ -17,7 +16,7 @@ from service.config import Settings
 from service.errors import Unauthenticated
 from service.storage.accounts import AccountStore
 from service.storage.client import build_client
-from tests.api.conftest import HS_SECRET, Team, auth, ok
+from tests.api.conftest import HS_SECRET, Team, auth, ok, sign_jwt
 
 
 def _refused(response: Any) -> None:
@@ -147,8 +146,8 @@ def test_jwt_of_an_unprovisioned_subject_is_not_blocked(client: TestClient, team
     """Users known only to the identity provider have no account record, so nothing disables them."""
     claims = {"tenant_id": team.tenant, "sub": "zed", "iss": "tenure", "aud": "tenure-api"}
     now = int(time.time())
-    token = JsonWebToken(["HS256"]).encode({"alg": "HS256"}, {**claims, "exp": now + 60}, HS_SECRET.encode())
-    assert ok(client.get("/v1/whoami", headers=auth(token.decode())))["user_id"] == "zed"
+    token = sign_jwt({"alg": "HS256"}, {**claims, "exp": now + 60}, HS_SECRET.encode())
+    assert ok(client.get("/v1/whoami", headers=auth(token)))["user_id"] == "zed"
 
 
 def test_store_outage_keeps_the_last_known_status(

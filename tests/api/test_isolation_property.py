@@ -12,7 +12,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from authlib.jose import JsonWebToken
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,7 +19,7 @@ from hypothesis import strategies as st
 from service.domain.belief import Belief
 from service.domain.scopes import is_shared
 from service.storage.beliefs import BeliefStore
-from tests.api.conftest import HS_SECRET, ok
+from tests.api.conftest import HS_SECRET, ok, sign_jwt
 
 SCOPES = ["user:universal", "domain:code", "domain:code/python", "project:p1", "project:p2", "team:t1"]
 NAMES = ["redis_cache", "kafka_topics", "error_handling", "style_guide", "deploy_flow"]
@@ -75,7 +74,7 @@ def _token(tenant_id: str, who: Who) -> str:
         "iat": now,
         "exp": now + 600,
     }
-    return JsonWebToken(["HS256"]).encode({"alg": "HS256"}, claims, HS_SECRET.encode()).decode()
+    return sign_jwt({"alg": "HS256"}, claims, HS_SECRET.encode())
 
 
 def _visible(row: dict[str, Any], tenants: list[str], who: Who) -> bool:

@@ -18,14 +18,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from authlib.jose import JsonWebToken
 from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch
 
 from service.api.app import create_app
 from service.config import Settings
 from service.storage.templates import ACCOUNTS
-from tests.api.conftest import HS_SECRET, Team, auth, belief_body, ok
+from tests.api.conftest import HS_SECRET, Team, auth, belief_body, ok, sign_jwt
 
 
 def _token(tenant: str, sub: str, jti: str, **extra: Any) -> str:
@@ -42,7 +41,7 @@ def _token(tenant: str, sub: str, jti: str, **extra: Any) -> str:
         "jti": jti,
         **extra,
     }
-    return JsonWebToken(["HS256"]).encode({"alg": "HS256", "typ": "JWT"}, claims, HS_SECRET.encode()).decode()
+    return sign_jwt({"alg": "HS256", "typ": "JWT"}, claims, HS_SECRET.encode())
 
 
 def test_revoking_a_token_of_one_tenant_leaves_the_same_jti_of_another_tenant_valid(
