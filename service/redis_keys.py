@@ -9,6 +9,12 @@ are named by Celery from its settings, not here.
 from __future__ import annotations
 
 
+def queued_task(namespace: str, task_id: str) -> str:
+    """Set while a task's message waits in the broker (``TaskQueue``: the extraction sweep sends a
+    stale turn again only if it can SET NX this); lives in the broker's Redis."""
+    return f"{namespace}:queued:{task_id}"
+
+
 def receipts_outbox(namespace: str) -> str:
     """Stream of injection receipts waiting to be moved into the audit index (``:dead`` beside it)."""
     return f"{namespace}:audit:receipts"

@@ -6,14 +6,16 @@ Every send carries ``expires`` and goes to an explicit queue; arguments are ids 
 
 from __future__ import annotations
 
-import base64
-import json
+import logging
 from typing import Any
 
 import redis
 from celery import Celery
 
+from service import redis_keys
 from service.config import Settings
+
+log = logging.getLogger("tenure.queue")
 
 TASK_EXTRACT = "beliefs.extract"
 TASK_ENRICH_ALIASES = "aliases.enrich"
@@ -30,6 +32,12 @@ def queue_names(settings: Settings) -> tuple[str, str]:
     """(cheap, heavy) queue names; the prefix lets deployments (and test runs) share a broker."""
     prefix = settings.celery.queue_prefix
     return f"{prefix}.cheap", f"{prefix}.heavy"
+
+
+def extraction_task_id(tenant_id: str, turn_id: str) -> str:
+    """The one Celery task id of a turn's extraction: every send of it (the API, parked turns,
+    the sweep) carries this id, so its waiting marker can be found from the turn alone."""
+    return f"{TASK_EXTRACT}:{tenant_id}:{turn_id}"
 
 
 def broker_client(settings: Settings) -> Celery:
@@ -52,17 +60,77 @@ class TaskQueue:
         self.cheap, self.heavy = queue_names(settings)
         self._broker: redis.Redis[bytes] | None = None
 
-    def _send(self, name: str, args: list[Any], queue: str, countdown: float | None = None) -> None:
+    def _send(
+        self, name: str, args: list[Any], queue: str, countdown: float | None = None, task_id: str | None = None
+    ) -> None:
         self.app.send_task(
             name,
             args=args,
             queue=queue,
             expires=self.settings.celery.task_expires_s,
             countdown=countdown,
+            task_id=task_id,
         )
 
+    # ------------------------------------------------------------ extraction and its marker
+    # A turn's extraction message is marked as waiting in Redis (``redis_keys.queued_task``, in the
+    # broker's Redis, so a broker that loses its messages loses the markers with them) from the
+    # send until a worker takes it (``taken``). The sweep sends a stale turn again only when it
+    # can SET NX that marker: a turn waiting behind a backlog (after a worker or Redis outage) is
+    # not sent again at every sweep (the fault drills measured 188 duplicates of 329), while a
+    # message a worker took and lost with its process is. The marker expires with the message
+    # (``task_expires_s``). Not a Redis broker: no marker, every stale turn is sent again.
+
     def extract(self, tenant_id: str, turn_id: str) -> None:
-        self._send(TASK_EXTRACT, [tenant_id, turn_id], self.heavy)
+        """Enqueue a turn's extraction (after the turn is durably written), marked as waiting."""
+        task_id = extraction_task_id(tenant_id, turn_id)
+        self._mark_waiting(task_id, only_if_absent=False)
+        self._send_extraction(tenant_id, turn_id, task_id)
+
+    def extract_unless_waiting(self, tenant_id: str, turn_id: str) -> bool:
+        """The sweep's send: enqueue unless this turn's message still waits in the queue (SET NX
+        on its marker). True when it was sent."""
+        task_id = extraction_task_id(tenant_id, turn_id)
+        if not self._mark_waiting(task_id, only_if_absent=True):
+            return False
+        self._send_extraction(tenant_id, turn_id, task_id)
+        return True
+
+    def taken(self, tenant_id: str, turn_id: str) -> None:
+        """A worker took the turn's message: it no longer waits. From here a crash is the
+        sweep's to recover (the turn goes stale and nothing marks it as waiting)."""
+        broker = self._marker_store()
+        if broker is None:
+            return
+        try:
+            broker.delete(self._marker(extraction_task_id(tenant_id, turn_id)))
+        except redis.RedisError as exc:
+            # best effort: a marker left behind only delays a re-send until it expires
+            log.warning("waiting marker of turn %s not cleared: %s", turn_id, exc)
+
+    def _send_extraction(self, tenant_id: str, turn_id: str, task_id: str) -> None:
+        try:
+            self._send(TASK_EXTRACT, [tenant_id, turn_id], self.heavy, task_id=task_id)
+        except Exception:
+            self.taken(tenant_id, turn_id)  # not sent: nothing waits
+            raise
+
+    def _marker(self, task_id: str) -> str:
+        return redis_keys.queued_task(self.settings.opensearch_namespace, task_id)
+
+    def _mark_waiting(self, task_id: str, *, only_if_absent: bool) -> bool:
+        broker = self._marker_store()
+        if broker is None:
+            return True
+        ttl = self.settings.celery.task_expires_s
+        return bool(broker.set(self._marker(task_id), "1", nx=only_if_absent, ex=ttl))
+
+    def _marker_store(self) -> redis.Redis[bytes] | None:
+        if not self.settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+            return None
+        if self._broker is None:
+            self._broker = redis.Redis.from_url(self.settings.broker_url, socket_timeout=10, socket_connect_timeout=2)
+        return self._broker
 
     def enrich_aliases(self, tenant_id: str, turn_id: str) -> None:
         self._send(TASK_ENRICH_ALIASES, [tenant_id, turn_id], self.cheap)
@@ -85,27 +153,6 @@ class TaskQueue:
         """Beat runs this every ``api.receipt_drain_interval_s``; also sendable by hand."""
         self._send(TASK_DRAIN_RECEIPTS, [], self.cheap)
 
-    def waiting_extractions(self, *, limit: int = 50_000) -> set[tuple[str, str]]:
-        """``(tenant_id, turn_id)`` of the extraction messages still waiting in the heavy queue.
-
-        The sweep asks before re-enqueueing a stale turn: a turn waiting behind a backlog (after
-        a worker or Redis outage) is not lost, and re-sending it at every sweep only lengthened
-        the backlog with no-op deliveries (the fault drills measured 188 of 329). Read from the
-        broker as Celery's Redis transport keeps a queue: a list of JSON envelopes whose body
-        (base64 JSON) holds the arguments. Messages a worker has taken are not in the list (in
-        flight, or lost with a dead worker), and neither is anything past ``limit``: those turns
-        are re-enqueued as before. Any other broker: nothing is known to be waiting."""
-        if not self.settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
-            return set()
-        if self._broker is None:
-            self._broker = redis.Redis.from_url(self.settings.broker_url, socket_timeout=10)
-        waiting: set[tuple[str, str]] = set()
-        for raw in self._broker.lrange(self.heavy, 0, limit - 1):
-            key = _extraction_key(raw)
-            if key is not None:
-                waiting.add(key)
-        return waiting
-
     def drain_parked_turns(self) -> None:
         self._send(TASK_DRAIN_PARKED_TURNS, [], self.cheap)
 
@@ -113,18 +160,3 @@ class TaskQueue:
         self.app.close()
         if self._broker is not None:
             self._broker.close()
-
-
-def _extraction_key(raw: bytes) -> tuple[str, str] | None:
-    """The ``(tenant_id, turn_id)`` of one queued ``beliefs.extract`` envelope; None otherwise."""
-    try:
-        envelope = json.loads(raw)
-        if envelope.get("headers", {}).get("task") != TASK_EXTRACT:
-            return None
-        body = envelope["body"]
-        if envelope.get("properties", {}).get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        args = json.loads(body)[0]
-        return str(args[0]), str(args[1])
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None

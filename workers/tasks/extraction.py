@@ -33,6 +33,7 @@ def extract_turn(self: TenantTask, tenant_id: str, turn_id: str) -> dict[str, An
     outlasts the retries the turn stays unfinished and the sweep enqueues it again once the
     store is back. Any other error marks the turn ``failed`` with the error."""
     res = _res()
+    res.queue.taken(tenant_id, turn_id)  # no longer waiting: a crash from here is the sweep's
     try:
         outcome = res.pipeline.run(tenant_id, turn_id)
     except TRANSIENT_ERRORS as exc:
@@ -79,11 +80,9 @@ def sweep_turns() -> int:
     res = _res()
     loop = res.settings.loop
     keys = res.turns.stale_keys(older_than_s=loop.sweep_stale_after_s, max_attempts=loop.max_extraction_attempts)
-    # a stale turn whose message still waits in the queue is behind a backlog, not lost
-    waiting = res.queue.waiting_extractions() if keys else set()
-    lost = [key for key in keys if key not in waiting]
-    for tenant_id, turn_id in lost:
-        res.queue.extract(tenant_id, turn_id)
+    # a stale turn whose message still waits in the queue (its marker is set) is behind a
+    # backlog, not lost: only the others are sent again
+    lost = [(tenant_id, turn_id) for tenant_id, turn_id in keys if res.queue.extract_unless_waiting(tenant_id, turn_id)]
     if keys:
         still_queued = len(keys) - len(lost)
         logger.info("sweep re-enqueued %d turns (%d stale ones still waiting in the queue)", len(lost), still_queued)
