@@ -133,8 +133,13 @@ def test_openapi_documents_security_and_the_error_shape(app: object) -> None:
         "description": "An API key issued by an admin, or a JWT (RS256/ES256 via JWKS; HS256 in development).",
     }
     assert "HTTPValidationError" not in schema["components"]["schemas"]  # our 422 shape, not FastAPI's
+    # The proxy's wire-compatible routes answer in their SDK's error shape (tested beside them);
+    # the Anthropic one also takes the key as Anthropic clients send it (x-api-key).
+    messages = schema["paths"]["/v1/messages"]["post"]
+    assert messages["security"] == [{"BearerAuth": []}, {"AnthropicApiKey": []}]
+    assert messages["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/AnthropicErrorOut")
     for path, operations in schema["paths"].items():
-        if not path.startswith("/v1/") or path == "/v1/chat/completions":
+        if not path.startswith("/v1/") or path in {"/v1/chat/completions", "/v1/messages"}:
             continue
         for method, operation in operations.items():
             assert operation.get("security") == [{"BearerAuth": []}], (method, path)

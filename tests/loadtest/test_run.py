@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -111,7 +111,7 @@ def test_verification_passes(run: Run) -> None:
 
 
 def test_open_model_keeps_the_rate(run: Run) -> None:
-    config = LoadConfig(**{**run.config.__dict__, "rate": 20.0, "duration_s": 2.0, "mix": {"recall": 1}})
+    config = replace(run.config, rate=20.0, duration_s=2.0, mix={"recall": 1})
     report = asyncio.run(run_load(config, run.fleet))
     # Poisson arrivals: 40 expected; a generous band still catches a driver that ignores the rate
     assert 15 <= report.ops["recall"].count <= 75, report.ops["recall"].count
@@ -121,9 +121,7 @@ def test_open_model_keeps_the_rate(run: Run) -> None:
 def test_timed_out_writes_are_unacknowledged_and_counted_when_they_land(run: Run) -> None:
     # A write answers after the next index refresh (wait_for, ~0.5 s on average); a 50 ms client
     # timeout gives up first while the server completes it: unacknowledged but landed.
-    config = LoadConfig(
-        **{**run.config.__dict__, "request_timeout_s": 0.05, "duration_s": 1.5, "concurrency": 2, "mix": {"write": 1}}
-    )
+    config = replace(run.config, request_timeout_s=0.05, duration_s=1.5, concurrency=2, mix={"write": 1})
     report = asyncio.run(run_load(config, run.fleet))
     assert report.unacknowledged_writes, report.format_summary()
     assert report.ops["write"].errors.get("timeout", 0) == len(report.unacknowledged_writes)
