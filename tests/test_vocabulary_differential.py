@@ -137,7 +137,7 @@ def test_generated_messages_identical_on_both_paths(generated: Generated, settin
     every = generated.texts
     store, texts = generated.store, every[part * len(every) // PARTS : (part + 1) * len(every) // PARTS]
     me = principal(TENANT, "ann")
-    filters = access.access_filters(me, ScopeView.everything())
+    filters = access.for_principal(me, ScopeView.everything())
     limits = settings.recall
 
     def body(text: str, clauses: list[dict[str, Any]] | None) -> dict[str, Any]:
