@@ -226,10 +226,14 @@ def test_worker_metrics_cover_its_whole_pool(
         turns.append(ok(chat(client, team, f"remember fact {i}"))["tenure"]["turn_id"])
     for turn_id in turns:
         assert wait_turn(client, team.h("alice"), turn_id)["extraction_status"] == "done"
+    # beat's receipt drain runs every second on this worker, but its first run is due one interval
+    # after beat starts: in a full session (session fixtures already up) the four extractions can be
+    # counted before beat has sent it, so wait for both rather than reading one snapshot
     samples = wait_until(
         lambda: (
             (s := worker_metrics(port))
             and value(s, "tenure_celery_tasks_total", task="beliefs.extract", state="success") >= 4
+            and value(s, "tenure_celery_tasks_total", task="audit.drain_receipts", state="success") >= 1
             and s
         ),
         timeout=20,
@@ -237,7 +241,6 @@ def test_worker_metrics_cover_its_whole_pool(
     assert value(samples, "tenure_extraction_outcomes_total", outcome="done") >= 4
     assert value(samples, "tenure_merge_decisions_total", section="new_beliefs", outcome="inserted") >= 4
     assert value(samples, "tenure_celery_task_duration_seconds_count", task="beliefs.extract") >= 4
-    # beat's receipt drain runs every second on this worker
     assert value(samples, "tenure_celery_tasks_total", task="audit.drain_receipts", state="success") >= 1
 
 
