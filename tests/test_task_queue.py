@@ -62,3 +62,20 @@ def test_the_marker_expires_with_the_message_under_the_namespace(queue: TaskQueu
     finally:
         broker.close()
     assert 0 < ttl <= queue.settings.celery.task_expires_s
+
+
+def test_a_marker_from_an_earlier_redis_run_does_not_hold_the_turn_back(queue: TaskQueue) -> None:
+    # Redis killed and restarted from its AOF: the marker came back, the message written after it
+    # did not. The marker names the server run that wrote it, so the sweep sends the turn again.
+    task_id = extraction_task_id("t1", "turn-7")
+    marker = redis_keys.queued_task(queue.settings.opensearch_namespace, task_id)
+    broker: redis.Redis[bytes] = redis.Redis.from_url(queue.settings.broker_url)
+    try:
+        broker.set(marker, "run-before-the-restart", ex=queue.settings.celery.task_expires_s)
+        assert queue.extract_unless_waiting("t1", "turn-7") is True
+        assert _queued_ids(queue) == [task_id]
+        assert queue.extract_unless_waiting("t1", "turn-7") is False  # now it really waits
+        assert broker.get(marker) == str(broker.info("server")["run_id"]).encode()
+    finally:
+        broker.close()
+    assert _queued_ids(queue) == [task_id]

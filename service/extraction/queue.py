@@ -17,6 +17,14 @@ from service.config import Settings
 
 log = logging.getLogger("tenure.queue")
 
+# KEYS[1] the waiting marker, ARGV[1] the server's run id, ARGV[2] its TTL: 0 when a marker of this
+# server run holds it (the message waits), else (absent, or left by an earlier run) set it and 1
+_CLAIM_UNLESS_CURRENT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return 1
+"""
+
 TASK_EXTRACT = "beliefs.extract"
 TASK_ENRICH_ALIASES = "aliases.enrich"
 TASK_COMPACT_BUCKET = "beliefs.compact"
@@ -80,6 +88,11 @@ class TaskQueue:
     # not sent again at every sweep (the fault drills measured 188 duplicates of 329), while a
     # message a worker took and lost with its process is. The marker expires with the message
     # (``task_expires_s``). Not a Redis broker: no marker, every stale turn is sent again.
+    # The marker holds the run id of the Redis server that stored it: a Redis killed and restarted
+    # from its AOF (``appendfsync everysec``) can come back with the marker but without the message
+    # written after it (or with a message a worker had popped), so a marker from an earlier server
+    # run proves nothing and the sweep sends the turn again (once per restart; extraction is
+    # idempotent). A marker of the current run was written by this server together with its message.
 
     def extract(self, tenant_id: str, turn_id: str) -> None:
         """Enqueue a turn's extraction (after the turn is durably written), marked as waiting."""
@@ -119,11 +132,18 @@ class TaskQueue:
         return redis_keys.queued_task(self.settings.opensearch_namespace, task_id)
 
     def _mark_waiting(self, task_id: str, *, only_if_absent: bool) -> bool:
+        """Set the marker to the current server run; with ``only_if_absent`` only when no marker of
+        this run is there (one atomic script: absent or from an earlier run -> set, True)."""
         broker = self._marker_store()
         if broker is None:
             return True
         ttl = self.settings.celery.task_expires_s
-        return bool(broker.set(self._marker(task_id), "1", nx=only_if_absent, ex=ttl))
+        run_id = str(broker.info("server")["run_id"])
+        marker = self._marker(task_id)
+        if not only_if_absent:
+            return bool(broker.set(marker, run_id, ex=ttl))
+        claim = broker.register_script(_CLAIM_UNLESS_CURRENT)
+        return bool(claim(keys=[marker], args=[run_id, ttl]))
 
     def _marker_store(self) -> redis.Redis[bytes] | None:
         if not self.settings.broker_url.startswith(("redis://", "rediss://", "unix://")):

@@ -32,8 +32,9 @@ STALE_AFTER_S = 2  # tests/durability/conftest.process_env: stale after 2 s, a s
 
 
 def sweeps(proc: Proc) -> int:
-    """Sweeps the worker has finished so far."""
-    return sum(1 for line in proc.log().splitlines() if "Task turns.sweep[" in line and "succeeded" in line)
+    """Sweeps of a stale turn the worker has finished so far: each logs its "sweep re-enqueued"
+    line at INFO (Celery's own "Task turns.sweep[...] succeeded" is DEBUG: workers/telemetry.py)."""
+    return sum(1 for line in proc.log().splitlines() if "sweep re-enqueued" in line and "turns.sweep" in line)
 
 
 def test_a_turn_waiting_in_the_queue_is_not_sent_again(
