@@ -15,6 +15,7 @@ from evals.judge import mean
 from evals.runner import ContextBackend, RunResult, run_case_set
 from service.config import Settings
 from service.recall.context import ContextBuilder
+from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
 
 CASES = paper_case_set()
@@ -23,7 +24,9 @@ CASES = paper_case_set()
 @pytest.fixture(scope="module")
 def paper_run(store: BeliefStore, settings: Settings) -> RunResult:
     run_id = uuid.uuid4().hex[:8]
-    backend = ContextBackend(ContextBuilder(store, settings.recall), explain=True)
+    backend = ContextBackend(
+        ContextBuilder(store, settings.recall, VocabularyMatcher.for_store(store, settings.recall)), explain=True
+    )
     return run_case_set(
         CASES, backend, store, static_tenant=f"paper-static-{run_id}", session_tenant=f"paper-session-{run_id}"
     )

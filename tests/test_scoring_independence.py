@@ -20,6 +20,7 @@ from evals.runner import ContextBackend, RunResult, run_case_set
 from service.config import Settings
 from service.domain.belief import Belief
 from service.recall.context import ContextBuilder
+from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
 
 NOISE_BELIEFS = 100_000
@@ -48,7 +49,9 @@ def noise_beliefs(tenant: str, count: int, seed: int = 7) -> Iterator[Belief]:
 
 
 def run_for(store: BeliefStore, settings: Settings, tenant: str) -> RunResult:
-    backend = ContextBackend(ContextBuilder(store, settings.recall), explain=True)
+    backend = ContextBackend(
+        ContextBuilder(store, settings.recall, VocabularyMatcher.for_store(store, settings.recall)), explain=True
+    )
     return run_case_set(CASES, backend, store, static_tenant=f"{tenant}-static", session_tenant=f"{tenant}-session")
 
 
