@@ -37,7 +37,7 @@ from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch, helpers
 
 from deploy.devstack import Service, start_opensearch, start_redis
-from service.api.app import create_app
+from service.app import create_app
 from service.config import ApiSettings, Settings
 from service.domain.belief import Belief, BeliefType, EpistemicStatus
 from service.storage.beliefs import doc_id

@@ -179,7 +179,7 @@ class Api:
             "TENURE_LOOP_COMPACTION_INTERVAL_S": "86400",
             **variant.env,
         }
-        args = [sys.executable, "-m", "uvicorn", "--factory", "service.api.app:create_app",
+        args = [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app",
                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),
                 "--no-access-log", "--log-level", "warning"]  # fmt: skip
         self.log = open(log, "ab")  # noqa: SIM115 - closed in stop()

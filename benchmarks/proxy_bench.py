@@ -154,7 +154,7 @@ def processes(settings: Settings, upstream_port: int, app_port: int, tmp: Path) 
             sys.executable,
             "-m",
             "uvicorn",
-            "service.api.app:create_app",
+            "service.app:create_app",
             "--factory",
             "--host",
             "127.0.0.1",

@@ -307,7 +307,7 @@ class LocalStack:
             return ["loadtest.scripted_llm", "--port", str(self.ports["llm"]), *self.config.llm_args]
         if name in self.api_names:
             return [
-                "uvicorn", "service.api.app:create_app", "--factory", "--host", "127.0.0.1",
+                "uvicorn", "service.app:create_app", "--factory", "--host", "127.0.0.1",
                 "--port", str(self.ports[name]), "--workers", str(self.config.api_workers),
                 "--log-level", "warning", "--no-access-log",
                 "--http", "service.api.http_protocol:JsonErrorHttpProtocol",

@@ -25,5 +25,5 @@ WORKER=$!
 trap 'kill $WORKER 2>/dev/null || true' EXIT INT TERM
 
 echo "Tenure API on http://127.0.0.1:$API_PORT (first admin key: .venv/bin/tenure bootstrap; see README)"
-.venv/bin/uvicorn service.api.app:create_app --factory --host 127.0.0.1 --port "$API_PORT" --workers "$API_WORKERS" \
+.venv/bin/uvicorn service.app:create_app --factory --host 127.0.0.1 --port "$API_PORT" --workers "$API_WORKERS" \
   --http service.api.http_protocol:JsonErrorHttpProtocol

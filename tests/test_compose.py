@@ -465,10 +465,10 @@ def test_commands_point_at_real_entry_points() -> None:
     assert _command(services["templates"]) == ["tenure", "apply-templates"]
     assert "apply-templates" in command_names()
     api = _command(services["api"])
-    assert api[:3] == ["uvicorn", "service.api.app:create_app", "--factory"] and "--workers" in api
+    assert api[:3] == ["uvicorn", "service.app:create_app", "--factory"] and "--workers" in api
     for name in ("worker", "beat"):
         assert _command(services[name])[:3] == ["celery", "-A", "workers.celery_app:app"]
-    from service.api.app import create_app  # noqa: F401 - the factory uvicorn loads
+    from service.app import create_app  # noqa: F401 - the factory uvicorn loads
     from workers.celery_app import app  # noqa: F401 - the app celery loads
 
     schedule = _command(services["beat"])[_command(services["beat"]).index("--schedule") + 1]

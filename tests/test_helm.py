@@ -67,7 +67,7 @@ def test_every_rendered_object_is_valid_kubernetes(values: list[str]) -> None:
 def test_it_runs_what_the_compose_file_runs() -> None:
     docs = render()
     api = container(by_kind(docs, "Deployment", "-api"))
-    assert api["command"][:3] == ["uvicorn", "service.api.app:create_app", "--factory"]
+    assert api["command"][:3] == ["uvicorn", "service.app:create_app", "--factory"]
     assert api["readinessProbe"]["httpGet"]["path"] == "/readyz"
     worker = container(by_kind(docs, "Deployment", "-worker"))
     assert worker["command"][:4] == ["celery", "-A", "workers.celery_app:app", "worker"]

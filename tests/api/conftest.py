@@ -19,8 +19,8 @@ from joserfc.jwk import ECKey, Key, OctKey, RSAKey
 from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
-from service.api.app import create_app
 from service.api.state import Services
+from service.app import create_app
 from service.config import ApiSettings, AuthSettings, Settings
 from service.storage.templates import FAMILIES, drop_namespace
 

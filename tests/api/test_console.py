@@ -15,8 +15,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
 from service.api.state import Services
+from service.app import create_app
 from service.config import Settings
 from service.console.sessions import COOKIE, LOGIN_CSRF_COOKIE
 from service.storage.reviews import ReviewItem, ReviewStore

@@ -21,8 +21,8 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
 from service.api.state import Services
+from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team, belief_body, make_team, ok
 from tests.api.test_console import file_conflict

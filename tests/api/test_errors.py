@@ -7,7 +7,7 @@ import socket
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
+from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team, auth, ok
 

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from service.api.app import create_app
+from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team, belief_body, ok
 from tests.live import serve

@@ -17,8 +17,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch
 
-from service.api.app import create_app
 from service.api.state import Services
+from service.app import create_app
 from service.auth.authenticator import Identity
 from service.auth.ratelimit import RateLimiter
 from service.config import Settings

@@ -32,7 +32,7 @@ from tenure_client import (
 )
 from tenure_client._codegen import render
 
-from service.api.app import create_app
+from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team, belief_body
 

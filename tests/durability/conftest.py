@@ -199,7 +199,7 @@ def stack(settings: Settings) -> Iterator[Stack]:
     client = build_client(settings)
     apply_templates(client, settings.opensearch_namespace, FAMILIES)
     client.close()
-    from service.api.app import create_app
+    from service.app import create_app
 
     app = create_app(settings)
     with TestClient(app) as api:

@@ -258,7 +258,7 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
 def start_api(settings: Settings, port: int, log: Path, upstream: str) -> Proc:
     env = {"TENURE_LOOP_UPSTREAM_BASE_URL": upstream, "TENURE_LOOP_UPSTREAM_API_KEY": "sk-upstream"}
     proc = Proc(
-        ["uvicorn", "service.api.app:create_app", "--factory", "--host", "127.0.0.1", "--port", str(port),
+        ["uvicorn", "service.app:create_app", "--factory", "--host", "127.0.0.1", "--port", str(port),
          "--log-level", "warning"],
         process_env(settings, **env),
         log,

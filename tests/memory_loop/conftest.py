@@ -117,7 +117,7 @@ def loop_indices(os_client: OpenSearch, loop_settings: Settings) -> Iterator[Non
 
 @pytest.fixture(scope="session")
 def loop_app(loop_settings: Settings, loop_indices: None) -> FastAPI:
-    from service.api.app import create_app
+    from service.app import create_app
 
     return create_app(loop_settings)
 

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from tenure_client import Tenure
 
 from loadtest.scripted_llm import Reply, ScriptedLLM
-from service.api.app import create_app
 from service.api.state import Services
+from service.app import create_app
 from service.config import Settings
 from service.domain.principal import Principal, Role
 from service.extraction.queue import TaskQueue

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from deploy.devstack import free_port
 from deploy.localstack import celery_worker_args
 from loadtest.scripted_llm import Reply, ScriptedLLM
-from service.api.app import create_app
+from service.app import create_app
 from service.config import CelerySettings, ObservabilitySettings, Settings
 from service.telemetry.logs import configure_logging
 from tests.api.conftest import Team, make_team, ok

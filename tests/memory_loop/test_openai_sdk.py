@@ -14,7 +14,7 @@ from opensearchpy import OpenSearch
 from tenure_client import Tenure
 
 from loadtest.scripted_llm import Reply, ScriptedLLM
-from service.api.app import create_app
+from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team
 from tests.memory_loop.conftest import sidecar

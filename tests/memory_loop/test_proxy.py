@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from loadtest.scripted_llm import Reply, ScriptedLLM
-from service.api.app import create_app
+from service.app import create_app
 from service.auth.tokens import TokenVerifier
 from service.config import AuthSettings, Settings
 from service.domain.principal import Principal

@@ -21,7 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch
 
-from service.api.app import create_app
+from service.app import create_app
 from service.config import Settings
 from service.storage.templates import ACCOUNTS
 from tests.api.conftest import HS_SECRET, Team, auth, belief_body, ok, sign_jwt

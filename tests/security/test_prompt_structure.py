@@ -24,7 +24,7 @@ from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
 from loadtest.scripted_llm import Reply, ScriptedLLM
-from service.api.app import create_app
+from service.app import create_app
 from service.config import Settings
 from service.extraction.sidecar import BEGIN, END
 from service.recall.render import BELIEF_INSTRUCTIONS

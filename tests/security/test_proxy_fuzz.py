@@ -19,7 +19,7 @@ from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
 from loadtest.scripted_llm import ScriptedLLM
-from service.api.app import create_app
+from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team, make_team
 

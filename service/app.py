@@ -1,0 +1,63 @@
+"""The composition root: ``create_app(settings)`` is the one place that wires the service together.
+
+Its lifespan opens OpenSearch and Redis, applies the index templates idempotently and builds the
+one :class:`~service.api.state.Services` every interface shares; the app is the REST API
+(:func:`service.api.rest.build_rest_app`) with the admin console (``/console``) and the MCP server
+(``/mcp``) mounted on it. It sits above the interfaces in the layering contracts (``pyproject.toml``,
+``docs/architecture.md``), so none of them imports another's package to be mounted.
+Run it with ``uvicorn service.app:create_app --factory``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import anyio.to_thread
+import redis
+from fastapi import APIRouter, FastAPI
+
+from service.api.examples import install as install_examples
+from service.api.rest import build_rest_app
+from service.api.state import Services, ensure_indices
+from service.config import Settings, get_settings
+from service.console import install_console
+from service.mcp.server import mount as mount_mcp
+from service.process import freeze_startup_heap
+from service.storage.client import build_client
+from service.telemetry.logs import configure_logging
+from service.telemetry.tracing import configure_tracing
+
+
+def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIRouter] = ()) -> FastAPI:
+    config = settings or get_settings()
+    observability = config.observability
+    configure_logging(observability.log_format, observability.log_level)
+    if observability.tracing_enabled:
+        configure_tracing("tenure-api")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = build_client(config)
+        redis_client = redis.Redis.from_url(config.redis_url, socket_timeout=5, socket_connect_timeout=2)
+        services = Services.build(config, client, redis_client)
+        app.state.services = services
+        app.state.indices_ready = ensure_indices(services)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = config.api.thread_pool_size
+        freeze_startup_heap()  # after start-up: the long-lived heap leaves the cyclic GC's scans
+        try:
+            async with mcp_server.session_manager.run():
+                yield
+        finally:
+            await services.aclose()
+            client.close()
+            redis_client.close()
+
+    app = build_rest_app(config, lifespan, extra_routers=extra_routers)
+    install_console(app)
+    install_examples(app)  # a valid example on every request body and response (/docs "Try it out")
+    mcp_server = mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (service/mcp)
+    return app
+
+
+__all__ = ["create_app"]
