@@ -16,10 +16,11 @@ from typing import Any, Literal
 import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from opensearchpy import exceptions as os_exc
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.observe import observe_request
@@ -31,6 +32,9 @@ from service.telemetry.context import WorkContext
 log = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = "X-Request-ID"
+# nginx's "client closed request": the status the access line and the latency metric record for a
+# request whose client hung up before the request was read (no one receives the answer).
+CLIENT_CLOSED_REQUEST = 499
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -243,9 +247,13 @@ _HTTP_CODES = {
 }
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> Response:
     """Framework-raised errors (unknown route, wrong method, malformed JSON body...)."""
     assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc.__cause__, ClientDisconnect):
+        # FastAPI turns any failure to read the body into "400 error parsing the body"; a client
+        # that hung up did not send a bad request
+        return _client_gone(request)
     status = exc.status_code
     code = _HTTP_CODES.get(status, ErrorCode.VALIDATION_ERROR if status < 500 else ErrorCode.INTERNAL)
     message = exc.detail if isinstance(exc.detail, str) else code.value.replace("_", " ")
@@ -268,6 +276,18 @@ async def _opensearch_error(request: Request, exc: Exception) -> JSONResponse:
     return await _tenure_error(request, StoreUnavailable(f"OpenSearch could not serve the request ({exc.status_code})"))
 
 
+def _client_gone(request: Request) -> Response:
+    """The client hung up before its request was read (its own timeout, a cancelled call, a proxy
+    giving up): nothing failed here and the answer reaches no one, so one INFO line with the
+    request id instead of an error with a traceback, and no 500 in the metrics."""
+    log.info("client disconnected before the request was read; request %s abandoned", request_id_of(request))
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+async def _client_disconnected(request: Request, _exc: Exception) -> Response:
+    return _client_gone(request)
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error in request %s", request_id_of(request), exc_info=exc)
     return _respond(request, 500, ErrorCode.INTERNAL, "internal error; quote the request id when reporting it")
@@ -281,6 +301,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(os_exc.TransportError, _opensearch_error)
     app.add_exception_handler(redis.ConnectionError, _store_down)
     app.add_exception_handler(redis.TimeoutError, _store_down)
+    app.add_exception_handler(ClientDisconnect, _client_disconnected)
     app.add_exception_handler(Exception, _unexpected)
 
 
