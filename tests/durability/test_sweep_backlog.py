@@ -31,10 +31,18 @@ from tests.memory_loop.conftest import new_belief, sidecar
 STALE_AFTER_S = 2  # tests/durability/conftest.process_env: stale after 2 s, a sweep every second
 
 
-def sweeps(proc: Proc) -> int:
-    """Sweeps of a stale turn the worker has finished so far: each logs its "sweep re-enqueued"
-    line at INFO (Celery's own "Task turns.sweep[...] succeeded" is DEBUG: workers/telemetry.py)."""
-    return sum(1 for line in proc.log().splitlines() if "sweep re-enqueued" in line and "turns.sweep" in line)
+WAITING = "sweep re-enqueued 0 turns: 1 stale ones still waiting in the queue"
+
+
+def sweeps_that_left_it_waiting(proc: Proc) -> int:
+    """Sweeps that found the stale turn and did not send it again because its message waits: each
+    says so at DEBUG (the worker below logs at DEBUG; at INFO an idle backlog is quiet)."""
+    return sum(1 for line in proc.log().splitlines() if WAITING in line and "turns.sweep" in line)
+
+
+def resends(proc: Proc) -> int:
+    """Sweeps that sent a turn again (INFO, the only sweep line at INFO)."""
+    return sum(1 for line in proc.log().splitlines() if "sweep re-enqueued" in line and WAITING not in line)
 
 
 def test_a_turn_waiting_in_the_queue_is_not_sent_again(
@@ -49,15 +57,16 @@ def test_a_turn_waiting_in_the_queue_is_not_sent_again(
             ["celery", "-A", "workers.celery_app", "worker", "-Q", f"{settings.celery.queue_prefix}.cheap",
              "--pool=solo", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
              "-n", f"cheap-{uuid.uuid4().hex[:6]}@%h"],
-            process_env(settings),
+            process_env(settings, TENURE_OBSERVABILITY_LOG_LEVEL="DEBUG"),
             tmp_path / "cheap.log",
         )  # fmt: skip
         procs.append(cheap_only)
         cheap_only.wait_log("ready.")
         time.sleep(STALE_AFTER_S + 0.5)  # the turn is stale from now on
         procs.append(start_beat(settings, tmp_path))
-        wait_until(lambda: sweeps(cheap_only) >= 3, 30, "three sweeps of the stale turn")
+        wait_until(lambda: sweeps_that_left_it_waiting(cheap_only) >= 3, 30, "three sweeps of the stale turn")
         assert st.queued() == 1, "the sweep sent a turn again that was still waiting in the queue"
+        assert resends(cheap_only) == 0
         # the backlog is served: one delivery, one extraction
         procs.append(start_worker(settings, tmp_path / "worker.log"))
         wait_done(st, posted["turn_id"])

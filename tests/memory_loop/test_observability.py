@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from opensearchpy import OpenSearch
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.devstack import free_port
@@ -24,8 +25,9 @@ from deploy.localstack import celery_worker_args
 from loadtest.scripted_llm import Reply, ScriptedLLM
 from service.app import create_app
 from service.config import CelerySettings, ObservabilitySettings, Settings
+from service.storage.templates import FAMILIES, drop_namespace
 from service.telemetry.logs import configure_logging
-from tests.api.conftest import Team, make_team, ok
+from tests.api.conftest import Team, auth, make_team, ok
 from tests.memory_loop.conftest import REPO, new_belief, sidecar, wait_turn, wait_until, worker_env
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -167,12 +169,19 @@ def test_every_log_line_carries_request_id_tenant_and_latency(api: TestClient, c
 
 @pytest.fixture(scope="module")
 def observed(
-    loop_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+    loop_settings: Settings, tmp_path_factory: pytest.TempPathFactory, os_client: OpenSearch
 ) -> Iterator[tuple[TestClient, int, Path, Path]]:
-    """An API, a two-process prefork worker serving its pool's metrics, and beat, on queues of
-    their own (the session's worker must not take these tasks)."""
+    """An API, a two-process prefork worker serving its pool's metrics, and beat, on queues and an
+    index namespace of their own: the session's worker must not take these tasks, and this beat's
+    sweep must not see the session's turns (a turn another test of this file chatted through the
+    session's API waits in the session's queue, whose worker only runs when a test asks for it;
+    stale, this sweep sent it again, real work in the middle of the idle check when the file ran
+    alone)."""
     root = tmp_path_factory.mktemp("observed")
-    settings = loop_settings.model_copy(update={"celery": CelerySettings(queue_prefix=f"obs-{uuid.uuid4().hex[:6]}")})
+    own = f"obs-{uuid.uuid4().hex[:6]}"
+    settings = loop_settings.model_copy(
+        update={"celery": CelerySettings(queue_prefix=own), "opensearch_namespace": own}
+    )
     port = free_port()
     (root / "prom").mkdir()
     env = {
@@ -208,6 +217,7 @@ def observed(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+            drop_namespace(os_client, own, FAMILIES)
 
 
 def worker_metrics(port: int) -> Samples:
@@ -215,11 +225,10 @@ def worker_metrics(port: int) -> Samples:
         return parse(response.read().decode())
 
 
-def test_worker_metrics_cover_its_whole_pool(
-    observed: tuple[TestClient, int, Path, Path], operator_headers: dict[str, str], llm: ScriptedLLM
-) -> None:
+def test_worker_metrics_cover_its_whole_pool(observed: tuple[TestClient, int, Path, Path], llm: ScriptedLLM) -> None:
     client, port, _, _ = observed
-    team = make_team(client, operator_headers)
+    operator = client.app.state.services.provisioning.bootstrap().plaintext  # type: ignore[attr-defined]
+    team = make_team(client, auth(operator))
     turns = []
     for i in range(4):  # several turns: both pool processes take some
         llm.script(Reply(content="Noted." + sidecar(new_beliefs=[new_belief(f"observed_fact_{i}", "A fact.")])))

@@ -4,6 +4,7 @@ sidecar stripped (streaming included, whatever the chunk boundaries), errors, de
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,17 +210,31 @@ def test_tier_gate_and_bad_input(
 
 @pytest.fixture
 def broken_store_api(loop_settings: Settings, llm: ScriptedLLM) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    """The same service with OpenSearch unreachable (a closed port); JWT auth needs no store."""
+    """The same service with OpenSearch unreachable (a closed port); JWT auth needs no store. Its
+    turns cannot be recorded, so they are parked in Redis: under a namespace and queue prefix of its
+    own (dropped afterwards), never in the shared test app's parking, where the parked-turn tests
+    would find them (they did, when they ran after this module)."""
     auth = AuthSettings(
         jwt_hs256_secret=SecretStr("degraded-test-secret-0123456789abcdef"),
         jwt_algorithms=["HS256"],
     )
+    own = f"degraded-{uuid.uuid4().hex[:8]}"
     settings = loop_settings.model_copy(
-        update={"opensearch_url": "http://127.0.0.1:9", "opensearch_timeout_s": 0.5, "auth": auth}
+        update={
+            "opensearch_url": "http://127.0.0.1:9",
+            "opensearch_timeout_s": 0.5,
+            "auth": auth,
+            "opensearch_namespace": own,
+            "celery": loop_settings.celery.model_copy(update={"queue_prefix": own}),
+        }
     )
     token, _ = TokenVerifier(auth).issue_dev_token(Principal(tenant_id="t-degraded", user_id="dana"))
     with TestClient(create_app(settings)) as client:
         yield client, {"Authorization": f"Bearer {token}"}
+        services = client.app.state.services  # type: ignore[attr-defined]
+        keys = list(services.redis.scan_iter(match=f"{own}:*"))
+        if keys:
+            services.redis.delete(*keys)
 
 
 def test_failing_store_degrades_to_answering_without_memory(

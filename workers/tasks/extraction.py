@@ -83,9 +83,11 @@ def sweep_turns() -> int:
     # a stale turn whose message still waits in the queue (its marker is set) is behind a
     # backlog, not lost: only the others are sent again
     lost = [(tenant_id, turn_id) for tenant_id, turn_id in keys if res.queue.extract_unless_waiting(tenant_id, turn_id)]
-    if keys:
-        still_queued = len(keys) - len(lost)
+    still_queued = len(keys) - len(lost)
+    if lost:  # real work: a lost extraction sent again
         logger.info("sweep re-enqueued %d turns (%d stale ones still waiting in the queue)", len(lost), still_queued)
+    elif still_queued:  # a backlog the worker will reach: every tick would say so, so DEBUG only
+        logger.debug("sweep re-enqueued 0 turns: %d stale ones still waiting in the queue", still_queued)
     return len(lost)
 
 
