@@ -33,6 +33,7 @@ from service.domain.principal import Principal
 from service.storage import access, queries
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, ClauseMatch, FilterTierMemo, RecallHits, ScoredBelief
+from service.storage.calls import Reads
 from service.storage.client import translate_errors
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -109,7 +110,7 @@ class VectorStore(BeliefStore):
         self.last_embed_ms = 0.0
         self.last_candidates = 0
 
-    def recall_candidates(
+    def recall_candidates_reads(
         self,
         principal: Principal,
         view: ScopeView,
@@ -122,9 +123,9 @@ class VectorStore(BeliefStore):
         explain: bool = False,  # noqa: ARG002 - cosine has no clauses to explain
         clauses: list[dict[str, Any]] | None = None,  # noqa: ARG002 - replaced by cosine
         memo: FilterTierMemo | None = None,
-    ) -> RecallHits:
+    ) -> Reads[RecallHits]:
         # persona, pinned and open questions exactly as BM25 gets them (no relevant query sent)
-        hits = super().recall_candidates(
+        hits = yield from super().recall_candidates_reads(
             principal,
             view,
             text,

@@ -15,16 +15,17 @@ from contextlib import asynccontextmanager
 
 import anyio.to_thread
 import redis
+import redis.asyncio
 from fastapi import APIRouter, FastAPI
 
 from service.api.examples import install as install_examples
 from service.api.rest import build_rest_app
-from service.api.state import Services, ensure_indices
+from service.api.state import AsyncClients, Services, ensure_indices
 from service.config import Settings, get_settings
 from service.console import install_console
 from service.mcp.server import mount as mount_mcp
 from service.process import freeze_startup_heap
-from service.storage.client import build_client
+from service.storage.client import build_async_client, build_client
 from service.telemetry.logs import configure_logging
 from service.telemetry.tracing import configure_tracing
 
@@ -40,7 +41,12 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = build_client(config)
         redis_client = redis.Redis.from_url(config.redis_url, socket_timeout=5, socket_connect_timeout=2)
-        services = Services.build(config, client, redis_client)
+        # the event loop's clients: recall and the rate limit run through them without a thread hop
+        async_clients = AsyncClients.here(
+            build_async_client(config),
+            redis.asyncio.Redis.from_url(config.redis_url, socket_timeout=5, socket_connect_timeout=2),
+        )
+        services = Services.build(config, client, redis_client, async_clients)
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
         anyio.to_thread.current_default_thread_limiter().total_tokens = config.api.thread_pool_size
@@ -52,6 +58,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
             await services.aclose()
             client.close()
             redis_client.close()
+            await async_clients.aclose()
 
     app = build_rest_app(config, lifespan, extra_routers=extra_routers)
     install_console(app)

@@ -23,7 +23,10 @@ from typing import Generic, TypeVar
 
 import orjson
 import redis
+import redis.asyncio
 from pydantic import BaseModel, ValidationError
+
+from service.loops import LoopBound, on_loop
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +40,49 @@ return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
 
 
 class RedisOutbox(Generic[M]):
-    def __init__(self, rds: redis.Redis[bytes], key: str, model: type[M], *, max_pending: int):
+    def __init__(
+        self,
+        rds: redis.Redis[bytes],
+        key: str,
+        model: type[M],
+        *,
+        max_pending: int,
+        async_redis: LoopBound[redis.asyncio.Redis[bytes]] | None = None,
+    ):
         self.redis = rds
         self.key = key
         self.dead_key = f"{key}:unreadable"
         self.model = model
         self.max_pending = max_pending
         self._add = rds.register_script(_ADD_UNDER_CAP)
+        # the same script through the event loop's client (the async recall path's receipts)
+        self._aadd = (
+            LoopBound(async_redis.client.register_script(_ADD_UNDER_CAP), async_redis.loop) if async_redis else None
+        )
+
+    @property
+    def has_async(self) -> bool:
+        """Whether :meth:`aput` can run here (an async client of the running loop)."""
+        return on_loop(self._aadd) is not None
 
     def put(self, record: M) -> bool:
         """Append durably; False when the stream is full. Raises ``redis.RedisError`` when Redis
         cannot take it: the caller then writes the record directly."""
-        payload = orjson.dumps(record.model_dump(mode="json", exclude_none=True))
-        if self._add(keys=[self.key], args=[payload, self.max_pending]) is not None:
+        return self._added(self._add(keys=[self.key], args=[self._payload(record), self.max_pending]))
+
+    async def aput(self, record: M) -> bool:
+        """:meth:`put` through the asynchronous client (only when the outbox was given one)."""
+        add = on_loop(self._aadd)
+        if add is None:
+            raise RuntimeError("this outbox has no asynchronous Redis client on this event loop")
+        return self._added(await add(keys=[self.key], args=[self._payload(record), self.max_pending]))
+
+    @staticmethod
+    def _payload(record: M) -> bytes:
+        return orjson.dumps(record.model_dump(mode="json", exclude_none=True))
+
+    def _added(self, reply: object) -> bool:
+        if reply is not None:
             return True
         log.warning("outbox %s is full (%d pending)", self.key, self.max_pending)
         return False

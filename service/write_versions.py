@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import redis
+import redis.asyncio
 
 from service import redis_keys
 from service.errors import StoreUnavailable
@@ -50,7 +51,9 @@ class TenantWriteVersions:
             raise StoreUnavailable("Redis is unreachable while recording a belief write") from exc
 
 
-def queue_current(pipe: redis.client.Pipeline[bytes], namespace: str, tenant_id: str) -> None:
+def queue_current(
+    pipe: redis.client.Pipeline[bytes] | redis.asyncio.client.Pipeline[bytes], namespace: str, tenant_id: str
+) -> None:
     """Queue the read of a tenant's version on someone else's pipeline (the rate limit's), so the
     request's one Redis round trip carries it; :func:`parse` reads the pipeline's result."""
     pipe.get(redis_keys.tenant_write_version(namespace, tenant_id))

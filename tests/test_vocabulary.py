@@ -17,6 +17,7 @@ from service.recall.vocabulary import (
     edits_within_one,
     fuzzy_factor,
 )
+from service.storage import calls
 from service.storage.beliefs import BeliefStore
 from service.storage.vocabulary import VocabularyStore
 from tests.conftest import principal, recall_builder
@@ -78,7 +79,8 @@ def test_vocabulary_is_the_index_analysis_of_one_tenant(store: BeliefStore) -> N
         make_belief(mine, "ann", "redis_cache", aliases=["RedisCache", "sticky sessions", "セッションストア"]),
         make_belief(theirs, "bob", "kafka_setup", aliases=["kafkab"]),
     )
-    terms = VocabularyStore(store.client, store.alias).tenant_terms(principal(mine, "zed"), VOCABULARY_FIELDS)
+    reader = VocabularyStore(store.client, store.alias)
+    terms = calls.run(store.client, reader.tenant_terms(principal(mine, "zed"), VOCABULARY_FIELDS))
     assert terms.documents == 1  # another user's belief of the tenant counts; another tenant's never
     # whole units with OpenSearch's word forms (not a copy of the analyzer: what the index holds)
     assert {"redis cache", "rediscache"} <= terms.fields["canonical_name"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import anyio.to_thread
 from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -44,9 +45,11 @@ def raw_services(request: Request) -> Services:
     return services
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     """The shared services, once the indices exist. If OpenSearch was down at start-up the
-    templates are applied by the first request that finds it back; until then: 503."""
+    templates are applied by the first request that finds it back; until then: 503. (Every
+    dependency here that does no blocking I/O is ``async def``: FastAPI runs a plain ``def``
+    dependency on a worker thread, one hop per dependency per request.)"""
     services = raw_services(request)
     state = request.app.state
     if not state.indices_ready:
@@ -55,7 +58,7 @@ def get_services(request: Request) -> Services:
         now = time.monotonic()
         if now - getattr(state, "indices_attempt_at", 0.0) >= services.settings.api.retry_after_s:
             state.indices_attempt_at = now
-            state.indices_ready = ensure_indices(services)
+            state.indices_ready = await anyio.to_thread.run_sync(ensure_indices, services)
         if not state.indices_ready:
             raise StoreUnavailable(
                 "OpenSearch is unreachable: the indices are not ready",
@@ -67,27 +70,27 @@ def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-def get_settings(services: ServicesDep) -> Settings:
+async def get_settings(services: ServicesDep) -> Settings:
     return services.settings
 
 
-def get_store(services: ServicesDep) -> BeliefStore:
+async def get_store(services: ServicesDep) -> BeliefStore:
     return services.store
 
 
-def get_beliefs(services: ServicesDep) -> BeliefService:
+async def get_beliefs(services: ServicesDep) -> BeliefService:
     return services.beliefs
 
 
-def get_recall(services: ServicesDep) -> RecallService:
+async def get_recall(services: ServicesDep) -> RecallService:
     return services.recall
 
 
-def get_audit(services: ServicesDep) -> AuditTrail:
+async def get_audit(services: ServicesDep) -> AuditTrail:
     return AuditTrail(services.audit, services.receipts)
 
 
-def get_provisioning(services: ServicesDep) -> ProvisioningService:
+async def get_provisioning(services: ServicesDep) -> ProvisioningService:
     return services.provisioning
 
 
@@ -105,7 +108,7 @@ def client_address(request: Request) -> str | None:
     return request.client.host if request.client else None
 
 
-def authenticate(
+async def authenticate(
     request: Request,
     services: Services,
     credentials: HTTPAuthorizationCredentials | None,
@@ -114,26 +117,33 @@ def authenticate(
 ) -> Identity:
     """The one authentication path of every route (API, proxy, console, MCP over HTTP): verify the
     bearer credential, keep the identity on the request, charge the credential's token bucket
-    (429 ``rate_limited`` when empty; a read is still answered when the limiter is down)."""
+    (429 ``rate_limited`` when empty; a read is still answered when the limiter is down).
+
+    On the event loop: an API key verified within the cache bound costs no I/O, and the rate
+    limit is one awaited Redis round trip. Only a credential that needs the store or Redis to be
+    verified (a first use, a JWT, a refusal to count) goes to a worker thread."""
     if credentials is None or not credentials.credentials:
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
-    identity = services.guard.authenticate(credentials.credentials, client_address(request))
+    token, client = credentials.credentials, client_address(request)
+    identity = services.guard.cached(token, client)
+    if identity is None:
+        identity = await anyio.to_thread.run_sync(services.guard.authenticate, token, client)
     request.state.identity = identity
     work_context.set_tenant(identity.principal.tenant_id)  # every later log line names the tenant
-    request.state.write_version = services.limiter.charge(identity, read_only=read_only)
+    request.state.write_version = await services.limiter.acharge(identity, read_only=read_only)
     return identity
 
 
-def current_identity(
+async def current_identity(
     request: Request,
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> Identity:
     """A credential charged by the request's method: GET/HEAD/OPTIONS as reads, the rest as writes."""
-    return authenticate(request, services, credentials, read_only=request.method in SAFE_METHODS)
+    return await authenticate(request, services, credentials, read_only=request.method in SAFE_METHODS)
 
 
-def reading_identity(
+async def reading_identity(
     request: Request,
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
@@ -141,21 +151,21 @@ def reading_identity(
     """For a POST that only reads (recall takes a body, changes no belief, and its receipt falls
     back to a direct audit write when Redis is down): charged as a read, so a limiter outage does
     not stop it. The route says so in its signature instead of a list of URL paths."""
-    return authenticate(request, services, credentials, read_only=True)
+    return await authenticate(request, services, credentials, read_only=True)
 
 
 CurrentIdentity = Annotated[Identity, Depends(current_identity)]
 ReadingIdentity = Annotated[Identity, Depends(reading_identity)]
 
 
-def current_principal(identity: CurrentIdentity) -> Principal:
+async def current_principal(identity: CurrentIdentity) -> Principal:
     return identity.principal
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 
 
-def admin_principal(principal: CurrentPrincipal) -> Principal:
+async def admin_principal(principal: CurrentPrincipal) -> Principal:
     if not principal.is_admin:
         raise Forbidden("this operation needs the admin role")
     return principal
@@ -187,7 +197,7 @@ def _session(session: str | None) -> str | None:
     return session
 
 
-def current_actor(
+async def current_actor(
     request: Request,
     identity: CurrentIdentity,
     session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
@@ -195,7 +205,7 @@ def current_actor(
     return actor_of(request, identity, _session(session))
 
 
-def reading_actor(
+async def reading_actor(
     request: Request,
     identity: ReadingIdentity,
     session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from opensearchpy import OpenSearch
+from opensearchpy import AsyncOpenSearch, OpenSearch
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from service.auth.authenticator import Authenticator
 from service.auth.guard import AuthGuard
@@ -18,6 +19,7 @@ from service.config import Settings
 from service.errors import StoreUnavailable
 from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.reviews import ReviewService
+from service.loops import LoopBound
 from service.provisioning.service import ProvisioningService
 from service.proxy.service import MemoryLoop
 from service.recall.audit_trail import AuditTrail
@@ -42,6 +44,23 @@ def recall_matcher(settings: Settings, store: BeliefStore) -> VocabularyMatcher 
     return VocabularyMatcher.for_store(store, settings.recall) if settings.recall.vocabulary_matching else None
 
 
+@dataclass(frozen=True)
+class AsyncClients:
+    """The event loop's clients (created and closed by the app lifespan, on the server's loop):
+    recall in the API and the proxy runs through them without a thread-pool hop."""
+
+    opensearch: LoopBound[AsyncOpenSearch]
+    redis: LoopBound[AsyncRedis[bytes]]
+
+    @classmethod
+    def here(cls, opensearch: AsyncOpenSearch, redis: AsyncRedis[bytes]) -> AsyncClients:
+        return cls(LoopBound.here(opensearch), LoopBound.here(redis))
+
+    async def aclose(self) -> None:
+        await self.opensearch.client.close()
+        await self.redis.client.aclose()  # type: ignore[attr-defined]  # redis>=5 (the stubs are 4.x)
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -63,7 +82,16 @@ class Services:
     loop: MemoryLoop  # the memory loop: proxy, turn recording, review store, task queue
 
     @classmethod
-    def build(cls, settings: Settings, client: OpenSearch, redis_client: Redis[bytes]) -> Services:
+    def build(
+        cls,
+        settings: Settings,
+        client: OpenSearch,
+        redis_client: Redis[bytes],
+        async_clients: AsyncClients | None = None,
+    ) -> Services:
+        """``async_clients``: without them the async paths (recall, the rate limit) run their
+        synchronous twins on a worker thread (scripts, benchmarks that build Services directly)."""
+        aredis = async_clients.redis if async_clients is not None else None
         ns = settings.opensearch_namespace
         versions = TenantWriteVersions(redis_client, ns)
         store = BeliefStore(client, ns, versions)
@@ -72,7 +100,7 @@ class Services:
         verifier = TokenVerifier(settings.auth)
         authenticator = Authenticator(settings.auth, accounts, verifier, redis_client, ns)
         render_cache = RenderCache(redis_client, ns)
-        receipts = ReceiptOutbox.from_settings(settings, redis_client, audit)
+        receipts = ReceiptOutbox.from_settings(settings, redis_client, audit, aredis)
         loop = MemoryLoop(settings, client, redis_client)
         return cls(
             settings=settings,
@@ -90,6 +118,7 @@ class Services:
                 burst=settings.api.rate_limit_burst,
                 tenant_per_s=settings.api.tenant_rate_limit_per_s,
                 tenant_burst=settings.api.tenant_rate_limit_burst,
+                async_redis=aredis,
             ),
             guard=AuthGuard(
                 authenticator,
@@ -116,6 +145,7 @@ class Services:
                     ),
                 ),
                 receipts,
+                async_clients.opensearch if async_clients is not None else None,
             ),
             provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),
             render_cache=render_cache,

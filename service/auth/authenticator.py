@@ -184,15 +184,28 @@ class Authenticator:
 
     # ------------------------------------------------------------- API keys
 
-    def _api_key(self, token: str) -> Identity:
-        key_id = keys.parse_key_id(token)
-        if key_id is None:
-            raise InvalidCredential("malformed API key")
+    def cached(self, token: str) -> Identity | None:
+        """The identity of an API key verified within the cache bound, checked without any I/O
+        (the event loop's fast path); None when only :meth:`authenticate` can tell."""
+        key_id = keys.parse_key_id(token) if keys.looks_like_key(token) else None
+        return self._cached_key(key_id, token) if key_id is not None else None
+
+    def _cached_key(self, key_id: str, token: str) -> Identity | None:
         pepper = self.settings.api_key_pepper.get_secret_value()
         with self._lock:
             cached = self._cache.get(key_id)
         if cached and cached.until > time.monotonic() and keys.matches(token, cached.key_hash, pepper):
             return cached.identity
+        return None
+
+    def _api_key(self, token: str) -> Identity:
+        key_id = keys.parse_key_id(token)
+        if key_id is None:
+            raise InvalidCredential("malformed API key")
+        known = self._cached_key(key_id, token)
+        if known is not None:
+            return known
+        pepper = self.settings.api_key_pepper.get_secret_value()
         identity, key_hash = self._load_key(key_id, token, pepper)
         self._remember(key_id, key_hash, identity)
         self._touch(key_id)

@@ -58,6 +58,13 @@ class AuthGuard:
         self._blocked: dict[str, float] = {}
         self._known_bad: OrderedDict[str, tuple[float, str]] = OrderedDict()
 
+    def cached(self, token: str, client: str | None) -> Identity | None:
+        """The identity when it is known without any I/O (an API key verified within the cache
+        bound, its subjects not blocked): the event loop's path. None: call :meth:`authenticate`
+        (which also counts a failure)."""
+        self._refuse_if_blocked(self._subjects(token, client))
+        return self.authenticator.cached(token)
+
     def authenticate(self, token: str, client: str | None) -> Identity:
         subjects = self._subjects(token, client)
         self._refuse_if_blocked(subjects)

@@ -18,17 +18,21 @@ JWT revocation check does: writes are what a flood would abuse.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
 import time
 from typing import Any
 
+import anyio.to_thread
 import redis
+import redis.asyncio
 
 from service import redis_keys, write_versions
 from service.auth.authenticator import Identity
 from service.errors import RateLimited, StoreUnavailable
+from service.loops import LoopBound, on_loop
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +99,10 @@ class RateLimiter:
         burst: int,
         tenant_per_s: float = 0.0,
         tenant_burst: int = 1,
+        async_redis: LoopBound[redis.asyncio.Redis[bytes]] | None = None,
     ):
         self.redis = redis_client
+        self.async_redis = async_redis  # the event loop's client (acharge); without it acharge hops to a thread
         self.namespace = namespace
         self.per_s = per_s
         self.burst = burst
@@ -130,6 +136,35 @@ class RateLimiter:
         pipeline, so the one Redis round trip of a request also tells recall whether its cached
         filter tiers are still current; None when Redis cannot answer (recall then does not cache).
         """
+        keys, args = self._buckets(identity)
+        try:
+            results = self._round_trip(keys, args, identity.principal.tenant_id)
+        except redis.RedisError as exc:
+            self._unanswered(exc, read_only)
+            return None
+        return self._verdict(results)
+
+    async def acharge(self, identity: Identity, *, read_only: bool) -> int | None:
+        """:meth:`charge` through the event loop's Redis client (no thread-pool hop); the same
+        script, pipeline and answers."""
+        client = on_loop(self.async_redis)
+        if client is None:
+            return await anyio.to_thread.run_sync(functools.partial(self.charge, identity, read_only=read_only))
+        keys, args = self._buckets(identity)
+        try:
+            for attempt in (1, 2):
+                pipe = client.pipeline(transaction=False)
+                self._queue(pipe, keys, args, identity.principal.tenant_id)
+                results: list[Any] = await pipe.execute(raise_on_error=False)
+                if not self._script_missing(results, attempt):
+                    break
+                await client.execute_command("SCRIPT", "LOAD", BUCKET_SCRIPT)  # type: ignore[no-untyped-call]
+        except redis.RedisError as exc:
+            self._unanswered(exc, read_only)
+            return None
+        return self._verdict(results)
+
+    def _buckets(self, identity: Identity) -> tuple[list[str], list[float]]:
         keys: list[str] = []
         args: list[float] = []
         if self.enabled:
@@ -138,12 +173,14 @@ class RateLimiter:
             if self.tenant_per_s > 0:
                 keys.append(self.tenant_bucket(identity))
                 args += [self.tenant_per_s, self.tenant_burst]
-        try:
-            results = self._round_trip(keys, args, identity.principal.tenant_id)
-        except redis.RedisError as exc:
-            if self.enabled:
-                self._outage(exc, read_only)
-            return None
+        return keys, args
+
+    def _unanswered(self, exc: redis.RedisError, read_only: bool) -> None:
+        """Redis did not answer: a write is refused (503), a read goes on unlimited (logged)."""
+        if self.enabled:
+            self._outage(exc, read_only)
+
+    def _verdict(self, results: list[Any]) -> int | None:
         version = write_versions.parse(results[-1])
         if not self.enabled:
             return version
@@ -162,6 +199,23 @@ class RateLimiter:
             )
         return version
 
+    def _queue(self, pipe: Any, keys: list[str], args: list[float], tenant_id: str) -> None:
+        """The buckets' script (by its SHA) and the tenant's write version, on one pipeline."""
+        if keys:
+            pipe.evalsha(self._sha, len(keys), *keys, *args)
+        write_versions.queue_current(pipe, self.namespace, tenant_id)
+
+    @staticmethod
+    def _script_missing(results: list[Any], attempt: int) -> bool:
+        """True when the pipeline should be sent again after loading the script (``NOSCRIPT`` on
+        the first attempt); raises any other failure."""
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        if failure is None:
+            return False
+        if attempt == 1 and isinstance(failure, redis.exceptions.NoScriptError):
+            return True
+        raise failure
+
     def _round_trip(self, keys: list[str], args: list[float], tenant_id: str) -> list[Any]:
         """The buckets' script (by its SHA) and the tenant's write version in one pipeline: one
         round trip. (redis-py's ``Script`` on a pipeline would first ask ``SCRIPT EXISTS`` on
@@ -169,17 +223,11 @@ class RateLimiter:
         ``NOSCRIPT``, after a restart or a ``SCRIPT FLUSH``, and the pipeline is sent again.)"""
         for attempt in (1, 2):
             pipe = self.redis.pipeline(transaction=False)
-            if keys:
-                pipe.evalsha(self._sha, len(keys), *keys, *args)
-            write_versions.queue_current(pipe, self.namespace, tenant_id)
+            self._queue(pipe, keys, args, tenant_id)
             results: list[Any] = pipe.execute(raise_on_error=False)
-            failure = next((r for r in results if isinstance(r, Exception)), None)
-            if failure is None:
+            if not self._script_missing(results, attempt):
                 return results
-            if attempt == 1 and isinstance(failure, redis.exceptions.NoScriptError):
-                self.redis.execute_command("SCRIPT", "LOAD", BUCKET_SCRIPT)
-                continue
-            raise failure
+            self.redis.execute_command("SCRIPT", "LOAD", BUCKET_SCRIPT)
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _outage(self, exc: redis.RedisError, read_only: bool) -> None:

@@ -320,12 +320,8 @@ class ProxyTurns:
         """The four tiers for the latest user message. The injection receipt is written with the
         turn, after the answer (it is not on the latency path)."""
         try:
-            built = await run_in_threadpool(
-                self.recall.build,
-                ctx.actor.principal,
-                ctx.scopes,
-                ctx.user_message,
-                write_version=ctx.actor.write_version,
+            built = await self.recall.abuild(
+                ctx.actor.principal, ctx.scopes, ctx.user_message, write_version=ctx.actor.write_version
             )
         except Exception as exc:  # any store failure: answer without memory, flagged
             log.warning("recall failed, answering without memory: %s", exc)

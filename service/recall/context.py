@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from opensearchpy import AsyncOpenSearch
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.config import RecallDefaults
@@ -23,8 +24,10 @@ from service.recall.query import CleanQuery, clean_query
 from service.recall.tier_cache import TierCache
 from service.recall.tiers import Tier
 from service.recall.vocabulary import VocabularyMatcher
+from service.storage import calls
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, ClauseMatch, NearMiss, ScoredBelief
+from service.storage.calls import Reads
 
 
 class RecallBudget(BaseModel):
@@ -140,18 +143,52 @@ class ContextBuilder:
         scopes: list[str],
         message: str,
         budget: RecallBudget | None = None,
+        **options: Any,
+    ) -> RecallResult:
+        """:meth:`build_reads` run with the synchronous client (tasks, console, evals, scripts).
+        Without the tenant's ``write_version`` the vocabulary's is read from Redis here (the filter
+        tiers are then not cached), as the API's path has it from the rate limit."""
+        if options.get("write_version") is None and self.matcher is not None:
+            options["vocabulary_version"] = self.matcher.current_version(principal.tenant_id)
+        return calls.run(self.store.client, self.build_reads(principal, scopes, message, budget, **options))
+
+    async def abuild(
+        self,
+        client: AsyncOpenSearch,
+        principal: Principal,
+        scopes: list[str],
+        message: str,
+        budget: RecallBudget | None = None,
+        **options: Any,
+    ) -> RecallResult:
+        """:meth:`build_reads` run with the asynchronous client (the API and the proxy, on the
+        event loop): the same requests, the same result."""
+        return await calls.arun(client, self.build_reads(principal, scopes, message, budget, **options))
+
+    def build_reads(
+        self,
+        principal: Principal,
+        scopes: list[str],
+        message: str,
+        budget: RecallBudget | None = None,
         *,
         explain: bool = False,
         search_clauses: list[dict[str, Any]] | None = None,
         write_version: int | None = None,
-    ) -> RecallResult:
+        vocabulary_version: int | None = None,
+    ) -> Reads[RecallResult]:
+        """The tiers for one message, as OpenSearch requests (:mod:`service.storage.calls`).
+        ``write_version``: the tenant's, read with the rate limit: the filter tiers and the
+        vocabulary may come from the caches; ``vocabulary_version`` (without it): only the
+        vocabulary may."""
         limits = (budget or RecallBudget()).resolve(self.defaults)
         memo = self.tier_cache.bind(principal.tenant_id, write_version) if self.tier_cache is not None else None
         view = ScopeView.session(scopes)
         query = clean_query(message, max_chars=limits.max_query_chars)
         if search_clauses is None and self.matcher is not None and query.text and limits.max_beliefs > 0:
-            search_clauses = self.matcher.clauses(principal, query.text, version=write_version)
-        hits = self.store.recall_candidates(
+            version = write_version if write_version is not None else vocabulary_version
+            search_clauses = yield from self.matcher.clauses_reads(principal, query.text, version=version)
+        hits = yield from self.store.recall_candidates_reads(
             principal,
             view,
             query.text,
@@ -165,7 +202,7 @@ class ContextBuilder:
         )
         relevant = [TierEntry(h.belief, h.score, h.clauses) for h in hits.relevant]
         questions = [TierEntry(b) for b in hits.questions]
-        self._expand_relations(principal, view, hits.relevant, relevant, questions, limits.max_questions)
+        yield from self._expand_relations(principal, view, hits.relevant, relevant, questions, limits.max_questions)
 
         pinned_ids = {b.id for b in hits.pinned}
         notes: list[dict[str, Any]] = []
@@ -191,7 +228,9 @@ class ContextBuilder:
         n_pinned = min(len(hits.pinned), len(kept))
         if explain and query.text and limits.max_beliefs > 0:
             explained = {n["id"] for n in notes} | {e.belief.id for e in [*kept, *questions]}
-            notes += self._near_misses(principal, view, query.text, limits.min_score, explained, search_clauses)
+            notes += yield from self._near_misses(
+                principal, view, query.text, limits.min_score, explained, search_clauses
+            )
         return RecallResult(
             scopes=list(view.labels or []),
             query=query,
@@ -212,11 +251,13 @@ class ContextBuilder:
         min_score: float,
         explained: set[str],
         clauses: list[dict[str, Any]] | None,
-    ) -> list[dict[str, Any]]:
+    ) -> Reads[list[dict[str, Any]]]:
         """Why candidates the message named were not injected, for the explain view: only
         beliefs this principal may see (the chokepoint's filters), so a preview as a colleague
         never shows the admin's own or another colleague's beliefs."""
-        misses = self.store.near_misses(principal, view, text, exclude_ids=sorted(explained), clauses=clauses)
+        misses = yield from self.store.near_misses_reads(
+            principal, view, text, exclude_ids=sorted(explained), clauses=clauses
+        )
         return [
             {
                 "id": m.belief.id,
@@ -238,13 +279,14 @@ class ContextBuilder:
         relevant: list[TierEntry],
         questions: list[TierEntry],
         max_questions: int,
-    ) -> None:
+    ) -> Reads[None]:
         """One hop: beliefs linked by a relation hit join the relevant tier (questions join tier 4)."""
         relations = [h for h in hits if h.belief.type is BeliefType.RELATION]
         if not relations:
             return
         wanted = [pid for r in relations for pid in r.belief.participants]
-        linked = {b.id: b for b in self.store.get_many(principal, wanted, view=view, live_only=True)}
+        found = yield from self.store.get_many_reads(principal, wanted, view=view, live_only=True)
+        linked = {b.id: b for b in found}
         seen = {e.belief.id for e in relevant} | {e.belief.id for e in questions}
         for relation in relations:
             for pid in relation.belief.participants:

@@ -17,10 +17,13 @@ from __future__ import annotations
 import logging
 from functools import partial
 
+import anyio.to_thread
 import redis
+import redis.asyncio
 
 from service import redis_keys
 from service.config import Settings
+from service.loops import LoopBound
 from service.outbox import RedisOutbox
 from service.storage.audit import AuditEvent, AuditStore
 
@@ -29,20 +32,36 @@ log = logging.getLogger(__name__)
 
 class ReceiptOutbox:
     def __init__(
-        self, rds: redis.Redis[bytes], audit: AuditStore, namespace: str, *, max_pending: int, enabled: bool = True
+        self,
+        rds: redis.Redis[bytes],
+        audit: AuditStore,
+        namespace: str,
+        *,
+        max_pending: int,
+        enabled: bool = True,
+        async_redis: LoopBound[redis.asyncio.Redis[bytes]] | None = None,
     ):
         self.enabled = enabled
         self.audit = audit
-        self.outbox = RedisOutbox(rds, redis_keys.receipts_outbox(namespace), AuditEvent, max_pending=max_pending)
+        self.outbox = RedisOutbox(
+            rds, redis_keys.receipts_outbox(namespace), AuditEvent, max_pending=max_pending, async_redis=async_redis
+        )
 
     @classmethod
-    def from_settings(cls, settings: Settings, rds: redis.Redis[bytes], audit: AuditStore) -> ReceiptOutbox:
+    def from_settings(
+        cls,
+        settings: Settings,
+        rds: redis.Redis[bytes],
+        audit: AuditStore,
+        async_redis: LoopBound[redis.asyncio.Redis[bytes]] | None = None,
+    ) -> ReceiptOutbox:
         return cls(
             rds,
             audit,
             settings.opensearch_namespace,
             max_pending=settings.api.receipt_outbox_max_pending,
             enabled=settings.api.receipt_outbox,
+            async_redis=async_redis,
         )
 
     @property
@@ -62,6 +81,19 @@ class ReceiptOutbox:
             except redis.RedisError as exc:
                 log.warning("receipt outbox unreachable (%s): writing the receipt synchronously", exc)
         self.audit.append(event)
+
+    async def arecord(self, event: AuditEvent) -> None:
+        """:meth:`record` from the event loop: the outbox append is awaited; only the fallback
+        (Redis down or the outbox full: a direct, fsynced audit write) runs on a worker thread."""
+        if self.enabled and self.outbox.has_async:
+            try:
+                if await self.outbox.aput(event):
+                    return
+            except redis.RedisError as exc:
+                log.warning("receipt outbox unreachable (%s): writing the receipt synchronously", exc)
+            await anyio.to_thread.run_sync(self.audit.append, event)
+            return
+        await anyio.to_thread.run_sync(self.record, event)
 
     def pending(self) -> int:
         return self.outbox.pending()

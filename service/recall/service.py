@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
+
+import anyio.to_thread
+from opensearchpy import AsyncOpenSearch
 
 from service.auth.actor import Actor
 from service.domain import scopes as scope_rules
@@ -12,6 +16,7 @@ from service.domain.audit import AuditAction
 from service.domain.principal import Principal
 from service.domain.text import clip
 from service.errors import Forbidden
+from service.loops import LoopBound, on_loop
 from service.recall.context import ContextBuilder, RecallBudget, RecallResult
 from service.recall.receipts import ReceiptOutbox
 from service.recall.render import InjectionBlock, render_injection
@@ -35,9 +40,15 @@ class Recall:
 
 
 class RecallService:
-    def __init__(self, builder: ContextBuilder, receipts: ReceiptOutbox):
+    """``async_client``: the event loop's OpenSearch client; with it :meth:`arecall` and
+    :meth:`abuild` run on the loop without a thread-pool hop (without it, on a worker thread)."""
+
+    def __init__(
+        self, builder: ContextBuilder, receipts: ReceiptOutbox, async_client: LoopBound[AsyncOpenSearch] | None = None
+    ):
         self.builder = builder
         self.receipts = receipts
+        self.async_client = async_client
 
     def recall(
         self,
@@ -49,6 +60,14 @@ class RecallService:
         explain: bool = False,
     ) -> Recall:
         return self._run(actor, actor.principal, scopes, query, budget=budget, explain=explain)
+
+    async def arecall(self, actor: Actor, scopes: list[str], query: str, **options: Any) -> Recall:
+        """:meth:`recall` on the event loop (``POST /v1/recall``; ``budget``, ``explain``): the
+        same tiers, block and receipt."""
+        built = await self.abuild(actor.principal, scopes, query, write_version=actor.write_version, **options)
+        event = self._receipt(actor, built.result)
+        await self.receipts.arecord(event)
+        return Recall(result=built.result, block=built.block, receipt_id=event.event_id)
 
     def preview(
         self,
@@ -85,6 +104,29 @@ class RecallService:
         rate limit (``Actor.write_version``); with it the filter tiers may come from the cache."""
         started = time.perf_counter()
         result = self.builder.build(principal, scopes, query, budget, explain=explain, write_version=write_version)
+        return self._built(principal, scopes, result, started, budget=budget, explain=explain)
+
+    async def abuild(self, principal: Principal, scopes: list[str], query: str, **options: Any) -> Built:
+        """:meth:`build` on the event loop (the API's recall, the proxy; the same keywords): the
+        same requests through the asynchronous client."""
+        client = on_loop(self.async_client)
+        if client is None:
+            return await anyio.to_thread.run_sync(functools.partial(self.build, principal, scopes, query, **options))
+        started = time.perf_counter()
+        budget, explain = options.pop("budget", None), options.pop("explain", False)
+        result = await self.builder.abuild(client, principal, scopes, query, budget, explain=explain, **options)
+        return self._built(principal, scopes, result, started, budget=budget, explain=explain)
+
+    def _built(
+        self,
+        principal: Principal,
+        scopes: list[str],
+        result: RecallResult,
+        started: float,
+        *,
+        budget: RecallBudget | None,
+        explain: bool,
+    ) -> Built:
         metrics.observe_recall(time.perf_counter() - started, {t: len(e) for t, e in result.tiers().items()})
         if explain:
             result.notes += self._scope_notes(principal, scopes)
@@ -102,7 +144,20 @@ class RecallService:
     ) -> str:
         """Record the injection receipt of ``result`` (which belief ids went to whom, from which
         tier, for which query); returns its event id. ``session_id`` defaults to the actor's."""
-        receipt = AuditEvent(
+        receipt = self._receipt(actor, result, session_id=session_id, action=action, details=details)
+        self.receipts.record(receipt)
+        return receipt.event_id
+
+    @staticmethod
+    def _receipt(
+        actor: Actor,
+        result: RecallResult,
+        *,
+        session_id: str | None = None,
+        action: AuditAction = AuditAction.RECALL,
+        details: dict[str, Any] | None = None,
+    ) -> AuditEvent:
+        return AuditEvent(
             tenant_id=actor.principal.tenant_id,
             action=action.value,
             actor_id=actor.principal.user_id,
@@ -120,8 +175,6 @@ class RecallService:
             ],
             details=details,
         )
-        self.receipts.record(receipt)
-        return receipt.event_id
 
     def _run(
         self,

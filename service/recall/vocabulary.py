@@ -40,8 +40,9 @@ from service.config import RecallDefaults
 from service.domain.principal import Principal
 from service.domain.text import has_hangul, has_unspaced_script
 from service.errors import StoreUnavailable
-from service.storage import queries
+from service.storage import calls, queries
 from service.storage.beliefs import BeliefStore
+from service.storage.calls import Reads
 from service.storage.queries import TermWeights, WeightedClause
 from service.storage.vocabulary import AnalysisRequest, Positions, VocabularyStore
 from service.write_versions import TenantWriteVersions
@@ -195,9 +196,9 @@ class TenantVocabulary:
     approx_bytes: int
 
     @classmethod
-    def build(cls, store: VocabularyStore, principal: Principal, version: int) -> TenantVocabulary:
+    def build(cls, store: VocabularyStore, principal: Principal, version: int) -> Reads[TenantVocabulary]:
         started = time.perf_counter()
-        read = store.tenant_terms(principal, VOCABULARY_FIELDS)
+        read = yield from store.tenant_terms(principal, VOCABULARY_FIELDS)
         # Sub-fields with the same index analyzer hold the same terms (canonical_name and its
         # phrase sub-field; often the .cjk ones too): built and counted once, shared.
         shared: dict[tuple[frozenset[str], bool], FieldVocabulary] = {}
@@ -252,6 +253,11 @@ class VocabularyCache:
         it with the rate limit, in the same Redis round trip); else it is read here."""
         if version is None:
             version = self._version(principal.tenant_id)
+        return calls.run(self.store.client, self.lookup(principal, version))
+
+    def lookup(self, principal: Principal, version: int | None) -> Reads[TenantVocabulary]:
+        """The tenant's vocabulary at ``version`` (read by the caller), built if it is not cached;
+        ``None`` (the version is unknown): built for this request and not kept."""
         if version is not None:
             with self._lock:
                 self._drop_idle()
@@ -261,7 +267,7 @@ class VocabularyCache:
                     self._used[principal.tenant_id] = time.monotonic()
                     self.stats.hits += 1
                     return entry
-        built = TenantVocabulary.build(self.store, principal, version or 0)
+        built = yield from TenantVocabulary.build(self.store, principal, version or 0)
         with self._lock:
             self.stats.builds += 1
             self.stats.build_ms_total += built.build_ms
@@ -358,13 +364,32 @@ class VocabularyMatcher:
         write version when the caller has it (no Redis read here then)."""
         return self.clauses_many(principal, [text], version=version)[0]
 
+    def clauses_reads(self, principal: Principal, text: str, *, version: int | None) -> Reads[list[dict[str, Any]]]:
+        """:meth:`clauses` as requests (recall's own path, sync or async); ``version`` None: the
+        vocabulary is built for this recall and not cached."""
+        many = yield from self._clauses_reads(principal, [text], version)
+        return many[0]
+
     def clauses_many(
         self, principal: Principal, texts: Sequence[str], *, version: int | None = None
     ) -> list[list[dict[str, Any]]]:
         """Several texts of one tenant in one analysis round trip (the differential test)."""
-        vocabulary = self.cache.get(principal, version)
-        plans = [self._plan(text) for text in texts]
-        analyses = self.store.analyze(principal, [r for p in plans for r in p.requests])
+        if version is None:
+            version = self.current_version(principal.tenant_id)
+        return calls.run(self.store.client, self._clauses_reads(principal, texts, version))
+
+    def current_version(self, tenant_id: str) -> int | None:
+        """The tenant's write version read from Redis (None: unknown, nothing is cached), for a
+        caller that did not read it with the rate limit."""
+        return self.cache._version(tenant_id)
+
+    def _clauses_reads(
+        self, principal: Principal, texts: Sequence[str], version: int | None
+    ) -> Reads[list[list[dict[str, Any]]]]:
+        vocabulary = yield from self.cache.lookup(principal, version)
+        analyzers = yield from self.store.search_analyzers_reads()
+        plans = [self._plan(text, analyzers) for text in texts]
+        analyses = yield from self.store.analyze(principal, [r for p in plans for r in p.requests])
         out: list[list[dict[str, Any]]] = []
         at = 0
         for plan in plans:
@@ -373,8 +398,7 @@ class VocabularyMatcher:
             out.append(self._render(plan, mine, vocabulary))
         return out
 
-    def _plan(self, text: str) -> _Plan:
-        analyzers = self.store.search_analyzers()
+    def _plan(self, text: str, analyzers: dict[str, str]) -> _Plan:
         both = {"canonical_name": text, "aliases": text}
         if has_unspaced_script(text):
             wanted = CJK_LATIN_FIELDS + CJK_EXACT_FIELDS + (KO_FIELDS if has_hangul(text) else ())

@@ -21,8 +21,9 @@ from opensearchpy import OpenSearch, helpers
 from service.domain.belief import Belief
 from service.domain.principal import Principal
 from service.errors import NotFound, Unreadable
-from service.storage import access, cursor, queries
+from service.storage import access, calls, cursor, queries
 from service.storage.access import ScopeView
+from service.storage.calls import Call, Reads
 from service.storage.client import (
     already_exists,
     bulk_item,
@@ -241,6 +242,11 @@ class BeliefStore:
 
     # ----------------------------------------------------------------- reads
 
+    def _search_call(self, filters: access.AccessFilters, body: dict[str, Any], action: str) -> Call:
+        """One search of the caller's beliefs as a request: ``body`` was built from ``filters``,
+        which also route it."""
+        return Call("search", {"index": self.alias, "body": body, "routing": filters.routing}, action)
+
     def _search(self, filters: access.AccessFilters, body: dict[str, Any], action: str) -> dict[str, Any]:
         """One search of the caller's beliefs: ``body`` was built from ``filters``, which also route it."""
         with translate_errors(action):
@@ -276,16 +282,31 @@ class BeliefStore:
     def get_many(
         self, principal: Principal, ids: Iterable[str], *, view: ScopeView | None = None, live_only: bool = True
     ) -> list[Belief]:
+        return calls.run(self.client, self.get_many_reads(principal, ids, view=view, live_only=live_only))
+
+    def get_many_reads(
+        self, principal: Principal, ids: Iterable[str], *, view: ScopeView | None = None, live_only: bool = True
+    ) -> Reads[list[Belief]]:
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return []
         filters = access.for_principal(principal, view or ScopeView.everything())
         body = queries.by_ids_body(filters, wanted, live_only=live_only)
-        hits = self._search(filters, body, "read beliefs")["hits"]["hits"]
+        hits = (yield self._search_call(filters, body, "read beliefs"))["hits"]["hits"]
         by_id = {b.id: b for b in load_beliefs(hits)}
         return [by_id[i] for i in wanted if i in by_id]
 
     def recall_candidates(
+        self,
+        principal: Principal,
+        view: ScopeView,
+        text: str,
+        **limits: Any,
+    ) -> RecallHits:
+        """:meth:`recall_candidates_reads` run with the synchronous client."""
+        return calls.run(self.client, self.recall_candidates_reads(principal, view, text, **limits))
+
+    def recall_candidates_reads(
         self,
         principal: Principal,
         view: ScopeView,
@@ -298,7 +319,7 @@ class BeliefStore:
         explain: bool = False,
         clauses: list[dict[str, Any]] | None = None,
         memo: FilterTierMemo | None = None,
-    ) -> RecallHits:
+    ) -> Reads[RecallHits]:
         """All four tiers in one ``_msearch`` round trip (the recall hot path). With a ``memo``,
         the three filter tiers come from it when it holds the result of these very queries, and
         only the relevant tier is searched."""
@@ -325,7 +346,7 @@ class BeliefStore:
                     ),
                 )
             )
-        hits = self._run_tiers(bodies, routing, explain)
+        hits = yield from self._run_tiers(bodies, routing, explain)
         if cached is not None:
             hits.persona, hits.pinned = list(cached.persona), list(cached.pinned)
             hits.questions = list(cached.questions)
@@ -334,7 +355,7 @@ class BeliefStore:
             memo.put(memo_key, hits.filter_tiers())
         return hits
 
-    def _run_tiers(self, bodies: list[tuple[str, dict[str, Any]]], routing: str, explain: bool) -> RecallHits:
+    def _run_tiers(self, bodies: list[tuple[str, dict[str, Any]]], routing: str, explain: bool) -> Reads[RecallHits]:
         hits = RecallHits()
         if not bodies:
             return hits
@@ -342,8 +363,7 @@ class BeliefStore:
         for _, body in bodies:
             lines.append({"index": self.alias, "routing": routing})
             lines.append(body)
-        with translate_errors("recall beliefs"):
-            response = self.client.msearch(body=lines)
+        response = yield Call("msearch", {"body": lines}, "recall beliefs")
         for (tier, _), result in zip(bodies, response["responses"], strict=True):
             if "error" in result:
                 raise item_error(result.get("status"), result["error"], f"run the recall query for tier {tier}")
@@ -362,7 +382,11 @@ class BeliefStore:
                 setattr(hits, tier, list(loaded))
         return hits
 
-    def near_misses(
+    def near_misses(self, principal: Principal, view: ScopeView, text: str, **options: Any) -> list[NearMiss]:
+        """:meth:`near_misses_reads` run with the synchronous client."""
+        return calls.run(self.client, self.near_misses_reads(principal, view, text, **options))
+
+    def near_misses_reads(
         self,
         principal: Principal,
         view: ScopeView,
@@ -371,7 +395,7 @@ class BeliefStore:
         exclude_ids: list[str],
         size: int = 20,
         clauses: list[dict[str, Any]] | None = None,
-    ) -> list[NearMiss]:
+    ) -> Reads[list[NearMiss]]:
         """Explain only: beliefs ``principal`` may see (any scope of theirs, any lifecycle) that
         the relevant tier's clauses match, best first, without ``exclude_ids`` (what was
         injected). Never anything the principal could not read by id: the filters are the
@@ -386,7 +410,8 @@ class BeliefStore:
             clauses=clauses,
         )
         out: list[NearMiss] = []
-        for row in self._search(filters, body, "explain recall")["hits"]["hits"]:
+        found = yield self._search_call(filters, body, "explain recall")
+        for row in found["hits"]["hits"]:
             belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
             if belief is None:
                 continue  # quarantined: the recall itself counts those

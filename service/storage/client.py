@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import orjson
-from opensearchpy import JSONSerializer, OpenSearch
+from opensearchpy import AsyncOpenSearch, JSONSerializer, OpenSearch
 from opensearchpy import exceptions as os_exc
 from opensearchpy.exceptions import SerializationError
 
@@ -49,24 +49,34 @@ def opensearch_hosts(url: str) -> list[str]:
     return [part.strip() for part in url.split(",") if part.strip()]
 
 
-def build_client(settings: Settings) -> OpenSearch:
+def _client_options(settings: Settings) -> dict[str, Any]:
+    """What the synchronous and the asynchronous client share."""
     auth = None
     if settings.opensearch_username and settings.opensearch_password:
         auth = (settings.opensearch_username, settings.opensearch_password.get_secret_value())
-    return OpenSearch(
+    return {
         # several nodes: requests rotate over them, and one that fails to connect is retried on
         # the next node (max_retries) while the dead one rests (opensearch-py's connection pool)
-        hosts=opensearch_hosts(settings.opensearch_url),
-        http_auth=auth,
-        timeout=settings.opensearch_timeout_s,
-        max_retries=1,
-        retry_on_timeout=False,
-        http_compress=False,
-        # at least one connection per request thread (ApiSettings.thread_pool_size), so no
-        # thread waits for a connection and none is opened and discarded on a burst
-        pool_maxsize=max(32, settings.api.thread_pool_size),
-        serializer=FastJSONSerializer(),
-    )
+        "hosts": opensearch_hosts(settings.opensearch_url),
+        "http_auth": auth,
+        "timeout": settings.opensearch_timeout_s,
+        "max_retries": 1,
+        "retry_on_timeout": False,
+        "http_compress": False,
+        "serializer": FastJSONSerializer(),
+    }
+
+
+def build_client(settings: Settings) -> OpenSearch:
+    # at least one connection per request thread (ApiSettings.thread_pool_size), so no thread
+    # waits for a connection and none is opened and discarded on a burst
+    return OpenSearch(pool_maxsize=max(32, settings.api.thread_pool_size), **_client_options(settings))
+
+
+def build_async_client(settings: Settings) -> AsyncOpenSearch:
+    """The event loop's client (aiohttp; recall in the API and the proxy). Create it inside the
+    running loop (the app lifespan) and close it there."""
+    return AsyncOpenSearch(pool_maxsize=max(32, settings.api.thread_pool_size), **_client_options(settings))
 
 
 @contextmanager

@@ -17,8 +17,9 @@ from typing import Any
 from opensearchpy import OpenSearch
 
 from service.domain.principal import Principal
-from service.storage import access
-from service.storage.client import item_error, translate_errors
+from service.storage import access, calls
+from service.storage.calls import Call, Reads
+from service.storage.client import item_error
 
 # Same-position tokens together (the 2- and 3-word shingles starting at one word), in position order.
 Positions = tuple[tuple[str, ...], ...]
@@ -57,34 +58,32 @@ class VocabularyStore:
     def search_analyzers(self) -> dict[str, str]:
         """Every text field's search analyzer as the index mapping defines it (``name`` and
         ``name.sub``), read once: the query side of each clause is analysed by exactly these."""
-        with self._mapping_lock:
-            if self._search_analyzers is None:
-                with translate_errors("read the beliefs mapping"):
-                    mappings = self.client.indices.get_mapping(index=self.alias)
-                # behind the alias there is one index, or two with the same fields during a reindex
-                properties = next(iter(mappings.values()))["mappings"]["properties"]
+        return calls.run(self.client, self.search_analyzers_reads())
+
+    def search_analyzers_reads(self) -> Reads[dict[str, str]]:
+        if self._search_analyzers is None:
+            mappings = yield Call("indices.get_mapping", {"index": self.alias}, "read the beliefs mapping")
+            # behind the alias there is one index, or two with the same fields during a reindex
+            properties = next(iter(mappings.values()))["mappings"]["properties"]
+            with self._mapping_lock:
                 self._search_analyzers = dict(_search_analyzers(properties))
-            return self._search_analyzers
+        return self._search_analyzers
 
     # ------------------------------------------------------------ a tenant's terms
 
-    def tenant_terms(self, principal: Principal, fields: Sequence[str]) -> TenantTerms:
+    def tenant_terms(self, principal: Principal, fields: Sequence[str]) -> Reads[TenantTerms]:
         """The terms the index holds for ``fields`` over every document of the principal's tenant
         (any owner, scope or lifecycle: see :func:`access.for_vocabulary`)."""
         terms = TenantTerms(fields={f: set() for f in fields})
-        batch: list[str] = []
-        for doc_id in self._tenant_doc_ids(principal):
-            batch.append(doc_id)
-            if len(batch) == _TERM_VECTOR_BATCH:
-                self._add_term_vectors(principal, batch, terms)
-                batch = []
-        if batch:
-            self._add_term_vectors(principal, batch, terms)
+        doc_ids = yield from self._tenant_doc_ids(principal)
+        for start in range(0, len(doc_ids), _TERM_VECTOR_BATCH):
+            yield from self._add_term_vectors(principal, doc_ids[start : start + _TERM_VECTOR_BATCH], terms)
         return terms
 
-    def _tenant_doc_ids(self, principal: Principal) -> Iterator[str]:
+    def _tenant_doc_ids(self, principal: Principal) -> Reads[list[str]]:
         search_after: list[Any] | None = None
         filters = access.for_vocabulary(principal)
+        ids: list[str] = []
         while True:
             body: dict[str, Any] = {
                 "size": _ID_PAGE,
@@ -95,29 +94,33 @@ class VocabularyStore:
             }
             if search_after is not None:
                 body["search_after"] = search_after
-            with translate_errors("list the tenant's beliefs for its vocabulary"):
-                found = self.client.search(index=self.alias, body=body, routing=filters.routing)
+            found = yield Call(
+                "search",
+                {"index": self.alias, "body": body, "routing": filters.routing},
+                "list the tenant's beliefs for its vocabulary",
+            )
             hits = found["hits"]["hits"]
-            for hit in hits:
-                yield str(hit["_id"])
+            ids += [str(hit["_id"]) for hit in hits]
             if len(hits) < _ID_PAGE:
-                return
+                return ids
             search_after = hits[-1]["sort"]
 
-    def _add_term_vectors(self, principal: Principal, doc_ids: list[str], terms: TenantTerms) -> None:
-        body = {"ids": doc_ids}
-        with translate_errors("read the tenant's vocabulary"):
-            response = self.client.mtermvectors(
-                index=self.alias,
-                body=body,
-                routing=access.routing(principal),
-                fields=",".join(terms.fields),
-                positions=False,
-                offsets=False,
-                payloads=False,
-                term_statistics=False,
-                field_statistics=False,
-            )
+    def _add_term_vectors(self, principal: Principal, doc_ids: list[str], terms: TenantTerms) -> Reads[None]:
+        response = yield Call(
+            "mtermvectors",
+            {
+                "index": self.alias,
+                "body": {"ids": doc_ids},
+                "routing": access.routing(principal),
+                "fields": ",".join(terms.fields),
+                "positions": False,
+                "offsets": False,
+                "payloads": False,
+                "term_statistics": False,
+                "field_statistics": False,
+            },
+            "read the tenant's vocabulary",
+        )
         for doc in response["docs"]:
             if "error" in doc:
                 raise item_error(doc.get("status"), doc["error"], "read the tenant's vocabulary")
@@ -130,7 +133,7 @@ class VocabularyStore:
 
     # --------------------------------------------------------------- query analysis
 
-    def analyze(self, principal: Principal, requests: Sequence[AnalysisRequest]) -> list[dict[str, Positions]]:
+    def analyze(self, principal: Principal, requests: Sequence[AnalysisRequest]) -> Reads[list[dict[str, Positions]]]:
         """Each request's tokens per field, grouped by position, in one round trip (a request
         with no field to analyse answers ``{}`` without being sent)."""
         sent = [r for r in requests if r.analyzers]
@@ -150,8 +153,9 @@ class VocabularyStore:
         ]
         answers: list[dict[str, Positions]] = []
         if docs:
-            with translate_errors("analyse the recall query"):
-                response = self.client.mtermvectors(index=self.alias, body={"docs": docs})
+            response = yield Call(
+                "mtermvectors", {"index": self.alias, "body": {"docs": docs}}, "analyse the recall query"
+            )
             for doc in response["docs"]:
                 if "error" in doc:
                     raise item_error(doc.get("status"), doc["error"], "analyse the recall query")

@@ -65,7 +65,7 @@ def openai_error(exc: TenureError) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def proxy_actor(
+async def proxy_actor(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
@@ -74,7 +74,7 @@ def proxy_actor(
     (without memory) when OpenSearch is down, and JWTs verify without the store. Charged as a
     read: the proxy writes no belief itself (extraction is asynchronous), so a Redis outage lets
     it answer rather than refuse. A blank session header means none here (OpenAI clients)."""
-    identity = authenticate(request, raw_services(request), credentials, read_only=True)
+    identity = await authenticate(request, raw_services(request), credentials, read_only=True)
     return actor_of(request, identity, session.strip() if session and session.strip() else None)
 
 

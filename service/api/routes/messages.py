@@ -37,7 +37,7 @@ api_key_scheme = APIKeyHeader(
 )
 
 
-def messages_actor(
+async def messages_actor(
     request: Request,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     api_key: Annotated[str | None, Depends(api_key_scheme)],
@@ -50,7 +50,7 @@ def messages_actor(
         credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=api_key.strip())
     if credentials is None:
         raise Unauthenticated("missing credentials: send your Tenure API key as x-api-key (or Authorization: Bearer)")
-    identity = authenticate(request, raw_services(request), credentials, read_only=True)
+    identity = await authenticate(request, raw_services(request), credentials, read_only=True)
     return actor_of(request, identity, session.strip() if session and session.strip() else None)
 
 

@@ -24,5 +24,5 @@ async def models(
 ) -> dict[str, Any]:
     # like the chat route: the caller's own credential, charged as a read, no "indices ready" gate
     services = raw_services(request)
-    identity = authenticate(request, services, credentials, read_only=True)
+    identity = await authenticate(request, services, credentials, read_only=True)
     return await list_models(services.loop.upstream, services.settings.loop, identity.principal.tenant_id)

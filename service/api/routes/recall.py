@@ -107,10 +107,12 @@ def _item(entry: TierEntry) -> TierItem:
 
 
 @router.post("/recall", response_model=RecallOut, summary="Recall the four tiers and the injection block")
-def recall(body: RecallIn, actor: ReadingActor, service: RecallDep) -> RecallOut:
+async def recall(body: RecallIn, actor: ReadingActor, service: RecallDep) -> RecallOut:
+    # async end to end: authentication, the rate limit, the OpenSearch requests and the receipt
+    # are awaited on the event loop (no thread-pool hop on the hot path, issue 16)
     if body.session_id:
         actor = replace(actor, session_id=body.session_id)
-    done = service.recall(actor, body.scopes, body.query, budget=body.budget, explain=body.explain)
+    done = await service.arecall(actor, body.scopes, body.query, budget=body.budget, explain=body.explain)
     r = done.result
     return RecallOut(
         scopes=r.scopes,
