@@ -1,7 +1,9 @@
-"""The paper suite over HTTP: provision tenants and users with real API keys, load the corpus with
-``POST /v1/beliefs/import``, recall with ``POST /v1/recall`` and apply session mutations through the
-belief endpoints. Works with any ``httpx.Client`` pointed at the API (a live server, or FastAPI's
-TestClient in tests)."""
+"""The paper suite over HTTP, through the Python SDK (``tenure_client``): provision tenants and
+users with real API keys, load the corpus with ``POST /v1/beliefs/import``, recall with
+``POST /v1/recall`` and apply session mutations through the belief endpoints. Works with any
+``httpx.Client`` pointed at the API (a live server, or FastAPI's TestClient in tests).
+
+The SDK's retries are off: a 429 or 503 fails the run as any other unexpected answer does."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections import defaultdict
 from typing import Any
 
 import httpx
+from tenure_client import Tenure
 
 from evals.cases import CaseSet, UserGrants
 from evals.judge import Tiers, judge
@@ -20,12 +23,9 @@ from service.recall.context import RecallBudget
 PAPER_USERS = ("test-user", "other-user", "brand-new-user")
 
 
-def _ok(response: httpx.Response, status: int = 200) -> Any:
-    if response.status_code != status:
-        raise RuntimeError(
-            f"{response.request.method} {response.request.url} -> {response.status_code}: {response.text}"
-        )
-    return response.json()
+def sdk_client(http: httpx.Client, key: str, session_id: str | None = None) -> Tenure:
+    """An SDK client with ``key`` over the shared ``http`` connection (no retries)."""
+    return Tenure(api_key=key, http_client=http, session_id=session_id, max_retries=0)
 
 
 class HttpBackend:
@@ -36,28 +36,30 @@ class HttpBackend:
         self.keys = keys
         self.name = name
 
-    def headers(self, tenant_id: str, user_id: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.keys[(tenant_id, user_id)]}"}
+    def sdk(self, tenant_id: str, user_id: str, session_id: str | None = None) -> Tenure:
+        return sdk_client(self.client, self.keys[(tenant_id, user_id)], session_id)
 
     def recall(self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None) -> Tiers:
-        body: dict[str, Any] = {"scopes": scopes, "query": query, "explain": True}
-        if budget is not None:
-            body["budget"] = budget.model_dump(by_alias=True, exclude_none=True)
+        limits = budget.model_dump(by_alias=True, exclude_none=True) if budget is not None else None
+        tenure = self.sdk(principal.tenant_id, principal.user_id)
         started = time.perf_counter()
-        result = _ok(
-            self.client.post("/v1/recall", json=body, headers=self.headers(principal.tenant_id, principal.user_id))
-        )
+        result = tenure.recall(query, scopes=scopes, budget=limits, explain=True)
         elapsed = (time.perf_counter() - started) * 1000
-        tiers = result["tiers"]
+        tiers = result.tiers
         return Tiers(
-            persona=result["persona"],
-            pinned=[e["id"] for e in tiers["pinned"]],
-            relevant=[e["id"] for e in tiers["relevant"]],
-            questions=[e["id"] for e in tiers["questions"]],
-            scores={e["id"]: float(e["score"] or 0.0) for e in tiers["relevant"]},
-            clauses={e["id"]: e["clauses"] for e in tiers["relevant"]},
+            persona=result.persona,
+            pinned=[e.id for e in tiers.pinned],
+            relevant=[e.id for e in tiers.relevant],
+            questions=[e.id for e in tiers.questions],
+            scores={e.id: float(e.score or 0.0) for e in tiers.relevant},
+            clauses={e.id: _clauses(e.clauses) for e in tiers.relevant},
             latency_ms=elapsed,
         )
+
+
+def _clauses(clauses: list[Any] | None) -> list[dict[str, Any]]:
+    """The explain clauses as the server sent them (only the fields it set)."""
+    return [c.model_dump(mode="json", exclude_unset=True) for c in clauses or []]
 
 
 def case_set_users(case_set: CaseSet) -> dict[str, UserGrants]:
@@ -68,24 +70,18 @@ def case_set_users(case_set: CaseSet) -> dict[str, UserGrants]:
 
 def provision(
     client: httpx.Client,
-    operator: dict[str, str],
+    operator_key: str,
     tenant: str,
     users: dict[str, UserGrants] | tuple[str, ...] = PAPER_USERS,
 ) -> dict[tuple[str, str], str]:
     """A tenant with the given users (with their shared-scope grants), each with an API key."""
-    _ok(client.post("/v1/admin/tenants", json={"tenant_id": tenant, "name": f"paper {tenant}"}, headers=operator), 201)
+    admin = sdk_client(client, operator_key).admin
+    admin.create_tenant(tenant, f"paper {tenant}")
     grants = users if isinstance(users, dict) else dict.fromkeys(users, UserGrants())
     keys: dict[tuple[str, str], str] = {}
     for user, held in grants.items():
-        body = {"user_id": user, "projects": list(held.projects), "teams": list(held.teams)}
-        _ok(client.post(f"/v1/admin/tenants/{tenant}/users", json=body, headers=operator), 201)
-        issued = _ok(
-            client.post(
-                f"/v1/admin/tenants/{tenant}/users/{user}/keys", json={"name": "paper-suite"}, headers=operator
-            ),
-            201,
-        )
-        keys[(tenant, user)] = issued["key"]
+        admin.create_user(tenant, user, projects=list(held.projects), teams=list(held.teams))
+        keys[(tenant, user)] = admin.issue_key(tenant, user, name="paper-suite").key
     return keys
 
 
@@ -95,27 +91,29 @@ def load_corpus(backend: HttpBackend, tenant: str, case_set: CaseSet) -> None:
     for record in case_set.beliefs:
         by_owner[record.get("user_id") or PAPER_USERS[0]].append(record)
     for owner, records in by_owner.items():
-        report = _ok(backend.client.post("/v1/beliefs/import", json=records, headers=backend.headers(tenant, owner)))
-        if report["failed"]:
-            raise RuntimeError(f"corpus import failed for {owner}: {report['failed']}")
+        report = backend.sdk(tenant, owner).beliefs.import_(records)
+        if report.failed:
+            raise RuntimeError(f"corpus import failed for {owner}: {report.failed}")
 
 
 def apply_turn(backend: HttpBackend, principal: Principal, session_id: str, turn: object) -> None:
-    headers = {**backend.headers(principal.tenant_id, principal.user_id), "X-Tenure-Session": session_id}
+    tenure = backend.sdk(principal.tenant_id, principal.user_id, session_id)
     create = getattr(turn, "create_belief", None)
     if create:
-        _ok(backend.client.post("/v1/beliefs/import", json=[create], headers=headers))
+        tenure.beliefs.import_([create])
     update = getattr(turn, "add_aliases", None)
     if update:
         belief_id, aliases = update
-        _ok(backend.client.post(f"/v1/beliefs/{belief_id}/aliases", json={"aliases": aliases}, headers=headers))
+        tenure.beliefs.add_aliases(belief_id, aliases)
 
 
 def run_over_http(
-    case_set: CaseSet, client: httpx.Client, operator: dict[str, str], *, static_tenant: str, session_tenant: str
+    case_set: CaseSet, client: httpx.Client, operator_key: str, *, static_tenant: str, session_tenant: str
 ) -> RunResult:
     users = case_set_users(case_set)
-    keys = provision(client, operator, static_tenant, users) | provision(client, operator, session_tenant, users)
+    keys = provision(client, operator_key, static_tenant, users) | provision(
+        client, operator_key, session_tenant, users
+    )
     backend = HttpBackend(client, keys)
     load_corpus(backend, static_tenant, case_set)
     load_corpus(backend, session_tenant, case_set)

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,12 +40,14 @@ from typing import Any
 
 import httpx
 import redis
+from pydantic import BaseModel
+from tenure_client import AsyncTenure
 
 from deploy.localstack import LocalStack, StackConfig
 from loadtest import names
 from loadtest.drill_analysis import Criteria, InFlight, Recovery, Window, per_second
 from loadtest.generator import Fleet, LoadConfig, provision, run_load, verify
-from loadtest.http import error_kind
+from loadtest.http import Outcome, sdk_call
 from loadtest.report import OPS, LoadReport, TurnRecord
 from loadtest.stats import LatencySummary
 from loadtest.verification import Verification
@@ -190,42 +192,35 @@ class Probe:
     @classmethod
     async def create(cls, url: str, operator_key: str) -> Probe:
         tenant = f"probe-{names.run_tag()}"
-        operator = {"Authorization": f"Bearer {operator_key}"}
-        async with httpx.AsyncClient(base_url=url, timeout=30, headers=operator) as client:
-            (await client.post("/v1/admin/tenants", json={"tenant_id": tenant, "name": tenant})).raise_for_status()
-            (await client.post(f"/v1/admin/tenants/{tenant}/users", json={"user_id": "probe"})).raise_for_status()
-            issued = await client.post(f"/v1/admin/tenants/{tenant}/users/probe/keys", json={"name": "drill"})
-            issued.raise_for_status()
-        return cls(url, str(issued.json()["key"]))
+        async with AsyncTenure(url, operator_key, timeout=30, max_retries=0) as operator:
+            await operator.admin.create_tenant(tenant, tenant)
+            await operator.admin.create_user(tenant, "probe")
+            issued = await operator.admin.issue_key(tenant, "probe", name="drill")
+        return cls(url, issued.key)
+
+    def _sdk(self) -> AsyncTenure:
+        """The probe's own client: its retries are off, so every 503 and its Retry-After is seen."""
+        return AsyncTenure(self.url, self.key, timeout=10, max_retries=0)
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with httpx.AsyncClient(base_url=self.url, timeout=10, headers=self._auth()) as client:
+        async with self._sdk() as sdk:
             while not stop.is_set():
-                await asyncio.gather(self._recall(client), self._write(client))
+                await asyncio.gather(self._recall(sdk), self._write(sdk))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.interval_s)
 
-    def _auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.key}"}
-
-    async def _send(self, client: httpx.AsyncClient, op: str, path: str, body: dict[str, Any]) -> int | None:
+    async def _send(self, op: str, request: Awaitable[BaseModel], status: int) -> Outcome:
         t0 = time.perf_counter()
-        try:
-            response = await client.post(path, json=body)
-        except httpx.HTTPError as exc:
-            self._note(op, t0, error_kind(exc), None)
-            return None
-        self._note(op, t0, str(response.status_code), response.headers.get("Retry-After"))
-        return response.status_code
+        out = await sdk_call(request, status, started=t0)
+        self.samples.append(
+            ProbeSample(round(t0 - self.started, 4), op, out.kind, round(out.latency_ms, 2), out.retry_after)
+        )
+        return out
 
-    def _note(self, op: str, t0: float, outcome: str, retry_after: str | None) -> None:
-        latency_ms = (time.perf_counter() - t0) * 1000
-        self.samples.append(ProbeSample(round(t0 - self.started, 4), op, outcome, round(latency_ms, 2), retry_after))
+    async def _recall(self, sdk: AsyncTenure) -> None:
+        await self._send("recall", sdk.recall("probe drill state", scopes=["domain:code"]), 200)
 
-    async def _recall(self, client: httpx.AsyncClient) -> None:
-        await self._send(client, "recall", "/v1/recall", {"scopes": ["domain:code"], "query": "probe drill state"})
-
-    async def _write(self, client: httpx.AsyncClient) -> None:
+    async def _write(self, sdk: AsyncTenure) -> None:
         belief_id = f"probe-{names.write_word(self._n)}"
         self._n += 1
         body = {
@@ -236,18 +231,17 @@ class Probe:
             "why_it_matters": "The drill checks that it survived.",
             "scope": ["domain:code"],
         }
-        if await self._send(client, "write", "/v1/beliefs", body) == 201:
+        if (await self._send("write", sdk.beliefs.create(**body), 201)).status == 201:
             self.acknowledged.append(belief_id)
 
     async def lost_writes(self) -> list[str]:
         """Acknowledged probe writes that cannot be read back (retried while the answer is transient)."""
         lost: list[str] = []
-        async with httpx.AsyncClient(base_url=self.url, timeout=10, headers=self._auth()) as client:
+        async with self._sdk() as sdk:
             for belief_id in self.acknowledged:
                 status = 0
                 for attempt in range(4):
-                    with contextlib.suppress(httpx.HTTPError):
-                        status = (await client.get(f"/v1/beliefs/{belief_id}")).status_code
+                    status = (await sdk_call(sdk.beliefs.get(belief_id), 200)).status or 0
                     if status and status < 500:
                         break
                     await asyncio.sleep(0.5 * (attempt + 1))
@@ -597,17 +591,16 @@ async def split_unrecorded(config: LoadConfig, fleet: Fleet, report: LoadReport)
     appear. Asked after the load stopped, so no recording is still under way; a turn is read by
     key (real time), so a 404 is final."""
     base_url = config.url.split(",")[0]
-    async with httpx.AsyncClient(base_url=base_url, timeout=config.request_timeout_s) as client:
+    async with httpx.AsyncClient(timeout=config.request_timeout_s) as client:
         gate = asyncio.Semaphore(16)
 
         async def absent(turn: TurnRecord) -> bool:
-            key = fleet.user(turn.user).key
+            sdk = AsyncTenure(base_url, fleet.user(turn.user).key, http_client=client, max_retries=0)
             for attempt in range(4):
-                with contextlib.suppress(httpx.HTTPError):
-                    async with gate:
-                        got = await client.get(f"/v1/turns/{turn.turn_id}", headers={"Authorization": f"Bearer {key}"})
-                    if got.status_code < 500:
-                        return got.status_code == 404
+                async with gate:
+                    got = await sdk_call(sdk.get_turn(str(turn.turn_id)), 200)
+                if got.status is not None and got.status < 500:
+                    return got.status == 404
                 await asyncio.sleep(0.5 * (attempt + 1))
             return False  # unknown: leave it to the verifier
 

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from loadtest import names
-from loadtest.http import Outcome, call, make_client
+from loadtest.http import Api, Outcome, call, make_client, sdk_call
 from loadtest.report import OPS, LoadReport, OpStats, Sample, TurnRecord, WriteRecord
 from loadtest.verification import Verification, verify
 
@@ -157,16 +157,13 @@ async def _must(outcome_task: Awaitable[Outcome], expected: int, what: str) -> O
     return outcome
 
 
-async def _provision_user(client: httpx.AsyncClient, config: LoadConfig, tenant: str, user_id: str) -> str:
-    admin = f"/v1/admin/tenants/{tenant}/users"
+async def _provision_user(api: Api, config: LoadConfig, tenant: str, user_id: str) -> str:
     await _must(
-        call(client, "POST", config.endpoint(admin), config.operator_key,
-             json={"user_id": user_id, "projects": [SHARED_PROJECT]}),
+        sdk_call(api.as_(config.operator_key).admin.create_user(tenant, user_id, projects=[SHARED_PROJECT]), 201),
         201, f"create user {tenant}/{user_id}",
     )  # fmt: skip
     issued = await _must(
-        call(client, "POST", config.endpoint(f"{admin}/{user_id}/keys"), config.operator_key,
-             json={"name": "loadtest"}),
+        sdk_call(api.as_(config.operator_key).admin.issue_key(tenant, user_id, name="loadtest"), 201),
         201, f"issue key {tenant}/{user_id}",
     )  # fmt: skip
     return str(issued.body["key"])
@@ -177,36 +174,37 @@ async def provision(config: LoadConfig) -> Fleet:
     tag = names.run_tag()
     fleet = Fleet(tag=tag, tenants=[], users=[])
     async with make_client(config.request_timeout_s * 3, PROVISION_PARALLEL + 2) as client:
+        api = Api(config, client)
         for t in range(config.tenants):
             tenant = f"load-{tag}-{t}"
             await _must(
-                call(client, "POST", config.endpoint("/v1/admin/tenants"), config.operator_key,
-                     json={"tenant_id": tenant, "name": f"load test {tag} #{t}"}),
+                sdk_call(api.as_(config.operator_key).admin.create_tenant(tenant, f"load test {tag} #{t}"), 201),
                 201, f"create tenant {tenant}",
             )  # fmt: skip
             fleet.tenants.append(tenant)
             for u in range(config.users_per_tenant):
-                key = await _provision_user(client, config, tenant, f"u{u}")
+                key = await _provision_user(api, config, tenant, f"u{u}")
                 fleet.users.append(FleetUser(len(fleet.users), tenant, names.tenant_word(tag, t), f"u{u}", key))
-        fleet.seeds = await _seed(client, config, fleet)
+        fleet.seeds = await _seed(api, fleet)
         for seed in fleet.seeds:
             fleet.own(seed.canonical_name, seed.tenant)
     return fleet
 
 
-async def _seed(client: httpx.AsyncClient, config: LoadConfig, fleet: Fleet) -> list[WriteRecord]:
+async def _seed(api: Api, fleet: Fleet) -> list[WriteRecord]:
     """Seeded beliefs go through the same endpoint as load writes and must all be acknowledged."""
     planned = [
         _write_record(fleet, user, user.scopes[i % len(user.scopes)], names.seed_word(n), seed=True)
-        for n, (user, i) in enumerate((user, i) for user in fleet.users for i in range(config.seed_beliefs_per_user))
+        for n, (user, i) in enumerate(
+            (user, i) for user in fleet.users for i in range(api.config.seed_beliefs_per_user)
+        )
     ]
     gate = asyncio.Semaphore(PROVISION_PARALLEL)
 
     async def one(record: WriteRecord) -> None:
         async with gate:
             await _must(
-                call(client, "POST", config.endpoint("/v1/beliefs"), fleet.user(record.user).key,
-                     json=_write_body(record)),
+                sdk_call(api.as_(fleet.user(record.user).key).beliefs.create(**_write_body(record)), 201),
                 201, f"seed {record.belief_id}",
             )  # fmt: skip
 
@@ -254,6 +252,7 @@ class _Run:
         self.config = config
         self.fleet = fleet
         self.client = client
+        self.api = Api(config, client)
         self.started = started
         self.rng = random.Random(config.seed)
         self.samples: list[Sample] = []
@@ -311,8 +310,9 @@ class _Run:
     async def recall(self, user: FleetUser, due: float | None) -> None:
         query, target = self._recall_query(user)
         t0 = due if due is not None else time.perf_counter()
-        body = {"scopes": list(user.scopes), "query": query, "session_id": f"load-{user.tenant}-{user.user_id}"}
-        out = await call(self.client, "POST", self.config.endpoint("/v1/recall"), user.key, json=body, started=t0)
+        session = f"load-{user.tenant}-{user.user_id}"
+        request = self.api.as_(user.key).recall(query, scopes=user.scopes, session_id=session)
+        out = await sdk_call(request, 200, started=t0)
         if out.status != 200:
             self.record("recall", t0, out.kind, out.latency_ms, False)
             return
@@ -345,9 +345,7 @@ class _Run:
         self.fleet.writes_sent += 1
         self.fleet.own(record.canonical_name, record.tenant)
         t0 = due if due is not None else time.perf_counter()
-        out = await call(
-            self.client, "POST", self.config.endpoint("/v1/beliefs"), user.key, json=_write_body(record), started=t0
-        )
+        out = await sdk_call(self.api.as_(user.key).beliefs.create(**_write_body(record)), 201, started=t0)
         ok = out.status == 201
         self.record("write", t0, out.kind, out.latency_ms, ok)
         if not ok:

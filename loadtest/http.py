@@ -1,12 +1,24 @@
-"""One HTTP call as the load test sees it: a status or an error kind, the body, the latency."""
+"""One HTTP call as the load test sees it: a status or an error kind, the body, the latency.
+
+Calls the SDK covers (recall, beliefs, admin, turns) go through ``tenure_client.AsyncTenure``
+(:class:`Api`, :func:`sdk_call`) with its retries off, so a 429 or 503 is counted as the answer it
+is; the proxy's chat completions (the SDK only points an OpenAI client at them) are sent as plain
+httpx requests (:func:`call`). Both time the request from when it was due to when its answer is
+read, on one shared keep-alive pool."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from pydantic import BaseModel
+from tenure_client import AsyncTenure, ConnectionFailed, TenureError
+
+if TYPE_CHECKING:
+    from loadtest.generator import LoadConfig
 
 ERROR_KINDS = ("timeout", "connect", "other")
 
@@ -17,12 +29,13 @@ class Outcome:
     kind: str  # the status as text ("201", "503") or an error kind ("timeout", "connect", "other")
     body: Any
     latency_ms: float
+    retry_after: str | None = None  # an error answer's Retry-After, as the server wrote it (whole seconds)
 
     def is_status(self, *expected: int) -> bool:
         return self.status in expected
 
 
-def error_kind(exc: Exception) -> str:
+def error_kind(exc: BaseException | None) -> str:
     """Classify a transport failure: fault drills tell a hung server (timeout) from a dead one."""
     if isinstance(exc, httpx.TimeoutException):
         return "timeout"
@@ -37,6 +50,41 @@ def make_client(timeout_s: float, connections: int) -> httpx.AsyncClient:
         timeout=httpx.Timeout(timeout_s),
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
     )
+
+
+class Api:
+    """The run's SDK clients: one per (credential, API server) over the shared pool. With several
+    API servers they take turns request by request (:meth:`LoadConfig.endpoint`'s round robin)."""
+
+    def __init__(self, config: LoadConfig, http: httpx.AsyncClient):
+        self.config = config
+        self.http = http
+        self._clients: dict[tuple[str, str], AsyncTenure] = {}
+
+    def as_(self, key: str) -> AsyncTenure:
+        """The SDK client of ``key`` for the next request (no retries: every answer counts)."""
+        base = self.config.endpoint("")
+        client = self._clients.get((key, base))
+        if client is None:
+            client = AsyncTenure(base, key, http_client=self.http, max_retries=0)
+            self._clients[(key, base)] = client
+        return client
+
+
+async def sdk_call(request: Awaitable[BaseModel], status: int, *, started: float | None = None) -> Outcome:
+    """Await one SDK request (a coroutine not started yet) as an :class:`Outcome`: its documented
+    success ``status`` and the answer as JSON, or the server's error status and error body, or the
+    transport failure's kind. ``started`` backdates the latency as in :func:`call`."""
+    t0 = started if started is not None else time.perf_counter()
+    try:
+        answer = await request
+    except ConnectionFailed as exc:
+        return Outcome(None, error_kind(exc.__cause__), None, (time.perf_counter() - t0) * 1000)
+    except TenureError as exc:
+        retry_after = f"{exc.retry_after_s:g}" if exc.retry_after_s is not None else None
+        return Outcome(exc.status, str(exc.status), exc.to_dict(), (time.perf_counter() - t0) * 1000, retry_after)
+    latency_ms = (time.perf_counter() - t0) * 1000
+    return Outcome(status, str(status), answer.model_dump(mode="json", by_alias=True), latency_ms)
 
 
 async def call(

@@ -11,8 +11,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from pydantic import BaseModel
+from tenure_client import AsyncTenure
 
-from loadtest.http import Outcome, call, make_client
+from loadtest.http import Api, Outcome, make_client, sdk_call
 from loadtest.report import LoadReport, TurnRecord, WriteRecord
 
 if TYPE_CHECKING:
@@ -91,7 +93,7 @@ class _Checker:
         self.config = config
         self.fleet = fleet
         self.report = report
-        self.client = client
+        self.api = Api(config, client)
         self.gate = asyncio.Semaphore(PARALLEL)
         self.result = Verification()
         writes = {w.belief_id: w for w in [*fleet.seeds, *report.acknowledged_writes]}
@@ -101,12 +103,13 @@ class _Checker:
         for turn in [*report.acknowledged_turns, *report.unacknowledged_turns]:
             fleet.own(TURN_PREFIX + turn.token, turn.tenant)
 
-    async def request(self, method: str, path: str, user: FleetUser, **kwargs: Any) -> Outcome:
-        """One call under the parallelism cap, retried while the answer is transient."""
+    async def request(self, user: FleetUser, send: Callable[[AsyncTenure], Awaitable[BaseModel]]) -> Outcome:
+        """One SDK call (``send`` makes it with the user's client) under the parallelism cap,
+        retried while the answer is transient."""
         outcome: Outcome | None = None
         for attempt in range(RETRIES):
             async with self.gate:
-                outcome = await call(self.client, method, self.config.endpoint(path), user.key, **kwargs)
+                outcome = await sdk_call(send(self.api.as_(user.key)), 200)
             if not _transient(outcome):
                 break
             await asyncio.sleep(0.5 * (attempt + 1))
@@ -120,7 +123,7 @@ class _Checker:
 
     async def check_write(self, write: WriteRecord) -> None:
         owner = self.fleet.user(write.user)
-        got = await self.request("GET", f"/v1/beliefs/{write.belief_id}", owner)
+        got = await self.request(owner, lambda sdk: sdk.beliefs.get(write.belief_id))
         name = got.body.get("canonical_name") if isinstance(got.body, dict) else None
         if got.status != 200 or name != write.canonical_name:
             reason = f"GET {got.kind}" if got.status != 200 else f"canonical_name is {name!r}"
@@ -147,7 +150,7 @@ class _Checker:
         await self.recall(reader, list(reader.scopes), query)
 
     async def recall(self, reader: FleetUser, scopes: list[str], query: str) -> list[dict[str, Any]] | None:
-        got = await self.request("POST", "/v1/recall", reader, json={"scopes": scopes, "query": query})
+        got = await self.request(reader, lambda sdk: sdk.recall(query, scopes=scopes))
         if got.status != 200 or not isinstance(got.body, dict):
             return None
         tiers = got.body.get("tiers") or {}
@@ -166,7 +169,7 @@ class _Checker:
                 )  # fmt: skip
 
     async def check_unacknowledged_write(self, write: WriteRecord) -> None:
-        got = await self.request("GET", f"/v1/beliefs/{write.belief_id}", self.fleet.user(write.user))
+        got = await self.request(self.fleet.user(write.user), lambda sdk: sdk.beliefs.get(write.belief_id))
         if got.status == 200:
             self.result.unacknowledged_writes_landed += 1
 
@@ -180,7 +183,8 @@ class _Checker:
         while pending:
 
             async def poll(turn: TurnRecord) -> None:
-                got = await self.request("GET", f"/v1/turns/{turn.turn_id}", self.fleet.user(turn.user))
+                turn_id = str(turn.turn_id)
+                got = await self.request(self.fleet.user(turn.user), lambda sdk: sdk.get_turn(turn_id))
                 states[turn.token] = got.body if got.status == 200 else {"extraction_status": f"GET {got.kind}"}
 
             await self.gather(pending, poll)
@@ -209,10 +213,7 @@ class _Checker:
         items: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            params: dict[str, Any] = {"type": "decision", "limit": 500}
-            if cursor:
-                params["cursor"] = cursor
-            got = await self.request("GET", "/v1/beliefs", user, params=params)
+            got = await self.request(user, _decisions_page(cursor))
             if got.status != 200:
                 raise RuntimeError(f"listing beliefs of {user.tenant}/{user.user_id} failed: {got.kind} {got.body!r}")
             page = got.body.get("items", [])
@@ -245,6 +246,11 @@ class _Checker:
         self.result.unacknowledged_turns_extracted = sum(
             1 for t in self.report.unacknowledged_turns if TURN_PREFIX + t.token in found
         )
+
+
+def _decisions_page(cursor: str | None) -> Callable[[AsyncTenure], Awaitable[BaseModel]]:
+    """One page of the user's decisions (the SDK call :meth:`_Checker.request` makes)."""
+    return lambda sdk: sdk.beliefs.list(type=["decision"], limit=500, cursor=cursor)
 
 
 def _short(value: Any, limit: int = 600) -> str | None:

@@ -94,9 +94,15 @@ def services(client: TestClient, app: FastAPI) -> Services:
 
 
 @pytest.fixture(scope="session")
-def operator(services: Services) -> dict[str, str]:
+def operator_key(services: Services) -> str:
+    """The bootstrap step's operator key."""
+    return services.provisioning.bootstrap().plaintext
+
+
+@pytest.fixture(scope="session")
+def operator(operator_key: str) -> dict[str, str]:
     """The bootstrap step's operator key, as an Authorization header."""
-    return auth(services.provisioning.bootstrap().plaintext)
+    return auth(operator_key)
 
 
 def auth(credential: str) -> dict[str, str]:

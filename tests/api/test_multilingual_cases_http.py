@@ -19,10 +19,14 @@ CASES = multilingual_case_set()
 
 
 @pytest.fixture(scope="module")
-def http_run(client: TestClient, operator: dict[str, str]) -> RunResult:
+def http_run(client: TestClient, operator_key: str) -> RunResult:
     run_id = uuid.uuid4().hex[:8]
     return run_over_http(
-        CASES, client, operator, static_tenant=f"ml-http-static-{run_id}", session_tenant=f"ml-http-session-{run_id}"
+        CASES,
+        client,
+        operator_key,
+        static_tenant=f"ml-http-static-{run_id}",
+        session_tenant=f"ml-http-session-{run_id}",
     )
 
 

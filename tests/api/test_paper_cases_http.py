@@ -18,12 +18,12 @@ CASES = paper_case_set()
 
 
 @pytest.fixture(scope="module")
-def http_run(client: TestClient, operator: dict[str, str]) -> RunResult:
+def http_run(client: TestClient, operator_key: str) -> RunResult:
     run_id = uuid.uuid4().hex[:8]
     return run_over_http(
         CASES,
         client,
-        operator,
+        operator_key,
         static_tenant=f"paper-http-static-{run_id}",
         session_tenant=f"paper-http-session-{run_id}",
     )

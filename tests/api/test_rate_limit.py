@@ -4,6 +4,7 @@ and failing open for reads (logged) but closed for writes when Redis is unreacha
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -12,11 +13,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch
+from tenure_client import AsyncTenure
 
+from loadtest.http import sdk_call
 from service.api.state import Services
 from service.app import create_app
 from service.auth.authenticator import Identity
@@ -76,6 +80,24 @@ def test_each_credential_has_its_own_bucket(
     # An idle bucket expires once it would be full again.
     bucket = f"{api_settings.opensearch_namespace}:rl:key:{team.keys['alice'].split('_')[1]}"
     assert 0 < services.redis.pttl(bucket) <= (BURST / PER_S + 1) * 1000
+
+
+def test_the_load_generator_counts_each_429_through_the_sdk(limited: TestClient, team: Team) -> None:
+    """The load test sends its requests through the SDK with retries off: a 429 is one recorded
+    answer with its Retry-After, not a retried (and hidden) one."""
+
+    async def outcomes() -> list[tuple[int | None, str, str | None]]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=limited.app)) as http:
+            sdk = AsyncTenure("http://testserver", team.keys["alice"], http_client=http, max_retries=0)
+            answers = [await sdk_call(sdk.whoami(), 200) for _ in range(BURST + 1)]
+        return [(a.status, a.kind, a.retry_after) for a in answers]
+
+    started = time.monotonic()
+    answers = asyncio.run(outcomes())
+    assert answers[:BURST] == [(200, "200", None)] * BURST
+    status, kind, retry_after = answers[BURST]
+    assert (status, kind) == (429, "429") and retry_after is not None and int(retry_after) >= 1
+    assert time.monotonic() - started < 1 / PER_S  # no wait for the bucket: nothing was retried
 
 
 def test_tokens_of_one_subject_share_a_bucket(client: TestClient, limited: TestClient, team: Team) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import socket
 
 import pytest
+from tenure_client import AsyncTenure
 
 from loadtest import names
 from loadtest.generator import Fleet, FleetUser, LoadConfig, _Run, parse_mix
+from loadtest.http import Outcome, sdk_call
 from loadtest.report import LoadReport, OpStats, Sample, TurnRecord, WriteRecord
 from loadtest.stats import LatencySummary, percentile
 from loadtest.verification import Verification, _Checker
@@ -169,3 +173,18 @@ def test_the_verifier_counts_leaks_in_its_own_reads() -> None:
     checker.note_leaks(fleet.user(1), [{"id": "b", "canonical_name": "load_turn_tokenabc"}], "list")
     assert [leak["reader_tenant"] for leak in checker.result.isolation_leaks] == ["load-t-0"]
     assert not checker.result.ok
+
+
+def test_an_sdk_call_to_a_dead_server_is_a_connect_failure() -> None:
+    """Through the SDK a refused connection is still told apart from a hung server (the drills'
+    criteria depend on it), and nothing is retried: one attempt, one outcome."""
+    with socket.socket() as sock:  # a port nothing listens on once the socket is closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def outcome() -> Outcome:
+        async with AsyncTenure(f"http://127.0.0.1:{port}", "tnr_x_y", timeout=5, max_retries=0) as sdk:
+            return await sdk_call(sdk.recall("anything"), 200)
+
+    got = asyncio.run(outcome())
+    assert (got.status, got.kind, got.body) == (None, "connect", None)

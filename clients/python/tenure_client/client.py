@@ -2,8 +2,10 @@
 
 Both execute the same :mod:`tenure_client._calls` descriptions: requests carry the credential as
 ``Authorization: Bearer``; 429 and 503 answers are retried after their ``Retry-After`` (at most
-``max_retries`` times, each wait capped by ``max_retry_wait_s``); a dropped connection is retried
-only for idempotent methods. Every failure is a :class:`~tenure_client.errors.TenureError`.
+``max_retries`` times, each wait capped by ``max_retry_wait_s``; ``max_retries=0`` turns retries off,
+e.g. for a load generator that counts every 429); a dropped connection is retried only for
+idempotent methods. Every failure is a :class:`~tenure_client.errors.TenureError`; a
+:class:`~tenure_client.errors.ConnectionFailed` carries httpx's error as its ``__cause__``.
 """
 
 from __future__ import annotations
@@ -78,7 +80,9 @@ class _Base:
     def _connection_error(self, http: httpx.Client | httpx.AsyncClient, exc: httpx.HTTPError) -> ConnectionFailed:
         base = str(http.base_url) or self.base_url
         reason = str(exc) or type(exc).__name__
-        return ConnectionFailed(base.rstrip("/"), reason)
+        failure = ConnectionFailed(base.rstrip("/"), reason)
+        failure.__cause__ = exc  # raised after the retry decision: keep httpx's error (timeout, refused, ...)
+        return failure
 
     # ----------------------------------------------------------- proxy clients
 
@@ -412,6 +416,7 @@ class AsyncTenure(_Base):
         self._owned = http_client is None
         self.http = http_client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
         self.beliefs = AsyncBeliefs(self)
+        self.admin = AsyncAdmin(self)
 
     async def __aenter__(self) -> AsyncTenure:
         return self
@@ -537,6 +542,63 @@ class AsyncBeliefs:
 
     async def import_(self, records: Iterable[Mapping[str, Any]]) -> models.ImportResult:
         return await self._c.send(calls.import_beliefs(records, self._c.session_id))
+
+
+class AsyncAdmin:
+    """The admin operations of :class:`Admin`, awaited."""
+
+    def __init__(self, client: AsyncTenure):
+        self._c = client
+
+    async def create_tenant(self, tenant_id: str, name: str | None = None) -> models.TenantOut:
+        return await self._c.send(calls.create_tenant(tenant_id, name))
+
+    async def get_tenant(self, tenant_id: str) -> models.TenantOut:
+        return await self._c.send(calls.tenant_action(tenant_id))
+
+    async def disable_tenant(self, tenant_id: str) -> models.TenantOut:
+        return await self._c.send(calls.tenant_action(tenant_id, "disable"))
+
+    async def enable_tenant(self, tenant_id: str) -> models.TenantOut:
+        return await self._c.send(calls.tenant_action(tenant_id, "enable"))
+
+    async def create_user(self, tenant_id: str, user_id: str, **grants: Any) -> models.UserOut:
+        return await self._c.send(calls.create_user(tenant_id, {"user_id": user_id, **grants}))
+
+    async def get_user(self, tenant_id: str, user_id: str) -> models.UserOut:
+        return await self._c.send(calls.user_action(tenant_id, user_id))
+
+    async def disable_user(self, tenant_id: str, user_id: str) -> models.UserOut:
+        return await self._c.send(calls.user_action(tenant_id, user_id, "disable"))
+
+    async def enable_user(self, tenant_id: str, user_id: str) -> models.UserOut:
+        return await self._c.send(calls.user_action(tenant_id, user_id, "enable"))
+
+    async def list_users(
+        self, tenant_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> models.UserPage:
+        return await self._c.send(calls.list_users(tenant_id, limit, cursor))
+
+    async def change_grants(self, tenant_id: str, user_id: str, **changes: Any) -> models.UserOut:
+        return await self._c.send(calls.change_grants(tenant_id, user_id, changes))
+
+    async def issue_key(self, tenant_id: str, user_id: str, **values: Any) -> models.IssuedKeyOut:
+        return await self._c.send(calls.issue_key(tenant_id, user_id, values))
+
+    async def list_keys(self, tenant_id: str, *, limit: int | None = None, cursor: str | None = None) -> models.KeyPage:
+        return await self._c.send(calls.list_keys(tenant_id, limit, cursor))
+
+    async def revoke_key(self, key_id: str) -> models.KeyOut:
+        return await self._c.send(calls.revoke_key(key_id))
+
+    async def dev_token(self, tenant_id: str, user_id: str, *, ttl_s: int | None = None) -> models.TokenOut:
+        return await self._c.send(calls.dev_token(tenant_id, user_id, ttl_s))
+
+    async def revoke_token(self, token: str) -> models.TokenRevokedOut:
+        return await self._c.send(calls.revoke_token(token))
+
+    async def audit(self, *, limit: int | None = None, cursor: str | None = None, **filters: Any) -> models.AuditPage:
+        return await self._c.send(calls.audit(filters, limit, cursor))
 
 
 def chunked(
