@@ -35,6 +35,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch, helpers
+from tenure_client import Tenure
 
 from deploy.devstack import Service, start_opensearch, start_redis
 from service.app import create_app
@@ -273,16 +274,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with TestClient(create_app(settings), follow_redirects=False) as web:  # lifespan applies templates
             app_services = web.app.state.services  # type: ignore[attr-defined]
-            operator = {"Authorization": f"Bearer {app_services.provisioning.bootstrap().plaintext}"}
-            web.post("/v1/admin/tenants", json={"tenant_id": TENANT}, headers=operator).raise_for_status()
-            web.post(
-                f"/v1/admin/tenants/{TENANT}/users", json={"user_id": "admin", "roles": ["admin"]}, headers=operator
-            ).raise_for_status()
+            operator = Tenure(api_key=app_services.provisioning.bootstrap().plaintext, http_client=web).admin
+            operator.create_tenant(TENANT)
+            operator.create_user(TENANT, "admin", roles=["admin"])
             for user in USERS:
-                body = {"user_id": user, "projects": PROJECTS[:5]}
-                web.post(f"/v1/admin/tenants/{TENANT}/users", json=body, headers=operator).raise_for_status()
-            issued = web.post(f"/v1/admin/tenants/{TENANT}/users/admin/keys", json={}, headers=operator)
-            admin_key = issued.json()["key"]
+                operator.create_user(TENANT, user, projects=PROJECTS[:5])
+            admin_key = operator.issue_key(TENANT, "admin").key
             print(f"loading {args.beliefs:,} beliefs and {args.audit_events:,} audit events into {namespace}")
             beliefs_alias = BELIEFS.alias(namespace)
             load_beliefs_s = bulk_load(

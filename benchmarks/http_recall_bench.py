@@ -4,7 +4,9 @@ Usage: python -m benchmarks.http_recall_bench --url http://127.0.0.1:8000 --key 
            --scopes project:payments --query "can we use sticky sessions?" [-n 500]
 Run it against a deployment started with the rate limit off (TENURE_API_RATE_LIMIT_PER_S=0) or high
 enough for the request rate. Every call also writes its injection receipt to the audit index,
-synchronously, which is part of what is measured.
+synchronously, which is part of what is measured. Calls go through the Python SDK
+(``tenure_client``, retries off: a 429 or 503 stops the run), so a timing includes the SDK's
+reading of the answer into its typed model.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import argparse
 import os
 import time
 
-import httpx
+from tenure_client import Tenure
+
+from loadtest.stats import latency_block
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,23 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=100)
     args = parser.parse_args(argv)
-    body = {"scopes": args.scopes.split(","), "query": args.query, "session_id": "http-bench"}
-    with httpx.Client(base_url=args.url, headers={"Authorization": f"Bearer {args.key}"}) as client:
+    scopes = args.scopes.split(",")
+    with Tenure(args.url, args.key, session_id="http-bench", max_retries=0) as tenure:
         for _ in range(args.warmup):
-            client.post("/v1/recall", json=body).raise_for_status()
+            tenure.recall(args.query, scopes=scopes)
         timings: list[float] = []
         for _ in range(args.n):
             t0 = time.perf_counter()
-            client.post("/v1/recall", json=body).raise_for_status()
+            tenure.recall(args.query, scopes=scopes)
             timings.append((time.perf_counter() - t0) * 1000)
-    timings.sort()
-
-    def pct(q: float) -> float:
-        return timings[min(len(timings) - 1, int(q / 100 * len(timings)))]
-
+    block = latency_block(timings)
     print(
-        f"POST /v1/recall n={args.n} p50 {pct(50):.1f} ms p95 {pct(95):.1f} ms p99 {pct(99):.1f} ms "
-        f"(load average {os.getloadavg()[0]:.2f})"
+        f"POST /v1/recall n={args.n} p50 {block['p50_ms']:.1f} ms p95 {block['p95_ms']:.1f} ms "
+        f"p99 {block['p99_ms']:.1f} ms (load average {os.getloadavg()[0]:.2f})"
     )
     return 0
 

@@ -23,31 +23,37 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 import orjson
 from opensearchpy import OpenSearch
+from tenure_client import AsyncTenure, Conflict, ConnectionFailed, Tenure, TenureError
+from tenure_client.client import AsyncAdmin
 
-from benchmarks.recall_bench import Query, Spec, belief_at, draw_queries, loadavg, pct
+from benchmarks.recall_bench import Query, Spec, belief_at, draw_queries, loadavg
 from deploy.localstack import LocalStack, StackConfig
 from loadtest.__main__ import CpuMeter
+from loadtest.arguments import add_corpus_arguments, add_recall_arguments, add_stack_arguments
+from loadtest.arguments import sizes as corpus_sizes
+from loadtest.stats import latency_block
 from service.domain.belief import Belief, BeliefType, EpistemicStatus
 from service.storage.client import build_client
 from service.storage.templates import AUDIT, BELIEFS
 from workers import resources
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -66,16 +72,7 @@ TARGETS = {"p50_ms": 5.0, "p99_ms": 20.0, "recalls_per_s": 300.0, "ingest_per_s"
 
 
 def latency_summary(timings: list[float]) -> dict[str, float]:
-    if not timings:
-        return {"n": 0}
-    return {
-        "n": len(timings),
-        "p50_ms": round(pct(timings, 50), 2),
-        "p95_ms": round(pct(timings, 95), 2),
-        "p99_ms": round(pct(timings, 99), 2),
-        "mean_ms": round(statistics.fmean(timings), 2),
-        "max_ms": round(max(timings), 1),
-    }
+    return latency_block(timings, with_mean=True)
 
 
 def _proc_memory(pid: int) -> tuple[int, int]:
@@ -150,40 +147,39 @@ class Tenancy:
 
 
 class AdminClient:
-    """Admin API calls with at most ``concurrency`` in flight (so pooled connections stay busy and
-    never sit idle into uvicorn's keep-alive timeout), retrying a dropped connection once: a
-    create that did land before the drop then answers 409, which counts as done."""
+    """Admin API calls through the SDK with at most ``concurrency`` in flight (so pooled connections
+    stay busy and never sit idle into uvicorn's keep-alive timeout), retrying a dropped connection
+    once: a create that did land before the drop then answers 409, which counts as done."""
 
-    def __init__(self, client: httpx.AsyncClient, operator: str, concurrency: int):
-        self.client = client
-        self.headers = {"Authorization": f"Bearer {operator}"}
+    def __init__(self, client: httpx.AsyncClient, api_url: str, operator: str, concurrency: int):
+        self.admin = AsyncTenure(api_url, operator, http_client=client, max_retries=0).admin
         self.gate = asyncio.Semaphore(concurrency)
 
-    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, request: Callable[[AsyncAdmin], Awaitable[T]]) -> T | None:
+        """``request(admin)``; None when only a retried create's 409 says it landed."""
         for attempt in range(2):
             try:
                 async with self.gate:
-                    response = await self.client.post(path, json=body, headers=self.headers)
-            except httpx.TransportError:
+                    return await request(self.admin)
+            except ConnectionFailed:
                 if attempt:
                     raise
-                continue
-            if response.status_code in (200, 201) or (attempt and response.status_code == 409):
-                data: dict[str, Any] = response.json()
-                return data
-            raise RuntimeError(f"POST {path}: {response.status_code} {response.text[:300]}")
+            except Conflict:
+                if not attempt:
+                    raise
+                return None
         raise AssertionError("unreachable")
 
 
 async def _provision_tenant(admin: AdminClient, tenant: str, users: list[str], projects: list[str]) -> dict[str, str]:
-    await admin.post("/v1/admin/tenants", {"tenant_id": tenant, "name": tenant})
+    await admin.call(lambda a: a.create_tenant(tenant, tenant))
 
     async def user_and_key(user: str) -> tuple[str, str]:
         roles = ["member", "admin"] if user == users[0] else ["member"]
-        base = f"/v1/admin/tenants/{tenant}/users"
-        await admin.post(base, {"user_id": user, "roles": roles, "projects": projects})
-        issued = await admin.post(f"{base}/{user}/keys", {"name": f"bench-{user}"})
-        return user, str(issued["key"])
+        await admin.call(lambda a: a.create_user(tenant, user, roles=roles, projects=projects))
+        issued = await admin.call(lambda a: a.issue_key(tenant, user, name=f"bench-{user}"))
+        assert issued is not None, f"no key issued for {tenant}/{user}"  # a key is new: never a 409
+        return user, issued.key
 
     return dict(await asyncio.gather(*(user_and_key(u) for u in users)))
 
@@ -194,8 +190,8 @@ async def provision(
     """Every tenant with its users (all granted every project) and one key per user, over HTTP."""
     out = Tenancy()
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=api_url, timeout=120, limits=limits) as client:
-        admin = AdminClient(client, operator, concurrency)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        admin = AdminClient(client, api_url, operator, concurrency)
 
         async def one(tenant: str, users: list[str]) -> None:
             keys = await _provision_tenant(admin, tenant, users, projects)
@@ -321,34 +317,59 @@ async def ingest(
 # ------------------------------------------------------------------------------ recall
 
 
-def recall_body(q: Query) -> dict[str, Any]:
-    return {"scopes": q.scopes, "query": q.message, "session_id": "http-scale-bench"}
+SESSION = "http-scale-bench"
 
 
-def auth(q: Query, tenancy: Tenancy) -> dict[str, str]:
-    return {"Authorization": f"Bearer {tenancy.keys[(q.principal.tenant_id, q.principal.user_id)]}"}
+def sdk_of(q: Query, tenancy: Tenancy, clients: dict[str, T], make: Callable[[str], T]) -> T:
+    """The SDK client with the key of the query's user (one per key, made on first use)."""
+    key = tenancy.keys[(q.principal.tenant_id, q.principal.user_id)]
+    if key not in clients:
+        clients[key] = make(key)
+    return clients[key]
+
+
+def sync_callers(api_url: str, client: httpx.Client, tenancy: Tenancy) -> Callable[[Query], Tenure]:
+    """Query -> the SDK client of its user over ``client`` (retries off)."""
+    sdks: dict[str, Tenure] = {}
+    return lambda q: sdk_of(q, tenancy, sdks, lambda key: Tenure(api_url, key, http_client=client, max_retries=0))
+
+
+def recall_unjudged(tenure: Tenure, q: Query) -> None:
+    """A recall whose answer is not judged (warm-up, profiling): an error answer is ignored, a
+    server that cannot be reached is not."""
+    try:
+        tenure.recall(q.message, scopes=q.scopes, session_id=SESSION)
+    except ConnectionFailed:
+        raise
+    except TenureError:
+        pass
 
 
 def sequential_recall(api_url: str, queries: list[Query], tenancy: Tenancy, warmup: int) -> dict[str, Any]:
-    """One client, one keep-alive connection (so one uvicorn worker), calls back to back."""
+    """One client, one keep-alive connection (so one uvicorn worker), calls back to back, through
+    the SDK (retries off; a timing includes reading the answer into its typed model)."""
     timings: list[float] = []
     kinds: dict[str, list[float]] = {}
     errors: Counter[str] = Counter()
     hits = 0
-    with httpx.Client(base_url=api_url, timeout=60) as client:
+    with httpx.Client(timeout=60) as client:
+        sdk = sync_callers(api_url, client, tenancy)
         for q in queries[:warmup]:
-            client.post("/v1/recall", json=recall_body(q), headers=auth(q, tenancy))
+            recall_unjudged(sdk(q), q)
         wall0 = time.perf_counter()
         for q in queries[warmup:]:
             t0 = time.perf_counter()
-            response = client.post("/v1/recall", json=recall_body(q), headers=auth(q, tenancy))
-            ms = (time.perf_counter() - t0) * 1000
-            if response.status_code != 200:
-                errors[str(response.status_code)] += 1
+            try:
+                answer = sdk(q).recall(q.message, scopes=q.scopes, session_id=SESSION)
+            except ConnectionFailed:
+                raise
+            except TenureError as exc:
+                errors[str(exc.status)] += 1
                 continue
+            ms = (time.perf_counter() - t0) * 1000
             timings.append(ms)
             kinds.setdefault(q.kind, []).append(ms)
-            hits += len(response.json()["tiers"]["relevant"])
+            hits += len(answer.tiers.relevant)
         wall = time.perf_counter() - wall0
     return {
         **latency_summary(timings),
@@ -366,8 +387,12 @@ async def sustained_recall(
     timings: list[float] = []
     errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=api_url, timeout=60, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         deadline = time.perf_counter() + duration_s
+        sdks: dict[str, AsyncTenure] = {}
+
+        def sdk(q: Query) -> AsyncTenure:
+            return sdk_of(q, tenancy, sdks, lambda key: AsyncTenure(api_url, key, http_client=client, max_retries=0))
 
         async def one(k: int) -> None:
             i = k
@@ -376,14 +401,14 @@ async def sustained_recall(
                 i += clients
                 t0 = time.perf_counter()
                 try:
-                    response = await client.post("/v1/recall", json=recall_body(q), headers=auth(q, tenancy))
-                except httpx.HTTPError as exc:
-                    errors[type(exc).__name__] += 1
+                    await sdk(q).recall(q.message, scopes=q.scopes, session_id=SESSION)
+                except ConnectionFailed as exc:
+                    errors[type(exc.__cause__).__name__] += 1
                     continue
-                if response.status_code == 200:
-                    timings.append((time.perf_counter() - t0) * 1000)
-                else:
-                    errors[str(response.status_code)] += 1
+                except TenureError as exc:
+                    errors[str(exc.status)] += 1
+                    continue
+                timings.append((time.perf_counter() - t0) * 1000)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(one(k) for k in range(clients)))
@@ -711,19 +736,12 @@ def verdicts(data: dict[str, Any]) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sizes", default="10000,100000,1000000", help="corpus sizes, ascending")
-    parser.add_argument("--tenants", type=int, default=1000)
-    parser.add_argument("--users-per-tenant", type=int, default=5)
-    parser.add_argument("--opensearch-url", help="reuse a running node instead of starting one")
-    parser.add_argument("--redis-url", help="reuse a running Redis instead of starting one")
-    parser.add_argument("--heap", default="4g", help="heap of the OpenSearch node the stack starts")
-    parser.add_argument("--api-workers", type=int, default=2)
+    add_corpus_arguments(parser)
+    add_stack_arguments(parser, api_workers=2, heap="4g")
     parser.add_argument("--provision-concurrency", type=int, default=64, help="admin requests in flight")
     parser.add_argument("--importers", type=int, default=4, help="concurrent import clients")
     parser.add_argument("--max-body-bytes", type=int, default=API_DEFAULT_BODY_BYTES, help="per import request")
-    parser.add_argument("--queries", type=int, default=2000, help="measured sequential recalls per stage")
-    parser.add_argument("--warmup", type=int, default=300)
-    parser.add_argument("--clients", type=int, default=32, help="concurrent clients of the sustained run")
+    add_recall_arguments(parser, clients=32)  # --queries, --warmup, --clients (of the sustained run)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of the sustained run")
     parser.add_argument("--profile-s", type=int, default=20, help="py-spy seconds at the last stage (0: off)")
     parser.add_argument("--compaction-beliefs", type=int, default=100_000, help="0: skip compaction")
@@ -806,10 +824,11 @@ def run_profiles(
         # as many sequential recalls as fit into the profile window
         end = time.perf_counter() + args.profile_s - 2
         n = 0
-        with httpx.Client(base_url=stack.api_url, timeout=60) as client:
+        with httpx.Client(timeout=60) as client:
+            sdk = sync_callers(stack.api_url, client, tenancy)
             while time.perf_counter() < end:
                 q = queries[n % len(queries)]
-                client.post("/v1/recall", json=recall_body(q), headers=auth(q, tenancy))
+                recall_unjudged(sdk(q), q)
                 n += 1
         return {"recalls": n}
 
@@ -861,7 +880,7 @@ def run_compaction(stack: LocalStack, args: argparse.Namespace, spec: Spec, now:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    sizes = sorted(int(s) for s in args.sizes.split(","))
+    sizes = corpus_sizes(args)
     spec = Spec(tenants=args.tenants, users_per_tenant=args.users_per_tenant)
     now = datetime.now(UTC).replace(microsecond=0)
     started = datetime.now(UTC)

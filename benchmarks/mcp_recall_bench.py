@@ -5,8 +5,10 @@ on the same deployment, the same corpus, the same caller and query (not a test).
 
 Starts its own stack (``deploy/localstack``: OpenSearch, Redis, uvicorn with 1 worker; no Celery
 needed), seeds one tenant through the SDK, then alternates the two calls so both see the same
-machine load. The MCP side uses the official SDK's client on one connection; each tool call is one
-HTTP POST that the server executes as an in-process REST call of the caller's credential.
+machine load. The REST side is the Python SDK (``tenure_client``, retries off), the MCP side the
+official MCP SDK's client, each on one connection: both timings include their client's reading of
+the answer. Each tool call is one HTTP POST that the server executes as an in-process REST call of
+the caller's credential.
 """
 
 from __future__ import annotations
@@ -14,20 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from tenure_client import Tenure, chunked
+from tenure_client import AsyncTenure, Tenure, chunked
 
 from deploy.localstack import LocalStack, StackConfig
+from loadtest.stats import latency_block
 
 QUERY = "can we just use sticky sessions behind the load balancer? what about the redis session cache?"
 SCOPES = ["project:payments"]
@@ -66,24 +67,17 @@ def _seed(url: str, operator: str, beliefs: int) -> str:
     return key
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
-
-
 async def _measure(url: str, key: str, n: int, warmup: int) -> dict[str, list[float]]:
-    rest_body = {"scopes": SCOPES, "query": QUERY, "session_id": "mcp-bench-rest"}
     tool_args = {"query": QUERY, "scopes": SCOPES, "session_id": "mcp-bench-mcp"}
     timings: dict[str, list[float]] = {"rest": [], "mcp": []}
     headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as rest:
+    async with AsyncTenure(url, key, timeout=30, session_id="mcp-bench-rest", max_retries=0) as rest:
         mcp_http = httpx2.AsyncClient(headers=headers, timeout=30)
         async with Client(streamable_http_client(f"{url}/mcp", http_client=mcp_http), cache=None) as mcp:
             expected: list[str] | None = None
             for i in range(warmup + n):
                 t0 = time.perf_counter()
-                response = await rest.post("/v1/recall", json=rest_body)
-                response.raise_for_status()
+                answer = await rest.recall(QUERY, scopes=SCOPES)
                 t1 = time.perf_counter()
                 result = await mcp.call_tool("recall", tool_args)
                 t2 = time.perf_counter()
@@ -91,7 +85,7 @@ async def _measure(url: str, key: str, n: int, warmup: int) -> dict[str, list[fl
                     raise RuntimeError(f"MCP recall failed: {result.content}")
                 ids = result.structured_content["injected_ids"]
                 if expected is None:
-                    expected = response.json()["injected_ids"]
+                    expected = answer.injected_ids
                 if ids != expected:  # same corpus, same answer, or the comparison means nothing
                     raise RuntimeError(f"MCP and REST disagree: {ids} != {expected}")
                 if i >= warmup:
@@ -120,12 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": os.getloadavg()[0],
     }
     for name, values in timings.items():
-        summary[name] = {
-            "p50_ms": round(_pct(values, 50), 2),
-            "p95_ms": round(_pct(values, 95), 2),
-            "p99_ms": round(_pct(values, 99), 2),
-            "mean_ms": round(statistics.fmean(values), 2),
-        }
+        block = latency_block(values, with_mean=True)
+        summary[name] = {key: block[key] for key in ("p50_ms", "p95_ms", "p99_ms", "mean_ms")}
     summary["overhead_p50_ms"] = round(summary["mcp"]["p50_ms"] - summary["rest"]["p50_ms"], 2)
     print(json.dumps(summary, indent=2))
     if args.out:

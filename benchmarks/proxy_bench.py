@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 import redis
 from pydantic import SecretStr
+from tenure_client import Tenure
 
 from deploy.devstack import free_port, start_opensearch, start_redis
 from deploy.localstack import celery_worker_args
@@ -330,11 +331,10 @@ def main(argv: list[str] | None = None) -> int:
                 operator = services.provisioning.bootstrap().plaintext
                 base = f"http://127.0.0.1:{app_port}"
                 tenant = f"t-{uuid.uuid4().hex[:8]}"
-                with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {operator}"}) as admin:
-                    admin.post("/v1/admin/tenants", json={"tenant_id": tenant, "name": tenant}).raise_for_status()
-                    admin.post(f"/v1/admin/tenants/{tenant}/users", json={"user_id": "test-user"}).raise_for_status()
-                    issued = admin.post(f"/v1/admin/tenants/{tenant}/users/test-user/keys", json={"name": "b"})
-                    key = issued.json()["key"]
+                with Tenure(base, operator, max_retries=0) as op:
+                    op.admin.create_tenant(tenant, tenant)
+                    op.admin.create_user(tenant, "test-user")
+                    key = op.admin.issue_key(tenant, "test-user", name="b").key
                 load_corpus(services.store, tenant, paper_case_set())
                 figures: dict[str, Any] = {"latency": latency(args, upstream, base, key)}
             figures["extraction"] = throughput(args, settings, tenant)

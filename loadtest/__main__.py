@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from loadtest.arguments import add_stack_arguments
 from loadtest.cleanup import drop_stack_data
 from loadtest.generator import LoadConfig, parse_mix, provision, run_load, verify
 from loadtest.report import LoadReport
@@ -44,9 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--bootstrap", action="store_true", help="create an operator key through the service layer (TENURE_* env)"
     )
     target.add_argument("--local", action="store_true", help="start deploy/localstack.py's topology and use it")
-    target.add_argument("--opensearch-url", help="--local: reuse this OpenSearch instead of starting one")
-    target.add_argument("--redis-url", help="--local: reuse this Redis instead of starting one")
-    target.add_argument("--api-workers", type=int, default=2)
+    add_stack_arguments(target, api_workers=2)  # --opensearch-url, --redis-url: with --local
     target.add_argument("--worker-concurrency", type=int, default=2)
     target.add_argument("--state-dir", type=Path, help="--local: where the stack keeps data and logs")
     target.add_argument(

@@ -46,3 +46,17 @@ class LatencySummary:
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
+
+
+def latency_block(values_ms: Sequence[float], *, with_mean: bool = False) -> dict[str, float]:
+    """The benchmarks' latency figures of one series: ``n``, nearest-rank ``p50_ms``/``p95_ms``/
+    ``p99_ms``, the mean if asked, ``max_ms``; just ``{"n": 0}`` for an empty series."""
+    if not values_ms:
+        return {"n": 0}
+    block: dict[str, float] = {"n": len(values_ms)}
+    for q in (50, 95, 99):
+        block[f"p{q}_ms"] = round(percentile(values_ms, q), 2)
+    if with_mean:
+        block["mean_ms"] = round(sum(values_ms) / len(values_ms), 2)
+    block["max_ms"] = round(max(values_ms), 1)
+    return block
