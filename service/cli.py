@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import httpx
 import typer
@@ -45,6 +45,11 @@ from tenure_client.errors import AuthenticationFailed, ConnectionFailed, Permiss
 from typer._click.exceptions import ClickException  # Typer vendors its own Click
 
 from service.config import CliSettings, Settings, get_settings
+
+if TYPE_CHECKING:
+    from opensearchpy import OpenSearch
+
+    from service.storage.templates import IndexFamily
 
 
 class CliError(Exception):
@@ -685,44 +690,63 @@ def bootstrap_cmd(user: Annotated[str, typer.Option()] = "root") -> None:
     emit(_direct(lambda s: bootstrap(s, user)), _record)
 
 
+def _on_store(run: Callable[[OpenSearch, Settings], Any], spinner: str | None = None) -> Any:
+    """Run an OpenSearch-direct command with a client of its own (closed afterwards), behind a
+    spinner saying what it waits for when it can take long."""
+    from service.storage.client import build_client
+
+    def direct(settings: Settings) -> Any:
+        client = build_client(settings)
+        try:
+            if spinner is None:
+                return run(client, settings)
+            with _progress(transient=True) as progress:
+                progress.add_task(spinner, total=None)
+                return run(client, settings)
+        finally:
+            client.close()
+
+    return _direct(direct)
+
+
+def _family(name: str) -> IndexFamily:
+    """An index family by its name (beliefs, audit, ...), or a validation error naming them."""
+    from service.storage.operations import family_by_name
+
+    try:
+        return family_by_name(name)
+    except ValueError as exc:
+        raise _error("validation_error", str(exc)) from exc
+
+
+FamilyName = Annotated[str, typer.Argument(help="beliefs, audit, accounts, turns or reviews")]
+
+
 @app.command(
     "apply-retention",
     help="delete audit events and turns past their tenant's retention now (directly in OpenSearch; idempotent)",
 )
 def apply_retention_cmd() -> None:
     from service.domain.belief import utcnow
-    from service.storage.client import build_client
     from service.storage.retention import RetentionStore, apply_retention
 
-    def run(settings: Settings) -> Any:
-        client = build_client(settings)
-        try:
-            store = RetentionStore(client, settings.opensearch_namespace)
-            return [e.as_dict() for e in apply_retention(store, settings.retention, utcnow())]
-        finally:
-            client.close()
+    def run(client: OpenSearch, settings: Settings) -> Any:
+        store = RetentionStore(client, settings.opensearch_namespace)
+        return [e.as_dict() for e in apply_retention(store, settings.retention, utcnow())]
 
-    emit(_direct(run))
+    emit(_on_store(run))
 
 
 @app.command("apply-templates", help="put every index template and alias (directly in OpenSearch; idempotent)")
 def apply_templates_cmd() -> None:
-    from service.storage.client import build_client
     from service.storage.operations import apply_all
 
-    def run(settings: Settings) -> Any:
-        client = build_client(settings)
-        try:
-            return apply_all(client, settings.opensearch_namespace)
-        finally:
-            client.close()
-
-    emit(_direct(run))
+    emit(_on_store(lambda client, settings: apply_all(client, settings.opensearch_namespace)))
 
 
 @app.command("reindex", help="upgrade a family: current templates, copy into generation N+1, atomic alias swap")
 def reindex(
-    family: Annotated[str, typer.Argument(help="beliefs, audit, accounts, turns or reviews")],
+    family: FamilyName,
     keep_writes_open: Annotated[
         bool,
         typer.Option(help="do not write-block the old generation during the copy (writes made meanwhile may be lost)"),
@@ -731,56 +755,32 @@ def reindex(
 ) -> None:
     from dataclasses import asdict
 
-    from service.storage.client import build_client
-    from service.storage.operations import UpgradeError, family_by_name, upgrade_family
+    from service.storage.operations import UpgradeError, upgrade_family
 
-    try:
-        chosen = family_by_name(family)
-    except ValueError as exc:
-        raise _error("validation_error", str(exc)) from exc
+    chosen = _family(family)
 
-    def run(settings: Settings) -> Any:
-        client = build_client(settings)
+    def run(client: OpenSearch, settings: Settings) -> Any:
         try:
-            with _progress(transient=True) as progress:
-                progress.add_task(f"reindexing {family} (copy, then alias swap)", total=None)
-                return upgrade_family(
-                    client,
-                    settings.opensearch_namespace,
-                    chosen,
-                    block_writes=not keep_writes_open,
-                    delete_old=delete_old,
-                )
+            return upgrade_family(
+                client, settings.opensearch_namespace, chosen, block_writes=not keep_writes_open, delete_old=delete_old
+            )
         except UpgradeError as exc:
             raise _error("reindex_failed", str(exc)) from exc
-        finally:
-            client.close()
 
-    emit(asdict(_direct(run)), _record)
+    emit(asdict(_on_store(run, f"reindexing {family} (copy, then alias swap)")), _record)
 
 
 @app.command("merge-segments", help="force-merge a family's live index to one segment per shard (after bulk imports)")
-def merge_segments_command(
-    family: Annotated[str, typer.Argument(help="beliefs, audit, accounts, turns or reviews")] = "beliefs",
-) -> None:
-    from service.storage.client import build_client
-    from service.storage.operations import family_by_name, merge_segments
+def merge_segments_command(family: FamilyName = "beliefs") -> None:
+    from service.storage.operations import merge_segments
 
-    try:
-        chosen = family_by_name(family)
-    except ValueError as exc:
-        raise _error("validation_error", str(exc)) from exc
-
-    def run(settings: Settings) -> Any:
-        client = build_client(settings)
-        try:
-            with _progress(transient=True) as progress:
-                progress.add_task(f"merging the segments of {family}", total=None)
-                return merge_segments(client, chosen.alias(settings.opensearch_namespace))
-        finally:
-            client.close()
-
-    emit(_direct(run))
+    chosen = _family(family)
+    emit(
+        _on_store(
+            lambda client, settings: merge_segments(client, chosen.alias(settings.opensearch_namespace)),
+            f"merging the segments of {family}",
+        )
+    )
 
 
 # Placeholders so `tenure --help` lists the commands that main() hands to their own parsers.

@@ -26,6 +26,7 @@ import redis
 import redis.asyncio
 from pydantic import BaseModel, ValidationError
 
+from service import redis_keys
 from service.loops import LoopBound, on_loop
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class RedisOutbox(Generic[M]):
     ):
         self.redis = rds
         self.key = key
-        self.dead_key = f"{key}:unreadable"
+        self.dead_key = redis_keys.outbox_unreadable(key)
         self.model = model
         self.max_pending = max_pending
         self._add = rds.register_script(_ADD_UNDER_CAP)

@@ -16,13 +16,19 @@ def queued_task(namespace: str, task_id: str) -> str:
 
 
 def receipts_outbox(namespace: str) -> str:
-    """Stream of injection receipts waiting to be moved into the audit index (``:dead`` beside it)."""
+    """Stream of injection receipts waiting to be moved into the audit index (its unreadable
+    entries beside it: :func:`outbox_unreadable`)."""
     return f"{namespace}:audit:receipts"
 
 
 def parked_turns(namespace: str) -> str:
     """Stream of proxy turns OpenSearch could not take after their answer went out."""
     return f"{namespace}:turns:parked"
+
+
+def outbox_unreadable(outbox: str) -> str:
+    """Entries of the outbox stream ``outbox`` that could not be read back, set aside for an operator."""
+    return f"{outbox}:unreadable"
 
 
 def render_cache(namespace: str, tenant_id: str) -> str:

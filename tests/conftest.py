@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from opensearchpy import OpenSearch
 
 from deploy.devstack import Service, start_opensearch, start_redis
+from evals.runner import ContextBackend, RunResult
 from service.config import Settings
 from service.domain.principal import Principal
 from service.recall.context import ContextBuilder
@@ -109,3 +111,34 @@ def recall_builder(store: BeliefStore, settings: Settings, relevance: str) -> Co
     ``vocabulary`` (the tenant's own vocabulary, exact weighted terms; issue 16)."""
     matcher = VocabularyMatcher.for_store(store, settings.recall) if relevance == "vocabulary" else None
     return ContextBuilder(store, settings.recall, matcher)
+
+
+SuiteBackend = Callable[..., ContextBackend]
+
+
+@pytest.fixture(scope="session")
+def suite_backend(settings: Settings) -> SuiteBackend:
+    """The case suites' recall backend over a store, as the service runs it: the tenant-vocabulary
+    path by default (``relevance="lucene"`` for the fuzzy/shingle query), with explain on so the
+    verdicts carry the matched clauses. ``suite_backend(store, relevance=..., name=...)``."""
+
+    def make(store: BeliefStore, relevance: str = "vocabulary", name: str = "bm25") -> ContextBackend:
+        return ContextBackend(recall_builder(store, settings, relevance), name=name, explain=True)
+
+    return make
+
+
+def fingerprint(run: RunResult) -> list[tuple[Any, ...]]:
+    """What two runs of a case suite must agree on, verdict by verdict: pass, tiers, scores."""
+    return [
+        (
+            v.case_id,
+            v.passed,
+            v.tiers.persona,
+            tuple(v.tiers.pinned),
+            tuple(v.tiers.relevant),
+            tuple(v.tiers.questions),
+            tuple(sorted(v.tiers.scores.items())),
+        )
+        for v in run.verdicts
+    ]

@@ -12,23 +12,22 @@ import pytest
 
 from evals.cases import CaseSet, paper_case_set
 from evals.judge import mean
-from evals.runner import ContextBackend, RunResult, run_case_set
-from service.config import Settings
-from service.recall.context import ContextBuilder
-from service.recall.vocabulary import VocabularyMatcher
+from evals.runner import RunResult, run_case_set
 from service.storage.beliefs import BeliefStore
+from tests.conftest import SuiteBackend
 
 CASES = paper_case_set()
 
 
 @pytest.fixture(scope="module")
-def paper_run(store: BeliefStore, settings: Settings) -> RunResult:
+def paper_run(store: BeliefStore, suite_backend: SuiteBackend) -> RunResult:
     run_id = uuid.uuid4().hex[:8]
-    backend = ContextBackend(
-        ContextBuilder(store, settings.recall, VocabularyMatcher.for_store(store, settings.recall)), explain=True
-    )
     return run_case_set(
-        CASES, backend, store, static_tenant=f"paper-static-{run_id}", session_tenant=f"paper-session-{run_id}"
+        CASES,
+        suite_backend(store),
+        store,
+        static_tenant=f"paper-static-{run_id}",
+        session_tenant=f"paper-session-{run_id}",
     )
 
 

@@ -12,8 +12,6 @@ from typing import Any
 import pytest
 from opensearchpy import OpenSearch
 
-from evals.cases import paper_case_set
-from evals.runner import ContextBackend, load_corpus
 from service.config import Settings
 from service.domain.belief import Belief
 from service.domain.principal import Principal
@@ -21,24 +19,18 @@ from service.errors import ValidationFailed
 from service.recall.context import ContextBuilder
 from service.recall.render import render_injection
 from service.storage import templates
-from service.storage.beliefs import BeliefStore
-from service.storage.templates import BELIEFS
 from tests import test_cli_operations as operations
+from tests.upgrade import copy_templates, deploy_old
 
 TENANT = "relation-upgrade"
-# the operator-command tests' own namespace fixture and CLI runner
+# the operator-command tests' own namespace fixture
 ns_settings = operations.ns_settings
-_run = operations._run
 
 
 @pytest.fixture
 def before_v3(tmp_path: Path) -> Path:
     """A copy of index_templates/ as released before v3: belief fields v1, without relation_type."""
-    root = tmp_path / "index_templates"
-    for path in templates.TEMPLATE_DIR.rglob("*.json"):
-        target = root / path.relative_to(templates.TEMPLATE_DIR)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(path.read_text())
+    root = copy_templates(tmp_path)
     fields = root / "component" / "tenure-belief-fields.json"
     body = json.loads(fields.read_text())
     body["version"] = 1
@@ -69,38 +61,23 @@ def _relation(**extra: Any) -> Belief:
     return Belief.model_validate(fields | extra)
 
 
-def _recall_everything(store: BeliefStore, settings: Settings) -> dict[str, Any]:
-    backend = ContextBackend(ContextBuilder(store, settings.recall))
-    out: dict[str, Any] = {}
-    for case in paper_case_set().static:
-        tiers = backend.recall(Principal(tenant_id=TENANT, user_id=case.user_id), case.scope, case.query, None)
-        out[case.case_id] = (tiers.pinned, tiers.relevant, tiers.questions, tiers.scores)
-    return out
-
-
 def test_reindex_to_the_relation_type_mapping_keeps_recall_identical(
     ns_settings: Settings, os_client: OpenSearch, before_v3: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    alias = BELIEFS.alias(ns_settings.opensearch_namespace)
-    released = templates.TEMPLATE_DIR
-    monkeypatch.setattr(templates, "TEMPLATE_DIR", before_v3)
-    assert _run(ns_settings, "apply-templates")[0] == 0
-    store = BeliefStore(os_client, ns_settings.opensearch_namespace)
-    load_corpus(store, TENANT, paper_case_set())
+    old = deploy_old(ns_settings, os_client, before_v3, monkeypatch, TENANT)
+    store = old.store
     untyped = _relation(id="b-untyped-relation")
     store.put(untyped, refresh="true")  # new code, old index: a relation without a type still writes
-    before = _recall_everything(store, ns_settings)
+    before = old.recall_everything()
     with pytest.raises(ValidationFailed):  # the old mapping is strict: a 4xx, never a 500
         store.put(_relation(id="b-typed-early", relation_type="depends_on"), refresh="true")
 
-    monkeypatch.setattr(templates, "TEMPLATE_DIR", released)
-    code, result, err = _run(ns_settings, "reindex", "beliefs")
-    assert code == 0, err
-    assert result["template"] == f"{alias}-v{templates.load_json('index/tenure-beliefs.json')['version']}"
-    assert result["target"] == f"{alias}-000002"
+    result = old.reindex()
+    assert result["template"] == f"{old.alias}-v{templates.load_json('index/tenure-beliefs.json')['version']}"
+    assert result["target"] == f"{old.alias}-000002"
     assert result["documents"]["source"] == result["documents"]["target"]
 
-    assert _recall_everything(store, ns_settings) == before
+    assert old.recall_everything() == before
     assert store.get(Principal(tenant_id=TENANT, user_id="test-user"), untyped.id).relation_type is None
     typed = _relation(
         id="b-typed", relation_type="Depends On", canonical_name="checkout_ledger_link", aliases=["ledger link"]

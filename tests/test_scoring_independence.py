@@ -16,12 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from evals.cases import paper_case_set
-from evals.runner import ContextBackend, RunResult, run_case_set
-from service.config import Settings
+from evals.runner import RunResult, run_case_set
 from service.domain.belief import Belief
-from service.recall.context import ContextBuilder
-from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
+from tests.conftest import SuiteBackend, fingerprint
 
 NOISE_BELIEFS = 100_000
 CASES = paper_case_set()
@@ -48,31 +46,18 @@ def noise_beliefs(tenant: str, count: int, seed: int = 7) -> Iterator[Belief]:
         yield Belief.from_record(template, tenant_id=tenant)
 
 
-def run_for(store: BeliefStore, settings: Settings, tenant: str) -> RunResult:
-    backend = ContextBackend(
-        ContextBuilder(store, settings.recall, VocabularyMatcher.for_store(store, settings.recall)), explain=True
+def run_for(store: BeliefStore, suite_backend: SuiteBackend, tenant: str) -> RunResult:
+    """One run of the paper suite over ``store`` with a fresh backend (its own vocabulary cache)."""
+    return run_case_set(
+        CASES, suite_backend(store), store, static_tenant=f"{tenant}-static", session_tenant=f"{tenant}-session"
     )
-    return run_case_set(CASES, backend, store, static_tenant=f"{tenant}-static", session_tenant=f"{tenant}-session")
 
 
-def fingerprint(run: RunResult) -> list[tuple[Any, ...]]:
-    return [
-        (
-            v.case_id,
-            v.passed,
-            v.tiers.persona,
-            tuple(v.tiers.pinned),
-            tuple(v.tiers.relevant),
-            tuple(v.tiers.questions),
-            tuple(sorted(v.tiers.scores.items())),
-        )
-        for v in run.verdicts
-    ]
-
-
-def test_paper_suite_is_identical_with_and_without_a_100k_neighbour(store: BeliefStore, settings: Settings) -> None:
+def test_paper_suite_is_identical_with_and_without_a_100k_neighbour(
+    store: BeliefStore, suite_backend: SuiteBackend
+) -> None:
     run_id = uuid.uuid4().hex[:6]
-    before = run_for(store, settings, f"indep-a1-{run_id}")
+    before = run_for(store, suite_backend, f"indep-a1-{run_id}")
 
     batch: list[Belief] = []
     for belief in noise_beliefs(f"indep-b-{run_id}", NOISE_BELIEFS):
@@ -85,12 +70,12 @@ def test_paper_suite_is_identical_with_and_without_a_100k_neighbour(store: Belie
     count = store.client.count(index=store.alias, body={"query": {"term": {"tenant_id": f"indep-b-{run_id}"}}})["count"]
     assert count == NOISE_BELIEFS
 
-    after = run_for(store, settings, f"indep-a2-{run_id}")
+    after = run_for(store, suite_backend, f"indep-a2-{run_id}")
     assert before.passed == after.passed == 72
     assert fingerprint(before) == fingerprint(after)
 
 
-def test_control_plain_bm25_would_leak_statistics(store: BeliefStore, settings: Settings) -> None:
+def test_control_plain_bm25_would_leak_statistics(store: BeliefStore, suite_backend: SuiteBackend) -> None:
     """The same check against an index whose name fields keep OpenSearch's default BM25: a few
     thousand neighbour beliefs change tenant A's scores. This is why the design is deliberate,
     and it shows the main test above can fail."""
@@ -110,10 +95,10 @@ def test_control_plain_bm25_would_leak_statistics(store: BeliefStore, settings: 
     store.client.indices.create(index=index, body={**body, "aliases": {f"{ns}-beliefs": {}}})
     try:
         plain = BeliefStore(store.client, ns)
-        before = run_for(plain, settings, f"ctl-a1-{ns}")
+        before = run_for(plain, suite_backend, f"ctl-a1-{ns}")
         batch = list(noise_beliefs(f"ctl-b-{ns}", 3000, seed=11))
         assert not plain.put_many(batch, refresh="true").failed
-        after = run_for(plain, settings, f"ctl-a2-{ns}")
+        after = run_for(plain, suite_backend, f"ctl-a2-{ns}")
         assert fingerprint(before) != fingerprint(after)
     finally:
         store.client.indices.delete(index=index, ignore=[404])

@@ -19,7 +19,7 @@ from opensearchpy import OpenSearch
 
 from evals.cases import CaseSet, multilingual_case_set, paper_case_set
 from evals.generated import generated_beliefs, generated_messages
-from evals.runner import ContextBackend, RunResult, run_case_set
+from evals.runner import run_case_set
 from service.config import Settings
 from service.recall.query import clean_query
 from service.recall.vocabulary import VocabularyMatcher
@@ -28,7 +28,7 @@ from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client
 from service.storage.templates import apply_templates, drop_namespace
-from tests.conftest import principal, recall_builder
+from tests.conftest import SuiteBackend, fingerprint, principal
 
 GENERATED_MESSAGES = 10_200
 GENERATED_BELIEFS = 600
@@ -55,27 +55,12 @@ def alone(os_client: OpenSearch, store: BeliefStore) -> Iterator[Alone]:
         drop_namespace(os_client, ns)
 
 
-def fingerprint(run: RunResult) -> list[tuple[Any, ...]]:
-    return [
-        (
-            v.case_id,
-            v.passed,
-            v.tiers.persona,
-            tuple(v.tiers.pinned),
-            tuple(v.tiers.relevant),
-            tuple(v.tiers.questions),
-            tuple(sorted(v.tiers.scores.items())),
-        )
-        for v in run.verdicts
-    ]
-
-
 @pytest.mark.parametrize("case_set", [paper_case_set(), multilingual_case_set()], ids=lambda c: c.name)
-def test_case_sets_identical_on_both_paths(alone: Alone, settings: Settings, case_set: CaseSet) -> None:
+def test_case_sets_identical_on_both_paths(alone: Alone, suite_backend: SuiteBackend, case_set: CaseSet) -> None:
     runs = {}
     for path in ("lucene", "vocabulary"):
         store = alone()
-        backend = ContextBackend(recall_builder(store, settings, path), name=path, explain=True)
+        backend = suite_backend(store, relevance=path, name=path)
         runs[path] = run_case_set(case_set, backend, store, static_tenant="static", session_tenant="session")
     lucene, vocabulary = runs["lucene"], runs["vocabulary"]
     assert lucene.passed == vocabulary.passed == case_set.total
