@@ -49,6 +49,16 @@ class InjectionBlock:
     def text(self) -> str:
         return "\n\n".join(p for p in (self.beliefs, self.dynamic) if p)
 
+    @property
+    def beliefs_end(self) -> int:
+        """``text[:beliefs_end]`` is :attr:`beliefs` (the response sends the block once)."""
+        return len(self.beliefs)
+
+    @property
+    def dynamic_start(self) -> int:
+        """``text[dynamic_start:]`` is :attr:`dynamic`."""
+        return len(self.text) - len(self.dynamic)
+
 
 def _clip(text: str, limit: int) -> str:
     """At most ``limit`` characters with an ellipsis, never cutting a grapheme in two."""

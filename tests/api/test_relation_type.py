@@ -5,6 +5,7 @@ injection, while fields that mean nothing are still refused."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from fastapi.testclient import TestClient
 
@@ -23,6 +24,12 @@ def _records() -> list[dict[str, object]]:
         "relation_type": "Depends On",
     }
     return [api, cache, relation]
+
+
+def _dynamic(recalled: dict[str, Any]) -> str:
+    """The dynamic part of the injection, cut from its text (the block is sent once)."""
+    injection = recalled["injection"]
+    return str(injection["text"][injection["dynamic_start"] :])
 
 
 def test_a_relation_type_is_imported_stored_recalled_and_rendered(client: TestClient, team: Team) -> None:
@@ -44,9 +51,7 @@ def test_a_relation_type_is_imported_stored_recalled_and_rendered(client: TestCl
     for participant in ("b-pay-api", "b-cache"):
         assert relevant[participant]["via_relation"] == "b-pay-uses-cache"
         assert [c["clause"] for c in relevant[participant]["clauses"]] == ["relation.depends_on"]
-    rendered = json.loads(
-        recalled["injection"]["dynamic"].split("<relevant_beliefs>", 1)[1].split("</relevant_beliefs>", 1)[0]
-    )
+    rendered = json.loads(_dynamic(recalled).split("<relevant_beliefs>", 1)[1].split("</relevant_beliefs>", 1)[0])
     typed = next(item for item in rendered if item["id"] == "b-pay-uses-cache")
     assert typed["type"] == "relation" and typed["relation_type"] == "depends_on"
     assert all("relation_type" not in item for item in rendered if item["id"] != "b-pay-uses-cache")

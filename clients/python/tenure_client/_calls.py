@@ -170,7 +170,19 @@ def recall(
         models.RecallIn,
         {"query": query_text, "scopes": list(scopes), "session_id": session_id, "budget": budget, "explain": explain},
     )
-    return Call("POST", "/v1/recall", model(models.RecallOut), json=payload)
+    return Call("POST", "/v1/recall", recall_out, json=payload)
+
+
+def recall_out(data: Any) -> models.RecallOut:
+    """The answer with ``injection.beliefs`` and ``injection.dynamic`` filled in: the server sends
+    the block once (since 2026-11-30), and both parts are cut from ``injection.text`` here."""
+    out = models.RecallOut.model_validate(data)
+    injection = out.injection
+    if injection.beliefs is None:
+        injection.beliefs = injection.text[: injection.beliefs_end]
+    if injection.dynamic is None:
+        injection.dynamic = injection.text[injection.dynamic_start :]
+    return out
 
 
 def whoami() -> Call[models.WhoAmI]:

@@ -263,11 +263,15 @@ class ImportResult(BaseModel):
 
 
 class Injection(BaseModel):
+    """The rendered block, sent once (API change of 2026-11-30, docs/api.md "Recall")."""
+
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    beliefs: str
-    dynamic: str
     text: str
+    beliefs_end: int
+    dynamic_start: int
+    beliefs: str | None = None
+    dynamic: str | None = None
 
 
 class IssuedKeyOut(BaseModel):
@@ -410,6 +414,7 @@ class RecallIn(BaseModel):
     session_id: str | None = None
     budget: RecallBudget | None = None
     explain: bool = False
+    injection_parts: bool = False
 
 
 class TierItem(BaseModel):

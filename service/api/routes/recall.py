@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter
+import orjson
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from service.api.deps import ReadingActor, RecallDep
 from service.domain import scopes as scope_rules
 from service.domain.belief import BeliefType, EpistemicStatus
 from service.recall.context import RecallBudget, TierEntry
+from service.recall.render import InjectionBlock
+from service.recall.service import Recall
 from service.recall.tiers import Tier
 
 router = APIRouter(prefix="/v1", tags=["recall"])
@@ -29,6 +32,14 @@ class RecallIn(BaseModel):
     session_id: str | None = Field(None, min_length=1, max_length=200)
     budget: RecallBudget | None = None
     explain: bool = Field(False, description="Add per-clause scores and why beliefs were filtered")
+    injection_parts: bool = Field(
+        False,
+        description=(
+            "Also send `injection.beliefs` and `injection.dynamic` as strings (the response before "
+            "2026-11-30, which sent the block twice). Without it, cut them from `injection.text` "
+            "with `beliefs_end` and `dynamic_start`."
+        ),
+    )
 
     @field_validator("scopes")
     @classmethod
@@ -68,9 +79,18 @@ Tiers = _tiers_model()
 
 
 class Injection(BaseModel):
-    beliefs: str = Field(description="Stable part: instructions, persona, pinned facts (cacheable)")
-    dynamic: str = Field(description="Query-surfaced beliefs and open questions")
-    text: str = Field(description="Both parts joined: what goes into the system prompt")
+    """The rendered block, sent once (API change of 2026-11-30, docs/api.md "Recall")."""
+
+    text: str = Field(description="What goes into the system prompt: the stable part, then the dynamic part")
+    beliefs_end: int = Field(
+        description="`text[:beliefs_end]` is the stable part: instructions, persona, pinned facts (cacheable); "
+        "offsets count Unicode code points"
+    )
+    dynamic_start: int = Field(
+        description="`text[dynamic_start:]` is the dynamic part: query-surfaced beliefs and open questions"
+    )
+    beliefs: str | None = Field(None, description="The stable part again; only with `injection_parts: true`")
+    dynamic: str | None = Field(None, description="The dynamic part again; only with `injection_parts: true`")
 
 
 class RecallOut(BaseModel):
@@ -88,41 +108,62 @@ class RecallOut(BaseModel):
     explain: list[dict[str, Any]] | None = None
 
 
-def _item(entry: TierEntry) -> TierItem:
+def _item(entry: TierEntry) -> dict[str, Any]:
+    """One :class:`TierItem` as plain data (the response is built here once and sent with orjson:
+    no model instance per hit, no re-validation by the framework; tests compare it with the model)."""
     b = entry.belief
-    return TierItem(
-        id=b.id,
-        canonical_name=b.canonical_name,
-        type=b.type,
-        scope=b.scope,
-        content=b.content,
-        why_it_matters=b.why_it_matters,
-        epistemic_status=b.epistemic_status,
-        confidence=b.confidence,
-        score=entry.score,
-        clauses=[Clause(clause=c.clause, term=c.term, score=c.score) for c in entry.clauses],
-        via_relation=entry.via_relation,
-        relation_type=b.relation_type,
-    )
+    return {
+        "id": b.id,
+        "canonical_name": b.canonical_name,
+        "type": b.type.value,
+        "scope": b.scope,
+        "content": b.content,
+        "why_it_matters": b.why_it_matters,
+        "epistemic_status": b.epistemic_status.value,
+        "confidence": b.confidence,
+        "score": entry.score,
+        "clauses": [{"clause": c.clause, "term": c.term, "score": c.score} for c in entry.clauses],
+        "via_relation": entry.via_relation,
+        "relation_type": b.relation_type,
+    }
+
+
+def _injection(block: InjectionBlock, *, with_parts: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "text": block.text,
+        "beliefs_end": block.beliefs_end,
+        "dynamic_start": block.dynamic_start,
+        "beliefs": None,
+        "dynamic": None,
+    }
+    if with_parts:
+        out["beliefs"], out["dynamic"] = block.beliefs, block.dynamic
+    return out
+
+
+def recall_body(done: Recall, *, explain: bool, injection_parts: bool) -> dict[str, Any]:
+    """The :class:`RecallOut` of one recall, as the JSON-ready dict the route sends."""
+    r = done.result
+    return {
+        "scopes": r.scopes,
+        "query": r.query.text,
+        "persona": r.persona,
+        "tiers": {tier.value: [_item(e) for e in entries] for tier, entries in r.tiers().items()},
+        "injected_ids": r.injected_ids,
+        "truncated": r.truncated,
+        "injection": _injection(done.block, with_parts=injection_parts),
+        "receipt_id": done.receipt_id,
+        "quarantined": len(r.quarantined),
+        "explain": r.notes if explain else None,
+    }
 
 
 @router.post("/recall", response_model=RecallOut, summary="Recall the four tiers and the injection block")
-async def recall(body: RecallIn, actor: ReadingActor, service: RecallDep) -> RecallOut:
+async def recall(body: RecallIn, actor: ReadingActor, service: RecallDep) -> Response:
     # async end to end: authentication, the rate limit, the OpenSearch requests and the receipt
     # are awaited on the event loop (no thread-pool hop on the hot path, issue 16)
     if body.session_id:
         actor = replace(actor, session_id=body.session_id)
     done = await service.arecall(actor, body.scopes, body.query, budget=body.budget, explain=body.explain)
-    r = done.result
-    return RecallOut(
-        scopes=r.scopes,
-        query=r.query.text,
-        persona=r.persona,
-        tiers=Tiers(**{tier.value: [_item(e) for e in entries] for tier, entries in r.tiers().items()}),
-        injected_ids=r.injected_ids,
-        truncated=r.truncated,
-        injection=Injection(beliefs=done.block.beliefs, dynamic=done.block.dynamic, text=done.block.text),
-        receipt_id=done.receipt_id,
-        quarantined=len(r.quarantined),
-        explain=r.notes if body.explain else None,
-    )
+    payload = recall_body(done, explain=body.explain, injection_parts=body.injection_parts)
+    return Response(orjson.dumps(payload), media_type="application/json")
