@@ -82,3 +82,9 @@ def tenant_write_version(namespace: str, tenant_id: str) -> str:
     """Counter bumped after every write to a tenant's beliefs: caches derived from them (the
     recall vocabulary) are valid only for the version they were built at."""
     return f"{namespace}:tenant-version:{tenant_id}"
+
+
+def tenant_change_log(namespace: str, tenant_id: str) -> str:
+    """The documents each of a tenant's write versions changed (capped list): a process whose
+    vocabulary is a few versions old re-reads only those (service/write_versions.py)."""
+    return f"{namespace}:tenant-changes:{tenant_id}"

@@ -28,6 +28,7 @@ from service.storage import calls
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, ClauseMatch, NearMiss, ScoredBelief
 from service.storage.calls import Reads
+from service.write_versions import Changes
 
 
 class RecallBudget(BaseModel):
@@ -148,8 +149,11 @@ class ContextBuilder:
         """:meth:`build_reads` run with the synchronous client (tasks, console, evals, scripts).
         Without the tenant's ``write_version`` the vocabulary's is read from Redis here (the filter
         tiers are then not cached), as the API's path has it from the rate limit."""
-        if options.get("write_version") is None and self.matcher is not None:
-            options["vocabulary_version"] = self.matcher.current_version(principal.tenant_id)
+        if self.matcher is not None:
+            version = options.get("write_version")
+            if version is None:
+                version = options["vocabulary_version"] = self.matcher.current_version(principal.tenant_id)
+            options["vocabulary_changes"] = self.matcher.cache.changes(principal.tenant_id, version)
         return calls.run(self.store.client, self.build_reads(principal, scopes, message, budget, **options))
 
     async def abuild(
@@ -163,6 +167,9 @@ class ContextBuilder:
     ) -> RecallResult:
         """:meth:`build_reads` run with the asynchronous client (the API and the proxy, on the
         event loop): the same requests, the same result."""
+        if self.matcher is not None:
+            changes = await self.matcher.cache.achanges(principal.tenant_id, options.get("write_version"))
+            options["vocabulary_changes"] = changes
         return await calls.arun(client, self.build_reads(principal, scopes, message, budget, **options))
 
     def build_reads(
@@ -176,6 +183,7 @@ class ContextBuilder:
         search_clauses: list[dict[str, Any]] | None = None,
         write_version: int | None = None,
         vocabulary_version: int | None = None,
+        vocabulary_changes: Changes | None = None,
     ) -> Reads[RecallResult]:
         """The tiers for one message, as OpenSearch requests (:mod:`service.storage.calls`).
         ``write_version``: the tenant's, read with the rate limit: the filter tiers and the
@@ -187,7 +195,9 @@ class ContextBuilder:
         query = clean_query(message, max_chars=limits.max_query_chars)
         if search_clauses is None and self.matcher is not None and query.text and limits.max_beliefs > 0:
             version = write_version if write_version is not None else vocabulary_version
-            search_clauses = yield from self.matcher.clauses_reads(principal, query.text, version=version)
+            search_clauses = yield from self.matcher.clauses_reads(
+                principal, query.text, version=version, changes=vocabulary_changes
+            )
         hits = yield from self.store.recall_candidates_reads(
             principal,
             view,

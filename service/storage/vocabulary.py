@@ -40,10 +40,13 @@ class AnalysisRequest:
 
 @dataclass
 class TenantTerms:
-    """A tenant's indexed terms per searched field, and what reading them took."""
+    """A tenant's indexed terms per searched field (all of them, and per document), and which
+    documents asked for by id no longer exist."""
 
     fields: dict[str, set[str]] = field(default_factory=dict)
     documents: int = 0
+    by_document: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)
 
 
 class VocabularyStore:
@@ -74,10 +77,15 @@ class VocabularyStore:
     def tenant_terms(self, principal: Principal, fields: Sequence[str]) -> Reads[TenantTerms]:
         """The terms the index holds for ``fields`` over every document of the principal's tenant
         (any owner, scope or lifecycle: see :func:`access.for_vocabulary`)."""
-        terms = TenantTerms(fields={f: set() for f in fields})
         doc_ids = yield from self._tenant_doc_ids(principal)
+        return (yield from self.document_terms(principal, doc_ids, fields))
+
+    def document_terms(self, principal: Principal, doc_ids: Sequence[str], fields: Sequence[str]) -> Reads[TenantTerms]:
+        """The terms of the given documents of the principal's tenant (routed to its shard, real
+        time); ids that are not there are listed in ``missing``."""
+        terms = TenantTerms(fields={f: set() for f in fields})
         for start in range(0, len(doc_ids), _TERM_VECTOR_BATCH):
-            yield from self._add_term_vectors(principal, doc_ids[start : start + _TERM_VECTOR_BATCH], terms)
+            yield from self._add_term_vectors(principal, list(doc_ids[start : start + _TERM_VECTOR_BATCH]), terms)
         return terms
 
     def _tenant_doc_ids(self, principal: Principal) -> Reads[list[str]]:
@@ -125,11 +133,15 @@ class VocabularyStore:
             if "error" in doc:
                 raise item_error(doc.get("status"), doc["error"], "read the tenant's vocabulary")
             if not doc.get("found"):
-                continue  # deleted between the listing and this read
+                terms.missing.add(str(doc.get("_id")))  # deleted (after the listing, or erased)
+                continue
             terms.documents += 1
+            mine: dict[str, frozenset[str]] = {}
             for name, vectors in (doc.get("term_vectors") or {}).items():
                 if name in terms.fields:
-                    terms.fields[name].update(vectors.get("terms", {}))
+                    mine[name] = frozenset(vectors.get("terms", {}))
+                    terms.fields[name].update(mine[name])
+            terms.by_document[str(doc["_id"])] = mine
 
     # --------------------------------------------------------------- query analysis
 
