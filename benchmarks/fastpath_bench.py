@@ -14,10 +14,14 @@ query's own tenant user's API key (rate limit on, defaults):
    (uvicorn and its workers), Redis and this client, in ms of CPU per recall; plus the rest of the
    machine (other people's work on a shared box), and the load average before and after.
 
-The corpus and the accounts are built once with bulk indexing under ``--state-dir`` and reused by
-the next run (``--sizes`` grows it; nothing is deleted unless ``--fresh``): generating 1M beliefs
-takes minutes. Accounts (1,000 tenants x 5 users, one API key each, every user granted projects
-p0..p4) are bulk-written in the storage layer's own shapes with deterministic keys.
+Each size has its own namespace on the node (``fastpath-10k``, ``fastpath-100k``, ``fastpath-1m``:
+beliefs 0..N-1 of the corpus and the accounts), built once with bulk indexing under ``--state-dir``
+and reused by the next run in any order (nothing is deleted unless ``--fresh``), so a later run
+can measure 1M first and 10k last without reloading: generating 1M beliefs takes minutes.
+Accounts (1,000 tenants x 5 users, one API key each, every user granted projects p0..p4) are
+bulk-written in the storage layer's own shapes with deterministic keys. A variant whose source
+tree has its own ``.venv`` runs under that interpreter (the code before issue 16 needs the
+dependencies of its day, e.g. authlib), otherwise under this one.
 
     # the whole run (own OpenSearch 2g heap + Redis under /tmp/tenure-fastpath; reused next time)
     git worktree add --detach /tmp/tenure-before ed3a7e7      # the code before issue 16
@@ -79,6 +83,17 @@ class Variant:
         env = dict(item.split("=", 1) for item in env_text.split(",") if item)
         return cls(name, Path(path or ".").resolve(), env)
 
+    def app_factory(self) -> str:
+        """The tree's app factory: ``service.app`` since the composition root left the api package
+        (a8d8b24), ``service.api.app`` in older trees such as the code before issue 16."""
+        new_root = (self.source / "service" / "app.py").exists()
+        return "service.app:create_app" if new_root else "service.api.app:create_app"
+
+    def python(self) -> Path:
+        """The source tree's own interpreter if it has one (its dependencies of the day), else ours."""
+        own = self.source / ".venv" / "bin" / "python"
+        return own if own.exists() else Path(sys.executable)
+
 
 # ------------------------------------------------------------------------------ state: corpus, accounts
 
@@ -91,8 +106,16 @@ def key_of(tenant: str, user: str) -> tuple[str, str]:
     return key_id, f"{keys.PREFIX}{key_id}_{secret}"
 
 
-def account_actions(spec: Spec) -> Any:
-    alias = ACCOUNTS.alias(NAMESPACE)
+def namespace_of(size: int) -> str:
+    """One namespace per corpus size: ``fastpath-10k``, ``fastpath-1m``, ``fastpath-2500``."""
+    for unit, scale in (("m", 1_000_000), ("k", 1_000)):
+        if size % scale == 0:
+            return f"{NAMESPACE}-{size // scale}{unit}"
+    return f"{NAMESPACE}-{size}"
+
+
+def account_actions(spec: Spec, namespace: str) -> Any:
+    alias = ACCOUNTS.alias(namespace)
     projects = [f"p{p}" for p in range(spec.projects_per_tenant)]
     for t in range(spec.tenants):
         tenant = f"t{t:04d}"
@@ -113,39 +136,41 @@ def account_actions(spec: Spec) -> Any:
                    "_source": {"kind": "key", **krec.model_dump(mode="json")}}  # fmt: skip
 
 
-def ensure_state(client: OpenSearch, state: Path, spec: Spec, sizes: list[int]) -> dict[str, Any]:
-    """Templates, accounts and the corpus up to the largest size; returns load times per stage."""
+def ensure_state(client: OpenSearch, state: Path, spec: Spec, size: int) -> dict[str, Any]:
+    """Templates, accounts and beliefs 0..size-1 in the size's own namespace (loaded once, reused);
+    returns the namespace's record (load time)."""
+    namespace = namespace_of(size)
     marker = state / "fastpath-state.json"
-    done: dict[str, Any] = json.loads(marker.read_text()) if marker.exists() else {"loaded": 0, "loads": {}}
+    states: dict[str, Any] = json.loads(marker.read_text()) if marker.exists() else {}
+    done: dict[str, Any] = states.setdefault(namespace, {"loaded": 0})
     # a restarted node replays its translog first (minutes on a busy machine)
     client.cluster.health(wait_for_status="yellow", timeout="1800s", request_timeout=1800)
-    apply_templates(client, NAMESPACE, FAMILIES)
+    apply_templates(client, namespace, FAMILIES)
     if not done.get("accounts"):
         t0 = time.perf_counter()
-        for ok, item in helpers.streaming_bulk(client, account_actions(spec), chunk_size=2000, raise_on_error=False):
+        actions = account_actions(spec, namespace)
+        for ok, item in helpers.streaming_bulk(client, actions, chunk_size=2000, raise_on_error=False):
             if not ok:
                 raise RuntimeError(f"account not written: {item}")
-        client.indices.refresh(index=ACCOUNTS.alias(NAMESPACE))
+        client.indices.refresh(index=ACCOUNTS.alias(namespace))
         done["accounts"] = spec.tenants * spec.users_per_tenant
-        print(f"accounts: {done['accounts']} users with keys in {time.perf_counter() - t0:.0f} s", flush=True)
-        marker.write_text(json.dumps(done))
-    trim_to(client, done["loaded"], spec)
-    for size in sizes:
-        if done["loaded"] >= size:
-            continue
-        print(f"loading beliefs {done['loaded']:,} -> {size:,} (bulk, then refresh + force-merge) ...", flush=True)
-        took = load_range(client, BELIEFS.alias(NAMESPACE), done["loaded"], size, spec, NOW, chunk=2000)
-        done["loads"][str(size)] = round(took, 1)
+        print(f"{namespace}: {done['accounts']} users with keys in {time.perf_counter() - t0:.0f} s", flush=True)
+        marker.write_text(json.dumps(states))
+    trim_to(client, namespace, done["loaded"], spec)
+    if done["loaded"] < size:
+        print(f"{namespace}: loading beliefs {done['loaded']:,} -> {size:,} (bulk, merge) ...", flush=True)
+        took = load_range(client, BELIEFS.alias(namespace), done["loaded"], size, spec, NOW, chunk=2000)
+        done["load_s"] = round(took + done.get("load_s", 0.0), 1)
         done["loaded"] = size
-        marker.write_text(json.dumps(done))
+        marker.write_text(json.dumps(states))
         print(f"  {size:,} loaded in {took:.0f} s", flush=True)
     return done
 
 
-def trim_to(client: OpenSearch, loaded: int, spec: Spec) -> None:
+def trim_to(client: OpenSearch, namespace: str, loaded: int, spec: Spec) -> None:
     """An interrupted load leaves documents past the recorded size (and refresh off): delete them,
     so a stage measures exactly the corpus it names."""
-    alias = BELIEFS.alias(NAMESPACE)
+    alias = BELIEFS.alias(namespace)
     client.indices.put_settings(index=alias, body={"index": {"refresh_interval": "1s"}})
     client.indices.refresh(index=alias, request_timeout=600)
     if int(client.count(index=alias)["count"]) <= loaded:
@@ -154,11 +179,11 @@ def trim_to(client: OpenSearch, loaded: int, spec: Spec) -> None:
     body = {"query": {"bool": {"must_not": [{"ids": {"values": wanted}}]}}}
     client.delete_by_query(index=alias, body=body, refresh=True, request_timeout=3600, conflicts="proceed")
     client.indices.forcemerge(index=alias, max_num_segments=1, request_timeout=3600)
-    print(f"trimmed the corpus back to {loaded:,} beliefs", flush=True)
+    print(f"{namespace}: trimmed the corpus back to {loaded:,} beliefs", flush=True)
 
 
-def segments(client: OpenSearch) -> int:
-    rows = client.cat.segments(index=BELIEFS.alias(NAMESPACE), format="json")
+def segments(client: OpenSearch, namespace: str) -> int:
+    rows = client.cat.segments(index=BELIEFS.alias(namespace), format="json")
     return len(rows)
 
 
@@ -166,7 +191,7 @@ def segments(client: OpenSearch) -> int:
 
 
 class Api:
-    def __init__(self, variant: Variant, opensearch_url: str, redis_url: str, workers: int, log: Path):
+    def __init__(self, variant: Variant, opensearch_url: str, redis_url: str, namespace: str, workers: int, log: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
@@ -174,12 +199,12 @@ class Api:
             "PYTHONPATH": str(variant.source),
             "TENURE_OPENSEARCH_URL": opensearch_url,
             "TENURE_REDIS_URL": redis_url,
-            "TENURE_OPENSEARCH_NAMESPACE": NAMESPACE,
+            "TENURE_OPENSEARCH_NAMESPACE": namespace,
             "TENURE_AUTH_API_KEY_PEPPER": PEPPER,
             "TENURE_LOOP_COMPACTION_INTERVAL_S": "86400",
             **variant.env,
         }
-        args = [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app",
+        args = [str(variant.python()), "-m", "uvicorn", "--factory", variant.app_factory(),
                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),
                 "--no-access-log", "--log-level", "warning"]  # fmt: skip
         self.log = open(log, "ab")  # noqa: SIM115 - closed in stop()
@@ -227,77 +252,124 @@ def summary(timings: list[float]) -> dict[str, float]:
             "p99_ms": round(pct(timings, 99), 2), "max_ms": round(max(timings), 1)}  # fmt: skip
 
 
-def sequential(api: Api, queries: list[Query], warmup: int) -> tuple[dict[str, Any], int]:
+def sequential(api: Api, queries: list[Query], warmup: int, max_s: float | None) -> tuple[dict[str, Any], int]:
+    """One keep-alive client, one recall after the other; the first ``warmup`` are not timed.
+    ``max_s``: stop sending after that many seconds (a variant at seconds per recall would
+    otherwise hold the run for an hour); the result says how many were sent. Returns the figures
+    and the number of recalls sent."""
     timings: list[float] = []
     errors = 0
+    sent = 0
+    deadline = time.monotonic() + max_s if max_s else None
     with httpx.Client(base_url=api.url, timeout=30) as http:
         for i, q in enumerate(queries):
+            if deadline is not None and time.monotonic() > deadline:
+                break
             t0 = time.perf_counter()
             response = http.post("/v1/recall", json=body_of(q), headers=headers_of(q))
             elapsed = (time.perf_counter() - t0) * 1000
+            sent += 1
             if response.status_code != 200:
                 errors += 1
             elif i >= warmup:
                 timings.append(elapsed)
-    return {**summary(timings), "errors": errors}, len(queries) - warmup
+    capped = sent < len(queries)
+    return {**summary(timings), "errors": errors, "sent": sent, "stopped_at_max_s": capped}, sent
 
 
-async def paced(api: Api, queries: list[Query], rate: float, seconds: float) -> dict[str, Any]:
+def drain(api: Api, probe: Query) -> float:
+    """Wait until the server has worked off what a paced run left queued (requests the client gave
+    up on are still served), so the next phase starts on an idle server: one recall, answered
+    after the backlog. Returns the seconds it took."""
+    t0 = time.perf_counter()
+    with httpx.Client(base_url=api.url, timeout=300) as http:
+        http.post("/v1/recall", json=body_of(probe), headers=headers_of(probe))
+    return round(time.perf_counter() - t0, 2)
+
+
+async def post(http: httpx.AsyncClient, q: Query) -> str | None:
+    """One recall; None when it answered 200, else why not (``HTTP 429``, ``ReadTimeout``, ...)."""
+    try:
+        response = await http.post("/v1/recall", json=body_of(q), headers=headers_of(q))
+    except httpx.HTTPError as exc:
+        return type(exc).__name__
+    return None if response.status_code == 200 else f"HTTP {response.status_code}"
+
+
+async def paced(api: Api, queries: list[Query], rate: float, seconds: float, grace_s: float) -> dict[str, Any]:
     """Open loop: request k is due at start + k/rate whatever the answers do; its latency counts
-    from that due time, so a stalled server shows as queueing instead of a slower sender."""
+    from that due time, so a stalled server shows as queueing instead of a slower sender. A
+    request still unanswered ``grace_s`` after the last one was due counts as an error
+    (``unanswered``), so an overloaded variant cannot stretch the run without bound."""
     total = int(rate * seconds)
     timings: list[float] = []
-    errors = 0
+    causes: dict[str, int] = {}
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(base_url=api.url, timeout=30, limits=limits) as http:
         start = time.perf_counter() + 0.2
 
         async def one(k: int) -> None:
-            nonlocal errors
             due = start + k / rate
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            q = queries[k % len(queries)]
-            try:
-                response = await http.post("/v1/recall", json=body_of(q), headers=headers_of(q))
-                ok = response.status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            if ok:
+            cause = await post(http, queries[k % len(queries)])
+            if cause is None:
                 timings.append((time.perf_counter() - due) * 1000)
             else:
-                errors += 1
+                causes[cause] = causes.get(cause, 0) + 1
 
-        await asyncio.gather(*(one(k) for k in range(total)))
+        tasks = [asyncio.ensure_future(one(k)) for k in range(total)]
+        _, pending = await asyncio.wait(tasks, timeout=0.2 + seconds + grace_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            causes["unanswered"] = len(pending)
+            await asyncio.gather(*pending, return_exceptions=True)
         wall = time.perf_counter() - start
-    return {**summary(timings), "errors": errors, "sent": total, "achieved_per_s": round(len(timings) / wall, 1)}
+    errors = sum(causes.values())
+    return {
+        **summary(timings),
+        "errors": errors,
+        "error_causes": causes,
+        "sent": total,
+        "achieved_per_s": round(len(timings) / wall, 1),
+    }
 
 
 async def ceiling(api: Api, queries: list[Query], clients: int, seconds: float) -> dict[str, Any]:
     timings: list[float] = []
-    errors = 0
+    causes: dict[str, int] = {}
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
         stop = time.perf_counter() + seconds
 
         async def client(c: int) -> None:
-            nonlocal errors
             k = c
             while time.perf_counter() < stop:
                 q = queries[k % len(queries)]
                 k += clients
                 t0 = time.perf_counter()
-                try:
-                    ok = (await http.post("/v1/recall", json=body_of(q), headers=headers_of(q))).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok:
+                cause = await post(http, q)
+                if cause is None:
                     timings.append((time.perf_counter() - t0) * 1000)
                 else:
-                    errors += 1
+                    causes[cause] = causes.get(cause, 0) + 1
 
         t0 = time.perf_counter()
         await asyncio.gather(*(client(c) for c in range(clients)))
         wall = time.perf_counter() - t0
-    return {**summary(timings), "errors": errors, "recalls_per_s": round(len(timings) / wall, 1)}
+    return {
+        **summary(timings),
+        "errors": sum(causes.values()),
+        "error_causes": causes,
+        "recalls_per_s": round(len(timings) / wall, 1),
+    }
+
+
+def cpu_per_recall(used: dict[str, Any], recalls: int) -> dict[str, float]:
+    """CPU ms per recall by component, from a ``CpuMeter`` reading over ``recalls`` calls."""
+    cpu = {name: round(seconds * 1000 / recalls, 2) for name, seconds in used["cpu_s"].items()}
+    cpu["client"] = cpu.pop("loadgen")
+    cpu["other processes"] = round(used["other_processes_cpu_s"] * 1000 / recalls, 2)
+    return cpu
 
 
 def measure_variant(
@@ -305,29 +377,36 @@ def measure_variant(
 ) -> dict[str, Any]:
     spec = Spec(tenants=args.tenants, users_per_tenant=args.users_per_tenant)
     queries = draw_queries(args.queries + args.warmup, loaded, spec, NOW, seed=args.seed)
-    api = Api(variant, urls[0], urls[1], args.api_workers, args.state_dir / f"api-{variant.name}.log")
+    namespace = namespace_of(loaded)
+    log = args.state_dir / f"api-{variant.name}.log"
+    api = Api(variant, urls[0], urls[1], namespace, args.api_workers, log)
     try:
-        sequential(api, queries[: args.warmup], 0)  # warm the caches of every process
+        sequential(api, queries[: args.warmup], 0, args.seq_max_s)  # warm the caches of every process
         meter = CpuMeter(lambda: {**pids, "api": api.pids()})
         load_before = loadavg()
         meter.begin()
-        seq, counted = sequential(api, queries, args.warmup)
-        used = meter.finish()
-        n = len(queries)  # every call of the run, warm-up ones included, used the CPU measured
-        cpu = {name: round(seconds * 1000 / n, 2) for name, seconds in used["cpu_s"].items()}
-        cpu["client"] = cpu.pop("loadgen")
-        cpu["other processes"] = round(used["other_processes_cpu_s"] * 1000 / n, 2)
-        result = {
+        seq, sent = sequential(api, queries, args.warmup, args.seq_max_s)
+        # every call of the run, warm-up ones included, used the CPU measured
+        cpu = cpu_per_recall(meter.finish(), max(sent, 1))
+        result: dict[str, Any] = {
             "variant": variant.name,
             "source": str(variant.source),
+            "python": str(variant.python()),
+            "namespace": namespace,
             "env": variant.env,
             "sequential": seq,
             "cpu_ms_per_recall": cpu,
             "loadavg_before": load_before,
         }
-        del counted
-        result["paced"] = asyncio.run(paced(api, queries, args.rate, args.paced_s))
+        result["paced"] = asyncio.run(paced(api, queries, args.rate, args.paced_s, args.paced_grace_s))
+        result["paced"]["drain_s"] = drain(api, queries[0])
+        meter.begin()
         result["ceiling"] = asyncio.run(ceiling(api, queries, args.clients, args.ceiling_s))
+        used = meter.finish()
+        calls = result["ceiling"]["n"] + result["ceiling"]["errors"]
+        result["ceiling"]["cpu_ms_per_recall"] = cpu_per_recall(used, max(calls, 1))
+        busy = used["machine_busy_cpu_s"] / max(used["machine_total_cpu_s"], 1e-9)
+        result["ceiling"]["machine_busy"] = round(busy, 3)
         result["loadavg_after"] = loadavg()
         return result
     finally:
@@ -336,12 +415,13 @@ def measure_variant(
 
 def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
     print(f"\n{size:,} beliefs")
-    print("| variant | seq p50 | seq p99 | paced p50 / p99 (errors) | ceiling /s", end=" ")
+    print("| variant | seq n | seq p50 | seq p99 | paced p50 / p99 (errors) | ceiling /s", end=" ")
     print("| CPU ms/recall OS / API / Redis / client |")
     for r in rows:
         s, p, c, cpu = r["sequential"], r["paced"], r["ceiling"], r["cpu_ms_per_recall"]
         print(
-            f"| {r['variant']} | {s['p50_ms']} | {s['p99_ms']} | {p.get('p50_ms')} / {p.get('p99_ms')} ({p['errors']}) "
+            f"| {r['variant']} | {s['n']} | {s.get('p50_ms')} | {s.get('p99_ms')} "
+            f"| {p.get('p50_ms')} / {p.get('p99_ms')} ({p['errors']}) "
             f"| {c['recalls_per_s']} | {cpu.get('opensearch')} / {cpu.get('api')} / {cpu.get('redis')} / "
             f"{cpu.get('client')} |",
             flush=True,
@@ -350,7 +430,7 @@ def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sizes", default="10000,100000,1000000", help="corpus sizes, ascending")
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="corpus sizes, in the order to measure")
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--users-per-tenant", type=int, default=5)
     parser.add_argument("--variant", action="append", default=[], help="name=path[:VAR=value,...] (repeatable)")
@@ -364,8 +444,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--api-workers", type=int, default=1)
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--seq-max-s", type=float, help="stop each sequential pass after this many seconds")
     parser.add_argument("--rate", type=float, default=300.0)
     parser.add_argument("--paced-s", type=float, default=20.0)
+    parser.add_argument("--paced-grace-s", type=float, default=30.0, help="then unanswered paced requests fail")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--ceiling-s", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=16)
@@ -402,9 +484,10 @@ def main(argv: list[str] | None = None) -> int:
             "stages": [],
         }
         out = args.out or RESULTS / f"fastpath-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+        data["loads"] = {}
         for size in sizes:
-            state = ensure_state(client, args.state_dir, spec, [size])
-            data["loads"] = state["loads"]
+            state = ensure_state(client, args.state_dir, spec, size)
+            data["loads"][namespace_of(size)] = state
             if args.load_only:
                 continue
             pids: dict[str, list[int]] = {}
@@ -416,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                 pids["redis"] = [args.redis_pid] if args.redis_pid else []
             else:
                 pids["redis"] = [owned[-1].process.pid]
-            stage = {"beliefs": size, "segments": segments(client), "variants": []}
+            stage: dict[str, Any] = {"beliefs": size, "segments": segments(client, namespace_of(size)), "variants": []}
             for variant in variants:
                 print(f"[{size:,}] {variant.name} ...", flush=True)
                 stage["variants"].append(measure_variant(variant, args, (os_url, redis_url), pids, size))
@@ -424,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
             data["stages"].append(stage)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(data, indent=2))
-        print(f"\nresults: {out}")
+        if not args.load_only:
+            print(f"\nresults: {out}")
         client.close()
     finally:
         for service in reversed(owned):

@@ -169,7 +169,7 @@ def processes(settings: Settings, upstream_port: int, app_port: int, tmp: Path) 
         env=env_for(settings),
     )
     try:
-        wait_http(f"http://127.0.0.1:{app_port}/readyz")
+        wait_http(f"http://127.0.0.1:{app_port}/readyz", timeout=180)  # start-up takes a minute on a busy box
         yield
     finally:
         for proc in (app, upstream):
