@@ -31,6 +31,7 @@ import os
 import resource
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,17 @@ BASE_PACKAGES = (
     "openjdk-17-jre-headless",
     "curl",
     "ca-certificates",
+    "caddy",
+    "wget",
 )
 # What deploy/Dockerfile copies into the service image (its cache key).
 SERVICE_INPUTS = ("pyproject.toml", "README.md", "service", "workers", "evals", "index_templates", "clients/python")
 SERVICE_INPUTS_LATE = ("loadtest", "deploy/Dockerfile")
-CORE_HEALTHY = ("opensearch", "redis", "api", "worker")
+CORE_HEALTHY = ("opensearch", "redis", "api", "worker", "beat", "tls")
+CADDYFILE = REPO / "deploy" / "caddy" / "Caddyfile"
+# Where Caddy keeps its own CA's root (the official image's XDG_DATA_HOME is /data, the caddy-data
+# volume): README "Deploy with docker compose" has operators copy it out the same way.
+CADDY_ROOT = "/data/caddy/pki/authorities/local/root.crt"
 
 
 def say(text: str) -> None:
@@ -112,6 +119,7 @@ class Images:
     service: str = ""
     opensearch: str = ""
     redis: str = ""
+    caddy: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
     cached: dict[str, bool] = field(default_factory=dict)
 
@@ -228,6 +236,12 @@ def build_images(podman: Podman, state: Path) -> Images:
         podman, images, "redis", redis_tag,
         lambda: podman.build(redis_tag, LOCAL / "redis.Dockerfile", LOCAL, BASE_IMAGE=base_tag),
     )  # fmt: skip
+
+    caddy_tag = "localhost/tenure-local-caddy:" + content_hash([LOCAL / "caddy.Dockerfile"], base_tag)
+    images.caddy = ensure_image(
+        podman, images, "caddy", caddy_tag,
+        lambda: podman.build(caddy_tag, LOCAL / "caddy.Dockerfile", LOCAL, BASE_IMAGE=base_tag),
+    )  # fmt: skip
     return images
 
 
@@ -338,9 +352,14 @@ class Marker:
     belief_id: str
 
 
-def write_marker(compose: Compose, api_url: str) -> Marker:
+def cli_env(public_url: str, tls_root: Path, key: str) -> dict[str, str]:
+    """The host's ``tenure`` CLI as a client of the public endpoint (httpx reads SSL_CERT_FILE)."""
+    return {**os.environ, "TENURE_CLI_URL": public_url, "TENURE_CLI_KEY": key, "SSL_CERT_FILE": str(tls_root)}
+
+
+def write_marker(compose: Compose, public_url: str, tls_root: Path) -> Marker:
     boot = json.loads(compose("exec", "-T", "api", "tenure", "--json", "bootstrap"))
-    env = {**os.environ, "TENURE_CLI_URL": api_url, "TENURE_CLI_KEY": boot["key"]}
+    env = cli_env(public_url, tls_root, boot["key"])
     cli(env, "create-tenant", "acme")
     cli(env, "create-user", "acme", "alice", "--project", "payments")
     member = cli(env, "issue-key", "acme", "alice")["key"]
@@ -353,8 +372,8 @@ def write_marker(compose: Compose, api_url: str) -> Marker:
     return Marker(boot["key"], member, str(added.get("id") or added.get("belief", {}).get("id")))
 
 
-def marker_recalled(api_url: str, marker: Marker) -> bool:
-    env = {**os.environ, "TENURE_CLI_URL": api_url, "TENURE_CLI_KEY": marker.member_key}
+def marker_recalled(public_url: str, tls_root: Path, marker: Marker) -> bool:
+    env = cli_env(public_url, tls_root, marker.member_key)
     result = cli(env, "recall", "--scope", "project:payments", "can we just use sticky sessions?")
     return "Never add sticky sessions" in json.dumps(result)
 
@@ -377,7 +396,12 @@ def redis_marker(compose: Compose, value: str | None = None) -> str:
 
 
 def run_load(compose: Compose, timeout_s: float) -> dict[str, Any]:
-    compose("--profile", "load", "up", "-d", "load", timeout=timeout_s)
+    """The load profile's two services, once everything they depend on is healthy (checked by
+    ``up -d`` and :meth:`Compose.wait_healthy`). ``--no-deps``: without it Compose starts the
+    finished one-shot ``templates`` container again, and Podman 4.3 re-mounts a restarted
+    container's tmpfs without its ``mode=1777`` (root-owned 0755), so the non-root image cannot
+    write its metrics files there and exits 1. Docker mounts a fresh tmpfs with its options."""
+    compose("--profile", "load", "up", "-d", "--no-deps", "llm", "load", timeout=timeout_s)
     container = compose("--profile", "load", "ps", "-q", "load").strip()
     code = int(compose.podman("wait", container).strip() or "1")
     logs = compose.podman("logs", container, check=False)
@@ -391,11 +415,34 @@ def run_load(compose: Compose, timeout_s: float) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------- the check
 
 
-def environment(load_seconds: int) -> dict[str, str]:
-    ports = {
-        name: str(free_port())
-        for name in ("OPENSEARCH_PORT", "OPENSEARCH_TRANSPORT_PORT", "REDIS_PORT", "API_PORT", "LLM_PORT")
-    }
+@dataclass(frozen=True)
+class LoadSize:
+    """The load profile's fleet and run time (the override's LOAD_* knobs; defaults: the real file's)."""
+
+    seconds: int = 45
+    tenants: int = 8
+    users_per_tenant: int = 4
+    concurrency: int = 32
+    seed_beliefs: int = 20
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "LOAD_DURATION": str(self.seconds),
+            "LOAD_TENANTS": str(self.tenants),
+            "LOAD_USERS_PER_TENANT": str(self.users_per_tenant),
+            "LOAD_CONCURRENCY": str(self.concurrency),
+            "LOAD_SEED_BELIEFS": str(self.seed_beliefs),
+        }
+
+
+PORT_NAMES = (
+    "OPENSEARCH_PORT", "OPENSEARCH_TRANSPORT_PORT", "REDIS_PORT", "API_PORT", "LLM_PORT",
+    "HTTPS_PORT", "HTTP_PORT", "CADDY_ADMIN_PORT", "WORKER_METRICS_PORT",
+)  # fmt: skip
+
+
+def environment(load: LoadSize) -> dict[str, str]:
+    ports = {name: str(free_port()) for name in PORT_NAMES}
     return {
         **ports,
         "TENURE_AUTH_API_KEY_PEPPER": uuid.uuid4().hex,
@@ -407,7 +454,7 @@ def environment(load_seconds: int) -> dict[str, str]:
         "OPENSEARCH_MEM_LIMIT": "1500m",
         "API_WORKERS": "2",
         "WORKER_CONCURRENCY": "2",
-        "LOAD_DURATION": str(load_seconds),
+        **load.environment(),
         "HOST_MEMLOCK_LIMIT": str(host_limit(resource.RLIMIT_MEMLOCK, -1)),
         "HOST_NOFILE_LIMIT": str(host_limit(resource.RLIMIT_NOFILE, 65536)),
     }
@@ -419,6 +466,40 @@ def host_limit(kind: int, wanted: int) -> int:
     if hard == resource.RLIM_INFINITY:
         return wanted
     return hard if wanted == -1 else min(hard, wanted)
+
+
+def local_caddyfile(env: dict[str, str]) -> str:
+    """deploy/caddy/Caddyfile as the host-networked run needs it: the admin endpoint, the HTTP and
+    HTTPS listeners on free loopback ports (every container shares the host's network) and the API
+    at its loopback port instead of ``api:8000``. Each swap must match exactly once, so a change to
+    the real file that this does not know about fails the check instead of being papered over."""
+    text = CADDYFILE.read_text()
+    swaps = {
+        "\tadmin 127.0.0.1:2019\n": (
+            f"\tadmin 127.0.0.1:{env['CADDY_ADMIN_PORT']}\n\tdefault_bind 127.0.0.1\n"
+            f"\thttp_port {env['HTTP_PORT']}\n\thttps_port {env['HTTPS_PORT']}\n"
+        ),
+        "reverse_proxy api:8000 {": f"reverse_proxy 127.0.0.1:{env['API_PORT']} {{",
+    }
+    for old, new in swaps.items():
+        if text.count(old) != 1:
+            raise RuntimeError(f"deploy/caddy/Caddyfile changed: {old.strip()!r} is not there exactly once")
+        text = text.replace(old, new)
+    return text
+
+
+def fetch_tls_root(compose: Compose, into: Path) -> Path:
+    """The documented operator step (`docker compose cp tls:<root.crt> .`): Compose 1.29 has no
+    ``cp``, Podman's is the same copy. Readable by the load container's non-root user."""
+    compose.podman("cp", f"{compose.container('tls')}:{CADDY_ROOT}", str(into))
+    into.chmod(0o644)
+    return into
+
+
+def readyz_over_tls(public_url: str, root: Path) -> int:
+    """What README's `curl --cacert tenure-root.crt https://localhost/readyz` checks."""
+    trust = ssl.create_default_context(cafile=str(root))
+    return httpx.get(f"{public_url}/readyz", verify=trust, timeout=15).status_code
 
 
 def show_logs(podman: Podman, project: str, lines: int = 40) -> None:
@@ -451,20 +532,31 @@ def stack(podman: Podman, compose: Compose) -> Iterator[None]:
             podman("volume", "rm", "-f", volume, check=False)
 
 
-def check(load_seconds: int, state: Path) -> dict[str, Any]:
+def check(load: LoadSize, state: Path) -> dict[str, Any]:
     started = time.monotonic()
     podman = Podman(state)
-    result: dict[str, Any] = {"ok": False, "load_seconds": load_seconds, "podman": podman("--version").strip()}
+    result: dict[str, Any] = {"ok": False, "load_size": asdict(load), "podman": podman("--version").strip()}
     images = build_images(podman, state)
-    result["images"] = {"tags": {k: getattr(images, k) for k in ("base", "python", "service", "opensearch", "redis")},
-                        "seconds": images.seconds, "cached": images.cached}  # fmt: skip
-    env = environment(load_seconds)
+    result["images"] = {
+        "tags": {k: getattr(images, k) for k in ("base", "python", "service", "opensearch", "redis", "caddy")},
+        "seconds": images.seconds,
+        "cached": images.cached,
+    }
+    env = environment(load)
+    caddyfile = state / "Caddyfile"
+    caddyfile.write_text(local_caddyfile(env))
+    tls_root = state / "tenure-root.crt"
+    tls_root.touch()  # mounted into the load container; filled from the tls container once it runs
     env.update(
         TENURE_LOCAL_SERVICE_IMAGE=images.service,
         TENURE_LOCAL_OPENSEARCH_IMAGE=images.opensearch,
         TENURE_LOCAL_REDIS_IMAGE=images.redis,
+        TENURE_LOCAL_CADDY_IMAGE=images.caddy,
+        TENURE_LOCAL_CADDYFILE=str(caddyfile),
+        TENURE_LOCAL_TLS_ROOT=str(tls_root),
     )
-    api_url = f"http://127.0.0.1:{env['API_PORT']}"
+    # every client call goes through the TLS proxy, as a client of the deployment would
+    public_url = f"https://localhost:{env['HTTPS_PORT']}"
     project = f"tenurecheck{uuid.uuid4().hex[:6]}"
     podman.start_service()
     try:
@@ -473,20 +565,23 @@ def check(load_seconds: int, state: Path) -> dict[str, Any]:
             t0 = time.monotonic()
             say(f"up -d (project {project}) ...")
             compose("up", "-d", "--no-build", timeout=900)
-            result["up_to_healthy_s"] = round(time.monotonic() - t0 + compose.wait_healthy(CORE_HEALTHY, 300), 1)
-            say(f"healthy after {result['up_to_healthy_s']} s; bootstrap, tenant, member, belief ...")
-            marker = write_marker(compose, api_url)
-            result["marker_recalled_before"] = marker_recalled(api_url, marker)
+            result["up_to_healthy_s"] = round(time.monotonic() - t0 + compose.wait_healthy(CORE_HEALTHY, 600), 1)
+            fetch_tls_root(compose, tls_root)
+            result["readyz_over_tls"] = readyz_over_tls(public_url, tls_root)
+            say(f"healthy after {result['up_to_healthy_s']} s; bootstrap, tenant, member, belief over TLS ...")
+            marker = write_marker(compose, public_url, tls_root)
+            result["marker_recalled_before"] = marker_recalled(public_url, tls_root, marker)
             redis_marker(compose, project)
-            say(f"load profile for {load_seconds} s ...")
-            load = run_load(compose, timeout_s=load_seconds + 900)
-            result["load"] = summarize_load(load)
+            say(f"load profile through the TLS proxy for {load.seconds} s ...")
+            t_load = time.monotonic()
+            result["load"] = summarize_load(run_load(compose, timeout_s=load.seconds + 900))
+            result["load"]["wall_s"] = round(time.monotonic() - t_load, 1)
             before = store_counts(env["TENURE_OPENSEARCH_URL"], compose)
-            say("down (volumes kept) and up again ...")
+            say(f"load done ({result['load']['wall_s']} s, ok={result['load']['ok']}); down (volumes kept), up ...")
             compose("--profile", "load", "down", "-t", "30", timeout=600)
             t1 = time.monotonic()
             compose("up", "-d", "--no-build", timeout=900)
-            result["restart_to_healthy_s"] = round(time.monotonic() - t1 + compose.wait_healthy(CORE_HEALTHY, 300), 1)
+            result["restart_to_healthy_s"] = round(time.monotonic() - t1 + compose.wait_healthy(CORE_HEALTHY, 600), 1)
             after = store_counts(env["TENURE_OPENSEARCH_URL"], compose)
             result["survived"] = {
                 "counts_before": before,
@@ -494,11 +589,15 @@ def check(load_seconds: int, state: Path) -> dict[str, Any]:
                 "beliefs_audit_accounts_turns_equal": all(
                     before[k] == after[k] for k in ("beliefs", "accounts", "audit", "turns")
                 ),
-                "marker_recalled_after": marker_recalled(api_url, marker),
+                # the same root still verifies the proxy: Caddy's CA survived on caddy-data
+                "readyz_over_tls_same_root": readyz_over_tls(public_url, tls_root) == 200,
+                "marker_recalled_after": marker_recalled(public_url, tls_root, marker),
                 "redis_marker": redis_marker(compose) == project,
             }
+            say("survived: " + json.dumps(result["survived"]))
         result["ok"] = bool(
-            result["marker_recalled_before"]
+            result["readyz_over_tls"] == 200
+            and result["marker_recalled_before"]
             and result["load"]["ok"]
             and all(v for k, v in result["survived"].items() if k not in ("counts_before", "counts_after"))
         )
@@ -524,12 +623,18 @@ def summarize_load(load: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.compose_check", description=__doc__.splitlines()[0])
+    default = LoadSize()
     parser.add_argument("--load-seconds", type=int, default=int(os.environ.get("TENURE_COMPOSE_LOAD_S", "45")))
+    parser.add_argument("--tenants", type=int, default=default.tenants)
+    parser.add_argument("--users-per-tenant", type=int, default=default.users_per_tenant)
+    parser.add_argument("--concurrency", type=int, default=default.concurrency)
+    parser.add_argument("--seed-beliefs", type=int, default=default.seed_beliefs, help="per user")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    load = LoadSize(args.load_seconds, args.tenants, args.users_per_tenant, args.concurrency, args.seed_beliefs)
     state = Path(tempfile.mkdtemp(prefix="tenure-compose-check-"))
     try:
-        result = check(args.load_seconds, state)
+        result = check(load, state)
     finally:
         shutil.rmtree(state, ignore_errors=True)
     text = json.dumps(result, indent=1)
