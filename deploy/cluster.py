@@ -195,6 +195,25 @@ class Cluster:
         """The elected cluster manager's node name."""
         return str(self._ask("/_cat/cluster_manager?format=json")[0]["node"])
 
+    def wait_until_removed(self, name: str, timeout_s: float) -> tuple[str, dict[str, Any]]:
+        """After ``name`` was lost: the elected cluster manager and the cluster's health once the
+        survivors have removed it from the cluster state.
+
+        Right after a SIGKILL the survivors still list the dead node (and, if it was the cluster
+        manager, still name it as such) until their fault detection notices (a few seconds); a
+        status read then says green with every node present, which is not the state of a cluster
+        that lost one. So: a manager that is not ``name``, ``name`` absent from its node list, and
+        the health read after that."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(RuntimeError, KeyError, IndexError):
+                manager = self.cluster_manager()
+                names = {str(n["name"]) for n in self._ask("/_cat/nodes?format=json&h=name")}
+                if manager != name and name not in names:
+                    return manager, self.health()
+            time.sleep(0.1)
+        raise RuntimeError(f"{name} still in the cluster (or no cluster manager) after {timeout_s:.0f}s")
+
     def wait_for(self, *, status: str, nodes: int, timeout_s: float) -> float:
         """Seconds until the cluster reports ``status`` (or better) with ``nodes`` nodes."""
         order = {"red": 0, "yellow": 1, "green": 2}

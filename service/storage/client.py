@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import orjson
-from opensearchpy import AsyncOpenSearch, JSONSerializer, OpenSearch
+from opensearchpy import AIOHttpConnection, AsyncOpenSearch, JSONSerializer, OpenSearch, Urllib3HttpConnection
 from opensearchpy import exceptions as os_exc
+from opensearchpy.connection.base import Connection
 from opensearchpy.exceptions import SerializationError
 
 from service.config import Settings
@@ -42,6 +43,37 @@ class FastJSONSerializer(JSONSerializer):
             return orjson.dumps(data, default=self.default).decode()
         except TypeError as exc:
             raise SerializationError(data, exc) from exc
+
+
+class _CountsNodeFailures(Connection):
+    """Counts the requests a node did not answer, for both of opensearch-py's connections.
+
+    With several nodes (a cluster), a request that cannot reach one is retried on the next and
+    the dead node rests, so the caller never sees an error: without this count a lost node would
+    be visible only in opensearch-py's WARNING lines."""
+
+    def log_request_fail(
+        self,
+        method: str,
+        full_url: str,
+        path: str,
+        body: Any,
+        duration: float,
+        status_code: int | None = None,
+        response: str | None = None,
+        exception: Exception | None = None,
+    ) -> None:
+        if status_code is None:  # no HTTP answer at all: the node is down or unreachable
+            metrics.OPENSEARCH_NODE_FAILURES.labels(self.host).inc()
+        super().log_request_fail(method, full_url, path, body, duration, status_code, response, exception)
+
+
+class ObservedConnection(_CountsNodeFailures, Urllib3HttpConnection):
+    """The synchronous client's connection (workers, CLI, API threads)."""
+
+
+class ObservedAsyncConnection(_CountsNodeFailures, AIOHttpConnection):
+    """The event loop's connection (recall in the API and the proxy)."""
 
 
 def opensearch_hosts(url: str) -> list[str]:
@@ -70,13 +102,21 @@ def _client_options(settings: Settings) -> dict[str, Any]:
 def build_client(settings: Settings) -> OpenSearch:
     # at least one connection per request thread (ApiSettings.thread_pool_size), so no thread
     # waits for a connection and none is opened and discarded on a burst
-    return OpenSearch(pool_maxsize=max(32, settings.api.thread_pool_size), **_client_options(settings))
+    return OpenSearch(
+        pool_maxsize=max(32, settings.api.thread_pool_size),
+        connection_class=ObservedConnection,
+        **_client_options(settings),
+    )
 
 
 def build_async_client(settings: Settings) -> AsyncOpenSearch:
     """The event loop's client (aiohttp; recall in the API and the proxy). Create it inside the
     running loop (the app lifespan) and close it there."""
-    return AsyncOpenSearch(pool_maxsize=max(32, settings.api.thread_pool_size), **_client_options(settings))
+    return AsyncOpenSearch(
+        pool_maxsize=max(32, settings.api.thread_pool_size),
+        connection_class=ObservedAsyncConnection,
+        **_client_options(settings),
+    )
 
 
 @contextmanager

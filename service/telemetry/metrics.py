@@ -51,6 +51,12 @@ RATE_LIMITED = Counter(
 OPENSEARCH_ERRORS = Counter(
     "tenure_opensearch_errors_total", "OpenSearch failures by kind (unreachable or the HTTP status)", ["kind"]
 )
+OPENSEARCH_NODE_FAILURES = Counter(
+    "tenure_opensearch_node_failures_total",
+    "Requests to one OpenSearch node that got no answer (refused, reset, timed out), by node; with "
+    "several nodes the client retries them on another, so a lost node shows here before anywhere else",
+    ["node"],
+)
 TASKS = Counter("tenure_celery_tasks_total", "Celery tasks finished, by task and state", ["task", "state"])
 TASK_LATENCY = Histogram(
     "tenure_celery_task_duration_seconds",
