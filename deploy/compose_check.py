@@ -10,12 +10,14 @@
    Podman 4.3 it waits for ``service_healthy`` and checks ``service_completed_successfully``'s
    exit code); Podman runs health checks through systemd timers, and there is no systemd here, so
    :class:`HealthChecks` runs each container's own check at its own interval instead;
-3. ``tenure bootstrap`` in the api container, a tenant, a member, one belief and a recall through
-   the host's ``tenure`` CLI;
-4. the ``load`` profile for ``--load-seconds``; its report must say that no acknowledged write or
-   turn was lost;
-5. ``down`` (containers gone, named volumes kept) and ``up -d`` again: the belief count, the
-   operator and member keys, the belief's recall and a Redis key must all have survived;
+3. Caddy's root certificate copied out of the ``tls`` container (README's operator step) and
+   ``/readyz`` over HTTPS with it; ``tenure bootstrap`` in the api container, then a tenant, a
+   member, one belief and a recall through the host's ``tenure`` CLI, over TLS;
+4. the ``load`` profile through the TLS proxy for ``--load-seconds``; its report must say that no
+   acknowledged write or turn was lost;
+5. ``down`` (containers gone, named volumes kept) and ``up -d`` again: the document counts, the
+   operator and member keys, the belief's recall, a Redis key and the TLS root must all have
+   survived;
 6. ``down -v``: containers, volumes and the Podman service go; images stay as the cache.
 
 Prints one JSON report (``--out`` writes it too); exits 1 when any check failed.

@@ -407,7 +407,7 @@ async def lose_node(stack: LocalStack, plan: DrillPlan, events: Events, node: st
     """SIGKILL one cluster node, keep it down ``outage_s``, start it again, wait for green."""
     cluster = stack.cluster
     assert cluster is not None
-    before = await asyncio.to_thread(cluster.health)
+    manager_before = await asyncio.to_thread(cluster.cluster_manager)
     events.mark(f"{phase}_killed")
     await asyncio.to_thread(stack.kill, node, signal.SIGKILL)
     # how long until the survivors have noticed: the node gone from their cluster state and a
@@ -425,7 +425,7 @@ async def lose_node(stack: LocalStack, plan: DrillPlan, events: Events, node: st
     marks = events.marks
     return {
         "node": node,
-        "manager_before": before.get("cluster_manager_node") or None,
+        "manager_before": manager_before,
         "manager_after": manager,
         "status_during": during["status"],
         "nodes_during": during["number_of_nodes"],
