@@ -8,15 +8,5 @@
 # Figures: docs/operations.md "Compose, run for real".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-# Podman + runc (crun refuses this machine's hybrid cgroups), debootstrap for the base image, and
-# Compose 1.29 for the Docker-compatible API (docs/operations.md says why not podman-compose).
-missing=()
-for tool in podman runc debootstrap docker-compose; do
-  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap docker-compose >/dev/null
-fi
+bash scripts/setup.sh  # also installs Podman, runc, debootstrap and docker-compose (apt)
 exec .venv/bin/python -m deploy.compose_check "$@"

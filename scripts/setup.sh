@@ -34,6 +34,21 @@ if ! command -v caddy >/dev/null 2>&1; then
   (systemctl disable --now caddy >/dev/null 2>&1 || service caddy stop >/dev/null 2>&1 || true)
 fi
 
+# The compose deployment is run for real at the end of the test command (scripts/compose-check.sh):
+# Podman with runc (crun refuses this machine kind's hybrid cgroups), debootstrap for the base image
+# (no container registry is reachable) and Compose 1.29 for Podman's Docker-compatible API
+# (docs/operations.md "Compose, run for real" says why not podman-compose).
+missing=()
+for tool in podman runc debootstrap docker-compose; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing podman, runc, debootstrap, docker-compose (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq podman runc debootstrap docker-compose >/dev/null
+fi
+
 # Helm lints and renders deploy/helm in the tests (tests/test_helm.py). No registry here serves
 # its binary, so it is built once from its Go module into GOPATH/bin (a few minutes of CPU; the Go
 # build cache makes later runs instant).
