@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -282,7 +281,7 @@ class LocalStack:
         elif name in ("opensearch", "redis"):
             self._start_server(name, fresh=False)
         elif name in self._python_components():
-            self._procs[name] = _Process(name, self._args(name), self._env_of(name), self.logs / f"{name}.log")
+            self._procs[name] = _Process(name, self._args(name), self.process_env(), self.logs / f"{name}.log")
             self._wait_ready(name)
         else:
             raise KeyError(name)
@@ -301,17 +300,6 @@ class LocalStack:
             svc = start_redis(home, port=port, fresh=fresh)
             self.redis_url = svc.url
         self._servers[name] = svc
-
-    def _env_of(self, name: str) -> dict[str, str]:
-        """An API server's workers share one metrics directory, emptied on every start (as the
-        compose file's tmpfs is), so its /metrics covers all of them."""
-        env = self.process_env()
-        if name in self.api_names:
-            metrics_dir = self.root / f"metrics-{name}"
-            shutil.rmtree(metrics_dir, ignore_errors=True)
-            metrics_dir.mkdir(parents=True)
-            env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-        return env
 
     def _args(self, name: str) -> list[str]:
         ns = self.config.namespace
