@@ -20,7 +20,7 @@ from opensearchpy import OpenSearch, helpers
 
 from service.domain.belief import Belief
 from service.domain.principal import Principal
-from service.errors import NotFound, Unreadable
+from service.errors import Conflict, NotFound, Unreadable
 from service.storage import access, calls, cursor, queries
 from service.storage.access import ScopeView
 from service.storage.calls import Call, Reads
@@ -197,13 +197,40 @@ class BeliefStore:
             )
 
     def put(self, belief: Belief, *, refresh: Refresh = "wait_for", create_only: bool = False) -> None:
-        """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id."""
-        self._index_one(
-            belief,
-            refresh=refresh,
-            on_conflict=f"belief {belief.id!r} already exists",
-            op_type="create" if create_only else "index",
+        """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id, except
+        with this very document (see :meth:`_already_stored`)."""
+        try:
+            self._index_one(
+                belief,
+                refresh=refresh,
+                on_conflict=f"belief {belief.id!r} already exists",
+                op_type="create" if create_only else "index",
+            )
+        except Conflict:
+            if not (create_only and self._already_stored(belief, refresh)):
+                raise
+
+    def _already_stored(self, belief: Belief, refresh: Refresh) -> bool:
+        """Whether a create's 409 met this very document: our own first attempt.
+
+        When the connection to a node breaks mid-request (the node was killed), opensearch-py sends
+        the request again to the next node; if the first attempt had already stored the belief, the
+        retry's create gets 409 and the client would be told its write conflicts although it was
+        stored (cluster drill, docs/fault-drills.md). Only the same write has the same document
+        (timestamps included): a later write with the same id still gets its 409."""
+        found = get_routed(
+            self.client,
+            index=self.alias,
+            doc_id=doc_id(belief.tenant_id, belief.id),
+            routing=belief.tenant_id,
+            action="read back a belief",
         )
+        if found is None or found.get("_source") != orjson.loads(orjson.dumps(belief.to_document())):
+            return False
+        if refresh != "false":  # the write promised to be visible to the next search
+            with translate_errors("refresh the beliefs index"):
+                self.client.indices.refresh(index=self.alias)
+        return True
 
     def put_many(
         self, beliefs: Sequence[Belief], *, refresh: Refresh = "wait_for", create_only: bool = False
