@@ -217,7 +217,7 @@ EXAMPLES: dict[str, Any] = {
     "KeyPage": {"items": [KEY], "next_cursor": None},
     "TokenOut": {"token": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJib2IifQ.c2lnbmF0dXJl", "expires_at": 1796029200},
     "TokenRevokedOut": {"jti": "jti-51c0", "revoked": True, "expires_at": 1796029200},
-    "AuditPage": {"items": [AUDIT_EVENT], "next_cursor": None},
+    "AuditPage": {"items": [AUDIT_EVENT], "next_cursor": None, "quarantined": 0},
     "TurnOut": {
         "turn_id": "turn-9e2a",
         "session_id": "sess-1",
@@ -240,8 +240,11 @@ EXAMPLES: dict[str, Any] = {
         "reason": "extraction proposed superseding a user-edited belief",
     },
     "QuarantinePageOut": {
+        "kind": "belief",
         "items": [
             {
+                "kind": "belief",
+                "record_id": "b-legacy-7",
                 "belief_id": "b-legacy-7",
                 "owner_id": "bob",
                 "scope": ["project:payments"],
@@ -256,8 +259,12 @@ EXAMPLES: dict[str, Any] = {
         "belief_versions_removed": ["b-legacy-7"],
         "audit_payload_copies_removed": 1,
         "cached_renderings_removed": 0,
+        "text_copies_redacted": 2,
+        "review_items_removed": 0,
+        "expunged": False,
         "erased_at": AT,
     },
+    "QuarantinedRecordErasedOut": {"kind": "turn", "record_id": "turn-9e2a", "erased_at": AT},
     "Health": {"status": "ok"},
     "Readiness": {"status": "ready", "opensearch": True, "redis": True, "indices": True},
     "ErrorOut": {

@@ -3,33 +3,41 @@
 A request the HTTP parser itself refuses (a control character in a header value, a space in a
 header name, a broken request line) never reaches the ASGI app, so uvicorn answers it with its
 own ``text/plain`` 400. These subclasses replace only that answer: same status, same connection
-close, but the one error body every other failure has, with code ``bad_request`` and a request
-id. Served with ``uvicorn --http service.api.http_protocol:JsonErrorHttpProtocol``.
+close, but the error body every other failure of that route has (the service's shape; on the
+proxy's routes their SDK's, when the request line was read before the fault, which the httptools
+parser tells), with code ``bad_request`` and a request id. Served with
+``uvicorn --http service.api.http_protocol:JsonErrorHttpProtocol``.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from urllib.parse import urlsplit
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from service.api.errors import error_body
 from service.errors import ErrorCode
 
 REQUEST_ID_HEADER = b"x-request-id"
 
 
-def bad_request_body(message: str) -> tuple[str, bytes]:
-    """A fresh request id and the JSON error body for an unparseable request."""
+def bad_request_body(message: str, path: str = "") -> tuple[str, bytes]:
+    """A fresh request id and the JSON error body for an unparseable request to ``path`` (empty
+    when the request line itself could not be read)."""
     request_id = f"req-{uuid.uuid4().hex}"
-    error = {
-        "code": ErrorCode.BAD_REQUEST.value,
-        "message": f"malformed HTTP request: {message}",
-        "details": None,
-        "request_id": request_id,
-    }
-    return request_id, json.dumps({"error": error}).encode()
+    message = f"malformed HTTP request: {message}"
+    body = error_body(ErrorCode.BAD_REQUEST, message, None, request_id, path=path, status=400)
+    return request_id, json.dumps(body).encode()
+
+
+def _path_of(target: bytes) -> str:
+    try:
+        return urlsplit(target.decode("latin-1")).path
+    except ValueError:
+        return ""
 
 
 class JsonErrorH11Protocol(H11Protocol):
@@ -55,7 +63,8 @@ else:
 
     class JsonErrorHttpToolsProtocol(HttpToolsProtocol):
         def send_400_response(self, msg: str) -> None:
-            request_id, body = bad_request_body(msg)
+            # the request target as far as the parser got (a header fault comes after it)
+            request_id, body = bad_request_body(msg, _path_of(getattr(self, "url", b"") or b""))
             head = [b"HTTP/1.1 400 Bad Request\r\n"]
             for name, value in self.server_state.default_headers:
                 head.extend([name, b": ", value, b"\r\n"])

@@ -62,11 +62,12 @@ from service.recall.cache import RenderCache
 from service.recall.query import clean_query
 from service.storage import beliefs as belief_storage
 from service.storage import erasure
+from service.storage import quarantine as quarantine_storage
 from service.storage.audit import AuditEvent, AuditStore
 from service.storage.beliefs import BeliefStore, Refresh, WriteResult
 from service.storage.reviews import REVIEWS
 from service.storage.turns import TURNS
-from service.storage.unreadable import why_unreadable
+from service.storage.unreadable import why_record_unreadable, why_unreadable
 
 MAX_RETRIES = 3
 MAX_CHAIN = 200  # versions followed when erasing a supersession chain
@@ -199,6 +200,17 @@ def _erasable_texts(belief: Belief) -> list[str]:
     punctuation there)."""
     earlier = [e.previous_content for e in belief.change_log if e.previous_content]
     statements = [t for t in (belief.content, belief.why_it_matters, *earlier) if t]
+    return [*statements, *(clean_query(t).text for t in statements)]
+
+
+def _raw_erasable_texts(source: dict[str, Any]) -> list[str]:
+    """:func:`_erasable_texts` of a stored document the model cannot load: the same statements,
+    read field by field from the raw source wherever they are strings."""
+    log = source.get("change_log")
+    entries = log if isinstance(log, list) else []
+    earlier = [e.get("previous_content") for e in entries if isinstance(e, dict)]
+    candidates = [source.get("content"), source.get("why_it_matters"), *earlier]
+    statements = [t for t in candidates if isinstance(t, str) and t]
     return [*statements, *(clean_query(t).text for t in statements)]
 
 
@@ -800,7 +812,7 @@ class BeliefLifecycle:
         try:
             root = self._maybe_get(principal, belief_id)
         except Unreadable:
-            return self.erase_unreadable(change, belief_id)  # a quarantined document: by id alone
+            return self.erase_unreadable(change, belief_id, expunge=expunge)  # quarantined: by id alone
         if root is None:
             raise NotFound(f"belief {belief_id!r} not found")
         versions = self.chain(principal, root)
@@ -843,10 +855,12 @@ class BeliefLifecycle:
         ns = self.store.namespace
         return [TURNS.alias(ns), REVIEWS.alias(ns), self.audit.alias]
 
-    def erase_unreadable(self, change: Change, belief_id: str) -> ErasureReceipt:
+    def erase_unreadable(self, change: Change, belief_id: str, *, expunge: bool = False) -> ErasureReceipt:
         """Admin hard delete of a stored document the model cannot load (quarantined), by id and
-        without loading it: the document, the audit payload copies naming it and the tenant's
-        cached renderings. A belief that loads is refused (409): it has a chain to erase."""
+        without loading it: the document, the audit payload copies naming it, the review items about
+        it, every copy of its text (its statements read from the raw source) in the turns, reviews
+        and audit events, and the tenant's cached renderings, like :meth:`erase` (no chain: links of
+        a document that cannot be loaded are not followed). A belief that loads is refused (409)."""
         principal = change.principal
         if not principal.is_admin:
             raise Forbidden("erasing beliefs needs the admin role")
@@ -858,12 +872,26 @@ class BeliefLifecycle:
             raise Conflict(f"belief {belief_id!r} loads fine: erase it with DELETE /v1/beliefs/{belief_id}")
         removed = belief_storage.delete_ids(self.store, principal, [belief_id])
         payloads = self.audit.erase_payloads(principal, removed)
+        reviews = erasure.remove_reviews_about(
+            self.store.client, REVIEWS.alias(self.store.namespace), principal, removed
+        )
+        texts = _raw_erasable_texts(source) if removed else []
+        redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
         cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
+        if expunge:
+            erasure.expunge_deletes(self.store.client, [self.store.alias, *self._copy_aliases()])
         self.record(
             change,
             AuditAction.BELIEF_QUARANTINE_ERASE,
             removed,
-            details={"reason": reason, "audit_payload_copies_removed": payloads, "cached_renderings_removed": cached},
+            details={
+                "reason": reason,
+                "audit_payload_copies_removed": payloads,
+                "cached_renderings_removed": cached,
+                "text_copies_redacted": redacted,
+                "review_items_removed": reviews,
+                "expunged": expunge,
+            },
         )
         return ErasureReceipt(
             belief_id=belief_id,
@@ -871,7 +899,29 @@ class BeliefLifecycle:
             audit_payload_copies_removed=payloads,
             cached_renderings_removed=cached,
             erased_at=utcnow(),
+            text_copies_redacted=redacted,
+            review_items_removed=reviews,
+            expunged=expunge,
         )
+
+    def erase_unreadable_record(self, change: Change, shelf: quarantine_storage.Shelf, record_id: str) -> None:
+        """Admin hard delete of a stored turn, review item or audit event the model cannot load,
+        by id and without loading it; the erase is audited with the kind, id and reason. A record
+        that loads is refused (409): it is not the quarantine's to erase."""
+        principal = change.principal
+        if not principal.is_admin:
+            raise Forbidden("the quarantine needs the admin role")
+        ns = self.store.namespace
+        source = quarantine_storage.raw_source(self.store.client, ns, shelf, principal, record_id)
+        if source is None:
+            raise NotFound(f"{shelf.kind.name} record {record_id!r} not found")
+        reason = why_record_unreadable(shelf.kind, source)
+        if reason is None:
+            raise Conflict(f"{shelf.kind.name} record {record_id!r} loads fine: it is not quarantined")
+        if not quarantine_storage.delete(self.store.client, ns, shelf, principal, record_id):
+            raise NotFound(f"{shelf.kind.name} record {record_id!r} not found")
+        details = {"kind": shelf.kind.name, "record_id": record_id, "reason": reason}
+        self.record(change, AuditAction.RECORD_QUARANTINE_ERASE, [], details=details)
 
     def chain(self, principal: Principal, root: Belief) -> list[Belief]:
         """``root`` and every version linked to it through *reciprocal* supersedes/superseded_by

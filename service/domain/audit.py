@@ -29,6 +29,8 @@ class AuditAction(StrEnum):
     BELIEF_RETRACT = "belief.retract"
     BELIEF_ERASE = "belief.erase"
     BELIEF_QUARANTINE_ERASE = "belief.quarantine_erase"  # a stored document that cannot be loaded
+    # a stored turn, review item or audit event that cannot be loaded (details: kind, record_id)
+    RECORD_QUARANTINE_ERASE = "record.quarantine_erase"
     # the memory loop's review queue and compaction runs
     REVIEW_FILE_CONFLICT = "review.file_conflict"
     REVIEW_RESOLVE = "review.resolve"

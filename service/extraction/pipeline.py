@@ -14,7 +14,7 @@ from typing import Any
 from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import MemoryLoopSettings
 from service.domain.belief import utcnow
-from service.errors import Conflict, StoreUnavailable
+from service.errors import Conflict, StoreUnavailable, Unreadable
 from service.extraction.flywheel import AliasFlywheel
 from service.extraction.merge import BeliefMerger, MergeContext
 from service.extraction.sidecar import ParseStatus
@@ -110,6 +110,10 @@ class ExtractionPipeline:
         except TRANSIENT_ERRORS:
             metrics.EXTRACTIONS.labels("retried").inc()
             raise
+        except Unreadable:
+            # a stored turn this version cannot load (logged once with its id by the store): no
+            # retry can help and nothing can be written back to it; the sweep leaves it out too
+            outcome = ExtractionOutcome(turn_id, "quarantined", {})
         metrics.EXTRACTIONS.labels(outcome.status).inc()
         return outcome
 

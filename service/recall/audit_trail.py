@@ -11,6 +11,7 @@ import redis
 from service.domain.principal import Principal
 from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditEvent, AuditQuery, AuditStore
+from service.storage.unreadable import Loaded
 
 log = logging.getLogger(__name__)
 EXPORT_PAGE = 500
@@ -23,7 +24,7 @@ class AuditTrail:
 
     def search(
         self, principal: Principal, query: AuditQuery, *, size: int, after: str | None
-    ) -> tuple[list[AuditEvent], str | None]:
+    ) -> tuple[Loaded[AuditEvent], str | None]:
         self._drain_pending()
         return self.store.search(principal, query, size=size, after=after)
 

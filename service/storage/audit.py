@@ -23,6 +23,7 @@ from service.errors import Conflict, StoreUnavailable
 from service.storage import access, cursor
 from service.storage.client import already_exists, bulk_item, translate_errors
 from service.storage.templates import AUDIT
+from service.storage.unreadable import Loaded, RecordKind, load_records
 
 
 class AuditEvent(BaseModel):
@@ -59,6 +60,8 @@ class AuditQuery(BaseModel):
     since: datetime | None = None
     until: datetime | None = None
 
+
+AUDIT_RECORDS = RecordKind("audit_event", AuditEvent, "event_id")
 
 _SORT = [{"at": {"order": "desc"}}, {"event_id": {"order": "desc"}}]
 
@@ -128,7 +131,9 @@ class AuditStore:
 
     def search(
         self, principal: Principal, query: AuditQuery, *, size: int, after: str | None
-    ) -> tuple[list[AuditEvent], str | None]:
+    ) -> tuple[Loaded[AuditEvent], str | None]:
+        """One page, newest first. An event that cannot be loaded is skipped (its id in the page's
+        ``quarantined``); the cursor follows the last hit, readable or not."""
         filters = access.for_admin(principal)
         body: dict[str, Any] = {
             "size": size,
@@ -141,7 +146,7 @@ class AuditStore:
             body["search_after"] = search_after
         with translate_errors("read the audit trail"):
             hits = self.client.search(index=self.alias, body=body, routing=filters.routing)["hits"]["hits"]
-        events = [AuditEvent.model_validate(h["_source"]) for h in hits]
+        events = load_records(AUDIT_RECORDS, hits)
         next_cursor = cursor.encode(hits[-1]["sort"]) if len(hits) == size else None
         return events, next_cursor
 

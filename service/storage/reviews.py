@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
-from service.errors import Conflict, NotFound
+from service.errors import Conflict, NotFound, Unreadable
 from service.storage import access
 from service.storage.client import get_routed, index_routed, routed_id, translate_errors
 from service.storage.templates import REVIEWS as REVIEWS  # re-exported: defined in the registry
+from service.storage.unreadable import Loaded, RecordKind, load_record, load_records
 
 ReviewKind = Literal["conflict", "alias_candidate"]
 ReviewStatus = Literal["open", "resolved", "dismissed"]
@@ -51,6 +52,16 @@ class ReviewItem(BaseModel):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
+REVIEW_RECORDS = RecordKind("review", ReviewItem, "review_id")
+
+
+def _unreadable(review_id: str) -> Unreadable:
+    return Unreadable(
+        f"review item {review_id!r} is stored in a form this version cannot load (quarantined); "
+        f"an admin can erase it at /v1/admin/quarantine/review/{review_id}"
+    )
+
+
 class ReviewStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
@@ -75,7 +86,8 @@ class ReviewStore:
         return True
 
     def load(self, tenant_id: str, review_id: str) -> tuple[ReviewItem, int, int] | None:
-        """By key (workers: the key embeds the tenant); None if absent."""
+        """By key (workers: the key embeds the tenant); None if absent, Unreadable if it cannot be
+        loaded."""
         hit = get_routed(
             self.client,
             index=self.alias,
@@ -85,11 +97,10 @@ class ReviewStore:
         )
         if hit is None:
             return None
-        return (
-            ReviewItem.model_validate(hit["_source"]),
-            int(hit["_seq_no"]),
-            int(hit["_primary_term"]),
-        )
+        item = load_record(REVIEW_RECORDS, hit.get("_source"), hit_id=review_id)
+        if item is None:
+            raise _unreadable(review_id)
+        return item, int(hit["_seq_no"]), int(hit["_primary_term"])
 
     def save(self, item: ReviewItem, *, seq_no: int, primary_term: int) -> None:
         item.updated_at = utcnow()
@@ -118,8 +129,9 @@ class ReviewStore:
         status: ReviewStatus | None = "open",
         tenant_wide: bool = False,
         size: int = 50,
-    ) -> list[ReviewItem]:
-        """Newest first. ``tenant_wide`` (admins) lists every user's items of the tenant."""
+    ) -> Loaded[ReviewItem]:
+        """Newest first. ``tenant_wide`` (admins) lists every user's items of the tenant. Items that
+        cannot be loaded are skipped (their ids in ``quarantined``)."""
         narrow: list[dict[str, Any]] = []
         if kind:
             narrow.append({"term": {"kind": kind}})
@@ -133,7 +145,7 @@ class ReviewStore:
         }
         with translate_errors("list review items"):
             rows = self.client.search(index=self.alias, body=body, routing=filters.routing)
-        return [ReviewItem.model_validate(r["_source"]) for r in rows["hits"]["hits"]]
+        return load_records(REVIEW_RECORDS, rows["hits"]["hits"])
 
     def get(self, principal: Principal, review_id: str, *, tenant_wide: bool = False) -> ReviewItem:
         filters = self._filters(principal, tenant_wide)
@@ -143,4 +155,7 @@ class ReviewStore:
         hits = rows["hits"]["hits"]
         if not hits:
             raise NotFound(f"review item {review_id!r} not found")
-        return ReviewItem.model_validate(hits[0]["_source"])
+        item = load_record(REVIEW_RECORDS, hits[0].get("_source"), hit_id=review_id)
+        if item is None:
+            raise _unreadable(review_id)
+        return item

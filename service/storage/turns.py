@@ -18,10 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
-from service.errors import NotFound
+from service.errors import NotFound, Unreadable
 from service.storage import access
 from service.storage.client import get_routed, index_routed, routed_id, translate_errors
 from service.storage.templates import TURNS as TURNS  # re-exported: defined in the registry
+from service.storage.unreadable import RecordKind, load_record
 
 ExtractionStatus = Literal["pending", "running", "done", "failed", "skipped"]
 
@@ -63,6 +64,9 @@ class TurnRecord(BaseModel):
         )
 
 
+TURN_RECORDS = RecordKind("turn", TurnRecord, "turn_id")
+
+
 class TurnStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
@@ -89,7 +93,12 @@ class TurnStore:
         )
         if hit is None:
             raise NotFound(f"turn {turn_id!r} not found")
-        turn = TurnRecord.model_validate(hit["_source"])
+        turn = load_record(TURN_RECORDS, hit.get("_source"), hit_id=turn_id)
+        if turn is None:
+            raise Unreadable(
+                f"turn {turn_id!r} is stored in a form this version cannot load (quarantined); "
+                "an admin can erase it at /v1/admin/quarantine/turn/{turn_id}"
+            )
         if turn.tenant_id != tenant_id:  # defence in depth: the key already embeds the tenant
             raise NotFound(f"turn {turn_id!r} not found")
         return turn, int(hit["_seq_no"]), int(hit["_primary_term"])
@@ -132,11 +141,12 @@ class TurnStore:
         return [(str(b["key"]), int(b["doc_count"])) for b in result["aggregations"]["status"]["buckets"]]
 
     def stale_keys(self, *, older_than_s: int, max_attempts: int, limit: int = 200) -> list[tuple[str, str]]:
-        """Maintenance sweep: ``(tenant_id, turn_id)`` of turns whose extraction never finished."""
+        """Maintenance sweep: ``(tenant_id, turn_id)`` of turns whose extraction never finished.
+        A turn that cannot be loaded (quarantined) is left out: its extraction could only fail, and
+        the sweep would send it again on every tick."""
         cutoff = (utcnow() - timedelta(seconds=older_than_s)).isoformat()
         body = {
             "size": limit,
-            "_source": ["tenant_id", "turn_id"],
             "query": access.maintenance_scan("extraction sweep").query(
                 {"terms": {"extraction_status": ["pending", "running"]}},
                 {"range": {"updated_at": {"lt": cutoff}}},
@@ -146,4 +156,5 @@ class TurnStore:
         }
         with translate_errors("sweep turns"):
             rows = self.client.search(index=self.alias, body=body)["hits"]["hits"]
-        return [(r["_source"]["tenant_id"], r["_source"]["turn_id"]) for r in rows]
+        turns = (load_record(TURN_RECORDS, r.get("_source"), hit_id=r.get("_id")) for r in rows)
+        return [(t.tenant_id, t.turn_id) for t in turns if t is not None]

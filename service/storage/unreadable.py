@@ -6,6 +6,10 @@ read path loads hits through :func:`load_beliefs`, which skips such a document, 
 process with its id and reason, and reports its id as *quarantined*. Single-belief reads raise
 :class:`~service.errors.Unreadable` (409) instead of a 500. Admins list and erase quarantined
 documents by id without parsing them (``/v1/admin/quarantine``).
+
+The other records a read serves get the same treatment through a :class:`RecordKind` (turns, review
+items, audit events): :func:`load_record` / :func:`load_records` skip and log a stored record the
+model cannot load, and by-key reads raise :class:`~service.errors.Unreadable`.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from service.domain.belief import Belief
 
@@ -27,12 +32,35 @@ _reported: set[str] = set()
 _lock = threading.Lock()
 
 
-class LoadedBeliefs(list[Belief]):
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+_LOAD_ERRORS = (ValidationError, TypeError, ValueError, AttributeError, KeyError)
+
+
+class Loaded(list[T]):
+    """The records of a page of hits, plus the ids of the stored documents that were skipped."""
+
+    def __init__(self, records: Iterable[T] = (), quarantined: Iterable[str] = ()):
+        super().__init__(records)
+        self.quarantined: list[str] = list(quarantined)
+
+
+class LoadedBeliefs(Loaded[Belief]):
     """The beliefs of a page of hits, plus the ids of the documents that were skipped."""
 
-    def __init__(self, beliefs: Iterable[Belief] = (), quarantined: Iterable[str] = ()):
-        super().__init__(beliefs)
-        self.quarantined: list[str] = list(quarantined)
+
+@dataclass(frozen=True)
+class RecordKind(Generic[M]):
+    """A kind of stored record other than beliefs: its name in the quarantine listing, its model,
+    and the source field holding its id."""
+
+    name: str
+    model: type[M]
+    id_field: str
+
+    def record_id(self, source: Any, fallback: str | None = None) -> str:
+        value = source.get(self.id_field) if isinstance(source, dict) else None
+        return value if isinstance(value, str) else (fallback or "<no id>")
 
 
 def document_id(source: dict[str, Any], fallback: str | None = None) -> str:
@@ -40,16 +68,29 @@ def document_id(source: dict[str, Any], fallback: str | None = None) -> str:
     return value if isinstance(value, str) else (fallback or "<no id>")
 
 
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "document"
+        return f"{where}: {first.get('msg', 'invalid')}"
+    return f"document: {type(exc).__name__}"
+
+
 def why_unreadable(source: Any) -> str | None:
     """None when ``source`` loads as a belief, else the first reason it does not."""
     try:
         Belief.from_document(source)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "document"
-        return f"{where}: {first.get('msg', 'invalid')}"
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        return f"document: {type(exc).__name__}"
+    except _LOAD_ERRORS as exc:
+        return _reason(exc)
+    return None
+
+
+def why_record_unreadable(kind: RecordKind[Any], source: Any) -> str | None:
+    """None when ``source`` loads as a record of ``kind``, else the first reason it does not."""
+    try:
+        kind.model.model_validate(source)
+    except _LOAD_ERRORS as exc:
+        return _reason(exc)
     return None
 
 
@@ -57,9 +98,30 @@ def load_belief(source: Any, *, hit_id: str | None = None) -> Belief | None:
     """The belief of one stored document, or None (logged once) when it cannot be loaded."""
     try:
         return Belief.from_document(source)
-    except (ValidationError, TypeError, ValueError, AttributeError, KeyError):
-        _report(document_id(source, hit_id), source)
+    except _LOAD_ERRORS as exc:
+        _report("belief", document_id(source, hit_id), source, _reason(exc))
         return None
+
+
+def load_record(kind: RecordKind[M], source: Any, *, hit_id: str | None = None) -> M | None:
+    """The record of one stored document, or None (logged once) when it cannot be loaded."""
+    try:
+        return kind.model.model_validate(source)
+    except _LOAD_ERRORS as exc:
+        _report(kind.name, kind.record_id(source, hit_id), source, _reason(exc))
+        return None
+
+
+def load_records(kind: RecordKind[M], rows: Iterable[dict[str, Any]]) -> Loaded[M]:
+    """Every loadable record of ``rows`` (search hits), in order; the rest quarantined."""
+    loaded: Loaded[M] = Loaded()
+    for row in rows:
+        record = load_record(kind, row.get("_source"), hit_id=row.get("_id"))
+        if record is None:
+            loaded.quarantined.append(kind.record_id(row.get("_source"), row.get("_id")))
+        else:
+            loaded.append(record)
+    return loaded
 
 
 def load_beliefs(rows: Iterable[dict[str, Any]]) -> LoadedBeliefs:
@@ -74,20 +136,22 @@ def load_beliefs(rows: Iterable[dict[str, Any]]) -> LoadedBeliefs:
     return loaded
 
 
-def _report(doc: str, source: Any) -> None:
+def _report(kind: str, doc: str, source: Any, reason: str) -> None:
+    tenant = source.get("tenant_id") if isinstance(source, dict) else None
+    key = f"{kind}|{tenant}|{doc}"
     with _lock:
-        if doc in _reported:
+        if key in _reported:
             return
         if len(_reported) >= _MAX_REPORTED:
             _reported.clear()
-        _reported.add(doc)
-    tenant = source.get("tenant_id") if isinstance(source, dict) else None
+        _reported.add(key)
     log.warning(
-        "quarantined belief %s of tenant %s: stored document cannot be loaded (%s); skipped by reads, "
+        "quarantined %s %s of tenant %s: stored document cannot be loaded (%s); skipped by reads, "
         "an admin can erase it at /v1/admin/quarantine",
+        kind,
         doc,
         tenant,
-        why_unreadable(source),
+        reason,
     )
 
 

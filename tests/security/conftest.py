@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from opensearchpy import OpenSearch
 
 from deploy.localstack import LocalStack, StackConfig
+from service.domain.belief import Belief
+from service.storage.client import routed_id
+from service.storage.templates import BELIEFS
 from tests.api.conftest import (  # noqa: F401 - fixtures shared with the API suite
     api_settings,
     app,
@@ -36,3 +41,16 @@ def served_api(tmp_path_factory: pytest.TempPathFactory, opensearch_url: str, re
     )
     with LocalStack(config) as stack:
         yield stack
+
+
+def store_as_is(os_client: OpenSearch, namespace: str, belief: Belief, **damage: Any) -> None:
+    """Write a belief document straight into the namespace's belief index, with ``damage`` laid over
+    its fields: what an older version, a hand edit or a restore could have left (the API no longer
+    writes such documents)."""
+    os_client.index(
+        index=BELIEFS.alias(namespace),
+        id=routed_id(belief.tenant_id, belief.id),
+        routing=belief.tenant_id,
+        body={**belief.to_document(), **damage},
+        refresh=True,
+    )

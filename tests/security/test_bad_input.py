@@ -27,9 +27,6 @@ def _json_error(response: Any, status: int) -> dict[str, Any]:
     return error
 
 
-HUGE = [2**63, -(2**63) - 1, 2**64 + 5, 10**40, 1e309]
-
-
 # beyond the signed 64-bit range OpenSearch sorts dates in, or not a finite number at all
 # (json writes ``Infinity``/``NaN`` and reads them back)
 HUGE: list[Any] = [2**63, -(2**63) - 1, 2**64 + 5, 10**40, float("inf"), float("nan"), 1.5, "x" * 5000]
@@ -40,21 +37,19 @@ def test_cursor_with_out_of_range_value_is_422(client: TestClient, team: Team, v
     client.post("/v1/beliefs", json=belief_body("cursor_probe"), headers=team.h("carol"))
     users = f"/v1/admin/tenants/{team.tenant}/users"
     keys = f"/v1/admin/tenants/{team.tenant}/keys"
-    for path in ("/v1/beliefs", "/v1/admin/audit", users, keys):
+    quarantine = [("/v1/admin/quarantine", {"kind": kind}) for kind in ("belief", "turn", "review", "audit_event")]
+    for path, params in [*((p, {}) for p in ("/v1/beliefs", "/v1/admin/audit", users, keys)), *quarantine]:
         cursor = _cursor([value, "x"])
-        response = client.get(path, params={"cursor": cursor}, headers=team.h("carol"))
+        response = client.get(path, params={**params, "cursor": cursor}, headers=team.h("carol"))
         error = _json_error(response, 422)
         assert error["code"] == "validation_error", (path, error)
         assert error["details"][0]["loc"] == ["query", "cursor"], (path, error)
 
 
-def test_deeply_nested_json_on_the_proxy_is_4xx(client: TestClient, team: Team) -> None:
-    body = '{"model": "gpt-4o", "messages": ' + "[" * 1000 + "]" * 1000 + "}"
-    response = client.post(
-        "/v1/chat/completions",
-        content=body.encode(),
-        headers={**team.h("alice"), "Content-Type": "application/json"},
-    )
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_deeply_nested_json_on_the_proxy_is_4xx(client: TestClient, team: Team, path: str) -> None:
+    body = '{"model": "gpt-4o", "max_tokens": 8, "messages": ' + "[" * 1000 + "]" * 1000 + "}"
+    response = client.post(path, content=body.encode(), headers={**team.h("alice"), "Content-Type": "application/json"})
     assert 400 <= response.status_code < 500, response.text
     assert response.json()["error"]["message"]
 
@@ -98,6 +93,22 @@ def test_malformed_header_gets_the_json_error_shape(served_api: LocalStack, head
     error = json.loads(body)["error"]
     assert error["code"] == "bad_request" and error["message"] and error["request_id"]
     assert headers["x-request-id"] == error["request_id"]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions?x=1", "/v1/models", "/v1/messages"])
+def test_a_malformed_header_on_the_proxy_gets_its_sdks_error_shape(served_api: LocalStack, path: str) -> None:
+    """Found by the API fuzz: the server's own 400 answered the proxy's routes in the service's
+    shape, which the OpenAI and Anthropic SDKs cannot parse."""
+    request = f"POST {path} HTTP/1.1\r\nHost: api\r\n".encode() + b"X-Session-Id: a\x01b\r\nConnection: close\r\n\r\n"
+    status, _, body = _raw_request(served_api.api_url, request)
+    assert status == 400, body
+    parsed = json.loads(body)
+    if path == "/v1/messages":
+        assert parsed["type"] == "error" and parsed["error"]["type"] == "invalid_request_error", parsed
+        assert parsed["request_id"] and parsed["error"]["code"] == "bad_request"
+    else:
+        error = parsed["error"]
+        assert error["type"] == "invalid_request_error" and error["code"] == "bad_request" and error["request_id"]
 
 
 def test_served_api_still_answers_good_requests(served_api: LocalStack) -> None:

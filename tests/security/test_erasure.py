@@ -12,16 +12,19 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch, helpers
 
 from service.api.state import Services
 from service.config import Settings
+from service.domain.belief import Belief
 from service.extraction.sidecar import BEGIN, END
 from service.recall.query import clean_query
 from tests.api.conftest import Team, belief_body, ok
 from tests.api.test_console import csrf_of, sign_in
+from tests.security.conftest import store_as_is
 from workers.resources import build as build_worker_resources
 
 
@@ -104,6 +107,29 @@ def test_erased_text_is_found_nowhere_in_the_namespace(
     # and the redacted turn still reads
     listed: dict[str, Any] = ok(client.get("/v1/beliefs", headers=team.h("bob")))
     assert all(b["id"] not in (first, second) for b in listed["items"])
+
+
+@pytest.mark.parametrize("via", ["/v1/beliefs/{id}", "/v1/admin/quarantine/{id}"])
+def test_erasing_a_quarantined_belief_leaves_its_text_nowhere(
+    client: TestClient, team: Team, os_client: OpenSearch, api_settings: Settings, via: str
+) -> None:
+    """A stored belief the model cannot load is erased by id without loading it, and its statements
+    (read from the raw source) are redacted from the turns and audit events that copied them,
+    like any erase."""
+    ns = api_settings.opensearch_namespace
+    secret = f"Quarantined secret {uuid.uuid4().hex}: the vault key rotates on Tuesdays"
+    belief_id = f"b-q-{uuid.uuid4().hex[:10]}"
+    good = Belief(
+        id=belief_id, tenant_id=team.tenant, owner_id="bob", type="decision", canonical_name="v", content=secret,
+        scope=["project:pay"],
+    )  # fmt: skip
+    store_as_is(os_client, ns, good, scope="project:pay")  # one scope where a list belongs
+    turn = {"model": "gpt-4o", "user_message": f"Remember: {secret}", "assistant_message": "ok", "scope": []}
+    ok(client.post("/v1/turns", json=turn, headers=team.h("bob")), 202)
+    assert _occurrences(os_client, ns, secret), "the text was spread before the erase"
+    receipt = ok(client.delete(via.format(id=belief_id), params={"expunge": "true"}, headers=team.h("carol")))
+    assert receipt["belief_versions_removed"] == [belief_id]
+    assert _occurrences(os_client, ns, secret) == []
 
 
 def _extract(api_settings: Settings, tenant: str, turn_id: str) -> dict[str, Any]:

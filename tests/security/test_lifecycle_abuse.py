@@ -92,6 +92,29 @@ def test_an_admin_migration_keeps_only_reciprocal_same_owner_links(client: TestC
     assert sorted(erased["belief_versions_removed"]) == ["b-new", "b-old"]
 
 
+def test_history_of_a_long_chain_is_bounded(client: TestClient, team: Team) -> None:
+    """A 130-version chain (reciprocal, same owner: an admin migration may keep it) used to cost one
+    search per version on every history call: history follows at most MAX_HISTORY (50) versions
+    each way, while the admin's erase still takes the whole chain (up to MAX_CHAIN, 200)."""
+    ids = [f"b-long-{i:03d}" for i in range(130)]
+    records = []
+    for i, belief_id in enumerate(ids):
+        links: dict[str, Any] = {"owner_id": "bob"}
+        if i > 0:
+            links["supersedes"] = ids[i - 1]
+        if i < len(ids) - 1:
+            links.update(superseded_by=ids[i + 1], epistemic_status="superseded")
+        records.append({**_record(belief_id, **links), "canonical_name": "long_chain"})
+    report = ok(client.post("/v1/beliefs/import", json=records, headers=team.h("carol")))
+    assert sorted(report["imported"]) == ids and not report.get("changed")
+    newest = ok(client.get(f"/v1/beliefs/{ids[-1]}/history", headers=team.h("bob")))
+    assert [b["id"] for b in newest["chain"]] == ids[-51:]
+    middle = ok(client.get(f"/v1/beliefs/{ids[64]}/history", headers=team.h("bob")))
+    assert [b["id"] for b in middle["chain"]] == ids[14:115]
+    erased = ok(client.delete(f"/v1/beliefs/{ids[-1]}", headers=team.h("carol")))
+    assert sorted(erased["belief_versions_removed"]) == ids
+
+
 def test_an_import_split_across_requests_loses_the_links_that_cross_it(client: TestClient, team: Team) -> None:
     """What ``docs/api.md`` states for a chain cut between two requests (a chunked ``tenure
     import``): each side is dropped in its own request, both versions are stored unlinked, the

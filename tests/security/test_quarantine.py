@@ -17,8 +17,8 @@ from opensearchpy import OpenSearch
 
 from service.config import Settings
 from service.domain.belief import Belief
-from service.storage.templates import BELIEFS
 from tests.api.conftest import Team, belief_body, ok
+from tests.security.conftest import store_as_is
 
 POISON = {
     "b-blank-content": {"content": ""},
@@ -42,13 +42,7 @@ def _plant(os_client: OpenSearch, settings: Settings, team: Team) -> None:
             scope=["project:pay"],
             pinned=True,
         )
-        os_client.index(
-            index=BELIEFS.alias(settings.opensearch_namespace),
-            id=f"{team.tenant}:{belief_id}",
-            routing=team.tenant,
-            body={**good.to_document(), **damage},
-            refresh=True,
-        )
+        store_as_is(os_client, settings.opensearch_namespace, good, **damage)
 
 
 @pytest.fixture

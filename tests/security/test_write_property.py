@@ -113,7 +113,7 @@ def test_random_creates_and_imports_leave_only_readable_documents(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    action=st.sampled_from(["supersede", "aliases", "reinforce"]),
+    action=st.sampled_from(["supersede", "aliases", "aliases/remove", "reinforce", "retract", "resolve"]),
     content=TEXT,
     name=st.one_of(st.none(), TEXT),
     aliases=st.lists(TEXT, max_size=8),
@@ -122,15 +122,68 @@ def test_random_changes_leave_only_readable_documents(
     client: TestClient, operator: dict[str, str], action: str, content: str, name: str | None, aliases: list[str]
 ) -> None:
     team = _shared_team(client, operator)
-    base = {"type": "decision", "canonical_name": "payments_db", "content": "Postgres.", "scope": ["project:pay"]}
+    kind = "open_question" if action == "resolve" else "decision"
+    base = {"type": kind, "canonical_name": "payments_db", "content": "Postgres?", "scope": ["project:pay"]}
+    base["aliases"] = ["payments database", *aliases[:3]] if action == "aliases/remove" else []
     belief_id = ok(client.post("/v1/beliefs", json=base, headers=team.h("alice")), 201)["id"]
     bodies = {
         "supersede": {"content": content, "canonical_name": name, "aliases": aliases},
         "aliases": {"aliases": aliases},
+        "aliases/remove": {"aliases": aliases},
         "reinforce": {"aliases": aliases},
+        "retract": {"reason": content},
+        "resolve": {"note": content},
     }
     response = client.post(f"/v1/beliefs/{belief_id}/{action}", json=bodies[action], headers=team.h("alice"))
     written = [belief_id]
     if _accepted(response) and action == "supersede":
         written.append(response.json()["current"]["id"])
     _reads_serve(client, team, written)
+
+
+TURN_TEXT = st.one_of(TEXT, TEXT.map(lambda t: f"Noted.\n<<<SIDECAR_JSON>>>{t}<<<END_SIDECAR>>>"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    model=TEXT,
+    user_message=TEXT,
+    assistant_message=TURN_TEXT,
+    scope=SCOPES,
+    session_id=st.one_of(st.none(), TEXT),
+    injected_ids=st.lists(TEXT, max_size=3),
+    extra=st.one_of(st.none(), st.sampled_from(["extraction_status", "attempts", "owner_id", "tenant_id"])),
+)
+def test_random_turns_leave_only_readable_records(
+    client: TestClient,
+    operator: dict[str, str],
+    model: str,
+    user_message: str,
+    assistant_message: str,
+    scope: list[str],
+    session_id: str | None,
+    injected_ids: list[str],
+    extra: str | None,
+) -> None:
+    """POST /v1/turns, the write endpoint of the memory loop: whatever a member posts, the turn it
+    stores reads back by id, and the admin's quarantine scan of the tenant's turns finds nothing."""
+    team = _shared_team(client, operator)
+    turn_id = f"turn-p-{uuid.uuid4().hex[:12]}"
+    body: dict[str, Any] = {
+        "turn_id": turn_id,
+        "model": model,
+        "user_message": user_message,
+        "assistant_message": assistant_message,
+        "scope": scope,
+        "session_id": session_id,
+        "injected_ids": injected_ids,
+    }
+    if extra is not None:
+        body[extra] = "hostile"
+    response = client.post(
+        "/v1/turns", content=json.dumps(body).encode(), headers={**team.h("alice"), "Content-Type": "application/json"}
+    )
+    if _accepted(response):
+        assert ok(client.get(f"/v1/turns/{turn_id}", headers=team.h("alice")))["turn_id"] == turn_id
+    scan = ok(client.get("/v1/admin/quarantine", params={"kind": "turn"}, headers=team.h("carol")))
+    assert scan["items"] == [], scan

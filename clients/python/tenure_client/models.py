@@ -65,6 +65,7 @@ class AuditPage(BaseModel):
 
     items: list[AuditEvent]
     next_cursor: str | None = None
+    quarantined: int = 0
 
 
 BeliefType = Literal["preference", "decision", "entity", "open_question", "relation"]
@@ -364,13 +365,18 @@ class QuarantineErasedOut(BaseModel):
     belief_versions_removed: list[str]
     audit_payload_copies_removed: int
     cached_renderings_removed: int
+    text_copies_redacted: int = 0
+    review_items_removed: int = 0
+    expunged: bool = False
     erased_at: datetime
 
 
 class QuarantinedOut(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    belief_id: str
+    kind: Literal["belief", "turn", "review", "audit_event"]
+    record_id: str
+    belief_id: str | None = None
     owner_id: str | None
     scope: list[str]
     reason: str
@@ -379,9 +385,18 @@ class QuarantinedOut(BaseModel):
 class QuarantinePageOut(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
+    kind: Literal["belief", "turn", "review", "audit_event"]
     items: list[QuarantinedOut]
     scanned: int
     next_cursor: str | None = None
+
+
+class QuarantinedRecordErasedOut(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    kind: Literal["turn", "review", "audit_event"]
+    record_id: str
+    erased_at: datetime
 
 
 class Readiness(BaseModel):
@@ -680,6 +695,7 @@ __all__ = [
     "QuarantineErasedOut",
     "QuarantinePageOut",
     "QuarantinedOut",
+    "QuarantinedRecordErasedOut",
     "Readiness",
     "RecallBudget",
     "RecallIn",

@@ -19,6 +19,11 @@ router = APIRouter(prefix="/v1/admin", tags=["audit"])
 class AuditPage(BaseModel):
     items: list[AuditEvent]
     next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page; null at the end")
+    quarantined: int = Field(
+        0,
+        description="Stored events on this page that cannot be loaded: skipped (listed at "
+        "/v1/admin/quarantine?kind=audit_event)",
+    )
 
 
 Short = Annotated[str | None, Query(min_length=1, max_length=200)]
@@ -57,4 +62,4 @@ def query_audit(
         until=until,
     )
     items, next_cursor = audit.search(acting, query, size=limit, after=cursor)
-    return AuditPage(items=items, next_cursor=next_cursor)
+    return AuditPage(items=items, next_cursor=next_cursor, quarantined=len(items.quarantined))

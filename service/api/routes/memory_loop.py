@@ -22,7 +22,7 @@ from service.api.deps import (
     bearer_scheme,
     raw_services,
 )
-from service.api.errors import OpenAIErrorOut, openai_error_responses
+from service.api.errors import OpenAIErrorOut, openai_error_responses, request_id_of
 from service.auth.actor import Actor
 from service.domain.belief import MAX_CONTENT_CHARS, MAX_WHY_CHARS
 from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, ValidationFailed
@@ -57,9 +57,12 @@ _TYPES = {
 }  # a rate limit is refused by proxy_actor, before the handler: it answers in the service's shape
 
 
-def openai_error(exc: TenureError) -> JSONResponse:
+def openai_error(request: Request, exc: TenureError) -> JSONResponse:
+    """The route's own failures in OpenAI's shape, with the request id like every other error of
+    the route (the API fuzz found them without it)."""
     status = exc.status if isinstance(exc, UpstreamFailure) else exc.code.http_status
-    body = {"error": openai_error_body(exc.code.value, exc.message, _TYPES.get(exc.code, "api_error"))}
+    error = openai_error_body(exc.code.value, exc.message, _TYPES.get(exc.code, "api_error"))
+    body = {"error": {**error, "request_id": request_id_of(request)}}
     if exc.details is not None:
         body["error"]["details"] = exc.details
     return JSONResponse(body, status_code=status)
@@ -138,7 +141,7 @@ async def chat_completions(
         data, after = await proxy.complete(ctx, forwarded)
         return JSONResponse(data, headers=headers, background=BackgroundTask(after))
     except TenureError as exc:
-        return openai_error(exc)
+        return openai_error(request, exc)
 
 
 class TurnOut(BaseModel):

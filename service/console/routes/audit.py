@@ -19,7 +19,7 @@ from service.api.deps import AuditDep, BeliefsDep
 from service.console.web import PREFIX, AdminUser, ConsoleRoute, page
 from service.domain.audit import AuditAction
 from service.domain.belief import ID_RE, Belief
-from service.errors import NotFound, ValidationFailed
+from service.errors import NotFound, Unreadable, ValidationFailed
 from service.storage.audit import AuditEvent, AuditQuery
 
 router = APIRouter(prefix=f"{PREFIX}/audit", route_class=ConsoleRoute, include_in_schema=False)
@@ -165,6 +165,6 @@ def event_page(
     for belief_id in event.belief_ids[:50]:
         try:
             current[belief_id] = beliefs.get(user.actor, belief_id, tenant_wide=True)
-        except NotFound:
-            current[belief_id] = None  # erased since
+        except (NotFound, Unreadable):
+            current[belief_id] = None  # erased since, or stored in a form that cannot be loaded
     return page(request, "audit_event.html", nav="audit", event=event, current=current)

@@ -25,7 +25,7 @@ from service.console.web import (
     redirect,
 )
 from service.domain.belief import Belief
-from service.errors import NotFound, ValidationFailed
+from service.errors import NotFound, Unreadable, ValidationFailed
 from service.extraction.reviews import ALLOWED, Action, MergeChoice, ReviewService, Side, merged_proposal
 from service.storage.reviews import ReviewItem, ReviewStatus
 
@@ -71,7 +71,7 @@ def queue(
         if item.belief_id and item.belief_id not in existing:
             try:
                 existing[item.belief_id] = beliefs.get(user.actor, item.belief_id, tenant_wide=True)
-            except NotFound:
+            except (NotFound, Unreadable):  # erased since, or stored in a form that cannot be loaded
                 existing[item.belief_id] = None
     return page(
         request,
