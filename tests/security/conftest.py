@@ -20,6 +20,7 @@ from tests.api.conftest import (  # noqa: F401 - fixtures shared with the API su
     app,
     client,
     operator,
+    operator_key,
     other_team,
     services,
     signing_keys,
