@@ -84,7 +84,8 @@ def test_each_credential_has_its_own_bucket(
 
 def test_the_load_generator_counts_each_429_through_the_sdk(limited: TestClient, team: Team) -> None:
     """The load test sends its requests through the SDK with retries off: a 429 is one recorded
-    answer with its Retry-After, not a retried (and hidden) one."""
+    answer with its Retry-After, not a retried (and hidden) one (with retries the SDK would wait
+    the Retry-After and come back with the refilled token's 200)."""
 
     async def outcomes() -> list[tuple[int | None, str, str | None]]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=limited.app)) as http:
@@ -92,12 +93,10 @@ def test_the_load_generator_counts_each_429_through_the_sdk(limited: TestClient,
             answers = [await sdk_call(sdk.whoami(), 200) for _ in range(BURST + 1)]
         return [(a.status, a.kind, a.retry_after) for a in answers]
 
-    started = time.monotonic()
     answers = asyncio.run(outcomes())
     assert answers[:BURST] == [(200, "200", None)] * BURST
     status, kind, retry_after = answers[BURST]
     assert (status, kind) == (429, "429") and retry_after is not None and int(retry_after) >= 1
-    assert time.monotonic() - started < 1 / PER_S  # no wait for the bucket: nothing was retried
 
 
 def test_tokens_of_one_subject_share_a_bucket(client: TestClient, limited: TestClient, team: Team) -> None:
