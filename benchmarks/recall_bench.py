@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -485,6 +485,19 @@ def tier_breakdown(
 
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def wind_down(report: dict[str, Any], out: Path, servers: Iterable[Service | None], tmp: Path) -> None:
+    """The end of an A/B run, whatever happened: stop its throw-away servers, remove their
+    directory, write the report (``loadavg_after`` added) and say where."""
+    report["loadavg_after"] = loadavg()
+    for server in servers:
+        if server is not None:
+            server.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 import uuid
@@ -22,7 +21,17 @@ from typing import Any
 
 import redis
 
-from benchmarks.recall_bench import REPO, Spec, TimedClient, draw_queries, load_range, loadavg, measure, pct
+from benchmarks.recall_bench import (
+    REPO,
+    Spec,
+    TimedClient,
+    draw_queries,
+    load_range,
+    loadavg,
+    measure,
+    pct,
+    wind_down,
+)
 from deploy.devstack import Service, start_opensearch, start_redis
 from service.config import RecallDefaults, Settings
 from service.recall.context import ContextBuilder
@@ -111,19 +120,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  vocabulary cache: {json.dumps(stage['vocabulary'])}", flush=True)
             report["stages"].append(stage)
     finally:
-        report["loadavg_after"] = loadavg()
         drop_namespace(base, namespace)
         base.close()
         client.close()
         redis_client.close()
-        for svc in (node, rds):
-            if svc is not None:
-                svc.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
         out = args.out or REPO / "benchmarks" / "results" / f"vocab-{started:%Y%m%dT%H%MZ}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {out}")
+        wind_down(report, out, (node, rds), tmp)
     return 0
 
 

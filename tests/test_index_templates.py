@@ -13,7 +13,14 @@ from service.domain.belief import Belief
 from service.errors import StoreUnavailable
 from service.storage.beliefs import BeliefStore
 from service.storage.operations import upgrade_family
-from service.storage.templates import BELIEFS, apply_templates, drop_namespace, expected_mapping, index_template_name
+from service.storage.templates import (
+    BELIEFS,
+    apply_templates,
+    drop_namespace,
+    expected_mapping,
+    index_template_name,
+    merge_policy,
+)
 
 
 def _live_mapping(client: OpenSearch, alias: str) -> dict[str, Any]:
@@ -43,6 +50,29 @@ def test_apply_is_idempotent_and_alias_points_to_generation_one(os_client: OpenS
     apply_templates(os_client, ns)
     targets = list(os_client.indices.get_alias(name=BELIEFS.alias(ns)).keys())
     assert targets == [BELIEFS.concrete(ns, 1)]
+
+
+def _segments_per_tier(client: OpenSearch, alias: str) -> set[str]:
+    live = client.indices.get_settings(index=alias, name="index.merge.policy.segments_per_tier")
+    return {str(v["settings"]["index"]["merge"]["policy"]["segments_per_tier"]) for v in live.values()}
+
+
+def test_the_merge_policy_reaches_an_index_made_before_it(os_client: OpenSearch) -> None:
+    """A template only shapes new indices; the measured merge policy (docs/operations.md) is put on
+    the existing index behind the alias by every apply, idempotently."""
+    ns = f"mp-{uuid.uuid4().hex[:8]}"
+    try:
+        apply_templates(os_client, ns)
+        alias = BELIEFS.alias(ns)
+        wanted = str(merge_policy(BELIEFS)["policy"]["segments_per_tier"])
+        assert _segments_per_tier(os_client, alias) == {wanted}
+        # an index from before the policy (OpenSearch's default), then a start-up of this release
+        os_client.indices.put_settings(index=alias, body={"index": {"merge": {"policy": {"segments_per_tier": 10}}}})
+        apply_templates(os_client, ns)
+        apply_templates(os_client, ns)
+        assert _segments_per_tier(os_client, alias) == {wanted}
+    finally:
+        drop_namespace(os_client, ns)
 
 
 def test_reindex_swaps_alias_atomically_and_keeps_documents(os_client: OpenSearch) -> None:

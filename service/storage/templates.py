@@ -112,7 +112,27 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
             request_timeout=ADMIN_TIMEOUT_S,
         )
         ensure_alias(client, family, namespace)
+        apply_merge_policy(client, family, namespace)
     return removed
+
+
+def merge_policy(family: IndexFamily) -> dict[str, Any]:
+    """The family's ``merge`` settings from its index template file (empty: OpenSearch's defaults)."""
+    settings = load_json(f"index/tenure-{family.name}.json")["template"].get("settings", {})
+    policy: dict[str, Any] = settings.get("merge", {})
+    return policy
+
+
+def apply_merge_policy(client: OpenSearch, family: IndexFamily, namespace: str) -> None:
+    """Put the template's merge policy on the indices behind the family's alias too (a template
+    only shapes indices created later, and the policy is dynamic): idempotent, the same values on
+    every start-up. The refresh interval is not re-put: a bulk load or reindex may have switched
+    it off for a while, and the template's value is what the index was created with."""
+    policy = merge_policy(family)
+    if policy:
+        client.indices.put_settings(
+            index=family.alias(namespace), body={"index": {"merge": policy}}, request_timeout=ADMIN_TIMEOUT_S
+        )
 
 
 def index_template_name(family: IndexFamily, namespace: str) -> str:
