@@ -62,10 +62,21 @@ class RecordKind(Generic[M]):
         value = source.get(self.id_field) if isinstance(source, dict) else None
         return value if isinstance(value, str) else (fallback or "<no id>")
 
+    def parse(self, source: Any) -> M:
+        return self.model.model_validate(source)
+
+
+class _BeliefKind(RecordKind[Belief]):
+    # a stored belief loads through its own document mapping, not plain model validation
+    def parse(self, source: Any) -> Belief:
+        return Belief.from_document(source)
+
+
+BELIEF_RECORDS: RecordKind[Belief] = _BeliefKind("belief", Belief, "id")
+
 
 def document_id(source: dict[str, Any], fallback: str | None = None) -> str:
-    value = source.get("id") if isinstance(source, dict) else None
-    return value if isinstance(value, str) else (fallback or "<no id>")
+    return BELIEF_RECORDS.record_id(source, fallback)
 
 
 def _reason(exc: Exception) -> str:
@@ -78,17 +89,13 @@ def _reason(exc: Exception) -> str:
 
 def why_unreadable(source: Any) -> str | None:
     """None when ``source`` loads as a belief, else the first reason it does not."""
-    try:
-        Belief.from_document(source)
-    except _LOAD_ERRORS as exc:
-        return _reason(exc)
-    return None
+    return why_record_unreadable(BELIEF_RECORDS, source)
 
 
 def why_record_unreadable(kind: RecordKind[Any], source: Any) -> str | None:
     """None when ``source`` loads as a record of ``kind``, else the first reason it does not."""
     try:
-        kind.model.model_validate(source)
+        kind.parse(source)
     except _LOAD_ERRORS as exc:
         return _reason(exc)
     return None
@@ -96,17 +103,13 @@ def why_record_unreadable(kind: RecordKind[Any], source: Any) -> str | None:
 
 def load_belief(source: Any, *, hit_id: str | None = None) -> Belief | None:
     """The belief of one stored document, or None (logged once) when it cannot be loaded."""
-    try:
-        return Belief.from_document(source)
-    except _LOAD_ERRORS as exc:
-        _report("belief", document_id(source, hit_id), source, _reason(exc))
-        return None
+    return load_record(BELIEF_RECORDS, source, hit_id=hit_id)
 
 
 def load_record(kind: RecordKind[M], source: Any, *, hit_id: str | None = None) -> M | None:
     """The record of one stored document, or None (logged once) when it cannot be loaded."""
     try:
-        return kind.model.model_validate(source)
+        return kind.parse(source)
     except _LOAD_ERRORS as exc:
         _report(kind.name, kind.record_id(source, hit_id), source, _reason(exc))
         return None
@@ -126,14 +129,8 @@ def load_records(kind: RecordKind[M], rows: Iterable[dict[str, Any]]) -> Loaded[
 
 def load_beliefs(rows: Iterable[dict[str, Any]]) -> LoadedBeliefs:
     """Every loadable belief of ``rows`` (search hits), in order; the rest quarantined."""
-    loaded = LoadedBeliefs()
-    for row in rows:
-        belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
-        if belief is None:
-            loaded.quarantined.append(document_id(row.get("_source") or {}, row.get("_id")))
-        else:
-            loaded.append(belief)
-    return loaded
+    loaded = load_records(BELIEF_RECORDS, rows)
+    return LoadedBeliefs(loaded, loaded.quarantined)
 
 
 def _report(kind: str, doc: str, source: Any, reason: str) -> None:
