@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -21,9 +22,14 @@ if TYPE_CHECKING:
     from loadtest.generator import Fleet, FleetUser, LoadConfig
 
 PARALLEL = 16
+PARALLEL_PER_USER = 4  # one credential's rate limit (20/s by default) is shared by its checks
 TERMINAL_TURN_STATES = ("done", "skipped", "failed")
 TURN_PREFIX = "load_turn_"
-RETRIES = 4  # transient answers (5xx, 429, transport errors) are retried before judging
+RETRIES = 4  # faults (5xx, transport errors) are retried this many times before judging
+# A 429 is the server pacing this credential, not a fault: the check waits as long as Retry-After
+# says, again and again, for up to this long per request. Judging "lost" on a 429 would blame the
+# service for the verifier's own burst.
+RATE_LIMITED_PATIENCE_S = 120.0
 
 
 @dataclass
@@ -84,8 +90,18 @@ class Verification:
         )
 
 
-def _transient(outcome: Outcome) -> bool:
-    return outcome.status is None or outcome.status == 429 or outcome.status >= 500
+def _fault(outcome: Outcome) -> bool:
+    return outcome.status is None or outcome.status >= 500
+
+
+def _retry_after_s(outcome: Outcome) -> float:
+    """How long the server asked us to wait (at least a beat, at most 10 s), plus jitter so the
+    waiting checks of one credential do not come back in one burst."""
+    try:
+        asked = float(outcome.retry_after) if outcome.retry_after else 1.0
+    except ValueError:
+        asked = 1.0
+    return min(max(asked, 0.1), 10.0) + random.uniform(0.0, 0.5)
 
 
 class _Checker:
@@ -95,6 +111,7 @@ class _Checker:
         self.report = report
         self.api = Api(config, client)
         self.gate = asyncio.Semaphore(PARALLEL)
+        self.user_gates: dict[str, asyncio.Semaphore] = {}
         self.result = Verification()
         writes = {w.belief_id: w for w in [*fleet.seeds, *report.acknowledged_writes]}
         self.writes = list(writes.values())
@@ -104,17 +121,21 @@ class _Checker:
             fleet.own(TURN_PREFIX + turn.token, turn.tenant)
 
     async def request(self, user: FleetUser, send: Callable[[AsyncTenure], Awaitable[BaseModel]]) -> Outcome:
-        """One SDK call (``send`` makes it with the user's client) under the parallelism cap,
-        retried while the answer is transient."""
-        outcome: Outcome | None = None
-        for attempt in range(RETRIES):
-            async with self.gate:
+        """One SDK call (``send`` makes it with the user's client) under the parallelism caps,
+        waited out while rate-limited and retried while the answer is a fault."""
+        user_gate = self.user_gates.setdefault(user.key, asyncio.Semaphore(PARALLEL_PER_USER))
+        patience_ends = time.monotonic() + RATE_LIMITED_PATIENCE_S
+        faults = 0
+        while True:
+            async with user_gate, self.gate:
                 outcome = await sdk_call(send(self.api.as_(user.key)), 200)
-            if not _transient(outcome):
-                break
-            await asyncio.sleep(0.5 * (attempt + 1))
-        assert outcome is not None
-        return outcome
+            if outcome.status == 429 and time.monotonic() < patience_ends:
+                await asyncio.sleep(_retry_after_s(outcome))
+            elif _fault(outcome) and faults < RETRIES - 1:
+                faults += 1
+                await asyncio.sleep(0.5 * faults)
+            else:
+                return outcome
 
     async def gather(self, items: list[Any], check: Callable[[Any], Awaitable[None]]) -> None:
         await asyncio.gather(*(check(item) for item in items))

@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+from collections.abc import Awaitable, Callable
 
 import pytest
-from tenure_client import AsyncTenure
+from pydantic import BaseModel
+from tenure_client import AsyncTenure, RateLimited, ServiceUnavailable, TenureError
 
 from loadtest import names
 from loadtest.generator import Fleet, FleetUser, LoadConfig, _Run, parse_mix
 from loadtest.http import Outcome, sdk_call
 from loadtest.report import LoadReport, OpStats, Sample, TurnRecord, WriteRecord
 from loadtest.stats import LatencySummary, percentile
-from loadtest.verification import Verification, _Checker
+from loadtest.verification import RETRIES, Verification, _Checker
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -188,3 +190,50 @@ def test_an_sdk_call_to_a_dead_server_is_a_connect_failure() -> None:
 
     got = asyncio.run(outcome())
     assert (got.status, got.kind, got.body) == (None, "connect", None)
+
+
+def _empty_report() -> LoadReport:
+    return LoadReport(
+        config={}, started_at="", elapsed_s=0.0, ops={}, timeline=[], acknowledged_writes=[],
+        acknowledged_turns=[], unacknowledged_writes=[], unacknowledged_turns=[], isolation_leaks=[],
+        recall_expected_hits=0, recall_missed_hits=[], load_average_before=(0, 0, 0),
+        load_average_after=(0, 0, 0),
+    )  # fmt: skip
+
+
+class _Answer(BaseModel):
+    ok: bool = True
+
+
+def _scripted_send(answers: list[TenureError | None]) -> tuple[list[int], Callable[[AsyncTenure], Awaitable[_Answer]]]:
+    """A request that fails with each scripted error in turn, then succeeds; counts its attempts."""
+    attempts: list[int] = []
+
+    async def send(_sdk: AsyncTenure) -> _Answer:
+        attempts.append(1)
+        error = answers[len(attempts) - 1] if len(attempts) <= len(answers) else None
+        if error is not None:
+            raise error
+        return _Answer()
+
+    return attempts, send
+
+
+def test_the_verifier_waits_out_rate_limits_instead_of_judging_a_write_lost() -> None:
+    """The compose check once failed on its verifier's own burst: 429s on the reads were reported as
+    lost writes. A 429 is waited out (as long as Retry-After says), however many come in a row."""
+    config, fleet = _two_tenant_fleet()
+    checker = _Checker(config, fleet, _empty_report(), client=None)  # type: ignore[arg-type]
+    limited = [RateLimited("slow down", code="rate_limited", status=429, retry_after_s=0.01) for _ in range(6)]
+    attempts, send = _scripted_send(list(limited))
+    got = asyncio.run(checker.request(fleet.user(0), send))
+    assert (got.status, len(attempts)) == (200, 7)
+
+
+def test_the_verifier_gives_up_on_a_persistent_fault() -> None:
+    config, fleet = _two_tenant_fleet()
+    checker = _Checker(config, fleet, _empty_report(), client=None)  # type: ignore[arg-type]
+    down = [ServiceUnavailable("down", code="unavailable", status=503) for _ in range(10)]
+    attempts, send = _scripted_send(list(down))
+    got = asyncio.run(checker.request(fleet.user(0), send))
+    assert (got.status, len(attempts)) == (503, RETRIES)
