@@ -50,10 +50,12 @@ from typing import Any
 
 import httpx
 from opensearchpy import OpenSearch, helpers
+from tenure_client import AsyncTenure, ConnectionFailed, Tenure, TenureError
 
-from benchmarks.recall_bench import Query, Spec, draw_queries, load_range, loadavg, pct, tenant_of
+from benchmarks.recall_bench import Query, Spec, draw_queries, load_range, loadavg, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
 from loadtest.__main__ import CpuMeter
+from loadtest.stats import latency_block
 from service.auth import keys
 from service.config import Settings
 from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord
@@ -70,6 +72,7 @@ NOW = datetime(2026, 11, 1, tzinfo=UTC)  # the corpus's clock: the same beliefs 
 # The paced run's client keeps at most this many recalls unanswered (at 300/s, 64 in flight is
 # over 200 ms of queue: far past the p99 target already).
 MAX_IN_FLIGHT = 64
+TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -213,7 +216,7 @@ class Api:
         self.log = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(args, cwd=variant.source, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # /healthz: up, whatever the variant's readiness rules
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
                     return
@@ -240,19 +243,46 @@ class Api:
         self.log.close()
 
 
-def body_of(q: Query) -> dict[str, Any]:
-    return {"scopes": q.scopes, "query": q.message}
+class Callers:
+    """One SDK client per query's user (their own API key, as the service sees real clients), all
+    on one shared connection pool; retries off, so every 429/503 is counted, not waited out. The
+    answer is read as decoded JSON (``recall_json``), not into the SDK's models: every variant's
+    answer is read alike (the code before issue 16 answers in the injection shape of before
+    2026-11-30) and the client spends no CPU validating it."""
+
+    def __init__(self, url: str, http: httpx.Client):
+        self.url, self.http = url, http
+        self.clients: dict[tuple[str, str], Tenure] = {}
+
+    def recall(self, q: Query) -> None:
+        who = (q.principal.tenant_id, q.principal.user_id)
+        client = self.clients.get(who)
+        if client is None:
+            client = self.clients[who] = Tenure(self.url, key_of(*who)[1], http_client=self.http, max_retries=0)
+        client.recall_json(q.message, scopes=q.scopes)
 
 
-def headers_of(q: Query) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key_of(q.principal.tenant_id, q.principal.user_id)[1]}"}
+class AsyncCallers:
+    """:class:`Callers` for the asyncio runs."""
+
+    def __init__(self, url: str, http: httpx.AsyncClient):
+        self.url, self.http = url, http
+        self.clients: dict[tuple[str, str], AsyncTenure] = {}
+
+    async def recall(self, q: Query) -> None:
+        who = (q.principal.tenant_id, q.principal.user_id)
+        client = self.clients.get(who)
+        if client is None:
+            client = self.clients[who] = AsyncTenure(self.url, key_of(*who)[1], http_client=self.http, max_retries=0)
+        await client.recall_json(q.message, scopes=q.scopes)
 
 
-def summary(timings: list[float]) -> dict[str, float]:
-    if not timings:
-        return {"n": 0}
-    return {"n": len(timings), "p50_ms": round(pct(timings, 50), 2), "p95_ms": round(pct(timings, 95), 2),
-            "p99_ms": round(pct(timings, 99), 2), "max_ms": round(max(timings), 1)}  # fmt: skip
+def cause_of(error: TenureError) -> str:
+    """Why a recall failed, as the JSON's ``error_causes`` name it: ``HTTP 429`` for an answer,
+    httpx's exception name (``ReadTimeout``, ``ConnectError``, ...) when none came."""
+    if isinstance(error, ConnectionFailed) and error.__cause__ is not None:
+        return type(error.__cause__).__name__
+    return f"HTTP {error.status}" if error.status else error.code
 
 
 def sequential(api: Api, queries: list[Query], warmup: int, max_s: float | None) -> tuple[dict[str, Any], int]:
@@ -264,20 +294,23 @@ def sequential(api: Api, queries: list[Query], warmup: int, max_s: float | None)
     errors = 0
     sent = 0
     deadline = time.monotonic() + max_s if max_s else None
-    with httpx.Client(base_url=api.url, timeout=30) as http:
+    with httpx.Client(base_url=api.url, timeout=TIMEOUT_S) as http:
+        callers = Callers(api.url, http)
         for i, q in enumerate(queries):
             if deadline is not None and time.monotonic() > deadline:
                 break
             t0 = time.perf_counter()
-            response = http.post("/v1/recall", json=body_of(q), headers=headers_of(q))
-            elapsed = (time.perf_counter() - t0) * 1000
-            sent += 1
-            if response.status_code != 200:
+            try:
+                callers.recall(q)
+            except TenureError:
                 errors += 1
-            elif i >= warmup:
-                timings.append(elapsed)
+                continue
+            finally:
+                sent += 1
+            if i >= warmup:
+                timings.append((time.perf_counter() - t0) * 1000)
     capped = sent < len(queries)
-    return {**summary(timings), "errors": errors, "sent": sent, "stopped_at_max_s": capped}, sent
+    return {**latency_block(timings), "errors": errors, "sent": sent, "stopped_at_max_s": capped}, sent
 
 
 def drain(api: Api, probe: Query) -> float:
@@ -286,17 +319,22 @@ def drain(api: Api, probe: Query) -> float:
     after the backlog. Returns the seconds it took."""
     t0 = time.perf_counter()
     with httpx.Client(base_url=api.url, timeout=300) as http:
-        http.post("/v1/recall", json=body_of(probe), headers=headers_of(probe))
+        try:
+            Callers(api.url, http).recall(probe)
+        except ConnectionFailed:
+            raise
+        except TenureError:
+            pass  # answered, if with an error: the backlog is gone
     return round(time.perf_counter() - t0, 2)
 
 
-async def post(http: httpx.AsyncClient, q: Query) -> str | None:
+async def post(callers: AsyncCallers, q: Query) -> str | None:
     """One recall; None when it answered 200, else why not (``HTTP 429``, ``ReadTimeout``, ...)."""
     try:
-        response = await http.post("/v1/recall", json=body_of(q), headers=headers_of(q))
-    except httpx.HTTPError as exc:
-        return type(exc).__name__
-    return None if response.status_code == 200 else f"HTTP {response.status_code}"
+        await callers.recall(q)
+    except TenureError as exc:
+        return cause_of(exc)
+    return None
 
 
 async def paced(api: Api, queries: list[Query], rate: float, seconds: float, grace_s: float) -> dict[str, Any]:
@@ -313,7 +351,8 @@ async def paced(api: Api, queries: list[Query], rate: float, seconds: float, gra
     causes: dict[str, int] = {}
     in_flight = 0
     limits = httpx.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)
-    async with httpx.AsyncClient(base_url=api.url, timeout=30, limits=limits) as http:
+    async with httpx.AsyncClient(base_url=api.url, timeout=TIMEOUT_S, limits=limits) as http:
+        callers = AsyncCallers(api.url, http)
         start = time.perf_counter() + 0.2
 
         async def one(k: int) -> None:
@@ -325,7 +364,7 @@ async def paced(api: Api, queries: list[Query], rate: float, seconds: float, gra
                 return
             in_flight += 1
             try:
-                cause = await post(http, queries[k % len(queries)])
+                cause = await post(callers, queries[k % len(queries)])
             finally:
                 in_flight -= 1
             if cause is None:
@@ -343,7 +382,7 @@ async def paced(api: Api, queries: list[Query], rate: float, seconds: float, gra
         wall = time.perf_counter() - start
     errors = sum(causes.values())
     return {
-        **summary(timings),
+        **latency_block(timings),
         "errors": errors,
         "error_causes": causes,
         "sent": total,
@@ -354,7 +393,8 @@ async def paced(api: Api, queries: list[Query], rate: float, seconds: float, gra
 async def ceiling(api: Api, queries: list[Query], clients: int, seconds: float) -> dict[str, Any]:
     timings: list[float] = []
     causes: dict[str, int] = {}
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=api.url, timeout=TIMEOUT_S) as http:
+        callers = AsyncCallers(api.url, http)
         stop = time.perf_counter() + seconds
 
         async def client(c: int) -> None:
@@ -363,7 +403,7 @@ async def ceiling(api: Api, queries: list[Query], clients: int, seconds: float) 
                 q = queries[k % len(queries)]
                 k += clients
                 t0 = time.perf_counter()
-                cause = await post(http, q)
+                cause = await post(callers, q)
                 if cause is None:
                     timings.append((time.perf_counter() - t0) * 1000)
                 else:
@@ -373,7 +413,7 @@ async def ceiling(api: Api, queries: list[Query], clients: int, seconds: float) 
         await asyncio.gather(*(client(c) for c in range(clients)))
         wall = time.perf_counter() - t0
     return {
-        **summary(timings),
+        **latency_block(timings),
         "errors": sum(causes.values()),
         "error_causes": causes,
         "recalls_per_s": round(len(timings) / wall, 1),

@@ -43,6 +43,7 @@ from deploy.devstack import free_port, start_opensearch, start_redis
 from deploy.localstack import celery_worker_args
 from evals.cases import paper_case_set
 from evals.runner import load_corpus
+from loadtest.stats import percentile
 from service.api.state import Services
 from service.config import AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 from service.extraction.queue import TaskQueue
@@ -53,11 +54,6 @@ from service.storage.turns import TurnRecord, TurnStore
 
 REPO = Path(__file__).resolve().parents[1]
 ANSWER = "For a pure cache use allkeys-lru; keep volatile-lru if some keys must persist. " * 3
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def sidecar(i: int) -> str:
@@ -227,12 +223,12 @@ def latency(args: argparse.Namespace, upstream: str, base: str, key: str) -> dic
     for name, d, p in (("non_streaming", direct, proxied), ("streaming_ttft", ttft_direct, ttft_proxy)):
         out[name] = {
             "n": len(d),
-            "direct_p50_ms": pct(d, 50) * ms,
-            "direct_p99_ms": pct(d, 99) * ms,
-            "proxy_p50_ms": pct(p, 50) * ms,
-            "proxy_p99_ms": pct(p, 99) * ms,
-            "added_p50_ms": (pct(p, 50) - pct(d, 50)) * ms,
-            "added_p99_ms": (pct(p, 99) - pct(d, 99)) * ms,
+            "direct_p50_ms": percentile(d, 50) * ms,
+            "direct_p99_ms": percentile(d, 99) * ms,
+            "proxy_p50_ms": percentile(p, 50) * ms,
+            "proxy_p99_ms": percentile(p, 99) * ms,
+            "added_p50_ms": (percentile(p, 50) - percentile(d, 50)) * ms,
+            "added_p99_ms": (percentile(p, 99) - percentile(d, 99)) * ms,
             "added_mean_ms": (statistics.mean(p) - statistics.mean(d)) * ms,
         }
     return out

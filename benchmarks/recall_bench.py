@@ -36,6 +36,7 @@ from typing import Any
 from opensearchpy import OpenSearch, helpers
 
 from deploy.devstack import Service, start_opensearch
+from loadtest.stats import percentile
 from service.config import RecallDefaults, Settings
 from service.domain.belief import Belief, BeliefType, EpistemicStatus
 from service.domain.principal import Principal
@@ -394,11 +395,6 @@ class Stage:
     server_took_by_tier_ms: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
-
-
 def measure(
     builder: ContextBuilder, client: TimedClient, queries: list[Query], warmup: int, threads: int
 ) -> dict[str, Any]:
@@ -436,17 +432,18 @@ def measure(
         concurrent_qps = len(measured) / (time.perf_counter() - c0)
     return {
         "queries": len(measured),
-        "p50_ms": pct(timings, 50),
-        "p95_ms": pct(timings, 95),
-        "p99_ms": pct(timings, 99),
+        "p50_ms": percentile(timings, 50),
+        "p95_ms": percentile(timings, 95),
+        "p99_ms": percentile(timings, 99),
         "mean_ms": statistics.fmean(timings),
         "max_ms": max(timings),
         "throughput_qps": len(measured) / wall,
-        "server_took_p50_ms": pct(took, 50) if took else 0.0,
-        "server_took_p99_ms": pct(took, 99) if took else 0.0,
-        "by_kind_p50_ms": {k: round(pct(v, 50), 2) for k, v in sorted(kinds.items())},
+        "server_took_p50_ms": percentile(took, 50) if took else 0.0,
+        "server_took_p99_ms": percentile(took, 99) if took else 0.0,
+        "by_kind_p50_ms": {k: round(percentile(v, 50), 2) for k, v in sorted(kinds.items())},
         "by_kind_ms": {
-            k: {"n": len(v), **{f"p{q}": round(pct(v, q), 2) for q in (50, 95, 99)}} for k, v in sorted(kinds.items())
+            k: {"n": len(v), **{f"p{q}": round(percentile(v, q), 2) for q in (50, 95, 99)}}
+            for k, v in sorted(kinds.items())
         },
         "mean_relevant_hits": hits / len(measured),
         "concurrent_qps": concurrent_qps,
@@ -480,7 +477,10 @@ def tier_breakdown(
         for name, body in bodies.items():
             response = client.search(index=alias, body=body, routing=filters.routing)
             took.setdefault(name, []).append(float(response["took"]))
-    return {k: {"p50": pct(v, 50), "p95": pct(v, 95), "p99": pct(v, 99)} for k, v in sorted(took.items())}
+    return {
+        k: {"p50": percentile(v, 50), "p95": percentile(v, 95), "p99": percentile(v, 99)}
+        for k, v in sorted(took.items())
+    }
 
 
 def loadavg() -> list[float]:

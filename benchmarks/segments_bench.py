@@ -28,8 +28,9 @@ from typing import Any
 
 import redis
 
-from benchmarks.recall_bench import REPO, Spec, belief_at, draw_queries, load_range, loadavg, pct, wind_down
+from benchmarks.recall_bench import REPO, Spec, belief_at, draw_queries, load_range, loadavg, wind_down
 from deploy.devstack import Service, start_opensearch, start_redis
+from loadtest.stats import percentile
 from service.config import RecallDefaults, Settings
 from service.recall.context import ContextBuilder
 from service.recall.vocabulary import VocabularyMatcher
@@ -92,13 +93,13 @@ def run_variant(
     after = _recalls(builder, queries[args.recalls :], None)
     return {
         "writes": len(acks),
-        "write_ack_p50_ms": pct(acks, 50),
-        "write_ack_p99_ms": pct(acks, 99),
-        "recall_during_writes_p50_ms": pct(during, 50) if during else None,
-        "recall_during_writes_p99_ms": pct(during, 99) if during else None,
+        "write_ack_p50_ms": percentile(acks, 50),
+        "write_ack_p99_ms": percentile(acks, 99),
+        "recall_during_writes_p50_ms": percentile(during, 50) if during else None,
+        "recall_during_writes_p99_ms": percentile(during, 99) if during else None,
         "recalls_during_writes": len(during),
-        "recall_after_p50_ms": pct(after, 50),
-        "recall_after_p99_ms": pct(after, 99),
+        "recall_after_p50_ms": percentile(after, 50),
+        "recall_after_p99_ms": percentile(after, 99),
         "segments_per_shard": _segments_per_shard(client, store.alias),
         "merge_ms": _merge_ms(client, store.alias) - merge0,
         "loadavg": loadavg(),

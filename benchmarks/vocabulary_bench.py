@@ -29,10 +29,10 @@ from benchmarks.recall_bench import (
     load_range,
     loadavg,
     measure,
-    pct,
     wind_down,
 )
 from deploy.devstack import Service, start_opensearch, start_redis
+from loadtest.stats import percentile
 from service.config import RecallDefaults, Settings
 from service.recall.context import ContextBuilder
 from service.recall.vocabulary import VocabularyMatcher
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 "builds": stats.builds,
                 "hits": stats.hits,
                 "build_ms_mean": stats.build_ms_total / max(1, stats.builds),
-                "build_ms_p50": pct(builds, 50) if builds else 0.0,
+                "build_ms_p50": percentile(builds, 50) if builds else 0.0,
                 "build_ms_max": stats.build_ms_max,
                 "tenants_cached": len(matcher.cache),
                 "bytes_per_tenant_mean": sum(sizes) / max(1, len(sizes)),

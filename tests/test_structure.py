@@ -116,9 +116,8 @@ def test_store_404_and_409_are_mapped_only_in_storage_client() -> None:
 
 SDK_ROUTE = re.compile(r"""["']/v1/(recall|beliefs|admin|turns|whoami)\b""")
 # pre-encoded JSONL import bodies (the SDK encodes records itself; re-encoding 5,000-record bodies
-# inside the timed import would change what the ingest benchmark measures); fastpath_bench.py moves
-# to the SDK after issue 16's measurements with it are done
-HAND_BUILT_ALLOWED = {"benchmarks/http_scale_bench.py": "/v1/beliefs/import", "benchmarks/fastpath_bench.py": "*"}
+# inside the timed import would change what the ingest benchmark measures)
+HAND_BUILT_ALLOWED = {"benchmarks/http_scale_bench.py": "/v1/beliefs/import"}
 
 
 def test_tools_reach_the_api_through_the_sdk() -> None:
@@ -131,7 +130,7 @@ def test_tools_reach_the_api_through_the_sdk() -> None:
         allowed = HAND_BUILT_ALLOWED.get(name)
         for match in SDK_ROUTE.finditer(path.read_text()):
             line = path.read_text()[match.start() :].splitlines()[0]
-            if allowed == "*" or (allowed and allowed in line):
+            if allowed and allowed in line:
                 continue
             offenders.append(f"{name}: {line.strip()}")
     assert offenders == []

@@ -35,6 +35,7 @@ from tenure_client._codegen import render
 from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team, belief_body
+from tests.live import serve
 
 MODELS = Path(__file__).resolve().parents[2] / "clients" / "python" / "tenure_client" / "models.py"
 
@@ -187,3 +188,57 @@ def test_openai_and_anthropic_helpers_point_at_the_proxy() -> None:
     assert chat.default_headers["X-Session-Id"] == "s-9"
     messages = tenure.anthropic(scopes=["project:pay"])
     assert str(messages.base_url).rstrip("/") == "http://tenure.example:8000" and messages.api_key == "tnr_k_s"
+
+
+def test_async_iterators_follow_cursors_within_the_callers_walls(
+    api_settings: Settings, client: TestClient, team: Team, other_team: Team
+) -> None:
+    """``AsyncTenure``'s ``iter_users``/``iter_keys``/``iter_audit`` and ``beliefs.iter`` over real
+    HTTP (uvicorn): every page followed, nothing twice, and each caller iterates only what its
+    credential reads: another tenant's admin and a member get 403 for the admin listings, and
+    neither a colleague nor another tenant's member iterates alice's private belief."""
+    private = _sdk(client, team.keys["alice"]).beliefs.create(**belief_body("alice_private_editor", "user:alice"))
+    shared = _sdk(client, team.keys["alice"]).beliefs.create(**belief_body("shared_pay_runbook", "project:pay"))
+    sync_admin = _sdk(client, team.keys["carol"])
+
+    async def scenario(url: str) -> None:
+        carol = AsyncTenure(url, team.keys["carol"], max_retries=0)
+        stranger = AsyncTenure(url, other_team.keys["carol"], max_retries=0)
+        bob = AsyncTenure(url, team.keys["bob"], max_retries=0)
+        outsider = AsyncTenure(url, other_team.keys["alice"], max_retries=0)
+        async with carol, stranger, bob, outsider:
+            issued = {(await carol.admin.issue_key(team.tenant, "bob", name="second")).key_id}
+            for n in range(3):
+                await carol.admin.create_user(team.tenant, f"extra{n}", projects=["pay"])
+                issued.add((await carol.admin.issue_key(team.tenant, f"extra{n}")).key_id)
+
+            users = [u async for u in carol.admin.iter_users(team.tenant, page_size=2)]
+            assert sorted(u.user_id for u in users) == ["alice", "bob", "carol", "extra0", "extra1", "extra2"]
+            assert all(isinstance(u, models.UserOut) and u.tenant_id == team.tenant for u in users)
+
+            keys = [k async for k in carol.admin.iter_keys(team.tenant, page_size=2)]
+            assert len(keys) == len({k.key_id for k in keys}) == 3 + 4  # make_team's three and ours
+            assert issued <= {k.key_id for k in keys} and {k.tenant_id for k in keys} == {team.tenant}
+
+            events = [e async for e in carol.admin.iter_audit(page_size=2, action="user.create")]
+            expected = [e.event_id for e in sync_admin.admin.iter_audit(page_size=50, action="user.create")]
+            assert [e.event_id for e in events] == expected and len(expected) == 6  # three by make_team
+            assert all(isinstance(e, models.AuditEvent) and e.tenant_id == team.tenant for e in events)
+
+            for denied in (
+                stranger.admin.iter_users(team.tenant),
+                stranger.admin.iter_keys(team.tenant),
+                stranger.admin.iter_audit(tenant_id=team.tenant),
+                bob.admin.iter_users(team.tenant),
+                bob.admin.iter_audit(),
+            ):
+                with pytest.raises(PermissionDenied):
+                    await anext(denied)
+
+            bobs = [b.id async for b in bob.beliefs.iter(page_size=1)]
+            assert shared.id in bobs and private.id not in bobs and len(bobs) == len(set(bobs))
+            assert [b async for b in outsider.beliefs.iter(page_size=1)] == []
+
+    # a second app on the same indices and Redis (one app's MCP session manager starts only once)
+    with serve(create_app(api_settings)) as url:
+        asyncio.run(scenario(url))

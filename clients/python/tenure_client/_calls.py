@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -55,6 +55,11 @@ def model_list(cls: type[M]) -> Callable[[Any], list[M]]:
 
 def raw(data: Any) -> Any:
     return data
+
+
+def as_json(call: Call[Any]) -> Call[Any]:
+    """The same request, its answer returned as decoded JSON instead of a model."""
+    return replace(call, parse=raw)
 
 
 def body(cls: type[BaseModel], values: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,8 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import httpx
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import openai
 
 T = TypeVar("T")
+Item = TypeVar("Item", covariant=True)
 DEFAULT_URL = "http://127.0.0.1:8000"
 RETRY_STATUSES = frozenset({429, 503})
 USER_AGENT = "tenure-client/0.1"
@@ -110,6 +111,39 @@ class _Base:
             "api_key": self.api_key or "",
             "default_headers": self._proxy_headers(scopes, session_id),
         }
+
+
+class _Page(Protocol[Item]):
+    """One page of a listing: its items and the cursor of the next page (``None``: the last)."""
+
+    @property
+    def items(self) -> Sequence[Item]: ...
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+def _follow(fetch: Callable[[str | None], _Page[Item]]) -> Iterator[Item]:
+    """Every item of a listing, page after page: ``fetch(cursor)`` gets one page (``None``: the first)."""
+    cursor: str | None = None
+    while True:
+        page = fetch(cursor)
+        yield from page.items
+        if not page.next_cursor:
+            return
+        cursor = page.next_cursor
+
+
+async def _afollow(fetch: Callable[[str | None], Awaitable[_Page[Item]]]) -> AsyncIterator[Item]:
+    """:func:`_follow` for the async client."""
+    cursor: str | None = None
+    while True:
+        page = await fetch(cursor)
+        for item in page.items:
+            yield item
+        if not page.next_cursor:
+            return
+        cursor = page.next_cursor
 
 
 def _decode(response: httpx.Response) -> Any:
@@ -205,6 +239,13 @@ class Tenure(_Base):
         """The four tiers and the injection block for ``query`` (writes an injection receipt)."""
         return self.send(calls.recall(query, scopes, session_id or self.session_id, budget, explain))
 
+    def recall_json(self, query: str = "", *, scopes: Sequence[str] = (), session_id: str | None = None) -> Any:
+        """:meth:`recall`'s answer as the server sent it: decoded JSON, not read into this SDK's
+        models. For tools that compare servers of different versions (an answer from before the
+        API change of 2026-11-30 has another injection shape) or must not spend client CPU on
+        validation, e.g. the benchmarks."""
+        return self.send(calls.as_json(calls.recall(query, scopes, session_id or self.session_id, None, False)))
+
     def whoami(self) -> models.WhoAmI:
         return self.send(calls.whoami())
 
@@ -252,13 +293,7 @@ class Beliefs:
 
     def iter(self, *, page_size: int = 200, **filters: Any) -> Iterator[models.Belief]:
         """Every belief matching the filters, page after page (follows ``next_cursor``)."""
-        cursor: str | None = None
-        while True:
-            page = self.list(limit=page_size, cursor=cursor, **filters)
-            yield from page.items
-            if not page.next_cursor:
-                return
-            cursor = page.next_cursor
+        return _follow(lambda cursor: self.list(limit=page_size, cursor=cursor, **filters))
 
     def history(self, belief_id: str) -> models.HistoryOut:
         return self._c.send(calls.history(belief_id))
@@ -340,13 +375,8 @@ class Admin:
         return self._c.send(calls.list_users(tenant_id, limit, cursor))
 
     def iter_users(self, tenant_id: str, *, page_size: int = 200) -> Iterator[models.UserOut]:
-        cursor: str | None = None
-        while True:
-            page = self.list_users(tenant_id, limit=page_size, cursor=cursor)
-            yield from page.items
-            if not page.next_cursor:
-                return
-            cursor = page.next_cursor
+        """Every user of the tenant (follows ``next_cursor``)."""
+        return _follow(lambda cursor: self.list_users(tenant_id, limit=page_size, cursor=cursor))
 
     def change_grants(self, tenant_id: str, user_id: str, **changes: Any) -> models.UserOut:
         """``add_projects``, ``remove_projects``, ``add_teams``, ... (see :class:`models.GrantsPatch`)."""
@@ -360,13 +390,8 @@ class Admin:
         return self._c.send(calls.list_keys(tenant_id, limit, cursor))
 
     def iter_keys(self, tenant_id: str, *, page_size: int = 200) -> Iterator[models.KeyOut]:
-        cursor: str | None = None
-        while True:
-            page = self.list_keys(tenant_id, limit=page_size, cursor=cursor)
-            yield from page.items
-            if not page.next_cursor:
-                return
-            cursor = page.next_cursor
+        """Every API key of the tenant, revoked ones included (follows ``next_cursor``)."""
+        return _follow(lambda cursor: self.list_keys(tenant_id, limit=page_size, cursor=cursor))
 
     def revoke_key(self, key_id: str) -> models.KeyOut:
         return self._c.send(calls.revoke_key(key_id))
@@ -383,13 +408,8 @@ class Admin:
         return self._c.send(calls.audit(filters, limit, cursor))
 
     def iter_audit(self, *, page_size: int = 200, **filters: Any) -> Iterator[models.AuditEvent]:
-        cursor: str | None = None
-        while True:
-            page = self.audit(limit=page_size, cursor=cursor, **filters)
-            yield from page.items
-            if not page.next_cursor:
-                return
-            cursor = page.next_cursor
+        """Every audit event matching the filters of :meth:`audit` (follows ``next_cursor``)."""
+        return _follow(lambda cursor: self.audit(limit=page_size, cursor=cursor, **filters))
 
 
 # ---------------------------------------------------------------------- async
@@ -461,6 +481,10 @@ class AsyncTenure(_Base):
     ) -> models.RecallOut:
         return await self.send(calls.recall(query, scopes, session_id or self.session_id, budget, explain))
 
+    async def recall_json(self, query: str = "", *, scopes: Sequence[str] = (), session_id: str | None = None) -> Any:
+        """:meth:`Tenure.recall_json`, awaited."""
+        return await self.send(calls.as_json(calls.recall(query, scopes, session_id or self.session_id, None, False)))
+
     async def whoami(self) -> models.WhoAmI:
         return await self.send(calls.whoami())
 
@@ -496,15 +520,9 @@ class AsyncBeliefs:
     async def list(self, *, limit: int | None = None, cursor: str | None = None, **filters: Any) -> models.BeliefPage:
         return await self._c.send(calls.list_beliefs(calls.belief_filters(**filters), limit, cursor))
 
-    async def iter(self, *, page_size: int = 200, **filters: Any) -> AsyncIterator[models.Belief]:
-        cursor: str | None = None
-        while True:
-            page = await self.list(limit=page_size, cursor=cursor, **filters)
-            for item in page.items:
-                yield item
-            if not page.next_cursor:
-                return
-            cursor = page.next_cursor
+    def iter(self, *, page_size: int = 200, **filters: Any) -> AsyncIterator[models.Belief]:
+        """Every belief matching the filters (``async for``; follows ``next_cursor``)."""
+        return _afollow(lambda cursor: self.list(limit=page_size, cursor=cursor, **filters))
 
     async def history(self, belief_id: str) -> models.HistoryOut:
         return await self._c.send(calls.history(belief_id))
@@ -579,6 +597,10 @@ class AsyncAdmin:
     ) -> models.UserPage:
         return await self._c.send(calls.list_users(tenant_id, limit, cursor))
 
+    def iter_users(self, tenant_id: str, *, page_size: int = 200) -> AsyncIterator[models.UserOut]:
+        """Every user of the tenant (``async for``; follows ``next_cursor``)."""
+        return _afollow(lambda cursor: self.list_users(tenant_id, limit=page_size, cursor=cursor))
+
     async def change_grants(self, tenant_id: str, user_id: str, **changes: Any) -> models.UserOut:
         return await self._c.send(calls.change_grants(tenant_id, user_id, changes))
 
@@ -587,6 +609,10 @@ class AsyncAdmin:
 
     async def list_keys(self, tenant_id: str, *, limit: int | None = None, cursor: str | None = None) -> models.KeyPage:
         return await self._c.send(calls.list_keys(tenant_id, limit, cursor))
+
+    def iter_keys(self, tenant_id: str, *, page_size: int = 200) -> AsyncIterator[models.KeyOut]:
+        """Every API key of the tenant, revoked ones included (``async for``; follows ``next_cursor``)."""
+        return _afollow(lambda cursor: self.list_keys(tenant_id, limit=page_size, cursor=cursor))
 
     async def revoke_key(self, key_id: str) -> models.KeyOut:
         return await self._c.send(calls.revoke_key(key_id))
@@ -599,6 +625,10 @@ class AsyncAdmin:
 
     async def audit(self, *, limit: int | None = None, cursor: str | None = None, **filters: Any) -> models.AuditPage:
         return await self._c.send(calls.audit(filters, limit, cursor))
+
+    def iter_audit(self, *, page_size: int = 200, **filters: Any) -> AsyncIterator[models.AuditEvent]:
+        """Every audit event matching the filters of :meth:`audit` (``async for``; follows ``next_cursor``)."""
+        return _afollow(lambda cursor: self.audit(limit=page_size, cursor=cursor, **filters))
 
 
 def chunked(
