@@ -25,7 +25,7 @@ from service.config import Settings, get_settings
 from service.console import install_console
 from service.mcp.server import mount as mount_mcp
 from service.process import freeze_startup_heap
-from service.storage.client import build_async_client, build_client
+from service.storage.client import build_async_client, build_client, close_client
 from service.telemetry.logs import configure_logging
 from service.telemetry.tracing import configure_tracing
 
@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
                 yield
         finally:
             await services.aclose()
-            client.close()
+            close_client(client)
             redis_client.close()
             await async_clients.aclose()
 

@@ -21,7 +21,7 @@ from service.process import freeze_startup_heap
 from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
-from service.storage.client import build_client
+from service.storage.client import build_client, close_client
 from service.storage.reviews import ReviewStore
 from service.storage.turns import TurnStore
 from service.write_versions import TenantWriteVersions
@@ -40,7 +40,7 @@ class Resources:
     parked_turns: ParkedTurns
 
     def close(self) -> None:
-        self.client.close()
+        close_client(self.client)
         self.redis.close()
         self.queue.close()
 

@@ -32,7 +32,7 @@ from service.recall.vocabulary import VocabularyMatcher
 from service.storage.accounts import AccountStore
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
-from service.storage.client import translate_errors
+from service.storage.client import close_async_client, translate_errors
 from service.storage.templates import FAMILIES, apply_templates
 from service.write_versions import TenantWriteVersions
 
@@ -57,7 +57,7 @@ class AsyncClients:
         return cls(LoopBound.here(opensearch), LoopBound.here(redis))
 
     async def aclose(self) -> None:
-        await self.opensearch.client.close()
+        await close_async_client(self.opensearch.client)
         await self.redis.client.aclose()  # type: ignore[attr-defined]  # redis>=5 (the stubs are 4.x)
 
 

@@ -46,11 +46,26 @@ class FastJSONSerializer(JSONSerializer):
 
 
 class _CountsNodeFailures(Connection):
-    """Counts the requests a node did not answer, for both of opensearch-py's connections.
+    """Counts the requests a node did not answer, and times every request by node, for both of
+    opensearch-py's connections.
 
     With several nodes (a cluster), a request that cannot reach one is retried on the next and
     the dead node rests, so the caller never sees an error: without this count a lost node would
-    be visible only in opensearch-py's WARNING lines."""
+    be visible only in opensearch-py's WARNING lines. A node that answers, but slowly, is seen in
+    the per-node latency."""
+
+    def log_request_success(
+        self,
+        method: str,
+        full_url: str,
+        path: str,
+        body: Any,
+        status_code: int,
+        response: str,
+        duration: float,
+    ) -> None:
+        metrics.OPENSEARCH_NODE_LATENCY.labels(self.host).observe(duration)
+        super().log_request_success(method, full_url, path, body, status_code, response, duration)
 
     def log_request_fail(
         self,
@@ -63,6 +78,7 @@ class _CountsNodeFailures(Connection):
         response: str | None = None,
         exception: Exception | None = None,
     ) -> None:
+        metrics.OPENSEARCH_NODE_LATENCY.labels(self.host).observe(duration)
         if status_code is None:  # no HTTP answer at all: the node is down or unreachable
             metrics.OPENSEARCH_NODE_FAILURES.labels(self.host).inc()
         super().log_request_fail(method, full_url, path, body, duration, status_code, response, exception)
@@ -117,6 +133,29 @@ def build_async_client(settings: Settings) -> AsyncOpenSearch:
         connection_class=ObservedAsyncConnection,
         **_client_options(settings),
     )
+
+
+def _every_connection(client: OpenSearch | AsyncOpenSearch) -> tuple[Any, ...]:
+    """Every node's connection the client was built with, the resting (dead) ones included.
+
+    opensearch-py's own ``close()`` closes only the connections currently live: after a node
+    loss the dead node's connection, with its aiohttp session or urllib3 pool, stays open (at
+    shutdown: aiohttp's "Unclosed client session"). A one-node client has a pool of one."""
+    pool = client.transport.connection_pool
+    return tuple(getattr(pool, "orig_connections", pool.connections))
+
+
+def close_client(client: OpenSearch) -> None:
+    """Close the synchronous client and every node's connection (closing one twice is a no-op)."""
+    for connection in _every_connection(client):
+        connection.close()
+
+
+async def close_async_client(client: AsyncOpenSearch) -> None:
+    """Close the event loop's client and every node's aiohttp session, the resting ones too."""
+    await client.close()
+    for connection in _every_connection(client):
+        await connection.close()
 
 
 @contextmanager

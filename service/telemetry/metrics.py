@@ -51,6 +51,14 @@ RATE_LIMITED = Counter(
 OPENSEARCH_ERRORS = Counter(
     "tenure_opensearch_errors_total", "OpenSearch failures by kind (unreachable or the HTTP status)", ["kind"]
 )
+OPENSEARCH_NODE_LATENCY = Histogram(
+    "tenure_opensearch_node_request_duration_seconds",
+    "OpenSearch requests by node, answered or not (one per attempt: a retry on another node is a "
+    "second sample): a node that is slow rather than down (a restarted JVM warming up, recovering "
+    "shards) shows here while the failure count stays flat",
+    ["node"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 OPENSEARCH_NODE_FAILURES = Counter(
     "tenure_opensearch_node_failures_total",
     "Requests to one OpenSearch node that got no answer (refused, reset, timed out), by node; with "
