@@ -51,7 +51,7 @@ from loadtest.generator import Fleet, LoadConfig, provision, run_load, verify
 from loadtest.http import Outcome, sdk_call
 from loadtest.report import OPS, LoadReport, TurnRecord
 from loadtest.stats import LatencySummary
-from loadtest.verification import Verification
+from loadtest.verification import Verification, patiently
 from service.config import Settings
 from service.storage.client import build_client
 from service.storage.templates import FAMILIES, drop_namespace
@@ -236,17 +236,16 @@ class Probe:
             self.acknowledged.append(belief_id)
 
     async def lost_writes(self) -> list[str]:
-        """Acknowledged probe writes that cannot be read back (retried while the answer is transient)."""
+        """Acknowledged probe writes that cannot be read back, read as the load's verification
+        reads (:func:`loadtest.verification.patiently`: a 429 waited out, a fault retried)."""
         lost: list[str] = []
         async with self._sdk() as sdk:
             for belief_id in self.acknowledged:
-                status = 0
-                for attempt in range(4):
-                    status = (await sdk_call(sdk.beliefs.get(belief_id), 200)).status or 0
-                    if status and status < 500:
-                        break
-                    await asyncio.sleep(0.5 * (attempt + 1))
-                if status != 200:
+
+                async def read(belief_id: str = belief_id) -> Outcome:
+                    return await sdk_call(sdk.beliefs.get(belief_id), 200)
+
+                if (await patiently(read)).status != 200:
                     lost.append(belief_id)
         return lost
 
@@ -358,14 +357,36 @@ def worker_log_counts(stack: LocalStack) -> dict[str, int]:
 SEEN_FAMILIES = {"tenure_opensearch_node_failures": "node_failures", "tenure_opensearch_errors": "errors"}
 
 
+NODE_LATENCY = "tenure_opensearch_node_request_duration_seconds"
+SLOW_S = ("1.0", "5.0", "10.0")  # histogram bounds: requests slower than these are counted per node
+
+
+def add_node_latency(into: dict[str, dict[str, float]], samples: Sequence[Any]) -> None:
+    """Per node (summed over the API servers): requests, seconds spent, and how many took longer
+    than each of :data:`SLOW_S` (from the cumulative buckets)."""
+    for sample in samples:
+        node = sample.labels.get("node", "")
+        row = into.setdefault(node, {"requests": 0, "seconds": 0.0, **{f"over_{b}s": 0 for b in SLOW_S}})
+        if sample.name.endswith("_count"):
+            row["requests"] += int(sample.value)
+            for bound in SLOW_S:
+                row[f"over_{bound}s"] += int(sample.value)
+        elif sample.name.endswith("_sum"):
+            row["seconds"] = round(row["seconds"] + sample.value, 3)
+        elif sample.name.endswith("_bucket") and sample.labels.get("le") in SLOW_S:
+            row[f"over_{sample.labels['le']}s"] -= int(sample.value)
+
+
 def opensearch_as_operators_see_it(stack: LocalStack) -> dict[str, Any]:
     """What the API servers' metrics and logs say about OpenSearch after the run: requests a node
     did not answer (retried on another node, so invisible to clients), failures that reached the
     service, and opensearch-py's WARNING lines (a failed request, a node put to rest)."""
-    seen: dict[str, Any] = {"node_failures": {}, "errors": {}, "client_warning_lines": 0}
+    seen: dict[str, Any] = {"node_failures": {}, "errors": {}, "client_warning_lines": 0, "node_latency": {}}
     for url in stack.api_urls:
         text = httpx.get(f"{url}/metrics", timeout=10).text
         for family in text_string_to_metric_families(text):
+            if family.name == NODE_LATENCY:
+                add_node_latency(seen["node_latency"], family.samples)
             key = SEEN_FAMILIES.get(family.name)
             if key is None:
                 continue

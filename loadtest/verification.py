@@ -104,6 +104,24 @@ def _retry_after_s(outcome: Outcome) -> float:
     return min(max(asked, 0.1), 10.0) + random.uniform(0.0, 0.5)
 
 
+async def patiently(attempt: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    """Make one check's request the way every verifier does (the load test's, the compose
+    check's through it, the fault drills' probe): a 429 is waited out as long as Retry-After says,
+    for up to :data:`RATE_LIMITED_PATIENCE_S`; a fault (5xx, no answer) is retried up to
+    :data:`RETRIES` times; any other answer is the verdict. ``attempt`` sends the request once."""
+    patience_ends = time.monotonic() + RATE_LIMITED_PATIENCE_S
+    faults = 0
+    while True:
+        outcome = await attempt()
+        if outcome.status == 429 and time.monotonic() < patience_ends:
+            await asyncio.sleep(_retry_after_s(outcome))
+        elif _fault(outcome) and faults < RETRIES - 1:
+            faults += 1
+            await asyncio.sleep(0.5 * faults)
+        else:
+            return outcome
+
+
 class _Checker:
     def __init__(self, config: LoadConfig, fleet: Fleet, report: LoadReport, client: httpx.AsyncClient):
         self.config = config
@@ -124,18 +142,12 @@ class _Checker:
         """One SDK call (``send`` makes it with the user's client) under the parallelism caps,
         waited out while rate-limited and retried while the answer is a fault."""
         user_gate = self.user_gates.setdefault(user.key, asyncio.Semaphore(PARALLEL_PER_USER))
-        patience_ends = time.monotonic() + RATE_LIMITED_PATIENCE_S
-        faults = 0
-        while True:
+
+        async def attempt() -> Outcome:
             async with user_gate, self.gate:
-                outcome = await sdk_call(send(self.api.as_(user.key)), 200)
-            if outcome.status == 429 and time.monotonic() < patience_ends:
-                await asyncio.sleep(_retry_after_s(outcome))
-            elif _fault(outcome) and faults < RETRIES - 1:
-                faults += 1
-                await asyncio.sleep(0.5 * faults)
-            else:
-                return outcome
+                return await sdk_call(send(self.api.as_(user.key)), 200)
+
+        return await patiently(attempt)
 
     async def gather(self, items: list[Any], check: Callable[[Any], Awaitable[None]]) -> None:
         await asyncio.gather(*(check(item) for item in items))

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from tenure_client import AsyncTenure, RateLimited, ServiceUnavailable, TenureError
 
 from loadtest import names
+from loadtest.drills import Probe
 from loadtest.generator import Fleet, FleetUser, LoadConfig, _Run, parse_mix
 from loadtest.http import Outcome, sdk_call
 from loadtest.report import LoadReport, OpStats, Sample, TurnRecord, WriteRecord
@@ -237,3 +238,57 @@ def test_the_verifier_gives_up_on_a_persistent_fault() -> None:
     attempts, send = _scripted_send(list(down))
     got = asyncio.run(checker.request(fleet.user(0), send))
     assert (got.status, len(attempts)) == (503, RETRIES)
+
+
+def test_a_rate_limited_request_is_reported_but_is_not_an_error() -> None:
+    """A 429 is the rate limit doing its job: the report counts it apart, and the load test's
+    exit status (``total_errors``) and the compose check do not fail on it."""
+    samples = [
+        Sample(0.1, "recall", "200", 5.0, True),
+        Sample(0.2, "recall", "429", 1.0, False),
+        Sample(0.3, "write", "429", 1.0, False),
+        Sample(0.4, "write", "503", 2.0, False),
+    ]
+    ops = {op: OpStats.of(op, samples, 1.0) for op in ("recall", "write", "turn")}
+    report = _empty_report()
+    report.ops = ops
+    assert (ops["recall"].failures, ops["recall"].rate_limited) == (1, 1)
+    assert (report.total_errors, report.total_rate_limited) == (1, 2)
+    assert report.to_json()["total_rate_limited"] == 2
+    assert ops["write"].to_json()["errors"] == {"429": 1, "503": 1}  # still listed among the outcomes
+    assert "2 rate limited" in report.format_summary()
+
+
+class _ScriptedBeliefs:
+    def __init__(self, answers: list[TenureError | None]):
+        self.attempts, self._send = _scripted_send(answers)
+
+    async def get(self, _belief_id: str) -> _Answer:
+        return await self._send(None)  # type: ignore[arg-type]
+
+
+class _ScriptedSdk:
+    def __init__(self, beliefs: _ScriptedBeliefs):
+        self.beliefs = beliefs
+
+    async def __aenter__(self) -> _ScriptedSdk:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def test_the_drill_probe_reads_its_writes_back_as_the_verifier_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fault drills' probe has its own client; a 429 on its read-back is waited out, not a
+    lost write (it used to stop at the first answer below 500), and a persistent 503 is still one."""
+    probe = Probe("http://127.0.0.1:9", "key")
+    probe.acknowledged = ["probe-a"]
+    limited = [RateLimited("slow down", code="rate_limited", status=429, retry_after_s=0.01) for _ in range(5)]
+    beliefs = _ScriptedBeliefs(list(limited))
+    monkeypatch.setattr(probe, "_sdk", lambda: _ScriptedSdk(beliefs))
+    assert asyncio.run(probe.lost_writes()) == []
+    assert len(beliefs.attempts) == 6
+    down = _ScriptedBeliefs([ServiceUnavailable("down", code="unavailable", status=503) for _ in range(10)])
+    monkeypatch.setattr(probe, "_sdk", lambda: _ScriptedSdk(down))
+    assert asyncio.run(probe.lost_writes()) == ["probe-a"]
+    assert len(down.attempts) == RETRIES
