@@ -36,15 +36,15 @@ import redis
 from opensearchpy import OpenSearch
 
 from benchmarks.recall_bench import (
-    REPO,
-    FastJSONSerializer,
     Query,
     Spec,
-    TimedClient,
     draw_queries,
     load_range,
     loadavg,
     measure,
+    recall_clients,
+    report_head,
+    result_path,
 )
 from deploy.devstack import Service, start_opensearch
 from evals.cases import CaseSet, multilingual_case_set
@@ -54,7 +54,6 @@ from service.domain.text import has_hangul, has_unspaced_script
 from service.recall.context import ContextBuilder
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
-from service.storage.client import build_client
 from service.storage.templates import BELIEFS, apply_templates, drop_namespace
 from service.write_versions import TenantWriteVersions
 
@@ -152,19 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         node = start_opensearch(home, heap=args.heap)
     url = node.url if node else (args.opensearch_url or Settings().opensearch_url)
     namespace = args.namespace or f"bench-ml-{uuid.uuid4().hex[:8]}"
-    settings = Settings(opensearch_url=url, opensearch_namespace=namespace, opensearch_timeout_s=60)
-    base = build_client(settings)
-    client = TimedClient(hosts=[url], timeout=60, max_retries=1, pool_maxsize=8, serializer=FastJSONSerializer())
-    client.took = []
+    base, client = recall_clients(url, namespace, pool_maxsize=8)
     redis_client: redis.Redis[bytes] | None = redis.Redis.from_url(args.redis_url) if args.redis_url else None
     versions = TenantWriteVersions(redis_client, namespace) if redis_client is not None else None
-    report: dict[str, Any] = {
-        "benchmark": "recall latency, multilingual case set questions beside English messages, one index",
-        "command": "python -m benchmarks.multilingual_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "started_at": started.isoformat(),
-        "loadavg_before": loadavg(),
-        "runs": [],
-    }
+    what = "recall latency, multilingual case set questions beside English messages, one index"
+    report: dict[str, Any] = {**report_head("multilingual_bench", what, argv, started), "runs": []}
     try:
         store = BeliefStore(client, namespace, versions)
         report["corpus"] = load_corpus(base, store, namespace, args.english, args.tenants)
@@ -200,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             if home is not None:
                 shutil.rmtree(home, ignore_errors=True)
         if not args.load_only:
-            out = args.out or REPO / "benchmarks" / "results" / f"multilingual-{started:%Y%m%dT%H%MZ}.json"
+            out = result_path(args.out, "multilingual", started)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
             print(f"load average before {report['loadavg_before']}, after {report['loadavg_after']}; wrote {out}")

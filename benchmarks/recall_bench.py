@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,7 +35,7 @@ from typing import Any
 
 from opensearchpy import OpenSearch, helpers
 
-from deploy.devstack import Service, start_opensearch
+from deploy.devstack import Service, start_opensearch, start_redis
 from loadtest.stats import percentile
 from service.config import RecallDefaults, Settings
 from service.domain.belief import Belief, BeliefType, EpistemicStatus
@@ -487,14 +487,81 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def wind_down(report: dict[str, Any], out: Path, servers: Iterable[Service | None], tmp: Path) -> None:
+def recall_clients(url: str, namespace: str, *, pool_maxsize: int) -> tuple[OpenSearch, TimedClient]:
+    """A recall benchmark's two clients on ``namespace``: the service's own (templates, bulk loads)
+    and the timed one recalls go through (configured as ``build_client`` configures the service's,
+    keeping each ``_msearch``'s server-side ``took``)."""
+    base = build_client(Settings(opensearch_url=url, opensearch_namespace=namespace, opensearch_timeout_s=60))
+    client = TimedClient(
+        hosts=[url],
+        timeout=60,
+        max_retries=1,
+        retry_on_timeout=False,
+        pool_maxsize=pool_maxsize,
+        serializer=FastJSONSerializer(),
+    )
+    client.took = []
+    return base, client
+
+
+def report_head(module: str, benchmark: str, argv: list[str] | None, started: datetime) -> dict[str, Any]:
+    """What every benchmark report starts with: what it measures, the command that made it, when,
+    and the load average before."""
+    return {
+        "benchmark": benchmark,
+        "command": f"python -m benchmarks.{module} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "started_at": started.isoformat(),
+        "loadavg_before": loadavg(),
+    }
+
+
+def result_path(out: Path | None, prefix: str, started: datetime) -> Path:
+    """``--out``, or ``benchmarks/results/<prefix>-<start time>.json``."""
+    return out or REPO / "benchmarks" / "results" / f"{prefix}-{started:%Y%m%dT%H%MZ}.json"
+
+
+@dataclass(frozen=True)
+class Servers:
+    """An A/B run's OpenSearch and Redis: throw-away ones started under ``tmp`` (``node``,
+    ``redis``; :func:`wind_down` stops them), or running ones given by URL."""
+
+    tmp: Path
+    node: Service | None
+    redis: Service | None
+    opensearch_url: str
+    redis_url: str
+
+
+def add_server_arguments(parser: argparse.ArgumentParser, *, heap: str, redis_url: bool) -> None:
+    """The options every A/B run has: its own node or a running one, the result file; and with
+    ``redis_url`` a running Redis instead of a throw-away one."""
+    parser.add_argument("--start-node", action="store_true")
+    parser.add_argument("--heap", default=heap)
+    parser.add_argument("--opensearch-url", default=None)
+    if redis_url:
+        parser.add_argument("--redis-url", default=None, help="default: start a throw-away redis-server")
+    parser.add_argument("--out", type=Path, default=None)
+
+
+def start_servers(prefix: str, args: argparse.Namespace) -> Servers:
+    """A throw-away node with ``--start-node`` (else ``--opensearch-url`` or the settings' URL) and
+    a throw-away Redis unless ``--redis-url`` names one."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    node = start_opensearch(tmp / "os", heap=args.heap) if args.start_node else None
+    given_redis = getattr(args, "redis_url", None)
+    rds = None if given_redis else start_redis(tmp / "redis")
+    url = node.url if node else (args.opensearch_url or Settings().opensearch_url)
+    return Servers(tmp, node, rds, url, given_redis or (rds.url if rds else ""))
+
+
+def wind_down(report: dict[str, Any], out: Path, servers: Servers) -> None:
     """The end of an A/B run, whatever happened: stop its throw-away servers, remove their
     directory, write the report (``loadavg_after`` added) and say where."""
     report["loadavg_after"] = loadavg()
-    for server in servers:
+    for server in (servers.node, servers.redis):
         if server is not None:
             server.stop()
-    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(servers.tmp, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")
@@ -538,22 +605,10 @@ def main(argv: list[str] | None = None) -> int:
         node = start_opensearch(home, heap=args.heap)
     url = node.url if node else (args.opensearch_url or Settings().opensearch_url)
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
-    settings = Settings(opensearch_url=url, opensearch_namespace=namespace, opensearch_timeout_s=60)
-    base = build_client(settings)
-    client = TimedClient(
-        hosts=[url],
-        timeout=60,
-        max_retries=1,
-        retry_on_timeout=False,
-        pool_maxsize=32,
-        serializer=FastJSONSerializer(),  # as build_client() configures the service's client
-    )
-    client.took = []
-    load_before = loadavg()
+    base, client = recall_clients(url, namespace, pool_maxsize=32)
+    what = "recall latency (ContextBuilder.build: one _msearch of 4 tiers + relation hop)"
     report: dict[str, Any] = {
-        "benchmark": "recall latency (ContextBuilder.build: one _msearch of 4 tiers + relation hop)",  # noqa: E501
-        "command": "python -m benchmarks.recall_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "started_at": started.isoformat(),
+        **report_head("recall_bench", what, argv, started),
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
@@ -561,7 +616,6 @@ def main(argv: list[str] | None = None) -> int:
         },
         "opensearch": {"url": url, "own_node": bool(node), "heap": args.heap if node else None},
         "spec": asdict(spec),
-        "loadavg_before": load_before,
         "stages": [],
     }
     try:
@@ -627,10 +681,10 @@ def main(argv: list[str] | None = None) -> int:
             node.stop()
             if home is not None:
                 shutil.rmtree(home, ignore_errors=True)
-        out = args.out or REPO / "benchmarks" / "results" / f"recall-{started:%Y%m%dT%H%MZ}.json"
+        out = result_path(args.out, "recall", started)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"load average before {load_before}, after {report['loadavg_after']}; wrote {out}")
+        print(f"load average before {report['loadavg_before']}, after {report['loadavg_after']}; wrote {out}")
     target = next((s for s in report["stages"] if s["beliefs"] >= 1_000_000), None)
     if target:
         verdict = "met" if target["p50_ms"] <= 5 and target["p99_ms"] <= 20 else "MISSED"

@@ -16,20 +16,27 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
-import tempfile
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import redis
 
-from benchmarks.recall_bench import REPO, Spec, belief_at, draw_queries, load_range, loadavg, wind_down
-from deploy.devstack import Service, start_opensearch, start_redis
+from benchmarks.recall_bench import (
+    Spec,
+    add_server_arguments,
+    belief_at,
+    draw_queries,
+    load_range,
+    loadavg,
+    report_head,
+    result_path,
+    start_servers,
+    wind_down,
+)
 from loadtest.stats import percentile
 from service.config import RecallDefaults, Settings
 from service.recall.context import ContextBuilder
@@ -114,25 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--recalls", type=int, default=200, help="recalls during and after the writes")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--start-node", action="store_true")
-    parser.add_argument("--heap", default="1g")
-    parser.add_argument("--opensearch-url", default=None)
-    parser.add_argument("--out", type=Path, default=None)
+    add_server_arguments(parser, heap="1g", redis_url=False)
     args = parser.parse_args(argv)
 
     spec = Spec(tenants=args.tenants)
     now = datetime.now(UTC).replace(microsecond=0)
     started = datetime.now(UTC)
-    tmp = Path(tempfile.mkdtemp(prefix="segments-bench-"))
-    node: Service | None = start_opensearch(tmp / "os", heap=args.heap) if args.start_node else None
-    rds = start_redis(tmp / "redis")
-    url = node.url if node else (args.opensearch_url or Settings().opensearch_url)
-    redis_client: redis.Redis[bytes] = redis.Redis.from_url(rds.url)
+    servers = start_servers("segments-bench-", args)  # always its own Redis
+    url = servers.opensearch_url
+    redis_client: redis.Redis[bytes] = redis.Redis.from_url(servers.redis_url)
+    what = "refresh interval and merge policy A/B: wait_for writes with concurrent recalls"
     report: dict[str, Any] = {
-        "benchmark": "refresh interval and merge policy A/B: wait_for writes with concurrent recalls",
-        "command": "python -m benchmarks.segments_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "started_at": started.isoformat(),
-        "loadavg_before": loadavg(),
+        **report_head("segments_bench", what, argv, started),
         "variants": {name: [] for name, _, _ in VARIANTS},
     }
     namespaces: list[str] = []
@@ -165,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             drop_namespace(base, namespace)
         base.close()
         redis_client.close()
-        out = args.out or REPO / "benchmarks" / "results" / f"segments-{started:%Y%m%dT%H%MZ}.json"
-        wind_down(report, out, (node, rds), tmp)
+        wind_down(report, result_path(args.out, "segments", started), servers)
     return 0
 
 

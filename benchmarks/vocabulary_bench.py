@@ -12,32 +12,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import tempfile
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import redis
 
 from benchmarks.recall_bench import (
-    REPO,
     Spec,
-    TimedClient,
+    add_server_arguments,
     draw_queries,
     load_range,
     loadavg,
     measure,
+    recall_clients,
+    report_head,
+    result_path,
+    start_servers,
     wind_down,
 )
-from deploy.devstack import Service, start_opensearch, start_redis
 from loadtest.stats import percentile
-from service.config import RecallDefaults, Settings
+from service.config import RecallDefaults
 from service.recall.context import ContextBuilder
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
-from service.storage.client import FastJSONSerializer, build_client
 from service.storage.templates import BELIEFS, apply_templates, drop_namespace
 from service.write_versions import TenantWriteVersions
 
@@ -49,34 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=1000, help="measured queries per round and path")
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--start-node", action="store_true")
-    parser.add_argument("--heap", default="1g")
-    parser.add_argument("--opensearch-url", default=None)
-    parser.add_argument("--redis-url", default=None, help="default: start a throw-away redis-server")
-    parser.add_argument("--out", type=Path, default=None)
+    add_server_arguments(parser, heap="1g", redis_url=True)
     args = parser.parse_args(argv)
 
     spec = Spec(tenants=args.tenants)
     now = datetime.now(UTC).replace(microsecond=0)
     started = datetime.now(UTC)
-    tmp = Path(tempfile.mkdtemp(prefix="vocab-bench-"))
-    node: Service | None = start_opensearch(tmp / "os", heap=args.heap) if args.start_node else None
-    rds: Service | None = None if args.redis_url else start_redis(tmp / "redis")
-    url = node.url if node else (args.opensearch_url or Settings().opensearch_url)
-    redis_url = args.redis_url or (rds.url if rds else "")
+    servers = start_servers("vocab-bench-", args)
+    url, redis_url = servers.opensearch_url, servers.redis_url
     namespace = f"vbench-{uuid.uuid4().hex[:8]}"
-    settings = Settings(opensearch_url=url, opensearch_namespace=namespace, opensearch_timeout_s=60)
-    base = build_client(settings)
-    client = TimedClient(hosts=[url], timeout=60, max_retries=1, pool_maxsize=32, serializer=FastJSONSerializer())
-    client.took = []
+    base, client = recall_clients(url, namespace, pool_maxsize=32)
     redis_client: redis.Redis[bytes] = redis.Redis.from_url(redis_url)
-    report: dict[str, Any] = {
-        "benchmark": "relevance path A/B: ContextBuilder.build with the Lucene query vs the tenant vocabulary",
-        "command": "python -m benchmarks.vocabulary_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "started_at": started.isoformat(),
-        "loadavg_before": loadavg(),
-        "stages": [],
-    }
+    what = "relevance path A/B: ContextBuilder.build with the Lucene query vs the tenant vocabulary"
+    report: dict[str, Any] = {**report_head("vocabulary_bench", what, argv, started), "stages": []}
     try:
         apply_templates(base, namespace)
         alias = BELIEFS.alias(namespace)
@@ -124,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         base.close()
         client.close()
         redis_client.close()
-        out = args.out or REPO / "benchmarks" / "results" / f"vocab-{started:%Y%m%dT%H%MZ}.json"
-        wind_down(report, out, (node, rds), tmp)
+        wind_down(report, result_path(args.out, "vocab", started), servers)
     return 0
 
 
