@@ -699,8 +699,10 @@ def stack_config(root: Path, opensearch_url: str | None = None, plan: DrillPlan 
             api_workers=1,
             split_worker_queues=plan.split_worker_queues,
             worker_concurrency=1,
-            # creating the indices across three JVMs on a busy box can outlast the 10 s default
-            env={**DRILL_ENV, "TENURE_OPENSEARCH_TIMEOUT_S": "30"},
+            # the service's own OpenSearch timeout (10 s), as an operator runs it: template and index
+            # creation wait longer by themselves (storage/templates.py ADMIN_TIMEOUT_S); a stack-wide
+            # 30 s let a request wait on the store three times the client's patience
+            env=dict(DRILL_ENV),
         )
     return StackConfig(root=root, opensearch_url=opensearch_url, opensearch_heap="1g", env=dict(DRILL_ENV))
 

@@ -322,6 +322,11 @@ class Settings(BaseSettings):
     opensearch_username: str | None = None
     opensearch_password: SecretStr | None = None
     opensearch_timeout_s: float = 10.0
+    # How long a new connection to one node may take before that node is given up for this
+    # request, marked dead and the request sent to the next node. Much shorter than the request
+    # timeout: a lost machine (no TCP reset, unlike a killed process) must not cost a request
+    # the whole request timeout, and on the asynchronous client not a failed request.
+    opensearch_connect_timeout_s: float = Field(2.0, gt=0)
     # Prefix of every index, alias and index template this deployment owns; tests and evals use
     # their own namespace so they never touch a real deployment's data.
     opensearch_namespace: str = "tenure"

@@ -6,7 +6,13 @@ though no caller saw an error (docs/operations.md "Past one machine")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY
 
 from deploy.devstack import free_port
@@ -72,3 +78,84 @@ def test_closing_the_client_closes_the_resting_node_too(settings: Settings, open
     assert len(pool.connections) == 1  # the dead node rests: opensearch-py's close() would skip it
     close_client(client)
     assert [c.pool for c in pool.orig_connections] == [None, None]
+
+
+class _Blackholed:
+    """A node that never answers a connect, like a lost machine (no TCP reset, unlike a killed
+    process): a listening socket whose accept queue is full, so the kernel drops new SYNs."""
+
+    def __init__(self) -> None:
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(0)
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.fillers = []
+        for _ in range(8):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(self.server.getsockname())
+            self.fillers.append(filler)
+        time.sleep(0.2)
+
+    def close(self) -> None:
+        for sock in [*self.fillers, self.server]:
+            sock.close()
+
+
+@pytest.fixture
+def blackholed() -> Iterator[_Blackholed]:
+    node = _Blackholed()
+    yield node
+    node.close()
+
+
+def _slowest_health_read(client: Any) -> float:
+    slowest = 0.0
+    for _ in range(3):  # the first or second request goes to the blackholed node
+        started = time.monotonic()
+        assert client.cluster.health()["status"] in ("green", "yellow")
+        slowest = max(slowest, time.monotonic() - started)
+    return slowest
+
+
+def test_a_node_that_never_answers_the_connect_costs_the_connect_timeout(
+    settings: Settings, opensearch_url: str, blackholed: _Blackholed
+) -> None:
+    """Before: the synchronous client waited the whole 10 s request timeout on the connect."""
+    bounded = settings.model_copy(
+        update={"opensearch_url": f"{blackholed.url},{opensearch_url}", "opensearch_connect_timeout_s": 0.5}
+    )
+    before = _failures(blackholed.url)
+    client = build_client(bounded)
+    try:
+        assert _slowest_health_read(client) < 5.0  # 0.5 s connect + one answered request; not 10 s
+    finally:
+        close_client(client)
+    assert _failures(blackholed.url) - before == 1  # then it rests: one failure, not one per request
+
+
+def test_the_event_loop_client_fails_over_from_a_node_that_never_answers_the_connect(
+    settings: Settings, opensearch_url: str, blackholed: _Blackholed
+) -> None:
+    """Before: the asynchronous client (recall) raised ConnectionTimeout after 10 s (a 503 to the
+    caller) and, not retrying timeouts, never rested the node: every third recall failed so."""
+    bounded = settings.model_copy(
+        update={"opensearch_url": f"{blackholed.url},{opensearch_url}", "opensearch_connect_timeout_s": 0.5}
+    )
+    before = _failures(blackholed.url)
+
+    async def slowest() -> float:
+        client = build_async_client(bounded)
+        try:
+            worst = 0.0
+            for _ in range(3):
+                started = time.monotonic()
+                assert (await client.cluster.health())["status"] in ("green", "yellow")
+                worst = max(worst, time.monotonic() - started)
+            return worst
+        finally:
+            await close_async_client(client)
+
+    assert asyncio.run(slowest()) < 5.0
+    assert _failures(blackholed.url) - before == 1

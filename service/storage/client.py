@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import aiohttp
 import orjson
+import urllib3
 from opensearchpy import AIOHttpConnection, AsyncOpenSearch, JSONSerializer, OpenSearch, Urllib3HttpConnection
 from opensearchpy import exceptions as os_exc
 from opensearchpy.connection.base import Connection
@@ -85,11 +87,51 @@ class _CountsNodeFailures(Connection):
 
 
 class ObservedConnection(_CountsNodeFailures, Urllib3HttpConnection):
-    """The synchronous client's connection (workers, CLI, API threads)."""
+    """The synchronous client's connection (workers, CLI, API threads). Its connect timeout is
+    the ``urllib3.Timeout`` :func:`build_client` passes; a connect that times out is
+    opensearch-py's ``ConnectionError`` there (only a read timeout is ``ConnectionTimeout``), so
+    the node is marked dead and the request goes to the next one."""
+
+
+class _ConnectBounded:
+    """An aiohttp session whose every request bounds the socket connect: opensearch-py builds a
+    ``ClientTimeout`` with only ``total`` per request, which a connect could use up entirely."""
+
+    def __init__(self, session: Any, connect_timeout_s: float):
+        self._session = session
+        self._connect_timeout_s = connect_timeout_s
+
+    def request(self, method: str, url: Any, *, timeout: aiohttp.ClientTimeout, **options: Any) -> Any:
+        bounded = aiohttp.ClientTimeout(total=timeout.total, sock_connect=self._connect_timeout_s)
+        return self._session.request(method, url, timeout=bounded, **options)
+
+    def __getattr__(self, name: str) -> Any:  # close(), closed, ...: the session's own
+        return getattr(self._session, name)
 
 
 class ObservedAsyncConnection(_CountsNodeFailures, AIOHttpConnection):
-    """The event loop's connection (recall in the API and the proxy)."""
+    """The event loop's connection (recall in the API and the proxy), with a connect timeout of
+    its own: opensearch-py maps every aiohttp timeout, the connect's too, to ``ConnectionTimeout``,
+    which is not retried (``retry_on_timeout`` is off, since a read that timed out may have been
+    applied) and does not rest the node, so a lost machine would fail every request sent to it
+    after the whole request timeout. A connect that timed out reached no node: it is a
+    ``ConnectionError`` here, retried on the next node while this one rests."""
+
+    def __init__(self, *args: Any, connect_timeout: float = 2.0, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.connect_timeout = connect_timeout
+
+    async def _create_aiohttp_session(self) -> Any:
+        await super()._create_aiohttp_session()
+        self.session = _ConnectBounded(self.session, self.connect_timeout)
+
+    async def perform_request(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().perform_request(*args, **kwargs)
+        except os_exc.ConnectionTimeout as exc:
+            if isinstance(exc.info, aiohttp.ConnectionTimeoutError):  # the connect, not the read
+                raise os_exc.ConnectionError("N/A", str(exc.info), exc.info) from exc
+            raise
 
 
 def opensearch_hosts(url: str) -> list[str]:
@@ -107,7 +149,6 @@ def _client_options(settings: Settings) -> dict[str, Any]:
         # the next node (max_retries) while the dead one rests (opensearch-py's connection pool)
         "hosts": opensearch_hosts(settings.opensearch_url),
         "http_auth": auth,
-        "timeout": settings.opensearch_timeout_s,
         "max_retries": 1,
         "retry_on_timeout": False,
         "http_compress": False,
@@ -121,6 +162,11 @@ def build_client(settings: Settings) -> OpenSearch:
     return OpenSearch(
         pool_maxsize=max(32, settings.api.thread_pool_size),
         connection_class=ObservedConnection,
+        # a request's own request_timeout (a float) replaces both, as opensearch-py passes it on
+        timeout=urllib3.Timeout(
+            connect=min(settings.opensearch_connect_timeout_s, settings.opensearch_timeout_s),
+            read=settings.opensearch_timeout_s,
+        ),
         **_client_options(settings),
     )
 
@@ -131,6 +177,8 @@ def build_async_client(settings: Settings) -> AsyncOpenSearch:
     return AsyncOpenSearch(
         pool_maxsize=max(32, settings.api.thread_pool_size),
         connection_class=ObservedAsyncConnection,
+        timeout=settings.opensearch_timeout_s,
+        connect_timeout=min(settings.opensearch_connect_timeout_s, settings.opensearch_timeout_s),
         **_client_options(settings),
     )
 
