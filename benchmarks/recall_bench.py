@@ -48,6 +48,7 @@ from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, doc_id
 from service.storage.client import FastJSONSerializer, build_client
 from service.storage.templates import BELIEFS, apply_templates, drop_namespace
+from service.storage.vocabulary import UNITS_FIELD, VocabularyStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -270,15 +271,23 @@ def belief_at(i: int, spec: Spec, now: datetime) -> Belief:
 # ---------------------------------------------------------------------------------- loading
 
 
-def _actions(alias: str, start: int, stop: int, spec: Spec, now: datetime) -> Iterator[dict[str, Any]]:
-    for i in range(start, stop):
-        b = belief_at(i, spec, now)
-        yield {
-            "_index": alias,
-            "_id": doc_id(b.tenant_id, b.id),
-            "_routing": b.tenant_id,
-            "_source": b.to_document(),
-        }
+_ANALYSIS_BATCH = 500
+
+
+def _actions(
+    client: OpenSearch, alias: str, start: int, stop: int, spec: Spec, now: datetime
+) -> Iterator[dict[str, Any]]:
+    """The documents as the storage layer writes them: with their analysed units when the index
+    stores them (one analysis round trip per batch, as ``BeliefStore.put_many`` does)."""
+    names = VocabularyStore(client, alias)
+    for batch in range(start, stop, _ANALYSIS_BATCH):
+        beliefs = [belief_at(i, spec, now) for i in range(batch, min(stop, batch + _ANALYSIS_BATCH))]
+        units = names.units_of([(b.tenant_id, b.canonical_name, b.aliases) for b in beliefs])
+        for n, b in enumerate(beliefs):
+            source = b.to_document()
+            if units is not None:
+                source[UNITS_FIELD] = units[n]
+            yield {"_index": alias, "_id": doc_id(b.tenant_id, b.id), "_routing": b.tenant_id, "_source": source}
 
 
 def load_range(client: OpenSearch, alias: str, start: int, stop: int, spec: Spec, now: datetime, chunk: int) -> float:
@@ -289,7 +298,7 @@ def load_range(client: OpenSearch, alias: str, start: int, stop: int, spec: Spec
     done = start
     for ok, _ in helpers.parallel_bulk(
         client,
-        _actions(alias, start, stop, spec, now),
+        _actions(client, alias, start, stop, spec, now),
         thread_count=2,
         chunk_size=chunk,
         queue_size=4,

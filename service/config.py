@@ -32,7 +32,9 @@ class RecallDefaults(BaseSettings):
     # docs/scoring-independence.md). Off: the Lucene query expands over the whole shard.
     vocabulary_matching: bool = True
     # The per-process LRU of tenant vocabularies: how many tenants and how much memory (estimated).
-    vocabulary_cache_tenants: int = Field(1000, ge=0, le=1_000_000)
+    # Measured (docs/benchmarks.md, issue 16): ~15 KB per tenant of 100 beliefs, ~100 KB per tenant
+    # of 1,000, so 256 MB holds ~2,500 tenants of 1,000 beliefs (every tenant of the 1M benchmark).
+    vocabulary_cache_tenants: int = Field(2500, ge=0, le=1_000_000)
     vocabulary_cache_mb: int = Field(256, ge=0, le=65_536)
     # The filter tiers (persona, pinned, questions) of recent recalls, kept per API process and
     # reused until the tenant writes (service/recall/tier_cache.py); 0 entries turns it off. The

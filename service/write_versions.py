@@ -13,7 +13,9 @@ list, written by the same script as the counter, so a version is never visible w
 a process whose vocabulary is a few versions old re-reads only those documents instead of the
 whole tenant (:meth:`TenantWriteVersions.changes`). A write that cannot name its documents logs
 ``*``, and a log that no longer reaches back far enough (capped, expired, or lost with Redis) means
-a full rebuild, never a wrong vocabulary.
+a full rebuild, never a wrong vocabulary. Since the vocabulary is one aggregation over units
+stored at write time (issue 16), the recall vocabulary no longer reads this log (it rebuilds on a
+new version); the log is still written, for now, and can be dropped.
 """
 
 from __future__ import annotations

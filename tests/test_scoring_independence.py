@@ -86,9 +86,10 @@ def test_control_plain_bm25_would_leak_statistics(store: BeliefStore, suite_back
     ns = f"bm25ctl-{uuid.uuid4().hex[:6]}"
     analysis = load_json("component/tenure-analysis.json")["template"]
     body = json.loads(json.dumps(analysis).replace('"similarity": "boolean", ', ""))
-    fields = load_json("component/tenure-belief-fields.json")["template"]["mappings"]["properties"]
+    belief_mappings = load_json("component/tenure-belief-fields.json")["template"]["mappings"]
     common = load_json("component/tenure-common-fields.json")["template"]["mappings"]["properties"]
-    body["mappings"]["properties"].update({**fields, **common})
+    body["mappings"]["properties"].update({**belief_mappings["properties"], **common})
+    body["mappings"]["_source"] = belief_mappings["_source"]  # the analysed units stay out of the source
     body["settings"]["number_of_shards"] = 1
     body["settings"]["number_of_replicas"] = 0
     index = f"{ns}-beliefs-000001"

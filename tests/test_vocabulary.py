@@ -4,6 +4,7 @@ tenant only, and its cache (write versions in Redis, LRU bounds)."""
 
 from __future__ import annotations
 
+import random
 import uuid
 
 import pytest
@@ -19,7 +20,7 @@ from service.recall.vocabulary import (
 )
 from service.storage import calls
 from service.storage.beliefs import BeliefStore
-from service.storage.vocabulary import VocabularyStore
+from service.storage.vocabulary import UNIT_SEPARATOR, UNITS_FIELD, UNITS_MARKER, VocabularyStore
 from tests.conftest import principal, recall_builder
 from tests.factories import make_belief, put_all
 
@@ -51,7 +52,7 @@ def test_fuzzy_factor_is_lucenes_float32_boost() -> None:
 
 
 def test_fuzzy_keeps_the_prefix_guard_and_the_length_rule() -> None:
-    vocab = FieldVocabulary.build(["mongo", "kafka", "kafkas", "kafkab", "redis", "ts", "tsx", "k8s"], fuzzy=True)
+    vocab = FieldVocabulary.build(["mongo", "kafka", "kafkas", "kafkab", "redis", "ts", "tsx", "k8s"])
     assert dict(vocab.fuzzy("kafka")) == {"kafka": 1.0, "kafkas": 0.800000011920929, "kafkab": 0.800000011920929}
     assert vocab.fuzzy("mango") == ()  # one edit, but in the guarded prefix
     assert vocab.fuzzy("akfka") == ()  # a transposition across the prefix is not allowed either
@@ -66,7 +67,7 @@ def test_at_most_twenty_expansions_in_lucenes_order() -> None:
     # 26 terms one substitution from "abcdef" (last letter) and one insertion: Lucene keeps the 20
     # best boosts, ties to the smaller term in UTF-8 order
     terms = [f"abcde{chr(c)}" for c in range(ord("a"), ord("z") + 1)] + ["abcdefg"]
-    reached = FieldVocabulary.build(terms, fuzzy=True).fuzzy("abcdef")
+    reached = FieldVocabulary.build(terms).fuzzy("abcdef")
     assert len(reached) == 20
     assert reached[0] == ("abcdef", 1.0)
     assert [t for t, _ in reached[1:]] == sorted(t for t in terms if t != "abcdef")[:19]
@@ -130,3 +131,102 @@ def test_without_a_version_source_nothing_is_cached(store: BeliefStore) -> None:
     cache.get(principal(tenant, "ann"))
     cache.get(principal(tenant, "ann"))
     assert cache.stats.builds == 2 and len(cache) == 0
+
+
+def _brute_force_fuzzy(terms: list[str], token: str) -> tuple[tuple[str, float], ...]:
+    """The rule spelled out over every term (the compact structure must agree with it)."""
+    if len(token) < 4:
+        return ((token, 1.0),) if token in terms else ()
+    found = {}
+    for term in set(terms):
+        if term[:2] != token[:2]:
+            continue
+        edits = edits_within_one(term[2:], token[2:])
+        if edits is not None:
+            found[term] = fuzzy_factor(edits, len(term), len(token))
+    ranked = sorted(found.items(), key=lambda tw: (-tw[1], tw[0].encode()))
+    return tuple(ranked[:20])
+
+
+def test_compact_vocabulary_matches_the_rule_over_every_term() -> None:
+    rng = random.Random(16)
+    alphabet = "abcdeé日本"
+    terms = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(3000)]
+    terms += ["redis cache", "rediscache", "sticky sessions", "セッション ストア", "레디스"]
+    vocab = FieldVocabulary.build(terms)
+    assert vocab.terms == frozenset(terms) and len(vocab) == len(set(terms))
+    probes = terms[:400] + ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 9))) for _ in range(2000)]
+    for token in probes:
+        assert vocab.fuzzy(token) == _brute_force_fuzzy(terms, token), token
+        assert (token in vocab) == (token in set(terms))
+        assert vocab.exact(token) == (((token, 1.0),) if token in set(terms) else ())
+    assert FieldVocabulary.build([]).fuzzy("kafka") == () and "kafka" not in FieldVocabulary.build([])
+
+
+def _stored_units(store: BeliefStore, tenant: str, belief_id: str) -> list[str]:
+    found = store.client.search(
+        index=store.alias,
+        routing=tenant,
+        body={"size": 1, "query": {"ids": {"values": [f"{tenant}:{belief_id}"]}}, "docvalue_fields": [UNITS_FIELD]},
+    )
+    hit = found["hits"]["hits"][0]
+    assert UNITS_FIELD not in hit["_source"]  # never in the stored belief: the model's document only
+    return sorted(hit.get("fields", {}).get(UNITS_FIELD, []))
+
+
+def test_every_write_stores_the_index_analysis_of_the_names(store: BeliefStore) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    first = make_belief(tenant, "ann", "redis_cache", aliases=["RedisCache", "sticky sessions", "セッションストア"])
+    store.put(first, refresh="true")
+    put_all(store, make_belief(tenant, "ann", "kafka_setup", aliases=["kafkab"]))
+    groups = store.vocabulary.mapping().all_groups()
+    ids = [f"{tenant}:{first.id}"]
+    vectors = store.client.mtermvectors(
+        index=store.alias, body={"ids": ids}, routing=tenant, fields=",".join(groups), positions=False
+    )["docs"][0]["term_vectors"]
+    # exactly what OpenSearch's index analysis of the stored document gives, per group
+    from_index = sorted(f"{g}{UNIT_SEPARATOR}{t}" for g, v in vectors.items() for t in v["terms"])
+    assert _stored_units(store, tenant, first.id) == sorted([UNITS_MARKER, *from_index])
+    assert f"aliases{UNIT_SEPARATOR}sticky sessions" in from_index
+    assert any(
+        u.startswith(f"canonical_name{UNIT_SEPARATOR}") for u in _stored_units(store, tenant, "b-kafka-setup-ann")
+    )
+    # an optimistic replace (alias add/remove, supersede, redaction) re-analyses the new names
+    _, seq_no, term = store.get_versioned(principal(tenant, "ann"), first.id)
+    store.replace(
+        first.model_copy(update={"aliases": ["memcached"]}), if_seq_no=seq_no, if_primary_term=term, refresh="true"
+    )
+    units = _stored_units(store, tenant, first.id)
+    assert f"aliases{UNIT_SEPARATOR}memcached" in units
+    assert not any("sticky" in u or "セッション" in u for u in units)  # the old names are gone
+
+
+def test_vocabulary_is_one_aggregation_and_documents_without_units_still_count(store: BeliefStore) -> None:
+    mine, theirs = f"t-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    put_all(
+        store,
+        make_belief(mine, "ann", "redis_cache", aliases=["sticky sessions"]),
+        make_belief(theirs, "bob", "kafka_setup", aliases=["kafkab"]),
+    )
+    me = principal(mine, "zed")
+    with_units = calls.run(store.client, store.vocabulary.tenant_units(me))
+    assert with_units.documents == 1 and with_units.legacy == 0
+    assert "sticky sessions" in with_units.groups["aliases"]
+    assert not any("kafka" in t for terms in with_units.groups.values() for t in terms)  # never another tenant's
+    # a document written before the units existed (or by other means): read from term vectors
+    legacy = make_belief(mine, "ann", "event_bus", aliases=["rabbitmq"])
+    store.client.index(
+        index=store.alias, id=f"{mine}:{legacy.id}", routing=mine, body=legacy.to_document(), refresh="true"
+    )
+    mixed = calls.run(store.client, store.vocabulary.tenant_units(me))
+    assert mixed.documents == 2 and mixed.legacy == 1
+    assert {"sticky sessions", "rabbitmq"} <= mixed.groups["aliases"]
+    assert {"redis cache", "event bus"} <= mixed.groups["canonical_name"]
+    # and the same vocabulary as if every document had its units
+    put_all(store, legacy)
+    rewritten = calls.run(store.client, store.vocabulary.tenant_units(me))
+    assert rewritten.legacy == 0 and rewritten.groups == mixed.groups
+    cache = VocabularyCache(store.vocabulary, None)
+    vocabulary = cache.get(me)
+    assert "rabbitmq" in vocabulary.field("aliases") and "rabbitmq" in vocabulary.field("aliases.shingle")
+    assert vocabulary.field("aliases").fuzzy("rabbitmqs") == (("rabbitmq", 0.875),)

@@ -38,6 +38,10 @@ MAX_CHANGE_LOG = 200
 MAX_RELATION_TYPE_CHARS = 64
 MAX_REMOVED_ALIASES = 500  # remembered per belief (the change log's rollover keeps them too)
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+# Indexed fields derived from the model, never part of it: the lifecycle and content fingerprint
+# (to_document) and the analysed name units the storage layer adds (kept out of the stored source
+# by the mapping; ignored here too, so an index without that exclusion still reads).
+_DERIVED_FIELDS = frozenset({"lifecycle", "content_hash", "vocabulary_units"})
 
 
 class BeliefType(str, Enum):
@@ -385,7 +389,8 @@ class Belief(BaseModel):
 
     @classmethod
     def from_document(cls, source: dict[str, Any]) -> Belief:
-        data = {k: v for k, v in source.items() if k not in ("lifecycle", "content_hash")}
+        """The belief of a stored source (derived, indexed-only fields are ignored)."""
+        data = {k: v for k, v in source.items() if k not in _DERIVED_FIELDS}
         return cls.model_validate(data)
 
     @classmethod

@@ -28,7 +28,6 @@ from service.storage import calls
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, ClauseMatch, NearMiss, ScoredBelief
 from service.storage.calls import Reads
-from service.write_versions import Changes
 
 
 class RecallBudget(BaseModel):
@@ -152,8 +151,7 @@ class ContextBuilder:
         if self.matcher is not None:
             version = options.get("write_version")
             if version is None:
-                version = options["vocabulary_version"] = self.matcher.current_version(principal.tenant_id)
-            options["vocabulary_changes"] = self.matcher.cache.changes(principal.tenant_id, version)
+                options["vocabulary_version"] = self.matcher.current_version(principal.tenant_id)
         return calls.run(self.store.client, self.build_reads(principal, scopes, message, budget, **options))
 
     async def abuild(
@@ -167,9 +165,6 @@ class ContextBuilder:
     ) -> RecallResult:
         """:meth:`build_reads` run with the asynchronous client (the API and the proxy, on the
         event loop): the same requests, the same result."""
-        if self.matcher is not None:
-            changes = await self.matcher.cache.achanges(principal.tenant_id, options.get("write_version"))
-            options["vocabulary_changes"] = changes
         return await calls.arun(client, self.build_reads(principal, scopes, message, budget, **options))
 
     def build_reads(
@@ -183,7 +178,6 @@ class ContextBuilder:
         search_clauses: list[dict[str, Any]] | None = None,
         write_version: int | None = None,
         vocabulary_version: int | None = None,
-        vocabulary_changes: Changes | None = None,
     ) -> Reads[RecallResult]:
         """The tiers for one message, as OpenSearch requests (:mod:`service.storage.calls`).
         ``write_version``: the tenant's, read with the rate limit: the filter tiers and the
@@ -195,9 +189,7 @@ class ContextBuilder:
         query = clean_query(message, max_chars=limits.max_query_chars)
         if search_clauses is None and self.matcher is not None and query.text and limits.max_beliefs > 0:
             version = write_version if write_version is not None else vocabulary_version
-            search_clauses = yield from self.matcher.clauses_reads(
-                principal, query.text, version=version, changes=vocabulary_changes
-            )
+            search_clauses = yield from self.matcher.clauses_reads(principal, query.text, version=version)
         hits = yield from self.store.recall_candidates_reads(
             principal,
             view,

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import logging
 import struct
+import sys
 import threading
 import time
-from collections import Counter, OrderedDict
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -44,8 +46,8 @@ from service.storage import calls, queries
 from service.storage.beliefs import BeliefStore
 from service.storage.calls import Reads
 from service.storage.queries import TermWeights, WeightedClause
-from service.storage.vocabulary import AnalysisRequest, Positions, TenantTerms, VocabularyStore
-from service.write_versions import Changes, TenantWriteVersions
+from service.storage.vocabulary import AnalysisRequest, Positions, VocabularyStore
+from service.write_versions import TenantWriteVersions
 
 log = logging.getLogger(__name__)
 
@@ -129,69 +131,63 @@ def edits_within_one(a: str, b: str) -> int | None:
     return 1 if longer[i + 1 :] == short[i:] else None
 
 
-def _deletion_keys(term: str) -> set[str]:
-    """The term and every one-character deletion after the guarded prefix: two words one edit
-    apart (with the same prefix) always share at least one key."""
-    keys = {term}
-    for i in range(queries.PREFIX_LENGTH, len(term)):
-        keys.add(term[:i] + term[i + 1 :])
-    return keys
-
-
 # ---------------------------------------------------------------------- vocabulary
 
 
-@dataclass(frozen=True)
-class FieldVocabulary:
-    terms: frozenset[str]
-    deletions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # fuzzy fields only
-    fuzzy_matched: bool = False  # a field the query matches with one edit of fuzz (has deletion keys)
-    size: int = -1  # estimated bytes (computed once, then kept up to date by ``updated``)
+def _order(term: str) -> tuple[str, int, str]:
+    """The order terms are kept in: by the guarded prefix, then length, then the term, so the
+    one-edit candidates of a word (same prefix, length within one) are one contiguous range."""
+    return term[: queries.PREFIX_LENGTH], len(term), term
 
-    def __post_init__(self) -> None:
-        if self.size < 0:
-            size = sum(_term_bytes(t) for t in self.terms)
-            size += sum(_key_bytes(k) + 8 * len(v) for k, v in self.deletions.items())
-            object.__setattr__(self, "size", size)
+
+@dataclass(frozen=True, eq=False)
+class FieldVocabulary:
+    """One field's terms (sub-fields with the same terms share one), compact: the terms in
+    :func:`_order`, joined into one string, with their start offsets. Exact membership and the
+    one-edit candidates of a word are binary searches; no per-term Python object is kept."""
+
+    joined: str = ""
+    offsets: array[int] = field(default_factory=lambda: array("I", [0]))
 
     @classmethod
-    def build(cls, terms: Iterable[str], *, fuzzy: bool) -> FieldVocabulary:
-        frozen = frozenset(terms)
-        if not fuzzy:
-            return cls(frozen)
-        index: dict[str, list[str]] = {}
-        for term in frozen:
-            if len(term) >= _MIN_FUZZY_TERM:
-                for key in _deletion_keys(term):
-                    index.setdefault(key, []).append(term)
-        return cls(frozen, {k: tuple(v) for k, v in index.items()}, fuzzy_matched=True)
+    def build(cls, terms: Iterable[str]) -> FieldVocabulary:
+        ordered = sorted(set(terms), key=_order)
+        offsets = array("I", [0])
+        at = 0
+        for term in ordered:
+            at += len(term)
+            offsets.append(at)
+        return cls("".join(ordered), offsets)
 
-    def updated(self, added: frozenset[str], removed: frozenset[str]) -> FieldVocabulary:
-        """This vocabulary with ``added`` terms in and ``removed`` terms out (``added`` new to it,
-        ``removed`` all in it): a new object, so readers of the old one on other threads are
-        undisturbed; only the deletion keys of those terms are touched."""
-        terms = (self.terms - removed) | added
-        size = self.size + sum(_term_bytes(t) for t in added) - sum(_term_bytes(t) for t in removed)
-        if not self.fuzzy_matched:
-            return FieldVocabulary(terms, size=size)
-        index = dict(self.deletions)
-        for term in removed:
-            for key in _deletion_keys(term) if len(term) >= _MIN_FUZZY_TERM else ():
-                left = tuple(t for t in index.get(key, ()) if t != term)
-                size -= 8
-                if left:
-                    index[key] = left
-                elif index.pop(key, None) is not None:
-                    size -= _key_bytes(key)
-        for term in added:
-            for key in _deletion_keys(term) if len(term) >= _MIN_FUZZY_TERM else ():
-                held = index.get(key, ())
-                size += 8 + (0 if held else _key_bytes(key))
-                index[key] = (*held, term)
-        return FieldVocabulary(terms, index, fuzzy_matched=True, size=size)
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def term(self, i: int) -> str:
+        return self.joined[self.offsets[i] : self.offsets[i + 1]]
+
+    @property
+    def terms(self) -> frozenset[str]:
+        """Every term (for tests and measurements; the hot path never materialises them)."""
+        return frozenset(self.term(i) for i in range(len(self)))
+
+    def _first_at_or_after(self, key: tuple[str, int, str]) -> int:
+        lo, hi = 0, len(self)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _order(self.term(mid)) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def __contains__(self, token: object) -> bool:
+        if not isinstance(token, str):
+            return False
+        i = self._first_at_or_after(_order(token))
+        return i < len(self) and self.term(i) == token
 
     def exact(self, token: str) -> TermWeights:
-        return ((token, 1.0),) if token in self.terms else ()
+        return ((token, 1.0),) if token in self else ()
 
     def fuzzy(self, token: str) -> TermWeights:
         """What ``FuzzyQuery(token, AUTO:4, prefix 2, max 20 expansions)`` rewrites to, over this
@@ -200,44 +196,29 @@ class FieldVocabulary:
         if n < MIN_FUZZY_LENGTH:
             return self.exact(token)
         prefix = token[: queries.PREFIX_LENGTH]
+        rest = token[queries.PREFIX_LENGTH :]
         found: dict[str, float] = {}
-        for key in _deletion_keys(token):
-            for term in self.deletions.get(key, ()):
-                if term in found or term[: queries.PREFIX_LENGTH] != prefix:
-                    continue
-                edits = edits_within_one(term[queries.PREFIX_LENGTH :], token[queries.PREFIX_LENGTH :])
-                if edits is not None:
-                    found[term] = fuzzy_factor(edits, len(term), n)
+        # the terms with the same prefix and one character shorter to one longer: a contiguous range
+        for i in range(self._first_at_or_after((prefix, n - 1, "")), self._first_at_or_after((prefix, n + 2, ""))):
+            term = self.term(i)
+            edits = edits_within_one(term[queries.PREFIX_LENGTH :], rest)
+            if edits is not None:
+                found[term] = fuzzy_factor(edits, len(term), n)
         # Lucene's TopTermsRewrite keeps the best boosts, ties to the smaller term (UTF-8 order)
         ranked = sorted(found.items(), key=lambda tw: (-tw[1], tw[0].encode()))
         return tuple(ranked[: queries.MAX_FUZZY_EXPANSIONS])
 
     def approx_bytes(self) -> int:
-        return self.size
+        return sys.getsizeof(self.joined) + sys.getsizeof(self.offsets) + 64
 
 
-def _term_bytes(term: str) -> int:
-    return 49 + len(term.encode())
-
-
-def _key_bytes(key: str) -> int:
-    return 89 + len(key.encode())
-
-
-def _document_bytes(terms: DocumentTerms) -> int:
-    """A document's term sets (pointers to strings held anyway, a set per field)."""
-    return 120 + sum(216 + 8 * len(held) for held in terms.values())
-
-
-# field -> terms, for one document
-DocumentTerms = Mapping[str, frozenset[str]]
+_EMPTY = FieldVocabulary()
 
 
 @dataclass(frozen=True)
 class TenantVocabulary:
-    """A tenant's vocabulary at one write version: per searched field the terms and their
-    deletion keys, and per document its terms (so a later write re-reads only its documents:
-    :meth:`updated`). ``counts``: per field, how many documents hold each term."""
+    """A tenant's vocabulary at one write version: per searched field its terms (fields whose
+    terms are the same share one :class:`FieldVocabulary`)."""
 
     tenant_id: str
     version: int
@@ -245,97 +226,38 @@ class TenantVocabulary:
     documents: int
     build_ms: float
     approx_bytes: int
-    by_document: Mapping[str, DocumentTerms] = field(default_factory=dict)
-    counts: Mapping[str, Counter[str]] = field(default_factory=dict)
-    document_bytes: int = 0
+    legacy_documents: int = 0  # documents without stored units (read from term vectors)
 
     @classmethod
     def build(cls, store: VocabularyStore, principal: Principal, version: int) -> Reads[TenantVocabulary]:
         started = time.perf_counter()
-        read = yield from store.tenant_terms(principal, VOCABULARY_FIELDS)
-        counts = {name: Counter[str]() for name in read.fields}
-        for document in read.by_document.values():
-            for name, held in document.items():
-                counts[name].update(held)
-        # Sub-fields with the same index analyzer hold the same terms (canonical_name and its
-        # phrase sub-field; often the .cjk ones too): built and counted once, shared.
-        shared: dict[tuple[frozenset[str], bool], FieldVocabulary] = {}
+        mapping = yield from store.mapping_reads()
+        read = yield from store.tenant_units(principal)
+        shared: dict[frozenset[str], FieldVocabulary] = {}
         fields: dict[str, FieldVocabulary] = {}
-        for name, terms in read.fields.items():
-            key = (frozenset(terms), name in FUZZY_FIELDS)
-            if key not in shared:
-                shared[key] = FieldVocabulary.build(key[0], fuzzy=key[1])
-            fields[name] = shared[key]
-        document_bytes = sum(_document_bytes(terms) for terms in read.by_document.values())
+        for group, names in mapping.groups(VOCABULARY_FIELDS).items():
+            terms = frozenset(read.groups.get(group, ()))
+            if terms not in shared:
+                shared[terms] = FieldVocabulary.build(terms)
+            for name in names:
+                fields[name] = shared[terms]
         return cls(
             principal.tenant_id,
             version,
             fields,
-            len(read.by_document),
+            read.documents,
             (time.perf_counter() - started) * 1000,
-            _fields_bytes(fields) + document_bytes,
-            dict(read.by_document),
-            counts,
-            document_bytes,
-        )
-
-    def updated(self, version: int, read: TenantTerms, started: float) -> TenantVocabulary:
-        """This vocabulary after a write: the documents in ``read`` replace their old terms, the
-        ones in ``read.missing`` are gone. Only terms whose document count crosses zero change
-        a field, and a field (or sub-fields sharing one) without such a term is kept as is."""
-        by_document = dict(self.by_document)
-        document_bytes = self.document_bytes
-        counts = {name: Counter(held) for name, held in self.counts.items()}
-        before: dict[str, set[str]] = {name: set() for name in counts}
-        after: dict[str, set[str]] = {name: set() for name in counts}
-        for doc_id in [*read.by_document, *read.missing]:
-            old_terms = by_document.pop(doc_id, None)
-            if old_terms is not None:
-                document_bytes -= _document_bytes(old_terms)
-                for name, held in old_terms.items():
-                    counts[name].subtract(held)
-                    before[name].update(held)
-            new_terms = read.by_document.get(doc_id)
-            if new_terms is not None:
-                document_bytes += _document_bytes(new_terms)
-                by_document[doc_id] = new_terms
-                for name, held in new_terms.items():
-                    counts[name].update(held)
-                    after[name].update(held)
-        fields: dict[str, FieldVocabulary] = {}
-        redone: dict[tuple[int, frozenset[str], frozenset[str]], FieldVocabulary] = {}
-        for name, old in self.fields.items():
-            tally = counts.get(name, Counter[str]())
-            added = frozenset(t for t in after.get(name, ()) if t not in old.terms and tally[t] > 0)
-            removed = frozenset(t for t in before.get(name, ()) if tally[t] <= 0)
-            for term in removed:
-                del tally[term]
-            if not added and not removed:
-                fields[name] = old
-                continue
-            key = (id(old), added, removed)  # sub-fields that shared one vocabulary still share
-            if key not in redone:
-                redone[key] = old.updated(added, removed)
-            fields[name] = redone[key]
-        return replace(
-            self,
-            version=version,
-            fields=fields,
-            documents=len(by_document),
-            build_ms=(time.perf_counter() - started) * 1000,
-            approx_bytes=_fields_bytes(fields) + document_bytes,
-            by_document=by_document,
-            counts=counts,
-            document_bytes=document_bytes,
+            _fields_bytes(fields),
+            read.legacy,
         )
 
     def field(self, name: str) -> FieldVocabulary:
-        return self.fields.get(name) or FieldVocabulary(frozenset())
+        return self.fields.get(name) or _EMPTY
 
 
 def _fields_bytes(fields: Mapping[str, FieldVocabulary]) -> int:
-    """Each field vocabulary once (sub-fields may share one)."""
-    return sum(f.size for f in {id(f): f for f in fields.values()}.values())
+    """Each field vocabulary once (sub-fields may share one), plus the entry itself."""
+    return 400 + 100 * len(fields) + sum(f.approx_bytes() for f in {id(f): f for f in fields.values()}.values())
 
 
 @dataclass
@@ -345,25 +267,13 @@ class CacheStats:
     build_ms_total: float = 0.0
     build_ms_max: float = 0.0
     evictions: int = 0
-    updates: int = 0  # vocabularies brought forward by re-reading only the written documents
-    update_ms_total: float = 0.0
-
-
-def _continues(entry: TenantVocabulary, changes: Changes | None, version: int | None) -> bool:
-    """Whether ``changes`` lead exactly from ``entry``'s version to ``version`` and name every
-    document written in between."""
-    return (
-        changes is not None
-        and changes.doc_ids is not None
-        and changes.since == entry.version
-        and changes.until == version
-    )
 
 
 class VocabularyCache:
     """The vocabularies of the most recently active tenants, bounded in count and in (estimated)
-    memory. An entry is used only while the tenant's write version is the one it was built at;
-    without a version source (``versions=None``) nothing is kept and every recall builds afresh."""
+    memory. An entry is used only while the tenant's write version is the one it was built at (a
+    write means a rebuild: one aggregation); without a version source (``versions=None``) nothing
+    is kept and every recall builds afresh."""
 
     def __init__(
         self,
@@ -388,39 +298,11 @@ class VocabularyCache:
         it with the rate limit, in the same Redis round trip); else it is read here."""
         if version is None:
             version = self._version(principal.tenant_id)
-        return calls.run(self.store.client, self.lookup(principal, version, self.changes(principal.tenant_id, version)))
+        return calls.run(self.store.client, self.lookup(principal, version))
 
-    def changes(self, tenant_id: str, version: int | None) -> Changes | None:
-        """What was written since the tenant's cached vocabulary, when it is behind ``version``
-        (one Redis read, only then); None: nothing to bring forward."""
-        since = self.behind(tenant_id, version)
-        if since is None or version is None or self.versions is None:
-            return None
-        return self.versions.changes(tenant_id, since, version)
-
-    async def achanges(self, tenant_id: str, version: int | None) -> Changes | None:
-        """:meth:`changes` through the event loop's Redis client."""
-        since = self.behind(tenant_id, version)
-        if since is None or version is None or self.versions is None:
-            return None
-        return await self.versions.achanges(tenant_id, since, version)
-
-    def behind(self, tenant_id: str, version: int | None) -> int | None:
-        """The version of the tenant's cached vocabulary when it is older than ``version`` (the
-        caller then reads the change log from there: :meth:`TenantWriteVersions.changes`)."""
-        if version is None:
-            return None
-        with self._lock:
-            entry = self._entries.get(tenant_id)
-        return entry.version if entry is not None and entry.version < version else None
-
-    def lookup(
-        self, principal: Principal, version: int | None, changes: Changes | None = None
-    ) -> Reads[TenantVocabulary]:
-        """The tenant's vocabulary at ``version`` (read by the caller): cached; or the cached one
-        brought forward by re-reading only the documents ``changes`` names (a write since); or
-        built. ``None`` (the version is unknown): built for this request and not kept."""
-        entry: TenantVocabulary | None = None
+    def lookup(self, principal: Principal, version: int | None) -> Reads[TenantVocabulary]:
+        """The tenant's vocabulary at ``version`` (read by the caller): cached, or built. ``None``
+        (the version is unknown): built for this request and not kept."""
         if version is not None:
             with self._lock:
                 self._drop_idle()
@@ -430,35 +312,16 @@ class VocabularyCache:
                     self._used[principal.tenant_id] = time.monotonic()
                     self.stats.hits += 1
                     return entry
-        if entry is not None and _continues(entry, changes, version):
-            assert changes is not None and changes.doc_ids is not None and version is not None
-            updated = yield from self._update(principal, entry, changes.doc_ids, version)
-            return updated
         built = yield from TenantVocabulary.build(self.store, principal, version or 0)
         with self._lock:
             self.stats.builds += 1
             self.stats.build_ms_total += built.build_ms
             self.stats.build_ms_max = max(self.stats.build_ms_max, built.build_ms)
-            if version is not None:
+            current = self._entries.get(principal.tenant_id)
+            if version is not None and (current is None or current.version <= version):
                 self._put(built)
         log.debug("vocabulary of %s: %d documents, %.1f ms", principal.tenant_id, built.documents, built.build_ms)
         return built
-
-    def _update(
-        self, principal: Principal, entry: TenantVocabulary, doc_ids: frozenset[str], version: int
-    ) -> Reads[TenantVocabulary]:
-        started = time.perf_counter()
-        # only the tenant's own documents (the log is the tenant's; this is the second wall)
-        mine = sorted(d for d in doc_ids if d.startswith(f"{principal.tenant_id}:"))
-        read = yield from self.store.document_terms(principal, mine, VOCABULARY_FIELDS)
-        updated = entry.updated(version, read, started)
-        with self._lock:
-            self.stats.updates += 1
-            self.stats.update_ms_total += updated.build_ms
-            current = self._entries.get(principal.tenant_id)
-            if current is None or current.version < version:
-                self._put(updated)
-        return updated
 
     def _version(self, tenant_id: str) -> int | None:
         if self.versions is None:
@@ -532,7 +395,7 @@ class VocabularyMatcher:
     def for_store(cls, beliefs: BeliefStore, defaults: RecallDefaults) -> VocabularyMatcher:
         """A matcher over ``beliefs``' index whose cache follows the store's write versions (a
         store without them gets a matcher that builds on every recall)."""
-        reader = VocabularyStore(beliefs.client, beliefs.alias)
+        reader = beliefs.vocabulary
         cache = VocabularyCache(
             reader,
             beliefs.versions,
@@ -547,13 +410,10 @@ class VocabularyMatcher:
         write version when the caller has it (no Redis read here then)."""
         return self.clauses_many(principal, [text], version=version)[0]
 
-    def clauses_reads(
-        self, principal: Principal, text: str, *, version: int | None, changes: Changes | None = None
-    ) -> Reads[list[dict[str, Any]]]:
+    def clauses_reads(self, principal: Principal, text: str, *, version: int | None) -> Reads[list[dict[str, Any]]]:
         """:meth:`clauses` as requests (recall's own path, sync or async); ``version`` None: the
-        vocabulary is built for this recall and not cached; ``changes``: what was written since
-        the cached vocabulary (:meth:`VocabularyCache.changes`), to bring it forward."""
-        many = yield from self._clauses_reads(principal, [text], version, changes)
+        vocabulary is built for this recall and not cached."""
+        many = yield from self._clauses_reads(principal, [text], version)
         return many[0]
 
     def clauses_many(
@@ -562,8 +422,7 @@ class VocabularyMatcher:
         """Several texts of one tenant in one analysis round trip (the differential test)."""
         if version is None:
             version = self.current_version(principal.tenant_id)
-        changes = self.cache.changes(principal.tenant_id, version)
-        return calls.run(self.store.client, self._clauses_reads(principal, texts, version, changes))
+        return calls.run(self.store.client, self._clauses_reads(principal, texts, version))
 
     def current_version(self, tenant_id: str) -> int | None:
         """The tenant's write version read from Redis (None: unknown, nothing is cached), for a
@@ -571,9 +430,9 @@ class VocabularyMatcher:
         return self.cache._version(tenant_id)
 
     def _clauses_reads(
-        self, principal: Principal, texts: Sequence[str], version: int | None, changes: Changes | None
+        self, principal: Principal, texts: Sequence[str], version: int | None
     ) -> Reads[list[list[dict[str, Any]]]]:
-        vocabulary = yield from self.cache.lookup(principal, version, changes)
+        vocabulary = yield from self.cache.lookup(principal, version)
         analyzers = yield from self.store.search_analyzers_reads()
         plans = [self._plan(text, analyzers) for text in texts]
         analyses = yield from self.store.analyze(principal, [r for p in plans for r in p.requests])
@@ -690,6 +549,6 @@ def _alternatives(
         name=name,
         field=field_name,
         boost=boost,
-        positions=tuple(tuple((t, 1.0) for t in group if t in vocab.terms) for group in positions),
+        positions=tuple(tuple((t, 1.0) for t in group if t in vocab) for group in positions),
         alternatives=True,
     )

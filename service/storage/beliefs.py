@@ -35,6 +35,7 @@ from service.storage.client import (
 )
 from service.storage.templates import BELIEFS
 from service.storage.unreadable import DecodedBeliefs, LoadedBeliefs, document_id, load_belief, load_beliefs
+from service.storage.vocabulary import UNITS_FIELD, VocabularyStore
 from service.write_versions import TenantWriteVersions
 
 Refresh = Literal["true", "false", "wait_for"]
@@ -43,6 +44,7 @@ Refresh = Literal["true", "false", "wait_for"]
 log = logging.getLogger(__name__)
 
 doc_id = routed_id  # belief documents are keyed <tenant>:<belief id>
+_BULK_CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,18 @@ class BeliefStore:
         # Bumped after every write, so per-tenant caches (the recall vocabulary) see it. A store
         # without it (scripts, offline evals) must not be paired with a caching reader.
         self.versions = versions
+        # the index mapping and the analysis of names into stored units (service/storage/vocabulary.py)
+        self.vocabulary = VocabularyStore(client, self.alias)
+
+    def documents(self, beliefs: Sequence[Belief]) -> list[dict[str, Any]]:
+        """The stored form of each belief: the model's document plus, when the index stores them,
+        the analysed units of its names and aliases (one analysis round trip for all of them)."""
+        units = self.vocabulary.units_of([(b.tenant_id, b.canonical_name, b.aliases) for b in beliefs])
+        documents = [b.to_document() for b in beliefs]
+        if units is not None:
+            for document, held in zip(documents, units, strict=True):
+                document[UNITS_FIELD] = held
+        return documents
 
     def written(self, documents: Mapping[str, Iterable[str] | None]) -> None:
         """Record that the tenants' beliefs changed (after the write is visible), with the ids of
@@ -183,12 +197,13 @@ class BeliefStore:
     # ---------------------------------------------------------------- writes
 
     def _index_one(self, belief: Belief, *, refresh: Refresh, on_conflict: str, **options: Any) -> None:
+        body = self.documents([belief])[0]
         with self._bumping([(belief.tenant_id, belief.id)]):
             index_routed(
                 self.client,
                 index=self.alias,
                 doc_id=doc_id(belief.tenant_id, belief.id),
-                body=belief.to_document(),
+                body=body,
                 routing=belief.tenant_id,
                 refresh=refresh,
                 action="store a belief",
@@ -235,21 +250,16 @@ class BeliefStore:
     def put_many(
         self, beliefs: Sequence[Belief], *, refresh: Refresh = "wait_for", create_only: bool = False
     ) -> WriteResult:
-        actions = (
-            {
-                "_op_type": "create" if create_only else "index",
-                "_index": self.alias,
-                "_id": doc_id(b.tenant_id, b.id),
-                "_routing": b.tenant_id,
-                "_source": b.to_document(),
-            }
-            for b in beliefs
-        )
         written: list[str] = []
         failed: dict[str, str] = {}
         with self._bumping((b.tenant_id, b.id) for b in beliefs), translate_errors("store beliefs"):
             for ok, item in helpers.streaming_bulk(
-                self.client, actions, chunk_size=1000, raise_on_error=False, raise_on_exception=False, max_retries=2
+                self.client,
+                self._bulk_actions(beliefs, create_only),
+                chunk_size=_BULK_CHUNK,
+                raise_on_error=False,
+                raise_on_exception=False,
+                max_retries=2,
             ):
                 info = bulk_item(item)
                 belief_id = str(info.get("_id", "")).split(":", 1)[-1]
@@ -260,6 +270,19 @@ class BeliefStore:
             if refresh != "false" and beliefs:
                 self.client.indices.refresh(index=self.alias)
         return WriteResult(written=written, failed=failed)
+
+    def _bulk_actions(self, beliefs: Sequence[Belief], create_only: bool) -> Iterator[dict[str, Any]]:
+        """Bulk actions, analysed one chunk at a time (one analysis round trip per bulk chunk)."""
+        for start in range(0, len(beliefs), _BULK_CHUNK):
+            chunk = beliefs[start : start + _BULK_CHUNK]
+            for b, document in zip(chunk, self.documents(chunk), strict=True):
+                yield {
+                    "_op_type": "create" if create_only else "index",
+                    "_index": self.alias,
+                    "_id": doc_id(b.tenant_id, b.id),
+                    "_routing": b.tenant_id,
+                    "_source": document,
+                }
 
     def replace(self, belief: Belief, *, if_seq_no: int, if_primary_term: int, refresh: Refresh = "wait_for") -> None:
         """Optimistic update: fails with Conflict if someone changed the belief meanwhile."""

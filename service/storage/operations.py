@@ -32,6 +32,7 @@ from service.storage.templates import (
     component_name,
     index_template_name,
 )
+from service.storage.vocabulary import store_units
 
 _POLL_S = 0.5
 
@@ -79,6 +80,7 @@ class UpgradeResult:
     documents: dict[str, int] = field(default_factory=dict)
     old_generation: str = "kept"
     took_s: float = 0.0
+    units_stored: int = 0  # beliefs: documents given their vocabulary units (service/storage/vocabulary.py)
 
 
 def _count(client: OpenSearch, index: str) -> int:
@@ -169,6 +171,10 @@ def upgrade_family(
         client.indices.create(index=target)  # shaped by the current index template
         client.cluster.health(index=target, wait_for_status="yellow", request_timeout=60)
         _copy(client, source, target)
+        if family is templates.BELIEFS:
+            # the analysed units are not in _source, so the copy has none: stored again from the
+            # new generation's own analyzers before anything reads it
+            result.units_stored = store_units(client, target)
         result.documents = {"source": sum(_count(client, i) for i in source), "target": _count(client, target)}
         if block_writes and result.documents["source"] != result.documents["target"]:
             raise UpgradeError(f"document counts differ after the copy: {result.documents}")

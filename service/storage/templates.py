@@ -76,13 +76,17 @@ def expected_mapping(family: IndexFamily) -> dict[str, Any]:
     """The mapping an index of ``family`` must have: the union of its component templates."""
     properties: dict[str, Any] = {}
     dynamic: Any = None
+    source: Any = None
     for stem in component_stems(family):
         mappings = load_json(f"component/{stem}.json")["template"].get("mappings", {})
         properties.update(mappings.get("properties", {}))
         dynamic = mappings.get("dynamic", dynamic)
+        source = mappings.get("_source", source)
     out: dict[str, Any] = {"properties": properties}
     if dynamic is not None:
         out["dynamic"] = dynamic
+    if source is not None:
+        out["_source"] = source
     return out
 
 

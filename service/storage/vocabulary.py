@@ -1,25 +1,40 @@
-"""OpenSearch reads behind recall by vocabulary (:mod:`service.recall.vocabulary`).
+"""OpenSearch reads behind recall by vocabulary (:mod:`service.recall.vocabulary`), and the
+analysed units every belief write stores for it.
 
 OpenSearch's analyzers stay the one definition of analysis: a tenant's vocabulary is the set of
-terms OpenSearch's own index analysis produced for its names and aliases (term vectors of the
-stored documents), and a query is split by the same search analyzers the Lucene query uses (term
-vectors of an artificial document with per-field analyzers, one round trip for every clause).
-Nothing here re-implements a tokenizer or a filter.
+terms OpenSearch's own index analysis produced for its names and aliases, and a query is split by
+the same search analyzers the Lucene query uses (term vectors of an artificial document with
+per-field analyzers, one round trip for every clause). Nothing here re-implements a tokenizer or
+a filter.
+
+**Units at write time** (beliefs template v5): every belief write first asks OpenSearch for the
+index analysis of its names and aliases (one ``_mtermvectors`` round trip of artificial documents
+per write or bulk batch, each searched field's own index analyzer) and stores the result in the
+document's ``vocabulary_units`` keyword field (doc values only, excluded from ``_source``), one
+value ``<group>\u001f<term>`` per term. A *group* is one (source field, index analyzer) pair,
+named by its shortest field (``canonical_name``, ``aliases.cjk``, ...): sub-fields that share an
+index analyzer hold the same terms (``canonical_name`` and ``canonical_name.phrase``), so they are
+stored once. A tenant's vocabulary is then one routed ``terms`` aggregation over that field
+(``execution_hint: map``: no global ordinals over the shared shard), no re-analysis. Documents
+written before the field existed (or by other means) have no units and are found by the same
+request (a ``missing`` aggregation); their terms are read the old way (term vectors, i.e.
+analysed again) so they still answer correctly.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opensearchpy import OpenSearch
+from opensearchpy import OpenSearch, helpers
 
 from service.domain.principal import Principal
 from service.storage import access, calls
 from service.storage.calls import Call, Reads
-from service.storage.client import item_error
+from service.storage.client import bulk_item, item_error
 
 # Same-position tokens together (the 2- and 3-word shingles starting at one word), in position order.
 Positions = tuple[tuple[str, ...], ...]
@@ -27,6 +42,21 @@ Positions = tuple[tuple[str, ...], ...]
 # How many documents one term-vector request reads while a vocabulary is built.
 _TERM_VECTOR_BATCH = 500
 _ID_PAGE = 2000
+
+UNITS_FIELD = "vocabulary_units"
+UNIT_SEPARATOR = "\u001f"
+# Stored with every document's units, so a document whose names analyse to nothing still counts
+# as one that has them (no group name is empty).
+UNITS_MARKER = f"{UNIT_SEPARATOR}v1"
+# The names and aliases of a belief are analysed from these source fields.
+SOURCE_FIELDS = ("canonical_name", "aliases")
+# Distinct units one aggregation page returns (below the default search.max_buckets, 65,535); a
+# tenant with more is read in partitions.
+_UNIT_PAGE = 60_000
+# Documents per page and bulk request when a reindex stores the units of a whole generation.
+_BACKFILL_PAGE = 500
+# The mapping is read again after this long, so a process notices an alias moved by a reindex.
+_MAPPING_TTL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -49,34 +79,190 @@ class TenantTerms:
     missing: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class NameMapping:
+    """What the vocabulary needs of the index mapping: each text field's search and index
+    analyzer, and whether the index stores units (beliefs template v5 and later)."""
+
+    search_analyzers: dict[str, str]
+    index_analyzers: dict[str, str]
+    has_units: bool
+
+    def group_of(self, field_name: str) -> str | None:
+        """The unit group that holds ``field_name``'s terms: the shortest field of the same source
+        field with the same index analyzer (None: not an analysed name field)."""
+        source = field_name.split(".", 1)[0]
+        analyzer = self.index_analyzers.get(field_name)
+        if source not in SOURCE_FIELDS or analyzer is None:
+            return None
+        same = [f for f, a in self.index_analyzers.items() if a == analyzer and f.split(".", 1)[0] == source]
+        return min(same, key=lambda f: (len(f), f))
+
+    def groups(self, fields: Iterable[str]) -> dict[str, list[str]]:
+        """group -> the given fields it holds (fields without a group are left out)."""
+        out: dict[str, list[str]] = {}
+        for name in fields:
+            group = self.group_of(name)
+            if group is not None:
+                out.setdefault(group, []).append(name)
+        return out
+
+    def all_groups(self) -> list[str]:
+        """Every unit group of the mapping (what a write stores)."""
+        return sorted(self.groups(self.index_analyzers))
+
+
+@dataclass
+class TenantUnits:
+    """A tenant's vocabulary as read: per unit group its terms; ``documents`` counted, of which
+    ``legacy`` had no stored units (their terms were read from term vectors)."""
+
+    groups: dict[str, set[str]] = field(default_factory=dict)
+    documents: int = 0
+    legacy: int = 0
+
+
 class VocabularyStore:
     def __init__(self, client: OpenSearch, alias: str):
         self.client = client
         self.alias = alias
         self._mapping_lock = threading.Lock()
-        self._search_analyzers: dict[str, str] | None = None
+        self._mapping: NameMapping | None = None
+        self._mapping_read_at = 0.0
 
     # ------------------------------------------------------------------ the mapping
 
     def search_analyzers(self) -> dict[str, str]:
         """Every text field's search analyzer as the index mapping defines it (``name`` and
-        ``name.sub``), read once: the query side of each clause is analysed by exactly these."""
+        ``name.sub``): the query side of each clause is analysed by exactly these."""
         return calls.run(self.client, self.search_analyzers_reads())
 
     def search_analyzers_reads(self) -> Reads[dict[str, str]]:
-        if self._search_analyzers is None:
+        mapping = yield from self.mapping_reads()
+        return mapping.search_analyzers
+
+    def mapping(self) -> NameMapping:
+        return calls.run(self.client, self.mapping_reads())
+
+    def mapping_reads(self) -> Reads[NameMapping]:
+        """The mapping, read once a minute at most (a reindex moves the alias to an index whose
+        mapping may differ: stores units where the old one did not)."""
+        mapping = self._mapping
+        if mapping is None or time.monotonic() - self._mapping_read_at > _MAPPING_TTL_S:
             mappings = yield Call("indices.get_mapping", {"index": self.alias}, "read the beliefs mapping")
-            # behind the alias there is one index, or two with the same fields during a reindex
-            properties = next(iter(mappings.values()))["mappings"]["properties"]
+            # Behind the alias there is one index, or two during a reindex: the write index is the
+            # newest generation (the last name), and only if every index stores units do reads rely
+            # on them (an older one's documents are then found by the missing aggregation anyway).
+            ordered = [mappings[name]["mappings"] for name in sorted(mappings)]
+            properties = ordered[-1]["properties"]
+            mapping = NameMapping(
+                dict(_analyzers(properties, search=True)),
+                dict(_analyzers(properties, search=False)),
+                has_units=UNITS_FIELD in properties,
+            )
             with self._mapping_lock:
-                self._search_analyzers = dict(_search_analyzers(properties))
-        return self._search_analyzers
+                self._mapping = mapping
+                self._mapping_read_at = time.monotonic()
+        return mapping
+
+    # ----------------------------------------------------------- units at write time
+
+    def units_of(self, names: Sequence[tuple[str, str, Sequence[str]]]) -> list[list[str]] | None:
+        """The units to store with each belief (routing, canonical name, aliases), from one
+        analysis round trip; None when the index does not store units (an older template)."""
+        return calls.run(self.client, self.units_reads(names))
+
+    def units_reads(self, names: Sequence[tuple[str, str, Sequence[str]]]) -> Reads[list[list[str]] | None]:
+        mapping = yield from self.mapping_reads()
+        if not mapping.has_units:
+            return None
+        groups = mapping.all_groups()
+        if not names:
+            return []
+        docs = [
+            {
+                "doc": {"canonical_name": canonical, "aliases": list(aliases)},
+                "fields": groups,
+                "positions": False,
+                "offsets": False,
+                "payloads": False,
+                "term_statistics": False,
+                "field_statistics": False,
+                "routing": routing_key,
+            }
+            for routing_key, canonical, aliases in names
+        ]
+        response = yield Call("mtermvectors", {"index": self.alias, "body": {"docs": docs}}, "analyse belief names")
+        out: list[list[str]] = []
+        for doc in response["docs"]:
+            if "error" in doc:
+                raise item_error(doc.get("status"), doc["error"], "analyse belief names")
+            units = [UNITS_MARKER]
+            for group, vectors in sorted((doc.get("term_vectors") or {}).items()):
+                units += [f"{group}{UNIT_SEPARATOR}{term}" for term in sorted(vectors.get("terms", {}))]
+            out.append(units)
+        return out
+
+    # ------------------------------------------------------- a tenant's vocabulary
+
+    def tenant_units(self, principal: Principal) -> Reads[TenantUnits]:
+        """The principal's tenant's vocabulary (any owner, scope or lifecycle: see
+        :func:`access.for_vocabulary`): one routed aggregation over the stored units; documents
+        without units (written before the field existed) read from term vectors."""
+        mapping = yield from self.mapping_reads()
+        filters = access.for_vocabulary(principal)
+        read = TenantUnits()
+        partitions = 1
+        partition = 0
+        while partition < partitions:
+            terms: dict[str, Any] = {"field": UNITS_FIELD, "size": _UNIT_PAGE, "execution_hint": "map"}
+            if partitions > 1:
+                terms["include"] = {"partition": partition, "num_partitions": partitions}
+            body: dict[str, Any] = {
+                "size": 0,
+                "track_total_hits": True,
+                "query": filters.query(),
+                "aggs": {"units": {"terms": terms}, "legacy": {"missing": {"field": UNITS_FIELD}}},
+            }
+            found = yield Call(
+                "search",
+                {"index": self.alias, "body": body, "routing": filters.routing, "request_cache": False},
+                "read the tenant's vocabulary",
+            )
+            aggs = found["aggregations"]
+            if partition == 0:
+                read.documents = int(found["hits"]["total"]["value"])
+                read.legacy = int(aggs["legacy"]["doc_count"])
+            if partitions == 1 and int(aggs["units"].get("sum_other_doc_count") or 0) > 0:
+                # more distinct units than one page: read them again in partitions of a page each
+                distinct = len(aggs["units"]["buckets"]) + int(aggs["units"]["sum_other_doc_count"])
+                partitions = distinct // _UNIT_PAGE + 2
+                read.groups = {}
+                continue
+            for bucket in aggs["units"]["buckets"]:
+                group, separator, term = str(bucket["key"]).partition(UNIT_SEPARATOR)
+                if separator and group:
+                    read.groups.setdefault(group, set()).add(term)
+            partition += 1
+        if read.legacy:
+            yield from self._add_legacy(principal, mapping, read)
+        return read
+
+    def _add_legacy(self, principal: Principal, mapping: NameMapping, read: TenantUnits) -> Reads[None]:
+        """Documents of the tenant without stored units: their terms from term vectors (analysed
+        again by OpenSearch), only for one field per group."""
+        no_units = {"bool": {"must_not": [{"exists": {"field": UNITS_FIELD}}]}}
+        doc_ids = yield from self._tenant_doc_ids(principal, no_units)
+        groups = mapping.all_groups()
+        terms = yield from self.document_terms(principal, doc_ids, groups)
+        for group in groups:
+            read.groups.setdefault(group, set()).update(terms.fields.get(group, ()))
 
     # ------------------------------------------------------------ a tenant's terms
 
     def tenant_terms(self, principal: Principal, fields: Sequence[str]) -> Reads[TenantTerms]:
-        """The terms the index holds for ``fields`` over every document of the principal's tenant
-        (any owner, scope or lifecycle: see :func:`access.for_vocabulary`)."""
+        """The terms the index holds for ``fields`` over every document of the principal's tenant,
+        from term vectors (any owner, scope or lifecycle: see :func:`access.for_vocabulary`)."""
         doc_ids = yield from self._tenant_doc_ids(principal)
         return (yield from self.document_terms(principal, doc_ids, fields))
 
@@ -88,7 +274,7 @@ class VocabularyStore:
             yield from self._add_term_vectors(principal, list(doc_ids[start : start + _TERM_VECTOR_BATCH]), terms)
         return terms
 
-    def _tenant_doc_ids(self, principal: Principal) -> Reads[list[str]]:
+    def _tenant_doc_ids(self, principal: Principal, *narrowing: dict[str, Any]) -> Reads[list[str]]:
         search_after: list[Any] | None = None
         filters = access.for_vocabulary(principal)
         ids: list[str] = []
@@ -97,7 +283,7 @@ class VocabularyStore:
                 "size": _ID_PAGE,
                 "track_total_hits": False,
                 "_source": False,
-                "query": filters.query(),
+                "query": filters.query(*narrowing),
                 "sort": [{"id": "asc"}],
             }
             if search_after is not None:
@@ -177,16 +363,68 @@ class VocabularyStore:
         return [next(by_request) if r.analyzers else {} for r in requests]
 
 
-def _search_analyzers(properties: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+def store_units(client: OpenSearch, index: str) -> int:
+    """Give every belief of ``index`` (a concrete generation nobody writes to yet: the target of
+    ``tenure reindex``) the units of its names, analysed by that index's own analyzers, and
+    return how many were rewritten. Units are not in ``_source``, so a reindex cannot copy them;
+    recomputing them also keeps them right when the upgrade changed an analyzer. A scan across
+    tenants, so maintenance's own filters (:func:`access.maintenance_scan`); each document keeps
+    its own routing."""
+    names = VocabularyStore(client, index)
+    if not names.mapping().has_units:
+        return 0
+    scan = access.maintenance_scan("store the vocabulary units of a new generation")
+    search_after: list[Any] | None = None
+    rewritten = 0
+    while True:
+        body: dict[str, Any] = {
+            "size": _BACKFILL_PAGE,
+            "query": scan.query(),
+            "sort": [{"tenant_id": "asc"}, {"id": "asc"}],
+        }
+        if search_after is not None:
+            body["search_after"] = search_after
+        hits = client.search(index=index, body=body, request_timeout=120)["hits"]["hits"]
+        if not hits:
+            return rewritten
+        sources = [hit["_source"] for hit in hits]
+        units = names.units_of(
+            [(str(s["tenant_id"]), str(s["canonical_name"]), list(s.get("aliases") or [])) for s in sources]
+        )
+        if units is None:  # the mapping was read above: it stores units
+            return rewritten
+        actions = [
+            {
+                "_index": index,
+                "_id": hit["_id"],
+                "_routing": hit.get("_routing") or source["tenant_id"],
+                "_source": {**source, UNITS_FIELD: held},
+            }
+            for hit, source, held in zip(hits, sources, units, strict=True)
+        ]
+        for ok, item in helpers.streaming_bulk(client, actions, raise_on_error=False, request_timeout=120):
+            if not ok:
+                raise RuntimeError(f"could not store the units of {bulk_item(item).get('_id')}: {bulk_item(item)}")
+            rewritten += 1
+        search_after = hits[-1]["sort"]
+
+
+def _analyzer(spec: Mapping[str, Any], *, search: bool) -> str:
+    index = str(spec.get("analyzer") or "standard")
+    return str(spec.get("search_analyzer") or index) if search else index
+
+
+def _analyzers(properties: Mapping[str, Any], prefix: str = "", *, search: bool) -> Iterator[tuple[str, str]]:
+    """Every text field's search (or index) analyzer: ``name`` and ``name.sub``."""
     for name, spec in properties.items():
         path = f"{prefix}{name}"
         if spec.get("type") == "text":
-            yield path, spec.get("search_analyzer") or spec.get("analyzer") or "standard"
+            yield path, _analyzer(spec, search=search)
         for sub, sub_spec in (spec.get("fields") or {}).items():
             if sub_spec.get("type") == "text":
-                yield f"{path}.{sub}", sub_spec.get("search_analyzer") or sub_spec.get("analyzer") or "standard"
+                yield f"{path}.{sub}", _analyzer(sub_spec, search=search)
         if "properties" in spec:
-            yield from _search_analyzers(spec["properties"], f"{path}.")
+            yield from _analyzers(spec["properties"], f"{path}.", search=search)
 
 
 def _by_position(terms: Mapping[str, Any]) -> Positions:

@@ -22,6 +22,7 @@ from service.config import Settings
 from service.domain.belief import Belief
 from service.extraction.sidecar import BEGIN, END
 from service.recall.query import clean_query
+from service.storage.vocabulary import UNITS_FIELD
 from tests.api.conftest import Team, belief_body, ok
 from tests.api.test_console import csrf_of, sign_in
 from tests.security.conftest import store_as_is
@@ -107,6 +108,36 @@ def test_erased_text_is_found_nowhere_in_the_namespace(
     # and the redacted turn still reads
     listed: dict[str, Any] = ok(client.get("/v1/beliefs", headers=team.h("bob")))
     assert all(b["id"] not in (first, second) for b in listed["items"])
+
+
+def _unit_occurrences(os_client: OpenSearch, namespace: str, text: str) -> list[str]:
+    """Every analysed unit stored in the namespace's beliefs (doc values of ``vocabulary_units``,
+    which are not in ``_source``: every tenant's, live or deleted-but-unmerged documents aside)
+    that holds ``text``."""
+    body = {"size": 0, "aggs": {"units": {"terms": {"field": UNITS_FIELD, "size": 50_000, "execution_hint": "map"}}}}
+    buckets = os_client.search(index=f"{namespace}-beliefs", body=body)["aggregations"]["units"]["buckets"]
+    return [str(b["key"]) for b in buckets if text in str(b["key"])]
+
+
+def test_erased_names_leave_no_vocabulary_unit(
+    client: TestClient, team: Team, os_client: OpenSearch, api_settings: Settings
+) -> None:
+    """A belief's names are stored once more, analysed, in its own document (recall's vocabulary):
+    an erase removes them with the document, and no other document holds them."""
+    ns = api_settings.opensearch_namespace
+    word = f"zqsecret{uuid.uuid4().hex[:12]}"
+    kept_word = f"zqkept{uuid.uuid4().hex[:12]}"
+    body = belief_body("payroll_vault", scope="project:pay", aliases=[f"{word} vault"])
+    first = ok(client.post("/v1/beliefs", json=body, headers=team.h("bob")), 201)["id"]
+    replaced = {"content": "moved", "aliases": [f"{word} store"]}
+    superseded = ok(client.post(f"/v1/beliefs/{first}/supersede", json=replaced, headers=team.h("bob")), 201)
+    second = superseded["current"]["id"]
+    ok(client.post("/v1/beliefs", json=belief_body("kept_thing", aliases=[kept_word]), headers=team.h("alice")), 201)
+    assert _unit_occurrences(os_client, ns, word), "the names were analysed into units before the erase"
+    ok(client.delete(f"/v1/beliefs/{second}", params={"expunge": "true"}, headers=team.h("carol")))
+    os_client.indices.refresh(index=f"{ns}-beliefs")
+    assert _unit_occurrences(os_client, ns, word) == []
+    assert _unit_occurrences(os_client, ns, kept_word)  # a colleague's belief keeps its own
 
 
 @pytest.mark.parametrize("via", ["/v1/beliefs/{id}", "/v1/admin/quarantine/{id}"])
