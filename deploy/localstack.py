@@ -17,10 +17,12 @@ children and a uvicorn supervisor with its workers, like a lost container.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -36,6 +38,9 @@ from pydantic import SecretStr
 from deploy.cluster import Cluster
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
+from workers.liveness import stale
+
+log = logging.getLogger("tenure.localstack")
 
 REPO = Path(__file__).resolve().parents[1]
 COMPONENTS = ("opensearch", "redis", "llm", "api", "worker", "beat")
@@ -67,6 +72,12 @@ class StackConfig:
     api_processes: int = 1
     # two Celery workers, worker-heavy and worker-cheap, one per queue, instead of one on both
     split_worker_queues: bool = False
+    # like a container's restart policy plus its health check: a worker that exited, or whose
+    # consumer heartbeat (workers/liveness.py) is older than worker_stale_after_s, is SIGKILLed and
+    # started again; a worker stopped on purpose (``kill``) is left down until ``start_component``
+    supervise_workers: bool = True
+    worker_stale_after_s: float = 30.0
+    worker_heartbeat_interval_s: float = 2.0
 
 
 def celery_worker_args(
@@ -104,6 +115,7 @@ class _Process:
     def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path):
         self.name = name
         self.log_path = log_path
+        self.started = time.monotonic()
         with log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", *args],
@@ -144,6 +156,13 @@ class LocalStack:
         self.opensearch_url = config.opensearch_url or ""
         self.redis_url = config.redis_url or ""
         self._operator_key: str | None = None
+        # the worker supervisor: one lock orders its restarts with the caller's kills and starts
+        self._lock = threading.RLock()
+        self._held_down: set[str] = set()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        # (monotonic time, worker, why) of every restart the supervisor made
+        self.supervisor_restarts: list[tuple[float, str, str]] = []
 
     # ------------------------------------------------------------------ addresses and settings
 
@@ -229,12 +248,18 @@ class LocalStack:
                 self._start_server("redis", fresh=True)
             for name in self._python_components():
                 self.start_component(name)
+            if self.config.supervise_workers and self.worker_names:
+                self._supervisor = threading.Thread(target=self._supervise, name="worker-supervisor", daemon=True)
+                self._supervisor.start()
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=150)
         for proc in self._procs.values():
             if proc.alive():
                 proc.kill(signal.SIGTERM)
@@ -270,7 +295,9 @@ class LocalStack:
                 os.killpg(svc.process.pid, sig)
             svc.process.wait(timeout=60)
         elif name in self._procs:
-            self._procs[name].kill(sig)
+            with self._lock:
+                self._held_down.add(name)  # on purpose: the supervisor leaves it down
+                self._procs[name].kill(sig)
         else:
             raise KeyError(f"{name} is not a component this stack owns ({', '.join(self.owned)})")
 
@@ -281,14 +308,54 @@ class LocalStack:
         elif name in ("opensearch", "redis"):
             self._start_server(name, fresh=False)
         elif name in self._python_components():
-            self._procs[name] = _Process(name, self._args(name), self.process_env(), self.logs / f"{name}.log")
-            self._wait_ready(name)
+            with self._lock:
+                env = self.process_env()
+                if name in self.worker_names:
+                    heartbeat = self.heartbeat_file(name)
+                    heartbeat.unlink(missing_ok=True)  # the last run's file proves nothing
+                    env["TENURE_CELERY_WORKER_HEARTBEAT_FILE"] = str(heartbeat)
+                    env["TENURE_CELERY_WORKER_HEARTBEAT_INTERVAL_S"] = str(self.config.worker_heartbeat_interval_s)
+                self._procs[name] = _Process(name, self._args(name), env, self.logs / f"{name}.log")
+                self._wait_ready(name)
+                self._held_down.discard(name)
         else:
             raise KeyError(name)
 
     def restart(self, name: str, sig: int = signal.SIGKILL) -> None:
         self.kill(name, sig)
         self.start_component(name)
+
+    def heartbeat_file(self, name: str) -> Path:
+        return self.root / f"{name}.alive"
+
+    def _supervise(self) -> None:
+        """Restart a worker that exited or stopped consuming, like compose's restart policy with
+        the worker's health check, or Kubernetes' liveness probe."""
+        while not self._stopping.wait(1.0):
+            for name in self.worker_names:
+                with self._lock:
+                    if self._stopping.is_set():
+                        return
+                    problem = self._worker_problem(name)
+                    if problem is None:
+                        continue
+                    log.warning("supervisor: restarting %s: %s", name, problem)
+                    self.supervisor_restarts.append((time.monotonic(), name, problem))
+                    self._procs[name].kill(signal.SIGKILL)
+                    try:
+                        self.start_component(name)
+                    except (RuntimeError, AssertionError) as exc:  # it will be tried again next round
+                        log.warning("supervisor: %s did not come back: %s", name, exc)
+
+    def _worker_problem(self, name: str) -> str | None:
+        proc = self._procs.get(name)
+        if proc is None or name in self._held_down:
+            return None
+        if not proc.alive():
+            return f"exited with {proc.proc.returncode}"
+        if time.monotonic() - proc.started < self.config.worker_stale_after_s:
+            return None  # still starting: no heartbeat expected yet
+        return stale(self.heartbeat_file(name), self.config.worker_stale_after_s, "its consumer")
 
     def _start_server(self, name: str, *, fresh: bool) -> None:
         home = self.root / name

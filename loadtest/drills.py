@@ -351,6 +351,10 @@ def worker_log_counts(stack: LocalStack) -> dict[str, int]:
         "extract_tasks_already_final": sum(1 for line in extract_done if "already_final" in line),
         "extract_retries": text.count("] retry: Retry in"),
         "sweep_reenqueued": sum(int(m) for m in re.findall(r"sweep re-enqueued (\d+) turns", text)),
+        # the consumer died under a live process (Celery 5.7.0 on a broker reconnect)
+        "unrecoverable_errors": text.count("Unrecoverable error"),
+        # workers the stack's supervisor restarted: exited, or their consumer heartbeat went stale
+        "supervisor_restarts": len(stack.supervisor_restarts),
     }
 
 

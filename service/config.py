@@ -254,6 +254,11 @@ class CelerySettings(BaseSettings):
     # query CPU grows with the segment count (docs/operations.md, "Segments"). 0 turns it off.
     merge_check_interval_s: float = Field(600.0, ge=0.0, le=7 * 86_400.0)
     merge_above_segments_per_shard: float = Field(12.0, ge=1.0, le=10_000.0)
+    # The worker's consumer loop touches this file every worker_heartbeat_interval_s while it
+    # consumes; `python -m workers.liveness check FILE [max age]` is the worker's health check
+    # (docs/operations.md "Worker liveness"). Empty: no heartbeat (compose and Helm set one).
+    worker_heartbeat_file: str = ""
+    worker_heartbeat_interval_s: float = Field(5.0, gt=0.0, le=3600.0)
 
 
 class ObservabilitySettings(BaseSettings):

@@ -79,3 +79,18 @@ def test_a_marker_from_an_earlier_redis_run_does_not_hold_the_turn_back(queue: T
     finally:
         broker.close()
     assert _queued_ids(queue) == [task_id]
+
+
+def test_a_drained_queue_says_a_marker_left_set_is_a_lost_message(queue: TaskQueue) -> None:
+    # the sweep trusts a waiting marker only while messages wait: a worker that popped the message
+    # and was killed or wedged leaves the marker set and the queue empty
+    assert queue.extraction_queue_drained() is True
+    queue.extract("t1", "turn-3")
+    assert queue.extraction_queue_drained() is False
+    broker: redis.Redis[bytes] = redis.Redis.from_url(queue.settings.broker_url)
+    try:
+        assert broker.rpop(queue.heavy) is not None  # popped by a worker that then wedged
+    finally:
+        broker.close()
+    assert queue.extraction_queue_drained() is True
+    assert queue.extract_unless_waiting("t1", "turn-3") is False  # the marker alone would hold it back

@@ -10,11 +10,12 @@ second by default, keeps them far more frequent).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from celery.beat import PersistentScheduler
+
+from workers.liveness import stale
 
 DEFAULT_MAX_AGE_S = 120.0
 MAX_LOOP_INTERVAL_S = 30.0  # celery's default is 300 s; the health check needs ticks well inside its max age
@@ -35,12 +36,7 @@ class HeartbeatScheduler(PersistentScheduler):  # type: ignore[misc]
 
 def check(schedule_filename: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> str | None:
     """None when beat ticked within ``max_age_s``, else what is wrong."""
-    path = alive_file(schedule_filename)
-    try:
-        age = time.time() - path.stat().st_mtime
-    except FileNotFoundError:
-        return f"{path} does not exist: beat has not ticked yet"
-    return None if age <= max_age_s else f"beat last ticked {age:.0f} s ago (limit {max_age_s:.0f} s)"
+    return stale(alive_file(schedule_filename), max_age_s, "beat", done="ticked", last="ticked")
 
 
 def main(argv: list[str]) -> int:

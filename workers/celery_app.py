@@ -22,6 +22,7 @@ from service.extraction.queue import (
 )
 from workers import telemetry
 from workers.beat import MAX_LOOP_INTERVAL_S
+from workers.liveness import ConsumerHeartbeat
 
 TASK_MODULES = [
     "workers.tasks.extraction",
@@ -95,6 +96,8 @@ def create_celery(settings: Settings) -> Celery:
             "schedule": limits.merge_check_interval_s,
             "options": {"queue": heavy, "expires": limits.merge_check_interval_s},
         }
+    if limits.worker_heartbeat_file:
+        app.steps["consumer"].add(ConsumerHeartbeat)
     app.conf.tenure_settings = settings
     telemetry.install(settings)
     return app

@@ -109,6 +109,15 @@ class TaskQueue:
         self._send_extraction(tenant_id, turn_id, task_id)
         return True
 
+    def extraction_queue_drained(self) -> bool:
+        """True when no message waits in the extraction queue. Then a stale turn's waiting marker
+        cannot be a message behind a backlog: it is one a worker popped and lost (prefetched by a
+        worker that was killed or wedged, or unacknowledged in it), so the sweep sends the turn
+        again whatever its marker says (a message a live worker is just starting makes a no-op
+        duplicate; extraction is idempotent). Not a Redis broker: markers are not used anyway."""
+        broker = self._marker_store()
+        return broker is None or int(broker.llen(self.heavy)) == 0
+
     def taken(self, tenant_id: str, turn_id: str) -> None:
         """A worker took the turn's message: it no longer waits. From here a crash is the
         sweep's to recover (the turn goes stale and nothing marks it as waiting)."""

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as prom_multiprocess
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import REGISTRY, Collector
@@ -64,6 +64,14 @@ OPENSEARCH_NODE_FAILURES = Counter(
     "Requests to one OpenSearch node that got no answer (refused, reset, timed out), by node; with "
     "several nodes the client retries them on another, so a lost node shows here before anywhere else",
     ["node"],
+)
+# the worker's consumer loop sets it on every turn of its heartbeat (workers/liveness.py): a worker
+# alive but not consuming (broker lost for good, a wedged event loop) shows as a timestamp that
+# stops advancing while the process still answers scrapes
+WORKER_CONSUMER_HEARTBEAT = Gauge(
+    "tenure_worker_consumer_heartbeat_timestamp_seconds",
+    "Unix time of the Celery worker's last consumer-loop heartbeat",
+    multiprocess_mode="max",
 )
 TASKS = Counter("tenure_celery_tasks_total", "Celery tasks finished, by task and state", ["task", "state"])
 TASK_LATENCY = Histogram(

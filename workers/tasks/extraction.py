@@ -81,8 +81,14 @@ def sweep_turns() -> int:
     loop = res.settings.loop
     keys = res.turns.stale_keys(older_than_s=loop.sweep_stale_after_s, max_attempts=loop.max_extraction_attempts)
     # a stale turn whose message still waits in the queue (its marker is set) is behind a
-    # backlog, not lost: only the others are sent again
-    lost = [(tenant_id, turn_id) for tenant_id, turn_id in keys if res.queue.extract_unless_waiting(tenant_id, turn_id)]
+    # backlog, not lost: only the others are sent again. With the queue empty nothing waits, so
+    # a marker still set is a message lost with a killed or wedged worker: every stale turn goes.
+    if keys and res.queue.extraction_queue_drained():
+        for tenant_id, turn_id in keys:
+            res.queue.extract(tenant_id, turn_id)
+        lost = list(keys)
+    else:
+        lost = [(tenant, turn) for tenant, turn in keys if res.queue.extract_unless_waiting(tenant, turn)]
     still_queued = len(keys) - len(lost)
     if lost:  # real work: a lost extraction sent again
         logger.info("sweep re-enqueued %d turns (%d stale ones still waiting in the queue)", len(lost), still_queued)
