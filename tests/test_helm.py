@@ -73,9 +73,10 @@ def test_it_runs_what_the_compose_file_runs() -> None:
     assert worker["command"][:4] == ["celery", "-A", "workers.celery_app:app", "worker"]
     assert worker["command"][worker["command"].index("-Q") + 1] == "tenure.heavy,tenure.cheap"
     assert worker["livenessProbe"]["exec"]["command"][:4] == ["python", "-m", "workers.liveness", "check"]
-    assert worker["livenessProbe"]["exec"]["command"][4] == by_kind(docs, "ConfigMap")["data"][
-        "TENURE_CELERY_WORKER_HEARTBEAT_FILE"
-    ]
+    assert (
+        worker["livenessProbe"]["exec"]["command"][4]
+        == by_kind(docs, "ConfigMap")["data"]["TENURE_CELERY_WORKER_HEARTBEAT_FILE"]
+    )
     beat = by_kind(docs, "Deployment", "-beat")
     assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"]["type"] == "Recreate"
     assert container(beat)["livenessProbe"]["exec"]["command"][:4] == ["python", "-m", "workers.beat", "check"]

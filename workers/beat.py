@@ -15,7 +15,7 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
-from workers.liveness import stale
+from workers.liveness import run_check, stale
 
 DEFAULT_MAX_AGE_S = 120.0
 MAX_LOOP_INTERVAL_S = 30.0  # celery's default is 300 s; the health check needs ticks well inside its max age
@@ -40,14 +40,7 @@ def check(schedule_filename: str, max_age_s: float = DEFAULT_MAX_AGE_S) -> str |
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3) or argv[0] != "check":
-        sys.stderr.write("usage: python -m workers.beat check <schedule file> [max age in s]\n")
-        return 2
-    problem = check(argv[1], float(argv[2]) if len(argv) == 3 else DEFAULT_MAX_AGE_S)
-    if problem:
-        sys.stderr.write(problem + "\n")
-        return 1
-    return 0
+    return run_check(argv, "python -m workers.beat check <schedule file> [max age in s]", check, DEFAULT_MAX_AGE_S)
 
 
 if __name__ == "__main__":

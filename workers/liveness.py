@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +73,26 @@ class ConsumerHeartbeat(bootsteps.StartStopStep):  # type: ignore[misc]
     shutdown = stop
 
 
-def main(argv: list[str]) -> int:
+def run_check(argv: list[str], usage: str, check: Callable[[str, float], str | None], max_age_s: float) -> int:
+    """The health-check command line: ``check <file> [max age in s]``, exit 0 when fresh, 1 with
+    what is wrong on stderr, 2 on a usage error."""
     if len(argv) not in (2, 3) or argv[0] != "check":
-        sys.stderr.write("usage: python -m workers.liveness check <heartbeat file> [max age in s]\n")
+        sys.stderr.write(f"usage: {usage}\n")
         return 2
-    max_age_s = float(argv[2]) if len(argv) == 3 else DEFAULT_MAX_AGE_S
-    problem = stale(Path(argv[1]), max_age_s, "the worker's consumer")
+    problem = check(argv[1], float(argv[2]) if len(argv) == 3 else max_age_s)
     if problem:
         sys.stderr.write(problem + "\n")
         return 1
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return run_check(
+        argv,
+        "python -m workers.liveness check <heartbeat file> [max age in s]",
+        lambda path, max_age_s: stale(Path(path), max_age_s, "the worker's consumer"),
+        DEFAULT_MAX_AGE_S,
+    )
 
 
 if __name__ == "__main__":
