@@ -67,6 +67,11 @@ def test_in_flight_requests_are_those_crossing_the_fault() -> None:
     assert InFlight.of(samples, FAULT) == InFlight(2, {"201": 1, "other": 1})
 
 
+def plan_fail_fast_ms() -> float:
+    """Half the client's timeout: a hung request still fails the test."""
+    return PLANS["redis"].request_timeout_s * 1000 / 2
+
+
 def test_redis_drill_end_to_end(opensearch_url: str, tmp_path: Path) -> None:
     plan = replace(
         PLANS["redis"],
@@ -78,6 +83,11 @@ def test_redis_drill_end_to_end(opensearch_url: str, tmp_path: Path) -> None:
         seed_beliefs_per_user=3,
         mix={"recall": 50, "write": 30, "turn": 20},
         drain_timeout_s=60.0,
+        # The suite shares the machine with everything else CI runs: a refused request must still
+        # come back well before the client's timeout (not hang), but how fast is the drill script's
+        # criterion on a quiet machine (docs/fault-drills.md), not the suite's: speed is measured,
+        # not asserted in tests. The suite once failed on one 503 that took 2.2 s at load 25.
+        fail_fast_ms=plan_fail_fast_ms(),
     )
     result = run_drill(plan, tmp_path / "stack", opensearch_url=opensearch_url)
 
