@@ -373,6 +373,9 @@ def store_units(client: OpenSearch, index: str) -> int:
     names = VocabularyStore(client, index)
     if not names.mapping().has_units:
         return 0
+    # _reindex does not refresh its target: without this the scan can run before the copied
+    # documents are searchable and store nothing (seen once in CI: 0 of 29).
+    client.indices.refresh(index=index)
     scan = access.maintenance_scan("store the vocabulary units of a new generation")
     search_after: list[Any] | None = None
     rewritten = 0
