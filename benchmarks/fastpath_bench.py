@@ -52,7 +52,7 @@ import httpx
 from opensearchpy import OpenSearch, helpers
 from tenure_client import AsyncTenure, ConnectionFailed, Tenure, TenureError
 
-from benchmarks.recall_bench import Query, Spec, draw_queries, load_range, loadavg, tenant_of
+from benchmarks.recall_bench import Query, Spec, draw_queries, draw_sessions, load_range, loadavg, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
 from loadtest.__main__ import CpuMeter
 from loadtest.stats import latency_block
@@ -428,11 +428,22 @@ def cpu_per_recall(used: dict[str, Any], recalls: int) -> dict[str, float]:
     return cpu
 
 
+def traffic(args: argparse.Namespace, loaded: int, spec: Spec) -> list[Query]:
+    """The calls of a run: ``random`` (every call from a random user with a random scope list) or
+    ``sessions`` (working sessions of one user and one scope list, interleaved: ``draw_sessions``)."""
+    n = args.queries + args.warmup
+    if args.traffic == "sessions":
+        return draw_sessions(
+            n, loaded, spec, NOW, seed=args.seed, length=args.session_length, active=args.active_sessions
+        )
+    return draw_queries(n, loaded, spec, NOW, seed=args.seed)
+
+
 def measure_variant(
     variant: Variant, args: argparse.Namespace, urls: tuple[str, str], pids: dict[str, list[int]], loaded: int
 ) -> dict[str, Any]:
     spec = Spec(tenants=args.tenants, users_per_tenant=args.users_per_tenant)
-    queries = draw_queries(args.queries + args.warmup, loaded, spec, NOW, seed=args.seed)
+    queries = traffic(args, loaded, spec)
     namespace = namespace_of(loaded)
     log = args.state_dir / f"api-{variant.name}.log"
     api = Api(variant, urls[0], urls[1], namespace, args.api_workers, log)
@@ -446,6 +457,7 @@ def measure_variant(
         cpu = cpu_per_recall(meter.finish(), max(sent, 1))
         result: dict[str, Any] = {
             "variant": variant.name,
+            "traffic": args.traffic,
             "source": str(variant.source),
             "python": str(variant.python()),
             "namespace": namespace,
@@ -507,6 +519,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--ceiling-s", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument(
+        "--traffic", choices=("random", "sessions"), default="random",
+        help="random: each call from a random user and scope list; sessions: interleaved working sessions",
+    )  # fmt: skip
+    parser.add_argument("--session-length", type=int, default=10, help="sessions: calls per session")
+    parser.add_argument("--active-sessions", type=int, default=64, help="sessions: sessions running at once")
     parser.add_argument("--load-only", action="store_true", help="build the corpus and accounts, measure nothing")
     parser.add_argument("--out", type=Path)
     return parser.parse_args(argv)

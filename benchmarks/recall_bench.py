@@ -329,46 +329,84 @@ class Query:
     message: str
 
 
+@dataclass(frozen=True)
+class _Session:
+    """Who recalls, with which scopes, and the ids of the beliefs their messages may name."""
+
+    principal: Principal
+    scopes: list[str]
+    own: list[int]
+
+
+def _draw_session(rng: random.Random, per_tenant: int, spec: Spec) -> _Session:
+    t = rng.randrange(spec.tenants)
+    u = rng.randrange(spec.users_per_tenant)
+    projects = frozenset(f"p{p}" for p in rng.sample(range(spec.projects_per_tenant), 2))
+    principal = Principal(tenant_id=f"t{t:04d}", user_id=f"u{u}", projects=projects)
+    scopes = rng.choice(
+        [
+            ["domain:code"],
+            ["domain:code/python"],
+            ["domain:writing"],
+            ["domain:code", f"project:{sorted(projects)[0]}"],
+        ]
+    )
+    own = [t + spec.tenants * k for k in range(per_tenant) if k % spec.users_per_tenant == u]
+    return _Session(principal, scopes, own)
+
+
+def _draw_message(rng: random.Random, session: _Session, spec: Spec, now: datetime) -> Query:
+    handles: list[str] = []
+    for i in rng.sample(session.own, min(2, len(session.own))):
+        b = belief_at(i, spec, now)
+        handles.append(rng.choice([*b.aliases, b.canonical_name.replace("_", " ")]))
+    r = rng.random()
+    if r < 0.5 and handles:
+        kind = "alias-hit"
+        msg = rng.choice(TEMPLATES).format(a=handles[0], b=handles[-1])
+    elif r < 0.8:
+        kind = "miss"
+        msg = " ".join(rng.choice(GENERIC) for _ in range(rng.randint(4, 14))) + "?"
+    else:
+        kind = "long"
+        filler = " ".join(rng.choice(GENERIC + TECH_WORDS[:40]) for _ in range(rng.randint(80, 140)))
+        msg = (
+            f"ok so {filler[: len(filler) // 2]} and the {handles[0] if handles else 'thing'} "
+            f"part keeps failing see https://example.com/issues/{rng.randrange(9999)} and "
+            f"/srv/app/config.yaml\n{CODE_BLOCK}\n"
+            f"{filler[len(filler) // 2 :]} what about {handles[-1] if handles else 'it'}?"
+        )
+    return Query(kind, session.principal, session.scopes, msg)
+
+
 def draw_queries(n: int, loaded: int, spec: Spec, now: datetime, seed: int) -> list[Query]:
-    """Messages like real ones: 50% alias hits, 30% misses, 20% long messages (code, URLs)."""
+    """Messages like real ones: 50% alias hits, 30% misses, 20% long messages (code, URLs); each
+    from a random user of a random tenant, with a random scope list (no two calls alike: every
+    per-user cache misses as often as it can)."""
     rng = random.Random(seed)
     per_tenant = loaded // spec.tenants
+    return [_draw_message(rng, _draw_session(rng, per_tenant, spec), spec, now) for _ in range(n)]
+
+
+def draw_sessions(
+    n: int, loaded: int, spec: Spec, now: datetime, seed: int, *, length: int = 10, active: int = 64
+) -> list[Query]:
+    """The same messages as :func:`draw_queries`, shaped like working sessions: a session is one
+    user with one scope list sending ``length`` messages; ``active`` sessions of random users of
+    random tenants run at once, each call coming from a random one of them, and a finished session
+    is replaced by a new one. What a team's traffic looks like to the per-user caches (credential,
+    filter tiers), while the tenant vocabularies still span every tenant."""
+    rng = random.Random(seed)
+    per_tenant = loaded // spec.tenants
+    sessions = [_draw_session(rng, per_tenant, spec) for _ in range(active)]
+    left = [length] * active
     out: list[Query] = []
     for _ in range(n):
-        t = rng.randrange(spec.tenants)
-        u = rng.randrange(spec.users_per_tenant)
-        projects = frozenset(f"p{p}" for p in rng.sample(range(spec.projects_per_tenant), 2))
-        principal = Principal(tenant_id=f"t{t:04d}", user_id=f"u{u}", projects=projects)
-        scopes = rng.choice(
-            [
-                ["domain:code"],
-                ["domain:code/python"],
-                ["domain:writing"],
-                ["domain:code", f"project:{sorted(projects)[0]}"],
-            ]
-        )
-        own = [t + spec.tenants * k for k in range(per_tenant) if k % spec.users_per_tenant == u]
-        handles: list[str] = []
-        for i in rng.sample(own, min(2, len(own))):
-            b = belief_at(i, spec, now)
-            handles.append(rng.choice([*b.aliases, b.canonical_name.replace("_", " ")]))
-        r = rng.random()
-        if r < 0.5 and handles:
-            kind = "alias-hit"
-            msg = rng.choice(TEMPLATES).format(a=handles[0], b=handles[-1])
-        elif r < 0.8:
-            kind = "miss"
-            msg = " ".join(rng.choice(GENERIC) for _ in range(rng.randint(4, 14))) + "?"
-        else:
-            kind = "long"
-            filler = " ".join(rng.choice(GENERIC + TECH_WORDS[:40]) for _ in range(rng.randint(80, 140)))
-            msg = (
-                f"ok so {filler[: len(filler) // 2]} and the {handles[0] if handles else 'thing'} "
-                f"part keeps failing see https://example.com/issues/{rng.randrange(9999)} and "
-                f"/srv/app/config.yaml\n{CODE_BLOCK}\n"
-                f"{filler[len(filler) // 2 :]} what about {handles[-1] if handles else 'it'}?"
-            )
-        out.append(Query(kind, principal, scopes, msg))
+        k = rng.randrange(active)
+        out.append(_draw_message(rng, sessions[k], spec, now))
+        left[k] -= 1
+        if left[k] == 0:
+            sessions[k], left[k] = _draw_session(rng, per_tenant, spec), length
     return out
 
 
