@@ -341,6 +341,12 @@ class Belief(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Belief:
+        self.raise_if_inconsistent()
+        return self
+
+    def raise_if_inconsistent(self) -> None:
+        """The model's cross-field rules (ValueError naming the first broken one); validation runs
+        them, and so does a stored document decoded without validation (stored_belief.py)."""
         if self.subtype is not None and self.type is not BeliefType.PREFERENCE:
             raise ValueError("subtype (expertise | style) is only valid on preference beliefs")
         if self.participants and self.type is not BeliefType.RELATION:
@@ -355,7 +361,6 @@ class Belief(BaseModel):
             raise ValueError("a belief with superseded_by must have epistemic_status 'superseded'")
         if self.id in self.participants:
             raise ValueError("a relation cannot link itself")
-        return self
 
     @property
     def lifecycle(self) -> Lifecycle:

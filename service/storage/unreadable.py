@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from service.domain.belief import Belief
+from service.domain.stored_belief import decode_stored
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +68,11 @@ class RecordKind(Generic[M]):
 
 
 class _BeliefKind(RecordKind[Belief]):
-    # a stored belief loads through its own document mapping, not plain model validation
+    # a stored belief loads through its own document mapping, not plain model validation; one
+    # already in the model's normal form without re-validating it (the same belief, the same
+    # refusals: service/domain/stored_belief.py)
     def parse(self, source: Any) -> Belief:
-        return Belief.from_document(source)
+        return decode_stored(source)
 
 
 BELIEF_RECORDS: RecordKind[Belief] = _BeliefKind("belief", Belief, "id")
