@@ -59,7 +59,7 @@ from loadtest.stats import latency_block
 from service.auth import keys
 from service.config import Settings
 from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord
-from service.domain.principal import Role
+from service.domain.principal import Principal, Role
 from service.storage.accounts import KEY_ROUTING
 from service.storage.client import build_client
 from service.storage.templates import ACCOUNTS, BELIEFS, FAMILIES, apply_templates
@@ -390,6 +390,30 @@ async def paced(api: Api, queries: list[Query], rate: float, seconds: float, gra
     }
 
 
+async def prime(api: Api, spec: Spec, connections: int) -> dict[str, Any]:
+    """Build every tenant's cached vocabulary in every API process before measuring: one short
+    recall per (tenant, connection), the calls spread over ``connections`` keep-alive connections
+    (the kernel hands each to one of the workers; with several connections per worker each worker
+    sees every tenant). What a steady state looks like: tenants that have not written since their
+    last recall. A build's own cost is measured apart (docs/benchmarks.md, build per tenant)."""
+    tenants = [f"t{t:04d}" for t in range(spec.tenants)]
+    t0 = time.perf_counter()
+    causes: dict[str, int] = {}
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    async with httpx.AsyncClient(base_url=api.url, timeout=TIMEOUT_S, limits=limits) as http:
+        callers = AsyncCallers(api.url, http)
+
+        async def connection(c: int) -> None:
+            for tenant in tenants[c:] + tenants[:c]:
+                principal = Principal(tenant_id=tenant, user_id="u0")
+                cause = await post(callers, Query("prime", principal, ["domain:code"], "hello there"))
+                if cause is not None:
+                    causes[cause] = causes.get(cause, 0) + 1
+
+        await asyncio.gather(*(connection(c) for c in range(connections)))
+    return {"recalls": len(tenants) * connections, "seconds": round(time.perf_counter() - t0, 1), "errors": causes}
+
+
 async def ceiling(api: Api, queries: list[Query], clients: int, seconds: float) -> dict[str, Any]:
     timings: list[float] = []
     causes: dict[str, int] = {}
@@ -428,11 +452,11 @@ def cpu_per_recall(used: dict[str, Any], recalls: int) -> dict[str, float]:
     return cpu
 
 
-def traffic(args: argparse.Namespace, loaded: int, spec: Spec) -> list[Query]:
+def traffic(args: argparse.Namespace, shape: str, loaded: int, spec: Spec) -> list[Query]:
     """The calls of a run: ``random`` (every call from a random user with a random scope list) or
     ``sessions`` (working sessions of one user and one scope list, interleaved: ``draw_sessions``)."""
     n = args.queries + args.warmup
-    if args.traffic == "sessions":
+    if shape == "sessions":
         return draw_sessions(
             n, loaded, spec, NOW, seed=args.seed, length=args.session_length, active=args.active_sessions
         )
@@ -441,44 +465,48 @@ def traffic(args: argparse.Namespace, loaded: int, spec: Spec) -> list[Query]:
 
 def measure_variant(
     variant: Variant, args: argparse.Namespace, urls: tuple[str, str], pids: dict[str, list[int]], loaded: int
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
+    """One API process tree for the variant; each traffic shape measured in turn on it (after the
+    priming, if asked): one result per shape."""
     spec = Spec(tenants=args.tenants, users_per_tenant=args.users_per_tenant)
-    queries = traffic(args, loaded, spec)
     namespace = namespace_of(loaded)
     log = args.state_dir / f"api-{variant.name}.log"
     api = Api(variant, urls[0], urls[1], namespace, args.api_workers, log)
     try:
-        sequential(api, queries[: args.warmup], 0, args.seq_max_s)  # warm the caches of every process
-        meter = CpuMeter(lambda: {**pids, "api": api.pids()})
-        load_before = loadavg()
-        meter.begin()
-        seq, sent = sequential(api, queries, args.warmup, args.seq_max_s)
-        # every call of the run, warm-up ones included, used the CPU measured
-        cpu = cpu_per_recall(meter.finish(), max(sent, 1))
-        result: dict[str, Any] = {
-            "variant": variant.name,
-            "traffic": args.traffic,
-            "source": str(variant.source),
-            "python": str(variant.python()),
-            "namespace": namespace,
-            "env": variant.env,
-            "sequential": seq,
-            "cpu_ms_per_recall": cpu,
-            "loadavg_before": load_before,
-        }
-        result["paced"] = asyncio.run(paced(api, queries, args.rate, args.paced_s, args.paced_grace_s))
-        result["paced"]["drain_s"] = drain(api, queries[0])
-        meter.begin()
-        result["ceiling"] = asyncio.run(ceiling(api, queries, args.clients, args.ceiling_s))
-        used = meter.finish()
-        calls = result["ceiling"]["n"] + result["ceiling"]["errors"]
-        result["ceiling"]["cpu_ms_per_recall"] = cpu_per_recall(used, max(calls, 1))
-        busy = used["machine_busy_cpu_s"] / max(used["machine_total_cpu_s"], 1e-9)
-        result["ceiling"]["machine_busy"] = round(busy, 3)
-        result["loadavg_after"] = loadavg()
-        return result
+        primed = asyncio.run(prime(api, spec, args.prime_connections)) if args.prime_connections else None
+        results = []
+        for shape in args.traffic.split(","):
+            result = measure_traffic(api, args, traffic(args, shape, loaded, spec), pids)
+            results.append({"variant": variant.name, "traffic": shape, "primed": primed, "source": str(variant.source),
+                            "python": str(variant.python()), "namespace": namespace, "env": variant.env,
+                            **result})  # fmt: skip
+        return results
     finally:
         api.stop()
+
+
+def measure_traffic(
+    api: Api, args: argparse.Namespace, queries: list[Query], pids: dict[str, list[int]]
+) -> dict[str, Any]:
+    sequential(api, queries[: args.warmup], 0, args.seq_max_s)  # warm the caches of every process
+    meter = CpuMeter(lambda: {**pids, "api": api.pids()})
+    load_before = loadavg()
+    meter.begin()
+    seq, sent = sequential(api, queries, args.warmup, args.seq_max_s)
+    # every call of the run, warm-up ones included, used the CPU measured
+    cpu = cpu_per_recall(meter.finish(), max(sent, 1))
+    result: dict[str, Any] = {"sequential": seq, "cpu_ms_per_recall": cpu, "loadavg_before": load_before}
+    result["paced"] = asyncio.run(paced(api, queries, args.rate, args.paced_s, args.paced_grace_s))
+    result["paced"]["drain_s"] = drain(api, queries[0])
+    meter.begin()
+    result["ceiling"] = asyncio.run(ceiling(api, queries, args.clients, args.ceiling_s))
+    used = meter.finish()
+    calls = result["ceiling"]["n"] + result["ceiling"]["errors"]
+    result["ceiling"]["cpu_ms_per_recall"] = cpu_per_recall(used, max(calls, 1))
+    busy = used["machine_busy_cpu_s"] / max(used["machine_total_cpu_s"], 1e-9)
+    result["ceiling"]["machine_busy"] = round(busy, 3)
+    result["loadavg_after"] = loadavg()
+    return result
 
 
 def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
@@ -488,7 +516,7 @@ def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         s, p, c, cpu = r["sequential"], r["paced"], r["ceiling"], r["cpu_ms_per_recall"]
         print(
-            f"| {r['variant']} | {s['n']} | {s.get('p50_ms')} | {s.get('p99_ms')} "
+            f"| {r['variant']} ({r['traffic']}) | {s['n']} | {s.get('p50_ms')} | {s.get('p99_ms')} "
             f"| {p.get('p50_ms')} / {p.get('p99_ms')} ({p['errors']}) "
             f"| {c['recalls_per_s']} | {cpu.get('opensearch')} / {cpu.get('api')} / {cpu.get('redis')} / "
             f"{cpu.get('client')} |",
@@ -520,8 +548,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ceiling-s", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument(
-        "--traffic", choices=("random", "sessions"), default="random",
-        help="random: each call from a random user and scope list; sessions: interleaved working sessions",
+        "--traffic", default="random",
+        help="random (each call from a random user and scope list), sessions (interleaved working sessions), "
+        "or both comma-separated: measured in turn on the same API processes",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prime-connections", type=int, default=0,
+        help="before the warm-up, one recall per tenant on each of this many connections (0: no priming)",
     )  # fmt: skip
     parser.add_argument("--session-length", type=int, default=10, help="sessions: calls per session")
     parser.add_argument("--active-sessions", type=int, default=64, help="sessions: sessions running at once")
@@ -576,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
             stage: dict[str, Any] = {"beliefs": size, "segments": segments(client, namespace_of(size)), "variants": []}
             for variant in variants:
                 print(f"[{size:,}] {variant.name} ...", flush=True)
-                stage["variants"].append(measure_variant(variant, args, (os_url, redis_url), pids, size))
+                stage["variants"] += measure_variant(variant, args, (os_url, redis_url), pids, size)
             print_rows(size, stage["variants"])
             data["stages"].append(stage)
             out.parent.mkdir(parents=True, exist_ok=True)
