@@ -61,10 +61,18 @@ class AuthSettings(BaseSettings):
     jwt_leeway_s: int = Field(30, ge=0, le=600)
     dev_token_ttl_s: int = Field(3600, ge=60, le=30 * 86_400)
     api_key_pepper: SecretStr = SecretStr("tenure-dev-pepper-change-me")
-    # Verified keys are cached in-process this long: the upper bound on revocation delay in
-    # processes other than the one that handled the revoke.
+    # Verified credentials (API keys, and a JWT subject's disabled status) are cached per process
+    # (service/auth/authenticator.py) and trusted while their tenant's accounts version, read in the
+    # request's one Redis round trip, is unchanged: every account change bumps it, so revocation
+    # takes effect at once everywhere. An LRU of credential_cache_entries keys (and as many
+    # subjects; 0 turns the cache off), each re-loaded after credential_cache_max_age_s at the latest
+    # (a safety net should Redis lose its counters). When Redis cannot answer, an entry is trusted
+    # for api_key_cache_s only (0: not at all): the revocation bound during a Redis outage.
+    credential_cache_entries: int = Field(10_000, ge=0, le=10_000_000)
+    credential_cache_max_age_s: float = Field(300.0, ge=0.0, le=86_400.0)
     api_key_cache_s: float = Field(5.0, ge=0.0, le=60.0)
-    # last_used_at is written at most this often per key (one Redis SET NX gates it).
+    # last_used_at is written at most this often per key: each process asks at most once per
+    # interval per key, and one Redis SET NX elects the one process that writes.
     last_used_interval_s: int = Field(60, ge=1, le=86_400)
 
 

@@ -16,6 +16,12 @@ whole tenant (:meth:`TenantWriteVersions.changes`). A write that cannot name its
 a full rebuild, never a wrong vocabulary. Since the vocabulary is one aggregation over units
 stored at write time (issue 16), the recall vocabulary no longer reads this log (it rebuilds on a
 new version); the log is still written, for now, and can be dropped.
+
+Each tenant also has an **accounts version** (:class:`TenantAccountsVersions`), bumped around every
+write to its account records (the tenant, its users, its API keys; ``AccountStore``): a credential
+verified in-process is trusted only while it is unchanged (:mod:`service.auth.authenticator`). Both
+versions are read in the one Redis round trip of a request, the rate limit's
+(:func:`queue_versions`, :func:`parse_versions`).
 """
 
 from __future__ import annotations
@@ -144,14 +150,63 @@ def parse_changes(entries: Iterable[bytes | str], since: int, until: int) -> Cha
     return Changes(since, until, frozenset(doc_ids) if not wanted else None)
 
 
-def queue_current(
+@dataclass(frozen=True)
+class TenantVersions:
+    """A tenant's write version and accounts version as one request read them (None: Redis did
+    not answer)."""
+
+    write: int | None
+    accounts: int | None
+
+
+UNKNOWN = TenantVersions(None, None)
+
+
+def queue_versions(
     pipe: redis.client.Pipeline[bytes] | redis.asyncio.client.Pipeline[bytes], namespace: str, tenant_id: str
 ) -> None:
-    """Queue the read of a tenant's version on someone else's pipeline (the rate limit's), so the
-    request's one Redis round trip carries it; :func:`parse` reads the pipeline's result."""
+    """Queue the reads of a tenant's write and accounts versions (in that order, the last two
+    commands) on someone else's pipeline (the rate limit's), so the request's one Redis round trip
+    carries them; :func:`parse_versions` reads the pipeline's results."""
     pipe.get(redis_keys.tenant_write_version(namespace, tenant_id))
+    pipe.get(redis_keys.tenant_accounts_version(namespace, tenant_id))
+
+
+def parse_versions(results: list[object]) -> TenantVersions:
+    """The versions queued by :func:`queue_versions`, from the pipeline's results."""
+    return TenantVersions(parse(results[-2]), parse(results[-1]))
 
 
 def parse(raw: object) -> int:
     """A version as read from Redis (0 before the tenant's first write)."""
     return int(raw) if isinstance(raw, bytes | str | int) and raw else 0
+
+
+class TenantAccountsVersions:
+    """One Redis counter per tenant, bumped by ``AccountStore`` before and after every write of the
+    tenant's account records. Before: a process that loaded the old records earlier re-loads them
+    even if the bump after the write fails. After, once the write is visible (account writes
+    refresh): whoever reads the new version also reads the new records. A bump that Redis refuses
+    fails the request; the write is idempotent and its retry bumps again."""
+
+    def __init__(self, client: redis.Redis[bytes], namespace: str):
+        self.client = client
+        self.namespace = namespace
+
+    def key(self, tenant_id: str) -> str:
+        return redis_keys.tenant_accounts_version(self.namespace, tenant_id)
+
+    def current(self, tenant_id: str) -> int | None:
+        """The tenant's accounts version (0 before its first account write); None when Redis
+        cannot answer (callers then fall back to a time bound)."""
+        try:
+            raw = self.client.get(self.key(tenant_id))
+        except redis.RedisError:
+            return None
+        return parse(raw)
+
+    def bump(self, tenant_id: str) -> None:
+        try:
+            self.client.incr(self.key(tenant_id))
+        except redis.RedisError as exc:
+            raise StoreUnavailable("Redis is unreachable while recording an account change") from exc

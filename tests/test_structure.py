@@ -134,3 +134,42 @@ def test_tools_reach_the_api_through_the_sdk() -> None:
                 continue
             offenders.append(f"{name}: {line.strip()}")
     assert offenders == []
+
+
+ACCOUNT_WRITES = re.compile(
+    r"\bindex_routed\b|\bclient\.(index|update|delete|bulk|create|delete_by_query|update_by_query)\b"
+)
+
+
+def test_every_account_write_bumps_the_accounts_version() -> None:
+    """Cached credentials are trusted while their tenant's accounts version is unchanged
+    (service/auth/authenticator.py), so no write of an account record may skip the bump: in
+    service/storage/accounts.py (the only module that names the accounts alias) every write call
+    sits inside ``with self._changing(...)``; the one exception is ``touch_key`` (last_used_at,
+    which no credential check reads)."""
+    import ast
+
+    path = ROOT / "service" / "storage" / "accounts.py"
+    tree = ast.parse(path.read_text())
+    store = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AccountStore")
+    unbumped: list[str] = []
+    writes = 0
+    for method in (n for n in store.body if isinstance(n, ast.FunctionDef)):
+        guarded: set[int] = set()
+        for node in ast.walk(method):
+            if isinstance(node, ast.With) and any(
+                "self._changing(" in ast.unparse(item.context_expr) for item in node.items
+            ):
+                guarded.update(id(inner) for inner in ast.walk(node))
+        for node in ast.walk(method):
+            if isinstance(node, ast.Call) and ACCOUNT_WRITES.search(ast.unparse(node.func)):
+                writes += 1
+                if id(node) not in guarded and method.name != "touch_key":
+                    unbumped.append(f"{method.name}: {ast.unparse(node.func)}")
+    assert writes >= 2 and unbumped == []
+    naming = [
+        str(p.relative_to(ROOT))
+        for p in _sources("service", "workers")
+        if p != path and re.search(r"\bACCOUNTS\.alias\(", p.read_text())
+    ]
+    assert naming == []

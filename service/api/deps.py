@@ -119,19 +119,28 @@ async def authenticate(
     bearer credential, keep the identity on the request, charge the credential's token bucket
     (429 ``rate_limited`` when empty; a read is still answered when the limiter is down).
 
-    On the event loop: an API key verified within the cache bound costs no I/O, and the rate
-    limit is one awaited Redis round trip. Only a credential that needs the store or Redis to be
-    verified (a first use, a JWT, a refusal to count) goes to a worker thread."""
+    On the event loop: an API key verified earlier in this process costs no I/O, and the rate
+    limit is one awaited Redis round trip, which also reads the tenant's accounts version. The
+    cached credential serves only if that version is the one it was verified at (every account
+    change bumps it once the change is visible), so a request that starts after a revoke, a
+    disable or a grant change has returned is checked against the new records, in every process
+    (``service/auth/authenticator.py``). Only a credential that needs the store or Redis to be
+    verified (a first use, a JWT, a changed tenant, a refusal to count) goes to a worker thread."""
     if credentials is None or not credentials.credentials:
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
-    token, client = credentials.credentials, client_address(request)
-    identity = services.guard.cached(token, client)
-    if identity is None:
-        identity = await anyio.to_thread.run_sync(services.guard.authenticate, token, client)
-    request.state.identity = identity
-    work_context.set_tenant(identity.principal.tenant_id)  # every later log line names the tenant
-    request.state.write_version = await services.limiter.acharge(identity, read_only=read_only)
-    return identity
+    token, client, guard = credentials.credentials, client_address(request), services.guard
+    verified = guard.cached(token, client)
+    if verified is None:
+        verified = await anyio.to_thread.run_sync(guard.verify, token, client)
+    work_context.set_tenant(verified.identity.principal.tenant_id)  # every later log line names the tenant
+    versions = await services.limiter.acharge(verified.identity, read_only=read_only)
+    if not services.authenticator.confirm(verified, versions.accounts):
+        # The tenant's accounts changed since (or, Redis down, the time bound passed): the
+        # records as they are now decide, tagged with the version just read.
+        verified = await anyio.to_thread.run_sync(guard.verify, token, client, versions.accounts)
+    request.state.identity = verified.identity
+    request.state.write_version = versions.write
+    return verified.identity
 
 
 async def current_identity(

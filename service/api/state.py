@@ -34,7 +34,7 @@ from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.client import close_async_client, translate_errors
 from service.storage.templates import FAMILIES, apply_templates
-from service.write_versions import TenantWriteVersions
+from service.write_versions import TenantAccountsVersions, TenantWriteVersions
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class Services:
         versions = TenantWriteVersions(redis_client, ns, aredis)
         store = BeliefStore(client, ns, versions)
         audit = AuditStore(client, ns)
-        accounts = AccountStore(client, ns)
+        accounts = AccountStore(client, ns, TenantAccountsVersions(redis_client, ns))
         verifier = TokenVerifier(settings.auth)
         authenticator = Authenticator(settings.auth, accounts, verifier, redis_client, ns)
         render_cache = RenderCache(redis_client, ns)

@@ -2,32 +2,59 @@
 
 Two credential kinds share the ``Authorization: Bearer`` header: API keys (``tnr_...``) and JWTs.
 
-API key revocation bound: a verified key is cached in-process for ``api_key_cache_s`` (default 5 s).
-The process that handles a revoke drops its cache entry at once; every other process stops accepting
-the key within that bound. Tenant/user disablement and grant changes follow the same bound.
+**Version-validated cache.** A verified API key (and, for JWTs, an account's disabled status) is
+cached in-process, tagged with its tenant's **accounts version** (:mod:`service.write_versions`)
+as read *before* its records were loaded. Every write of a tenant's account records (key issue and
+revoke, user and tenant disable/enable, grant changes, creations) bumps that version before and
+after the write, in ``AccountStore`` (the only writer). A request reads the version in its one Redis
+round trip, the rate limit's (``RateLimiter.acharge``), and is served by the cached entry only if
+that version is still the one the entry was verified at; otherwise the credential is verified
+again against the records as they are now (:meth:`Authenticator.verify` with that version) before
+the request goes on (``service/api/deps.py:authenticate``). So a warm credential costs no
+OpenSearch request and no extra Redis call, and a change takes effect **at once in every
+process**: a request that starts after a revoke (or disable, or grant change) has returned reads
+a version newer than that of any entry verified before the change was visible, and is re-checked.
+Standalone callers (:meth:`Authenticator.authenticate`, :meth:`Authenticator.revalidate`: console
+sign-in and sessions, scripts) read the version themselves (one Redis GET).
+
+Bounds: an LRU of ``credential_cache_entries`` keys (and as many JWT subjects), and a maximum age,
+``credential_cache_max_age_s`` (or an API key's own expiry, if sooner), after which an entry is
+re-loaded even at the same version: the safety net if Redis loses its counters, which then restart
+from 0 and could climb back to an entry's version (as in :mod:`service.recall.tier_cache`). If
+Redis cannot answer, the version is unknown and an entry is trusted only within ``api_key_cache_s``
+(5 s) of its load, the bound this cache always had; a credential verified without a version is
+re-checked as soon as Redis answers again.
 
 Disabled accounts: an API key is refused when its user or tenant is disabled (checked when the key
-is loaded). A JWT is refused when the account record of its subject or tenant is disabled: one
-``mget``, cached per (tenant, user) for the same ``api_key_cache_s`` bound. If OpenSearch cannot
-answer, the last known status is used, and with none known the token passes (logged): the
-proxy must keep answering JWT callers without the store, and everything else needs OpenSearch
-anyway.
+is loaded, in the same ``mget`` as the key). A JWT is refused when the account record of its
+subject or tenant is disabled: one ``mget``, cached per (tenant, user) as above. If OpenSearch
+cannot answer, the last known status is used, and with none known the token passes (logged),
+either for ``api_key_cache_s`` only: the proxy must keep answering JWT callers without the store,
+and everything else needs OpenSearch anyway.
 
 JWT revocation: a token with a ``jti`` can be revoked; issuer + tenant + subject + jti are kept in
 Redis until the token's own expiry and checked on every request (one Redis EXISTS), so it takes
 effect at once everywhere.
+
+``last_used_at``: each process asks at most once per ``last_used_interval_s`` per key (an
+in-process deadline, so a warm key costs no Redis call for it), off the request path, and a Redis
+SET NX elects the one process that writes it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from enum import Enum
+from typing import Final, Generic, Literal, TypeVar
 
 import redis
 
@@ -56,16 +83,76 @@ class Identity:
 
 
 @dataclass(frozen=True)
-class _Cached:
-    until: float
-    key_hash: str
+class Verified:
+    """An identity and what it was verified against: the tenant's accounts version read before its
+    records were loaded (None: Redis did not answer; only the time bound applies), when (monotonic
+    seconds), and the moment it must be re-loaded whatever the version (the maximum age, or an
+    API key's own expiry if sooner)."""
+
     identity: Identity
+    accounts_version: int | None
+    loaded_at: float
+    until: float
+
+
+class _Unread(Enum):
+    UNREAD = "unread"
+
+
+# verify()'s default: the caller has not read the tenant's accounts version, so verify reads it
+UNREAD: Final = _Unread.UNREAD
+VersionRead = int | None | _Unread
+
+
+@dataclass
+class _CachedKey:
+    verified: Verified
+    key_hash: str
+    touch_due: float = 0.0  # monotonic: when this process may next ask to record last_used_at
 
 
 @dataclass(frozen=True)
 class _Status:
-    until: float
     disabled: bool
+    accounts_version: int | None
+    loaded_at: float
+    until: float
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _Lru(Generic[K, V]):
+    """A thread-safe LRU of at most ``max_entries`` (0: keeps nothing)."""
+
+    def __init__(self, max_entries: int):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        if self.max_entries <= 0:
+            return
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def pop(self, key: K) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 class Authenticator:
@@ -82,42 +169,107 @@ class Authenticator:
         self.verifier = verifier
         self.redis = redis_client
         self.namespace = namespace
-        self._cache: dict[str, _Cached] = {}
-        self._status: dict[tuple[str, str], _Status] = {}
+        self._keys: _Lru[str, _CachedKey] = _Lru(settings.credential_cache_entries)
+        self._status: _Lru[tuple[str, str], _Status] = _Lru(settings.credential_cache_entries)
         self._bookkeeping = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-last-used")
         self._lock = threading.Lock()
 
-    def authenticate(self, token: str) -> Identity:
+    # ------------------------------------------------------- the request path
+
+    def cached(self, token: str) -> Verified | None:
+        """An API key verified earlier in this process, found without any I/O (the event loop's
+        fast path): its secret matches and it is within its maximum age. Whether it is still
+        current is for :meth:`confirm` to say with the accounts version the request's Redis round
+        trip read; None: :meth:`verify` (on a worker thread)."""
+        key_id = keys.parse_key_id(token) if keys.looks_like_key(token) else None
+        entry = self._keys.get(key_id) if key_id is not None else None
+        if entry is None or entry.verified.until <= time.monotonic():
+            return None
+        pepper = self.settings.api_key_pepper.get_secret_value()
+        return entry.verified if keys.matches(token, entry.key_hash, pepper) else None
+
+    def confirm(self, verified: Verified, accounts_version: int | None) -> bool:
+        """Whether ``verified`` may serve a request whose round trip read ``accounts_version``
+        (None: Redis did not answer): the tenant's accounts are unchanged since it was verified
+        (with Redis down: it was verified within ``api_key_cache_s``), within its maximum age.
+        False: verify it again with that version. No I/O."""
+        if not self._trusted(verified.accounts_version, verified.loaded_at, verified.until, accounts_version):
+            return False
+        if verified.identity.kind == "api_key" and verified.identity.credential_id is not None:
+            self._note_use(verified.identity.credential_id)
+        return True
+
+    def verify(self, token: str, accounts_version: VersionRead = UNREAD) -> Verified:
+        """Verify ``token`` against the stores (I/O: a worker thread's job). ``accounts_version``
+        is the tenant's version the caller read before this call (the request's round trip, after
+        :meth:`confirm` said no); by default it is read here, before the records are loaded, so a
+        result is never tagged with a version newer than the records it saw. Raises
+        :class:`Unauthenticated` (:class:`InvalidCredential` when the credential can never
+        become valid)."""
         if keys.looks_like_key(token):
-            return self._api_key(token)
+            return self._verify_key(token, accounts_version)
+        return self._verify_jwt(token, accounts_version)
+
+    def authenticate(self, token: str) -> Identity:
+        """The whole check in one call, for callers without the request's round trip (console
+        sign-in, scripts): what :meth:`cached` or :meth:`verify` found, confirmed against the
+        tenant's accounts version read here (one Redis GET)."""
+        verified = self.cached(token) or self.verify(token)
+        current = self.accounts.versions.current(verified.identity.principal.tenant_id)
+        if self.confirm(verified, current):
+            return verified.identity
+        return self.verify(token, current).identity
+
+    def revalidate(self, identity: Identity) -> Identity:
+        """The identity a console session was opened with, checked again without its secret:
+        an API key must still exist, be unrevoked and unexpired, and its user and tenant enabled
+        (grant changes apply); a JWT must not be revoked and its account not disabled. The same
+        cache and accounts version as a bearer credential, read here, so a session learns of a
+        change at once. Raises :class:`Unauthenticated` otherwise."""
+        current = self.accounts.versions.current(identity.principal.tenant_id)
+        if identity.kind == "api_key":
+            if identity.credential_id is None:
+                raise Unauthenticated(REJECTED_KEY)
+            known = self._keys.get(identity.credential_id)
+            if known is not None and self.confirm(known.verified, current):
+                return known.verified.identity
+            return self._load_key(identity.credential_id, _owner(identity), current).identity
+        if identity.credential_id is not None and self._jti_revoked(identity.principal, identity.credential_id):
+            raise Unauthenticated("this token has been revoked")
+        if self._status_of(identity.principal.tenant_id, identity.principal.user_id, current).disabled:
+            raise Unauthenticated("this account is disabled")
+        return identity
+
+    def cached_keys(self) -> int:
+        """How many API keys this process holds verified (the cache bound's test reads it)."""
+        return len(self._keys)
+
+    def _trusted(self, version_at: int | None, loaded_at: float, until: float, current: int | None) -> bool:
+        now = time.monotonic()
+        if now >= until:
+            return False
+        if current is None:  # Redis did not answer: the time bound
+            return now - loaded_at <= self.settings.api_key_cache_s
+        return version_at == current
+
+    def _until(self, loaded_at: float) -> float:
+        return loaded_at + self.settings.credential_cache_max_age_s
+
+    # ----------------------------------------------------------------- JWTs
+
+    def _verify_jwt(self, token: str, accounts_version: VersionRead) -> Verified:
         claims = self.verifier.verify(token)
         jti = claims.get("jti")
         jti = jti if isinstance(jti, str) else None
         principal = principal_from_claims(claims)
         if jti is not None and self._jti_revoked(principal, jti):
             raise Unauthenticated("this token has been revoked")
-        if self._account_disabled(principal.tenant_id, principal.user_id):
+        status = self._status_of(principal.tenant_id, principal.user_id, accounts_version)
+        if status.disabled:
             raise Unauthenticated("this account is disabled")
         exp = claims.get("exp")
-        return Identity(principal, "jwt", jti, exp if isinstance(exp, int) else None)
-
-    def revalidate(self, identity: Identity) -> Identity:
-        """The identity a console session was opened with, checked again without its secret:
-        an API key must still exist, be unrevoked and unexpired, and its user and tenant enabled
-        (grant changes apply); a JWT must not be revoked and its account not disabled. The same
-        in-process cache and bound (``api_key_cache_s``) as a bearer key, so a session learns of
-        a revocation exactly when a REST call would. Raises :class:`Unauthenticated` otherwise."""
-        if identity.kind == "api_key":
-            if identity.credential_id is None:
-                raise Unauthenticated(REJECTED_KEY)
-            return self._key_by_id(identity.credential_id)
-        if identity.credential_id is not None and self._jti_revoked(identity.principal, identity.credential_id):
-            raise Unauthenticated("this token has been revoked")
-        if self._account_disabled(identity.principal.tenant_id, identity.principal.user_id):
-            raise Unauthenticated("this account is disabled")
-        return identity
-
-    # ----------------------------------------------------------------- JWTs
+        identity = Identity(principal, "jwt", jti, exp if isinstance(exp, int) else None)
+        return Verified(identity, status.accounts_version, status.loaded_at, status.until)
 
     def _revoked_key(self, principal: Principal, jti: str) -> str:
         """A ``jti`` is only unique per issuer and subject (RFC 7519 4.1.7): the revocation is
@@ -147,90 +299,52 @@ class Authenticator:
         except redis.RedisError as exc:
             raise StoreUnavailable("Redis is unreachable; the token was not revoked") from exc
 
-    def forget_key(self, key_id: str) -> None:
-        with self._lock:
-            self._cache.pop(key_id, None)
-
-    def forget_account(self, tenant_id: str, user_id: str | None = None) -> None:
-        """Drop everything cached for a user (or, without ``user_id``, a whole tenant), so the
-        process that disables an account enforces it at once; others follow within the bound."""
-
-        def matches(tenant: str, user: str) -> bool:
-            return tenant == tenant_id and (user_id is None or user == user_id)
-
-        with self._lock:
-            for key_id in [k for k, c in self._cache.items() if matches(*_owner(c.identity))]:
-                del self._cache[key_id]
-            for account in [a for a in self._status if matches(*a)]:
-                del self._status[account]
-
-    def _account_disabled(self, tenant_id: str, user_id: str) -> bool:
+    def _status_of(self, tenant_id: str, user_id: str, accounts_version: VersionRead) -> _Status:
+        """The account's disabled status. A cached one serves when it is trusted at
+        ``accounts_version``; unread, an enabled status within its age serves as it is (the
+        request's round trip confirms its version afterwards), while a cached refusal is checked
+        against the version read here, so re-enabling takes effect at once too."""
         account = (tenant_id, user_id)
-        now = time.monotonic()
-        with self._lock:
-            known = self._status.get(account)
-        if known is not None and known.until > now:
-            return known.disabled
+        known = self._status.get(account)
+        if known is not None and known.until > time.monotonic():
+            if accounts_version is UNREAD and not known.disabled:
+                return known
+            if accounts_version is UNREAD:
+                accounts_version = self.accounts.versions.current(tenant_id)
+            if self._trusted(known.accounts_version, known.loaded_at, known.until, accounts_version):
+                return known
+        if accounts_version is UNREAD:
+            accounts_version = self.accounts.versions.current(tenant_id)
+        loaded_at = time.monotonic()
         try:
-            disabled = self.accounts.is_disabled(tenant_id, user_id)
+            status = _Status(self.accounts.is_disabled(tenant_id, user_id), accounts_version, loaded_at, 0.0)
+            status = replace(status, until=self._until(loaded_at))
         except StoreUnavailable as exc:
+            # Also cached (so an outage does not cost every request a timeout), but only for the
+            # time bound: the store is asked again soon.
             disabled = known.disabled if known is not None else False
             log.warning("account status of %s/%s unknown (%s); using %s", tenant_id, user_id, exc.message, disabled)
-        if self.settings.api_key_cache_s > 0:
-            # Also cached after a failure, so an outage does not cost every request a timeout.
-            with self._lock:
-                self._status[account] = _Status(now + self.settings.api_key_cache_s, disabled)
-        return disabled
+            status = _Status(disabled, accounts_version, loaded_at, loaded_at + self.settings.api_key_cache_s)
+        if accounts_version is not None or self.settings.api_key_cache_s > 0:
+            self._status.put(account, status)
+        return status
 
     # ------------------------------------------------------------- API keys
 
-    def cached(self, token: str) -> Identity | None:
-        """The identity of an API key verified within the cache bound, checked without any I/O
-        (the event loop's fast path); None when only :meth:`authenticate` can tell."""
-        key_id = keys.parse_key_id(token) if keys.looks_like_key(token) else None
-        return self._cached_key(key_id, token) if key_id is not None else None
-
-    def _cached_key(self, key_id: str, token: str) -> Identity | None:
-        pepper = self.settings.api_key_pepper.get_secret_value()
-        with self._lock:
-            cached = self._cache.get(key_id)
-        if cached and cached.until > time.monotonic() and keys.matches(token, cached.key_hash, pepper):
-            return cached.identity
-        return None
-
-    def _api_key(self, token: str) -> Identity:
+    def _verify_key(self, token: str, accounts_version: VersionRead) -> Verified:
         key_id = keys.parse_key_id(token)
         if key_id is None:
             raise InvalidCredential("malformed API key")
-        known = self._cached_key(key_id, token)
-        if known is not None:
-            return known
         pepper = self.settings.api_key_pepper.get_secret_value()
-        identity, key_hash = self._load_key(key_id, token, pepper)
-        self._remember(key_id, key_hash, identity)
-        self._touch(key_id)
-        return identity
-
-    def _key_by_id(self, key_id: str) -> Identity:
-        with self._lock:
-            cached = self._cache.get(key_id)
-        if cached and cached.until > time.monotonic():
-            return cached.identity
-        record = self._key_record(key_id)
-        identity = self._usable_key(record)
-        self._remember(key_id, record.key_hash, identity)
-        return identity
-
-    def _remember(self, key_id: str, key_hash: str, identity: Identity) -> None:
-        if self.settings.api_key_cache_s > 0:
-            with self._lock:
-                self._cache[key_id] = _Cached(time.monotonic() + self.settings.api_key_cache_s, key_hash, identity)
-
-    def _load_key(self, key_id: str, token: str, pepper: str) -> tuple[Identity, str]:
-        record = self._key_record(key_id)
-        if not keys.matches(token, record.key_hash, pepper):
-            raise InvalidCredential(REJECTED_KEY)
-        return self._usable_key(record), record.key_hash
+        known = self._keys.get(key_id)
+        if known is not None and keys.matches(token, known.key_hash, pepper):
+            owner = _owner(known.verified.identity)  # a key's owner never changes
+        else:  # first sight: whose key is it (one GET), and is the secret right?
+            record = self._key_record(key_id)
+            if not keys.matches(token, record.key_hash, pepper):
+                raise InvalidCredential(REJECTED_KEY)
+            owner = (record.tenant_id, record.user_id)
+        return self._load_key(key_id, owner, accounts_version)
 
     def _key_record(self, key_id: str) -> ApiKeyRecord:
         try:
@@ -238,33 +352,62 @@ class Authenticator:
         except NotFound as exc:
             raise InvalidCredential(REJECTED_KEY) from exc
 
-    def _usable_key(self, record: ApiKeyRecord) -> Identity:
-        """The identity of a key whose secret has been checked (or, for a console session, was
-        checked at sign-in): refused when revoked, expired, or its user or tenant is disabled."""
-        if record.revoked_at is not None or (record.expires_at is not None and record.expires_at <= utcnow()):
-            raise Unauthenticated(REJECTED_KEY)
+    def _load_key(self, key_id: str, owner: tuple[str, str], accounts_version: VersionRead) -> Verified:
+        """The key, its user and its tenant as they are now (one ``mget``, after the tenant's
+        accounts version was read), as a cached :class:`Verified`; refused (and forgotten) when
+        the key is revoked or expired, or its user or tenant disabled or gone. The secret has been
+        checked by the caller (or, for a console session, at sign-in)."""
+        tenant_id, user_id = owner
+        if accounts_version is UNREAD:
+            accounts_version = self.accounts.versions.current(tenant_id)
+        loaded_at = time.monotonic()
         try:
-            user, tenant = self.accounts.owner_records(record.tenant_id, record.user_id)
+            record, user, tenant = self.accounts.key_and_owner(key_id, tenant_id, user_id)
         except NotFound as exc:
+            self._keys.pop(key_id)
             raise Unauthenticated(REJECTED_KEY) from exc
-        if user.disabled or tenant.disabled:
+        left_s = (record.expires_at - utcnow()).total_seconds() if record.expires_at is not None else math.inf
+        if record.revoked_at is not None or left_s <= 0 or user.disabled or tenant.disabled:
+            self._keys.pop(key_id)
             raise Unauthenticated(REJECTED_KEY)
-        return Identity(effective_principal(user, record), "api_key", record.key_id)
+        identity = Identity(effective_principal(user, record), "api_key", record.key_id)
+        until = min(self._until(loaded_at), loaded_at + left_s)
+        verified = Verified(identity, accounts_version, loaded_at, until)
+        self._remember(key_id, record.key_hash, verified)
+        self._note_use(key_id)
+        return verified
 
-    def _touch(self, key_id: str) -> None:
+    def _remember(self, key_id: str, key_hash: str, verified: Verified) -> None:
+        if verified.accounts_version is None and self.settings.api_key_cache_s <= 0:
+            return  # no version to validate it by and no time bound to trust it for
+        previous = self._keys.get(key_id)
+        self._keys.put(key_id, _CachedKey(verified, key_hash, previous.touch_due if previous else 0.0))
+
+    def _note_use(self, key_id: str) -> None:
+        """Ask for ``last_used_at`` at most once per interval per key in this process (an
+        in-process deadline: a warm key costs no Redis call for it); the asking is off the request
+        path (:meth:`_touch`)."""
+        entry = self._keys.get(key_id)
+        now = time.monotonic()
+        with self._lock:
+            if entry is not None:
+                if entry.touch_due > now:
+                    return
+                entry.touch_due = now + self.settings.last_used_interval_s
+        self._bookkeeping.submit(self._touch, key_id, utcnow())
+
+    def _touch(self, key_id: str, when: datetime) -> None:
         """Write last_used_at at most once per interval per key, across all processes: a Redis
-        SET NX with expiry elects the one request that writes. The write itself (an fsynced
-        update, ~3 ms) runs on a background thread, off the request path."""
+        SET NX with expiry elects the one process that writes (an fsynced update, ~3 ms). Runs
+        on the bookkeeping thread."""
         gate = redis_keys.key_used(self.namespace, key_id)
         try:
             elected = self.redis.set(gate, "1", nx=True, ex=self.settings.last_used_interval_s)
         except redis.RedisError as exc:
             log.warning("could not record API key use for %s: %s", key_id, exc)
             return
-        if elected:
-            self._bookkeeping.submit(self._write_last_used, key_id, utcnow())
-
-    def _write_last_used(self, key_id: str, when: datetime) -> None:
+        if not elected:
+            return
         try:
             self.accounts.touch_key(key_id, when)
         except StoreUnavailable as exc:

@@ -21,22 +21,25 @@ import math
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import TypeVar
 
 import redis
 
 from service import redis_keys
 from service.auth import keys
-from service.auth.authenticator import Authenticator, Identity
+from service.auth.authenticator import UNREAD, Authenticator, Identity, Verified, VersionRead
 from service.auth.ratelimit import BUCKET_SCRIPT
 from service.errors import InvalidCredential, RateLimited, Unauthenticated
 
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED = 10_000
+T = TypeVar("T")
 
 
 class AuthGuard:
-    """Wraps :meth:`Authenticator.authenticate`; ``per_s <= 0`` turns the failure limit off."""
+    """Wraps the :class:`Authenticator`'s checks; ``per_s <= 0`` turns the failure limit off."""
 
     def __init__(
         self,
@@ -58,14 +61,24 @@ class AuthGuard:
         self._blocked: dict[str, float] = {}
         self._known_bad: OrderedDict[str, tuple[float, str]] = OrderedDict()
 
-    def cached(self, token: str, client: str | None) -> Identity | None:
-        """The identity when it is known without any I/O (an API key verified within the cache
-        bound, its subjects not blocked): the event loop's path. None: call :meth:`authenticate`
+    def cached(self, token: str, client: str | None) -> Verified | None:
+        """The credential when it is known without any I/O (an API key verified earlier in this
+        process, its subjects not blocked): the event loop's path, to be confirmed with the
+        request's accounts version (:meth:`Authenticator.confirm`). None: call :meth:`verify`
         (which also counts a failure)."""
         self._refuse_if_blocked(self._subjects(token, client))
         return self.authenticator.cached(token)
 
+    def verify(self, token: str, client: str | None, accounts_version: VersionRead = UNREAD) -> Verified:
+        """:meth:`Authenticator.verify`, limited and counted (I/O: a worker thread's job)."""
+        return self._guarded(token, client, lambda: self.authenticator.verify(token, accounts_version))
+
     def authenticate(self, token: str, client: str | None) -> Identity:
+        """:meth:`Authenticator.authenticate` (the whole check, for callers without the request's
+        Redis round trip: console sign-in), limited and counted."""
+        return self._guarded(token, client, lambda: self.authenticator.authenticate(token))
+
+    def _guarded(self, token: str, client: str | None, check: Callable[[], T]) -> T:
         subjects = self._subjects(token, client)
         self._refuse_if_blocked(subjects)
         fingerprint = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
@@ -73,7 +86,7 @@ class AuthGuard:
             remembered = self._remembered_bad(fingerprint)
             if remembered is not None:
                 raise InvalidCredential(remembered)  # the same answer, without the lookup
-            return self.authenticator.authenticate(token)
+            return check()
         except Unauthenticated as exc:
             if isinstance(exc, InvalidCredential):
                 self._remember_bad(fingerprint, exc.message)

@@ -33,6 +33,7 @@ from service import redis_keys, write_versions
 from service.auth.authenticator import Identity
 from service.errors import RateLimited, StoreUnavailable
 from service.loops import LoopBound, on_loop
+from service.write_versions import UNKNOWN, TenantVersions
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,8 @@ _OUTAGE_LOG_INTERVAL_S = 10.0
 
 
 class RateLimiter:
-    """``per_s <= 0`` disables the limiter (the round trip then only reads the tenant's write
-    version); ``tenant_per_s <= 0`` leaves out the tenant's bucket."""
+    """``per_s <= 0`` disables the limiter (the round trip then only reads the tenant's versions);
+    ``tenant_per_s <= 0`` leaves out the tenant's bucket."""
 
     def __init__(
         self,
@@ -129,22 +130,24 @@ class RateLimiter:
         tenant = hashlib.sha256(identity.principal.tenant_id.encode()).hexdigest()[:32]
         return redis_keys.rate_limit_tenant(self.namespace, tenant)
 
-    def charge(self, identity: Identity, *, read_only: bool) -> int | None:
+    def charge(self, identity: Identity, *, read_only: bool) -> TenantVersions:
         """Take one token from the credential's bucket and its tenant's, or raise :class:`RateLimited`.
 
-        Returns the tenant's write version (:mod:`service.write_versions`), read in the same
-        pipeline, so the one Redis round trip of a request also tells recall whether its cached
-        filter tiers are still current; None when Redis cannot answer (recall then does not cache).
+        Returns the tenant's write and accounts versions (:mod:`service.write_versions`), read in
+        the same pipeline, so the one Redis round trip of a request also tells recall whether its
+        cached filter tiers are still current and the authenticator whether the credential it
+        verified earlier still is; both None when Redis cannot answer (recall then does not cache,
+        the authenticator falls back to its time bound).
         """
         keys, args = self._buckets(identity)
         try:
             results = self._round_trip(keys, args, identity.principal.tenant_id)
         except redis.RedisError as exc:
             self._unanswered(exc, read_only)
-            return None
+            return UNKNOWN
         return self._verdict(results)
 
-    async def acharge(self, identity: Identity, *, read_only: bool) -> int | None:
+    async def acharge(self, identity: Identity, *, read_only: bool) -> TenantVersions:
         """:meth:`charge` through the event loop's Redis client (no thread-pool hop); the same
         script, pipeline and answers."""
         client = on_loop(self.async_redis)
@@ -161,7 +164,7 @@ class RateLimiter:
                 await client.execute_command("SCRIPT", "LOAD", BUCKET_SCRIPT)  # type: ignore[no-untyped-call]
         except redis.RedisError as exc:
             self._unanswered(exc, read_only)
-            return None
+            return UNKNOWN
         return self._verdict(results)
 
     def _buckets(self, identity: Identity) -> tuple[list[str], list[float]]:
@@ -180,10 +183,10 @@ class RateLimiter:
         if self.enabled:
             self._outage(exc, read_only)
 
-    def _verdict(self, results: list[Any]) -> int | None:
-        version = write_versions.parse(results[-1])
+    def _verdict(self, results: list[Any]) -> TenantVersions:
+        versions = write_versions.parse_versions(results)
         if not self.enabled:
-            return version
+            return versions
         allowed, wait_ms, refused = results[0]
         if not allowed:
             retry_after = max(1, math.ceil(int(wait_ms) / 1000))
@@ -197,13 +200,13 @@ class RateLimiter:
                 retry_after_s=retry_after,
                 details={"retry_after_ms": int(wait_ms), "per_s": per_s, "burst": burst, "bucket": whose.split()[1]},
             )
-        return version
+        return versions
 
     def _queue(self, pipe: Any, keys: list[str], args: list[float], tenant_id: str) -> None:
-        """The buckets' script (by its SHA) and the tenant's write version, on one pipeline."""
+        """The buckets' script (by its SHA) and the tenant's versions, on one pipeline."""
         if keys:
             pipe.evalsha(self._sha, len(keys), *keys, *args)
-        write_versions.queue_current(pipe, self.namespace, tenant_id)
+        write_versions.queue_versions(pipe, self.namespace, tenant_id)
 
     @staticmethod
     def _script_missing(results: list[Any], attempt: int) -> bool:
@@ -217,7 +220,7 @@ class RateLimiter:
         raise failure
 
     def _round_trip(self, keys: list[str], args: list[float], tenant_id: str) -> list[Any]:
-        """The buckets' script (by its SHA) and the tenant's write version in one pipeline: one
+        """The buckets' script (by its SHA) and the tenant's versions in one pipeline: one
         round trip. (redis-py's ``Script`` on a pipeline would first ask ``SCRIPT EXISTS`` on
         every execute, a second round trip; here the script is loaded only when Redis answers
         ``NOSCRIPT``, after a restart or a ``SCRIPT FLUSH``, and the pipeline is sent again.)"""

@@ -6,6 +6,12 @@ Who may do what:
 - a tenant admin administers users, grants and keys of their own tenant only;
 - any user may revoke their own keys.
 Everything is audited under the tenant it concerns. Key secrets are returned once and never stored.
+
+Every account write bumps the tenant's accounts version (in ``AccountStore``), which makes every
+process re-check the tenant's cached credentials at their next request: a revoked key, a disabled
+user or tenant, a taken grant take effect at once everywhere (``service/auth/authenticator.py``).
+A request that finds its change already made bumps again: its earlier attempt may have written
+the change and failed to bump.
 """
 
 from __future__ import annotations
@@ -147,13 +153,13 @@ class ProvisioningService:
         for _ in range(3):
             tenant, seq, term = self.accounts.get_tenant_versioned(tenant_id)
             if tenant.disabled == disabled:
+                self.accounts.bump_version(tenant_id)  # a retry after a failed bump: bump now
                 return tenant  # already so: nothing changed, nothing to audit
             updated = tenant.model_copy(update={"disabled": disabled})
             try:
                 self.accounts.replace_tenant(updated, (seq, term))
             except Conflict:
                 continue
-            self.authenticator.forget_account(tenant_id)
             self._record(actor, tenant_id, "tenant.disable" if disabled else "tenant.enable", {})
             return updated
         raise Conflict(f"tenant {tenant_id!r} was changed concurrently; retry")
@@ -192,13 +198,13 @@ class ProvisioningService:
         for _ in range(3):
             user, seq, term = self.accounts.get_user_versioned(tenant_id, user_id)
             if user.disabled == disabled:
+                self.accounts.bump_version(tenant_id)  # a retry after a failed bump: bump now
                 return user  # already so: nothing changed, nothing to audit
             updated = user.model_copy(update={"disabled": disabled})
             try:
                 self.accounts.replace_user(updated, (seq, term))
             except Conflict:
                 continue
-            self.authenticator.forget_account(tenant_id, user_id)
             self._record(actor, tenant_id, "user.disable" if disabled else "user.enable", {"user_id": user_id})
             return updated
         raise Conflict(f"user {user_id!r} was changed concurrently; retry")
@@ -222,8 +228,6 @@ class ProvisioningService:
                 self.accounts.replace_user(updated, (seq, term))
             except Conflict:
                 continue
-            # A revoked grant must stop working here at once (other processes: within the cache bound).
-            self.authenticator.forget_account(tenant_id, user_id)
             self._record(
                 actor,
                 tenant_id,
@@ -293,13 +297,13 @@ class ProvisioningService:
                 except (Forbidden, NotFound):
                     raise NotFound(f"API key {key_id!r} not found") from None  # no oracle across tenants
             if record.revoked_at is not None:
+                self.accounts.bump_version(record.tenant_id)  # a retry after a failed bump: bump now
                 return record
             record.revoked_at = utcnow()
             try:
                 self.accounts.replace_key(record, (seq, term))
             except Conflict:
                 continue
-            self.authenticator.forget_key(key_id)
             self._record(actor, record.tenant_id, "key.revoke", {"key_id": key_id, "user_id": record.user_id})
             return record
         raise Conflict(f"API key {key_id!r} was changed concurrently; retry")

@@ -3,10 +3,18 @@
 
 Point reads go by document id (real time, no refresh needed); documents carry ``tenant_id`` and are
 routed by it. Listings take their tenant filter from :mod:`service.storage.access`.
+
+Every write of an account record goes through :meth:`AccountStore._changing`, which bumps the
+tenant's accounts version (:class:`service.write_versions.TenantAccountsVersions`) before the write
+and again once it is visible, so every process drops the credentials it verified against the old
+records at its next request (``tests/test_structure.py`` checks that no write escapes it). The only
+write outside it is ``touch_key`` (``last_used_at``, which no credential check reads).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -20,6 +28,7 @@ from service.errors import NotFound
 from service.storage import access, cursor
 from service.storage.client import get_routed, index_routed, translate_errors
 from service.storage.templates import ACCOUNTS
+from service.write_versions import TenantAccountsVersions
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -40,25 +49,49 @@ def _key_doc(key_id: str) -> str:
 
 
 class AccountStore:
-    def __init__(self, client: OpenSearch, namespace: str):
+    def __init__(self, client: OpenSearch, namespace: str, versions: TenantAccountsVersions):
         self.client = client
         self.alias = ACCOUNTS.alias(namespace)
+        self.versions = versions
 
     # ------------------------------------------------------------ primitives
 
-    def _create(self, doc_id: str, routing: str, kind: str, record: BaseModel, what: str) -> None:
+    @contextmanager
+    def _changing(self, tenant_id: str) -> Iterator[None]:
+        """THE way to write a tenant's account records: the tenant's accounts version is bumped
+        before the write and after it, also when the write failed part-way (it may have landed).
+        A bump Redis refuses fails the request; the write is idempotent and its retry bumps."""
+        self.versions.bump(tenant_id)
+        try:
+            yield
+        finally:
+            self.versions.bump(tenant_id)
+
+    def bump_version(self, tenant_id: str) -> None:
+        """For a request that finds its change already made: an earlier attempt may have written it
+        and then failed to bump, so the retry bumps (cheap, and a bump too many costs one reload)."""
+        self.versions.bump(tenant_id)
+
+    def _write(
+        self, tenant_id: str, doc_id: str, record: BaseModel, kind: str, action: str, on_conflict: str, **extra: Any
+    ) -> None:
+        """The one writer of account documents (visible on return: ``refresh=true``)."""
         body = {"kind": kind, **record.model_dump(mode="json")}
-        index_routed(
-            self.client,
-            index=self.alias,
-            doc_id=doc_id,
-            body=body,
-            routing=routing,
-            refresh="true",
-            action=f"create {what}",
-            on_conflict=f"{what} already exists",
-            op_type="create",
-        )
+        with self._changing(tenant_id):
+            index_routed(
+                self.client,
+                index=self.alias,
+                doc_id=doc_id,
+                body=body,
+                routing=KEY_ROUTING if kind == "key" else tenant_id,
+                refresh="true",
+                action=action,
+                on_conflict=on_conflict,
+                **extra,
+            )
+
+    def _create(self, tenant_id: str, doc_id: str, kind: str, record: BaseModel, what: str) -> None:
+        self._write(tenant_id, doc_id, record, kind, f"create {what}", f"{what} already exists", op_type="create")
 
     def _get(self, doc_id: str, routing: str, model: type[R], what: str) -> tuple[R, int, int]:
         found = get_routed(self.client, index=self.alias, doc_id=doc_id, routing=routing, action=f"read {what}")
@@ -67,24 +100,15 @@ class AccountStore:
         return _record(model, found["_source"]), int(found["_seq_no"]), int(found["_primary_term"])
 
     def _replace(
-        self,
-        doc_id: str,
-        routing: str,
-        kind: str,
-        record: BaseModel,
-        seq: tuple[int, int],
-        what: str,
+        self, tenant_id: str, doc_id: str, kind: str, record: BaseModel, seq: tuple[int, int], what: str
     ) -> None:
-        body = {"kind": kind, **record.model_dump(mode="json")}
-        index_routed(
-            self.client,
-            index=self.alias,
-            doc_id=doc_id,
-            body=body,
-            routing=routing,
-            refresh="true",
-            action=f"update {what}",
-            on_conflict=f"{what} was changed concurrently; retry",
+        self._write(
+            tenant_id,
+            doc_id,
+            record,
+            kind,
+            f"update {what}",
+            f"{what} was changed concurrently; retry",
             if_seq_no=seq[0],
             if_primary_term=seq[1],
         )
@@ -92,13 +116,7 @@ class AccountStore:
     # --------------------------------------------------------------- tenants
 
     def create_tenant(self, tenant: TenantRecord) -> None:
-        self._create(
-            _tenant_doc(tenant.tenant_id),
-            tenant.tenant_id,
-            "tenant",
-            tenant,
-            f"tenant {tenant.tenant_id!r}",
-        )
+        self._create(tenant.tenant_id, _tenant_doc(tenant.tenant_id), "tenant", tenant, f"tenant {tenant.tenant_id!r}")
 
     def get_tenant(self, tenant_id: str) -> TenantRecord:
         return self.get_tenant_versioned(tenant_id)[0]
@@ -109,7 +127,7 @@ class AccountStore:
     def replace_tenant(self, tenant: TenantRecord, seq: tuple[int, int]) -> None:
         tenant.updated_at = utcnow()
         self._replace(
-            _tenant_doc(tenant.tenant_id), tenant.tenant_id, "tenant", tenant, seq, f"tenant {tenant.tenant_id!r}"
+            tenant.tenant_id, _tenant_doc(tenant.tenant_id), "tenant", tenant, seq, f"tenant {tenant.tenant_id!r}"
         )
 
     def list_tenants(self, principal: Principal, *, size: int) -> list[TenantRecord]:
@@ -140,29 +158,28 @@ class AccountStore:
             return False
         return any(d.get("found") and d.get("_source", {}).get("disabled") is True for d in found)
 
-    def owner_records(self, tenant_id: str, user_id: str) -> tuple[UserRecord, TenantRecord]:
-        """A user and its tenant in one real-time ``mget`` (both share the tenant's routing);
-        NotFound when either is missing."""
+    def key_and_owner(self, key_id: str, tenant_id: str, user_id: str) -> tuple[ApiKeyRecord, UserRecord, TenantRecord]:
+        """An API key, its user and its tenant in one real-time ``mget`` (each document with its own
+        routing), for re-checking a key whose owner is known; NotFound when any is missing or the
+        key belongs to someone else."""
         docs = [
+            {"_id": _key_doc(key_id), "routing": KEY_ROUTING},
             {"_id": _user_doc(tenant_id, user_id), "routing": tenant_id},
             {"_id": _tenant_doc(tenant_id), "routing": tenant_id},
         ]
-        with translate_errors("read an account"):
-            user_doc, tenant_doc = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
-        if not user_doc.get("found") or not tenant_doc.get("found"):
-            raise NotFound(f"user {user_id!r} of tenant {tenant_id!r} not found")
-        return _record(UserRecord, user_doc["_source"]), _record(TenantRecord, tenant_doc["_source"])
+        with translate_errors("read an API key and its account"):
+            key_doc, user_doc, tenant_doc = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
+        if not all(d.get("found") for d in (key_doc, user_doc, tenant_doc)):
+            raise NotFound(f"API key {key_id!r} of user {user_id!r} of tenant {tenant_id!r} not found")
+        key = _record(ApiKeyRecord, key_doc["_source"])
+        if (key.tenant_id, key.user_id) != (tenant_id, user_id):
+            raise NotFound(f"API key {key_id!r} not found")
+        return key, _record(UserRecord, user_doc["_source"]), _record(TenantRecord, tenant_doc["_source"])
 
     # ----------------------------------------------------------------- users
 
     def create_user(self, user: UserRecord) -> None:
-        self._create(
-            _user_doc(user.tenant_id, user.user_id),
-            user.tenant_id,
-            "user",
-            user,
-            f"user {user.user_id!r}",
-        )
+        self._create(user.tenant_id, _user_doc(user.tenant_id, user.user_id), "user", user, f"user {user.user_id!r}")
 
     def user_exists(self, tenant_id: str, user_id: str) -> bool:
         try:
@@ -180,12 +197,7 @@ class AccountStore:
     def replace_user(self, user: UserRecord, seq: tuple[int, int]) -> None:
         user.updated_at = utcnow()
         self._replace(
-            _user_doc(user.tenant_id, user.user_id),
-            user.tenant_id,
-            "user",
-            user,
-            seq,
-            f"user {user.user_id!r}",
+            user.tenant_id, _user_doc(user.tenant_id, user.user_id), "user", user, seq, f"user {user.user_id!r}"
         )
 
     def list_users(
@@ -198,7 +210,7 @@ class AccountStore:
     # ------------------------------------------------------------------ keys
 
     def create_key(self, key: ApiKeyRecord) -> None:
-        self._create(_key_doc(key.key_id), KEY_ROUTING, "key", key, f"API key {key.key_id!r}")
+        self._create(key.tenant_id, _key_doc(key.key_id), "key", key, f"API key {key.key_id!r}")
 
     def get_key(self, key_id: str) -> ApiKeyRecord:
         return self.get_key_versioned(key_id)[0]
@@ -208,11 +220,13 @@ class AccountStore:
 
     def replace_key(self, key: ApiKeyRecord, seq: tuple[int, int]) -> None:
         key.updated_at = utcnow()
-        self._replace(_key_doc(key.key_id), KEY_ROUTING, "key", key, seq, f"API key {key.key_id!r}")
+        self._replace(key.tenant_id, _key_doc(key.key_id), "key", key, seq, f"API key {key.key_id!r}")
 
     def touch_key(self, key_id: str, when: datetime) -> None:
         """Record last use. A partial update, no concurrency check: last writer wins, which is
-        exactly what a last-used time wants, and it never clobbers a concurrent revoke."""
+        exactly what a last-used time wants, and it never clobbers a concurrent revoke. The one
+        write that does not bump the accounts version: no credential check reads ``last_used_at``,
+        and a bump per interval per key would make every process reload the tenant's credentials."""
         with translate_errors("record API key use"):
             self.client.update(
                 index=self.alias,

@@ -163,7 +163,7 @@ def test_store_outage_keeps_the_last_known_status(
         other.authenticate(bob)
     dead = api_settings.model_copy(update={"opensearch_url": "http://127.0.0.1:9", "opensearch_timeout_s": 0.5})
     dead_client = build_client(dead)
-    other.accounts = AccountStore(dead_client, dead.opensearch_namespace)
+    other.accounts = AccountStore(dead_client, dead.opensearch_namespace, services.accounts.versions)
     time.sleep(0.4)  # the cached status has expired: the next check asks the (dead) store
     try:
         with pytest.raises(Unauthenticated):

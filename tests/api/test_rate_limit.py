@@ -29,6 +29,7 @@ from service.config import Settings
 from service.domain.principal import Principal, Role
 from service.errors import RateLimited
 from service.storage.audit import AuditQuery
+from service.write_versions import TenantVersions
 from tests.api.conftest import Team, auth, belief_body, ok
 
 # A slow refill (one token every 4 s): on a loaded 2-core CI box one request can take more than
@@ -146,7 +147,7 @@ def test_zero_rate_turns_the_limiter_off(services: Services) -> None:
     limiter = RateLimiter(services.redis, namespace, per_s=0, burst=1)
     identity = Identity(Principal(tenant_id="t-rl", user_id="u"), "jwt", None)
     for _ in range(5):
-        assert limiter.charge(identity, read_only=False) == 0  # the tenant's write version, never written
+        assert limiter.charge(identity, read_only=False) == TenantVersions(0, 0)  # the tenant's versions, never written
     assert services.redis.keys(f"{namespace}:*") == []  # no bucket kept (the version is only read)
 
 
@@ -207,7 +208,7 @@ def test_one_round_trip_survives_a_flushed_script_cache(services: Services) -> N
     limiter = RateLimiter(services.redis, namespace, per_s=0.001, burst=2)
     identity = Identity(Principal(tenant_id="t-flush", user_id="u"), "jwt", None)
     services.redis.script_flush()
-    assert limiter.charge(identity, read_only=True) == 0
-    assert limiter.charge(identity, read_only=True) == 0
+    assert limiter.charge(identity, read_only=True) == TenantVersions(0, 0)
+    assert limiter.charge(identity, read_only=True) == TenantVersions(0, 0)
     with pytest.raises(RateLimited):
         limiter.charge(identity, read_only=True)
