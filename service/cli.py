@@ -647,8 +647,11 @@ def _settings() -> Settings:
 
 
 def _direct(run: Callable[[Settings], Any]) -> Any:
-    """Run an OpenSearch-direct command; a store failure says which node it could not use."""
+    """Run an OpenSearch-direct command; a store failure says which store it could not use
+    (``bootstrap`` also needs Redis: every account write bumps the tenant's accounts version)."""
     from opensearchpy.exceptions import OpenSearchException
+
+    from service.errors import StoreUnavailable
 
     settings = _settings()
     try:
@@ -658,6 +661,10 @@ def _direct(run: Callable[[Settings], Any]) -> Any:
         raise CliError(
             {"error": {"code": "store_unavailable", "message": message, "hint": "set TENURE_OPENSEARCH_URL"}}
         ) from exc
+    except StoreUnavailable as exc:
+        message = f"{exc.message} (OpenSearch at {settings.opensearch_url}, Redis at {settings.redis_url})"
+        hint = "set TENURE_OPENSEARCH_URL and TENURE_REDIS_URL"
+        raise CliError({"error": {"code": "store_unavailable", "message": message, "hint": hint}}) from exc
 
 
 def bootstrap(settings: Settings, user: str) -> dict[str, Any]:

@@ -208,3 +208,18 @@ def test_import_is_chunked_resumable_and_errors_say_what_to_do(
     assert code == 1 and error["message"] == "this is not a Tenure key" and "tnr_" in error["hint"]
     code, _, err = _run(client, "--key", team.keys["alice"], "audit")
     assert code == 1 and "admin" in json.loads(err)["error"]["hint"]
+
+
+def test_bootstrap_without_redis_names_the_store(client: TestClient, api_settings: Settings) -> None:
+    """Bootstrap writes accounts, and every account write bumps the tenant's accounts version in
+    Redis: without Redis it fails with the service's error shape and says what to set."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = api_settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0"})
+    code, out, err = _run(client, "--json", "bootstrap", settings=settings)
+    assert code != 0
+    error = json.loads(err or out)["error"]
+    assert error["code"] == "store_unavailable" and "TENURE_REDIS_URL" in error["hint"]
