@@ -296,10 +296,15 @@ class BeliefStore:
 
     # ----------------------------------------------------------------- reads
 
-    def _search_call(self, filters: access.AccessFilters, body: dict[str, Any], action: str) -> Call:
+    def _search_call(
+        self, filters: access.AccessFilters, body: dict[str, Any], action: str, filter_path: str | None = None
+    ) -> Call:
         """One search of the caller's beliefs as a request: ``body`` was built from ``filters``,
-        which also route it."""
-        return Call("search", {"index": self.alias, "body": body, "routing": filters.routing}, action)
+        which also route it; ``filter_path``: what of the answer is sent."""
+        params: dict[str, Any] = {"index": self.alias, "body": body, "routing": filters.routing}
+        if filter_path is not None:
+            params["filter_path"] = filter_path
+        return Call("search", params, action)
 
     def _search(self, filters: access.AccessFilters, body: dict[str, Any], action: str) -> dict[str, Any]:
         """One search of the caller's beliefs: ``body`` was built from ``filters``, which also route it."""
@@ -336,6 +341,8 @@ class BeliefStore:
     def get_many(
         self, principal: Principal, ids: Iterable[str], *, view: ScopeView | None = None, live_only: bool = True
     ) -> list[Belief]:
+        """The given beliefs the principal may see, in the order asked, read without their change
+        logs (recall's relation hop, the proxy's injected texts): never write one back."""
         return calls.run(self.client, self.get_many_reads(principal, ids, view=view, live_only=live_only))
 
     def get_many_reads(
@@ -345,8 +352,9 @@ class BeliefStore:
         if not wanted:
             return []
         filters = access.for_principal(principal, view or ScopeView.everything())
-        body = queries.by_ids_body(filters, wanted, live_only=live_only)
-        hits = (yield self._search_call(filters, body, "read beliefs"))["hits"]["hits"]
+        body = queries.by_ids_body(filters, wanted, live_only=live_only, include_change_log=False)
+        call = self._search_call(filters, body, "read beliefs", queries.BY_IDS_FILTER_PATH)
+        hits = queries.found_hits((yield call))
         by_id = {b.id: b for b in load_beliefs(hits)}
         return [by_id[i] for i in wanted if i in by_id]
 
@@ -417,11 +425,11 @@ class BeliefStore:
         for _, body in bodies:
             lines.append({"index": self.alias, "routing": routing})
             lines.append(body)
-        response = yield Call("msearch", {"body": lines}, "recall beliefs")
+        response = yield Call("msearch", {"body": lines, "filter_path": queries.MSEARCH_FILTER_PATH}, "recall beliefs")
         for (tier, _), result in zip(bodies, response["responses"], strict=True):
             if "error" in result:
                 raise item_error(result.get("status"), result["error"], f"run the recall query for tier {tier}")
-            rows = result["hits"]["hits"]
+            rows = queries.found_hits(result)
             if tier == "relevant":
                 for row in rows:
                     belief = self.decoded.load(row)

@@ -53,7 +53,40 @@ CLAUSES = ("canonical_name", "canonical_name.phrase", "aliases", "aliases.shingl
 # names still whole units), beside the ``.cjk`` ones (index_templates/README.md has the measurement).
 
 LIVE = {"term": {"lifecycle": Lifecycle.LIVE.value}}
-_SOURCE_EXCLUDES = ["change_log"]
+# Read paths never load these from a stored source: the change log (it only matters to a read that
+# writes the belief back, or shows its history: those read the whole document) and the derived,
+# indexed-only fields the model ignores on load (``lifecycle``, ``content_hash``; the analysed
+# ``vocabulary_units`` are kept out of ``_source`` by the mapping). ~100 bytes a hit (issue 16).
+_SOURCE_EXCLUDES = ["change_log", "lifecycle", "content_hash"]
+
+# What recall reads of an ``_msearch`` answer (``filter_path``): the hits' keys below, each item's
+# error and status, and its ``took`` (the benchmarks read it). OpenSearch's per-item shard
+# counts, ``timed_out``, ``max_score``, the hits' ``_routing`` and the top-level ``took`` are not
+# sent. Every item keeps ``status``: OpenSearch drops an item the filter leaves empty, which would
+# shift the answers against the queries; an item without hits has no ``hits`` key at all.
+_HIT_KEYS = (
+    "_index",
+    "_id",
+    "_seq_no",
+    "_primary_term",
+    "_score",
+    "_source",
+    "sort",
+    "matched_queries",
+    "_explanation",
+)
+MSEARCH_FILTER_PATH = ",".join(
+    ["responses.status", "responses.error", "responses.took", *(f"responses.hits.hits.{key}" for key in _HIT_KEYS)]
+)
+# What a read of beliefs by id uses of a search answer (no hits: no ``hits`` key).
+BY_IDS_FILTER_PATH = "hits.hits._id,hits.hits._source"
+
+
+def found_hits(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The hits of a search answer (or of one ``_msearch`` item), also when ``filter_path`` left
+    no ``hits`` key because there were none."""
+    hits: list[dict[str, Any]] = result.get("hits", {}).get("hits", [])
+    return hits
 
 
 # Single words are matched after dropping the phrase-side stop-words ("the", "what", ...): no alias
@@ -333,13 +366,20 @@ def persona_body(filters: AccessFilters, *, size: int = 80) -> dict[str, Any]:
     }
 
 
-def by_ids_body(filters: AccessFilters, ids: list[str], *, live_only: bool) -> dict[str, Any]:
+def by_ids_body(
+    filters: AccessFilters, ids: list[str], *, live_only: bool, include_change_log: bool = True
+) -> dict[str, Any]:
+    """The given beliefs. ``include_change_log=False``: sources without the change log and the
+    derived fields (read-only views: such a belief must never be written back)."""
     extra = [LIVE] if live_only else []
-    return {
+    body: dict[str, Any] = {
         "size": len(ids),
         "track_total_hits": False,
         "query": filters.query(*extra, {"terms": {"id": ids}}),
     }
+    if not include_change_log:
+        body["_source"] = {"excludes": _SOURCE_EXCLUDES}
+    return body
 
 
 LIST_SORT: list[dict[str, Any]] = [{"created_at": {"order": "asc"}}, {"id": {"order": "asc"}}]

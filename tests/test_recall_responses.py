@@ -1,0 +1,108 @@
+"""Recall's OpenSearch answers carry only what recall reads (issue 16, item 4), on a real node:
+``_msearch`` and the by-id read of the relation hop are filtered (``filter_path``) and their sources
+leave out the change log and the derived fields; an item without hits or with an error keeps its
+place; the beliefs read are the stored ones, change log aside."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from opensearchpy import OpenSearch
+
+from service.config import Settings
+from service.domain.belief import Belief, ChangeLogEntry
+from service.storage import queries
+from service.storage.access import ScopeView
+from service.storage.beliefs import BeliefStore
+from tests.conftest import principal, recall_builder
+from tests.factories import make_belief, put_all
+
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def _world(tenant: str) -> list[Belief]:
+    logged = ChangeLogEntry(changed_at=NOW, trigger="reinforced", actor="ana", note="x" * 400)
+    return [
+        make_belief(tenant, "ana", "redis_cache", id="redis", aliases=["redis"], type="entity", change_log=[logged]),
+        make_belief(tenant, "ana", "linting_biome", id="biome", aliases=["biome"], pinned=True, change_log=[logged]),
+        make_belief(
+            tenant,
+            "ana",
+            "cache_uses_redis",
+            id="rel",
+            type="relation",
+            participants=["redis", "biome"],
+            aliases=["cache relation"],
+        ),
+    ]
+
+
+def test_recall_reads_lean_answers_and_the_same_beliefs(
+    store: BeliefStore, os_client: OpenSearch, settings: Settings, tenant: str
+) -> None:
+    world = _world(tenant)
+    put_all(store, *world)
+    ana = principal(tenant, "ana")
+    answers: list[tuple[str, dict[str, Any], Any]] = []
+    real = os_client.transport.perform_request
+
+    def recording(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        answer = real(method, url, *args, **kwargs)
+        answers.append((url, kwargs.get("params") or {}, answer))
+        return answer
+
+    os_client.transport.perform_request = recording  # type: ignore[method-assign]
+    try:
+        result = recall_builder(store, settings, "lucene").build(ana, ["domain:code"], "cache relation")
+    finally:
+        del os_client.transport.perform_request
+    # the relation hit brought both participants in through the by-id read
+    assert [e.belief.id for e in result.pinned] == ["biome"]
+    assert {e.belief.id for e in result.relevant} == {"rel", "redis"}
+    paths = {url.rsplit("/", 1)[-1]: _text(params.get("filter_path")) for url, params, _ in answers}
+    assert paths == {"_msearch": queries.MSEARCH_FILTER_PATH, "_search": queries.BY_IDS_FILTER_PATH}
+    for _, _, answer in answers:
+        items = answer.get("responses", [answer])
+        for item in items:
+            assert "_shards" not in item and "timed_out" not in item
+            for hit in queries.found_hits(item):
+                assert "_routing" not in hit
+                assert not {"change_log", "lifecycle", "content_hash"} & set(hit["_source"])
+    # what recall read is the stored belief, change log aside
+    for entry in [*result.pinned, *result.relevant]:
+        stored = store.get(ana, entry.belief.id)
+        assert entry.belief == stored.model_copy(update={"change_log": []})
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value  # opensearch-py encodes params
+
+
+def test_msearch_items_keep_their_place_when_filtered(store: BeliefStore, os_client: OpenSearch, tenant: str) -> None:
+    put_all(store, *_world(tenant))
+    ana = principal(tenant, "ana")
+    from service.storage import access
+
+    filters = access.for_principal(ana, ScopeView.everything())
+    some = queries.by_ids_body(filters, ["redis", "biome"], live_only=True, include_change_log=False)
+    none = queries.by_ids_body(filters, ["nothing-here"], live_only=True, include_change_log=False)
+    lines: list[dict[str, Any]] = []
+    for index, body in ((store.alias, none), ("no-such-index", some), (store.alias, some)):
+        lines += [{"index": index, "routing": filters.routing}, body]
+    answer = os_client.msearch(body=lines, filter_path=queries.MSEARCH_FILTER_PATH)
+    empty, failed, found = answer["responses"]
+    assert queries.found_hits(empty) == [] and empty["status"] == 200
+    assert failed["status"] == 404 and "error" in failed
+    assert sorted(hit["_source"]["id"] for hit in queries.found_hits(found)) == ["biome", "redis"]
+
+
+def test_get_many_reads_without_change_logs_in_the_order_asked(store: BeliefStore, tenant: str) -> None:
+    put_all(store, *_world(tenant))
+    ana = principal(tenant, "ana")
+    got = store.get_many(ana, ["rel", "nothing-here", "redis", "biome"])
+    assert [b.id for b in got] == ["rel", "redis", "biome"]
+    assert all(b.change_log == [] for b in got)
+    assert store.get(ana, "redis").change_log  # the by-id read that may write back keeps it
+    assert store.get_many(ana, ["nothing-here"]) == []
+    assert store.get_many(principal(tenant, "ben"), ["redis"]) == []  # another user's: not visible
