@@ -38,8 +38,15 @@ class RecallDefaults(BaseSettings):
     vocabulary_cache_mb: int = Field(256, ge=0, le=65_536)
     # The filter tiers (persona, pinned, questions) of recent recalls, kept per API process and
     # reused until the tenant writes (service/recall/tier_cache.py); 0 entries turns it off. The
-    # age bounds how long an entry can live if Redis lost its version counters.
-    tier_cache_entries: int = Field(4096, ge=0, le=1_000_000)
+    # age bounds how long an entry can live if Redis lost its version counters. Only keys used
+    # within the age can hit, so entries beyond recalls/s x age buy nothing: 16,384 holds every
+    # distinct (tenant, user, grants, scope list) of a minute at ~270 recalls/s per process. The
+    # memory bound is an estimate that counts each entry's beliefs as its own (~10 KB an entry of
+    # ~1.8 beliefs on the benchmark corpus; ~0.6 KB actually added while the decode cache shares
+    # them): 64 MB holds ~6,700 such entries at most; dense personas (80 beliefs) hit it sooner.
+    # docs/operations.md "Recall caches".
+    tier_cache_entries: int = Field(16_384, ge=0, le=1_000_000)
+    tier_cache_mb: int = Field(64, ge=0, le=65_536)
     tier_cache_max_age_s: float = Field(60.0, ge=0.0, le=86_400.0)
 
 

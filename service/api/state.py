@@ -142,6 +142,7 @@ class Services:
                     TierCache(
                         max_entries=settings.recall.tier_cache_entries,
                         max_age_s=settings.recall.tier_cache_max_age_s,
+                        max_bytes=settings.recall.tier_cache_mb * 1024 * 1024,
                     ),
                 ),
                 receipts,

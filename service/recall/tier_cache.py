@@ -14,22 +14,54 @@ cache keeps their result in the API process, keyed by
 The results are identical to an uncached recall by construction. Recall without a known write
 version (Redis unreachable, a caller that has none) does not use the cache at all.
 
-Bounds: ``max_entries`` (LRU) and ``max_age_s``: an entry older than that is recomputed even at the
-same version. A write whose bump Redis refuses fails the request (the write stands, a retry is
-safe), so the age only matters if Redis loses its data: its counters restart at 0 and could climb
-back to a version an entry was computed at; the age bounds that window. When a process sees a
+Bounds: ``max_entries`` and ``max_bytes`` (LRU, whichever is reached first) and ``max_age_s``: an
+entry older than that is recomputed even at the same version. An entry's bytes are estimated when
+it is stored, conservatively: its own overhead plus every belief it holds as if no other entry or
+the decode cache shared it (they usually do), text by its actual size. Measured on the generated
+corpus (docs/operations.md, "Recall caches"): ~10.0 KB estimated per entry of ~1.8 beliefs (9.7 KB
+measured when nothing shares them), where the process grows by ~0.6 KB per entry while the decode
+cache holds the same beliefs. The key is a BLAKE2b-256 digest of the queries (~2 KB of JSON).
+
+A write whose bump Redis refuses fails the request (the write stands, a retry is safe), so the age
+only matters if Redis loses its data: its counters restart at 0 and could climb back to a version
+an entry was computed at; the age bounds that window. When a process sees a
 newer version of a tenant, it drops the tenant's older entries at once, so an erased belief's text
 does not outlive the erase in the cache of a process that keeps serving the tenant.
 """
 
 from __future__ import annotations
 
+import hashlib
+import sys
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from service.domain.belief import Belief
 from service.storage.beliefs import FilterTiers
+
+# Estimated bytes (measured with tracemalloc, docs/operations.md "Recall caches"): an entry's own
+# structures (key digest, tuples, records, LRU and per-tenant index slots), and a decoded belief
+# apart from its text (model, field dict, timestamps, enums, provenance, lists).
+ENTRY_BYTES = 1_200
+BELIEF_BYTES = 4_400
+
+
+def estimated_bytes(tiers: FilterTiers) -> int:
+    """What an entry holding ``tiers`` costs at most (no belief shared with anything else)."""
+    return ENTRY_BYTES + sum(_belief_bytes(b) for b in (*tiers.persona, *tiers.pinned, *tiers.questions))
+
+
+def _belief_bytes(belief: Belief) -> int:
+    texts = (belief.content, belief.why_it_matters, belief.canonical_name, *belief.aliases)
+    return BELIEF_BYTES + sum(sys.getsizeof(text) for text in texts)
+
+
+def _digest(key: bytes) -> bytes:
+    # collision-resistant: two different queries never share an entry (and the tenant is part of
+    # the entry's key beside it)
+    return hashlib.blake2b(key, digest_size=32).digest()
 
 
 @dataclass(frozen=True)
@@ -37,22 +69,30 @@ class _Entry:
     version: int
     stored_at: float
     tiers: FilterTiers
+    size: int  # estimated bytes
 
 
 class TierCache:
-    def __init__(self, *, max_entries: int, max_age_s: float):
+    def __init__(self, *, max_entries: int, max_age_s: float, max_bytes: int | None = None):
         self.max_entries = max_entries
         self.max_age_s = max_age_s
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[str, bytes], _Entry] = OrderedDict()
         self._by_tenant: dict[str, set[bytes]] = {}
         self._versions: dict[str, int] = {}
+        self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     @property
     def enabled(self) -> bool:
-        return self.max_entries > 0 and self.max_age_s > 0
+        return self.max_entries > 0 and self.max_age_s > 0 and (self.max_bytes is None or self.max_bytes > 0)
+
+    @property
+    def estimated_bytes(self) -> int:
+        """The estimated bytes of the entries held (bounded by ``max_bytes``)."""
+        return self._bytes
 
     def bind(self, tenant_id: str, version: int | None) -> BoundTierCache | None:
         """The cache as seen by one recall of ``tenant_id`` at ``version``; None (no caching) when
@@ -65,6 +105,7 @@ class TierCache:
         return len(self._entries)
 
     def _get(self, tenant_id: str, version: int, key: bytes) -> FilterTiers | None:
+        key = _digest(key)
         with self._lock:
             self._observe(tenant_id, version)
             entry = self._entries.get((tenant_id, key))
@@ -76,16 +117,28 @@ class TierCache:
             return entry.tiers
 
     def _put(self, tenant_id: str, version: int, key: bytes, tiers: FilterTiers) -> None:
+        key, size = _digest(key), estimated_bytes(tiers)
+        if self.max_bytes is not None and size > self.max_bytes:
+            return  # larger than the whole cache: never kept
         with self._lock:
             self._observe(tenant_id, version)
             if self._versions.get(tenant_id) != version:
                 return  # a newer version was seen meanwhile: this result may predate that write
-            self._entries[(tenant_id, key)] = _Entry(version, time.monotonic(), tiers)
-            self._entries.move_to_end((tenant_id, key))
+            self._drop((tenant_id, key))
+            self._entries[(tenant_id, key)] = _Entry(version, time.monotonic(), tiers, size)
+            self._bytes += size
             self._by_tenant.setdefault(tenant_id, set()).add(key)
-            while len(self._entries) > self.max_entries:
-                (old_tenant, old_key), _ = self._entries.popitem(last=False)
+            while len(self._entries) > self.max_entries or (
+                self.max_bytes is not None and self._bytes > self.max_bytes
+            ):
+                old_tenant, old_key = next(iter(self._entries))
+                self._drop((old_tenant, old_key))
                 self._forget_key(old_tenant, old_key)
+
+    def _drop(self, entry_key: tuple[str, bytes]) -> None:
+        entry = self._entries.pop(entry_key, None)
+        if entry is not None:
+            self._bytes -= entry.size
 
     def _observe(self, tenant_id: str, version: int) -> None:
         """A recall saw ``version``: if it is newer than any seen for the tenant, the tenant's
@@ -95,7 +148,7 @@ class TierCache:
             return
         self._versions[tenant_id] = version
         for key in self._by_tenant.pop(tenant_id, set()):
-            self._entries.pop((tenant_id, key), None)
+            self._drop((tenant_id, key))
 
     def _forget_key(self, tenant_id: str, key: bytes) -> None:
         keys = self._by_tenant.get(tenant_id)

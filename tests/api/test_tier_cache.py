@@ -143,3 +143,32 @@ def test_a_new_version_drops_the_tenants_older_entries() -> None:
 def test_an_unknown_version_or_a_disabled_cache_binds_nothing() -> None:
     assert TierCache(max_entries=10, max_age_s=60).bind("t", None) is None
     assert TierCache(max_entries=0, max_age_s=60).bind("t", 1) is None
+
+
+def test_the_cache_is_bounded_by_estimated_bytes() -> None:
+    """Entries holding beliefs cost their estimated bytes; the oldest go first once the bound is
+    reached, and an entry larger than the whole bound is never kept."""
+    from service.recall.tier_cache import estimated_bytes
+    from tests.factories import make_belief
+
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    persona = tuple(make_belief(tenant, "u", f"style_{i}", content="x" * 2000) for i in range(3))
+    heavy = FilterTiers(persona=persona, pinned=(), questions=(), quarantined=())
+    size = estimated_bytes(heavy)
+    assert size > 3 * 2000 and estimated_bytes(_tiers("a")) < size
+    cache = TierCache(max_entries=100, max_age_s=60, max_bytes=2 * size)
+    bound = cache.bind(tenant, 1)
+    assert bound is not None
+    for key in (b"a", b"b", b"c"):
+        bound.put(key, heavy)
+    assert len(cache) == 2 and cache.estimated_bytes == 2 * size
+    assert bound.get(b"a") is None and bound.get(b"c") == heavy
+    bound.put(b"c", heavy)  # stored again: replaced, not counted twice
+    assert len(cache) == 2 and cache.estimated_bytes == 2 * size
+    small = TierCache(max_entries=100, max_age_s=60, max_bytes=size - 1)
+    small_bound = small.bind(tenant, 1)
+    assert small_bound is not None
+    small_bound.put(b"a", heavy)
+    assert len(small) == 0 and small.estimated_bytes == 0
+    assert cache.bind(tenant, 2) is not None and cache.bind(tenant, 2).get(b"c") is None  # type: ignore[union-attr]
+    assert cache.estimated_bytes == 0  # a newer version dropped the tenant's entries and their bytes
