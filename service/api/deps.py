@@ -129,12 +129,15 @@ async def authenticate(
     if credentials is None or not credentials.credentials:
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
     token, client, guard = credentials.credentials, client_address(request), services.guard
-    verified = guard.cached(token, client)
+    verified, loaded = guard.cached(token, client), False
     if verified is None:
-        verified = await anyio.to_thread.run_sync(guard.verify, token, client)
+        verified, loaded = await anyio.to_thread.run_sync(guard.verify, token, client), True
     work_context.set_tenant(verified.identity.principal.tenant_id)  # every later log line names the tenant
     versions = await services.limiter.acharge(verified.identity, read_only=read_only)
-    if not services.authenticator.confirm(verified, versions.accounts):
+    # Loaded by this request at the version the round trip read (or Redis answered neither time):
+    # nothing newer to check against. Anything else is confirmed by the version.
+    current = loaded and verified.accounts_version == versions.accounts
+    if not current and not services.authenticator.confirm(verified, versions.accounts):
         # The tenant's accounts changed since (or, Redis down, the time bound passed): the
         # records as they are now decide, tagged with the version just read.
         verified = await anyio.to_thread.run_sync(guard.verify, token, client, versions.accounts)

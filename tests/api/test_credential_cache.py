@@ -233,3 +233,18 @@ def test_every_account_write_bumps_the_tenant_version(services: Services) -> Non
     assert bumps(lambda: accounts.replace_key(stored, (kseq[0], kseq[1]))) > 0
     assert bumps(lambda: accounts.touch_key(key.key_id, stored.created_at)) == 0  # bookkeeping only
     assert versions.current(other) == before_other
+
+
+def test_without_the_cache_each_request_loads_its_key_once(api_settings: Settings, team: Team) -> None:
+    """A maximum age of 0 trusts nothing cached: every request loads its key (one mget of key,
+    user and tenant: the process knows whose key it is), once, not again after the round trip."""
+    settings = api_settings.model_copy(
+        update={"auth": api_settings.auth.model_copy(update={"credential_cache_max_age_s": 0.0})}
+    )
+    with TestClient(create_app(settings)) as uncached:
+        services: Services = uncached.app.state.services  # type: ignore[attr-defined]
+        ok(uncached.get("/v1/whoami", headers=team.h("alice")))
+        gets = _accounts_gets(services)
+        for _ in range(5):
+            ok(uncached.get("/v1/whoami", headers=team.h("alice")))
+        assert _accounts_gets(services) - gets == 5 * 3
