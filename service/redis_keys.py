@@ -84,12 +84,6 @@ def tenant_write_version(namespace: str, tenant_id: str) -> str:
     return f"{namespace}:tenant-version:{tenant_id}"
 
 
-def tenant_change_log(namespace: str, tenant_id: str) -> str:
-    """The documents each of a tenant's write versions changed (capped list): a process whose
-    vocabulary is a few versions old re-reads only those (service/write_versions.py)."""
-    return f"{namespace}:tenant-changes:{tenant_id}"
-
-
 def tenant_accounts_version(namespace: str, tenant_id: str) -> str:
     """Counter bumped around every write to a tenant's account records (tenant, users, keys): a
     credential verified in-process is trusted only while it is unchanged (service/auth/authenticator.py)."""

@@ -93,7 +93,7 @@ class Services:
         synchronous twins on a worker thread (scripts, benchmarks that build Services directly)."""
         aredis = async_clients.redis if async_clients is not None else None
         ns = settings.opensearch_namespace
-        versions = TenantWriteVersions(redis_client, ns, aredis)
+        versions = TenantWriteVersions(redis_client, ns)
         store = BeliefStore(client, ns, versions)
         audit = AuditStore(client, ns)
         accounts = AccountStore(client, ns, TenantAccountsVersions(redis_client, ns))

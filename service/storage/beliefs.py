@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -175,30 +175,27 @@ class BeliefStore:
                 document[UNITS_FIELD] = held
         return documents
 
-    def written(self, documents: Mapping[str, Iterable[str] | None]) -> None:
-        """Record that the tenants' beliefs changed (after the write is visible), with the ids of
-        the documents written per tenant (None: not known; caches of the tenant then rebuild)."""
+    def written(self, tenant_ids: Iterable[str]) -> None:
+        """Record that the tenants' beliefs changed (after the write is visible)."""
         if self.versions is not None:
-            self.versions.bump(documents)
+            self.versions.bump(tenant_ids)
 
     @contextmanager
-    def _bumping(self, beliefs: Iterable[tuple[str, str]]) -> Iterator[None]:
-        """Bump the write versions of the (tenant, belief id) pairs' tenants when the block ends,
-        also when it fails part-way (some documents may be written): one bump too many costs a
-        re-read, one too few a stale cache."""
-        documents: dict[str, set[str]] = {}
-        for tenant_id, belief_id in beliefs:
-            documents.setdefault(tenant_id, set()).add(doc_id(tenant_id, belief_id))
+    def _bumping(self, tenant_ids: Iterable[str]) -> Iterator[None]:
+        """Bump the write versions of the tenants when the block ends, also when it fails part-way
+        (some documents may be written): one bump too many costs a rebuild, one too few a stale
+        cache."""
+        tenants = set(tenant_ids)
         try:
             yield
         finally:
-            self.written(documents)
+            self.written(tenants)
 
     # ---------------------------------------------------------------- writes
 
     def _index_one(self, belief: Belief, *, refresh: Refresh, on_conflict: str, **options: Any) -> None:
         body = self.documents([belief])[0]
-        with self._bumping([(belief.tenant_id, belief.id)]):
+        with self._bumping([belief.tenant_id]):
             index_routed(
                 self.client,
                 index=self.alias,
@@ -252,7 +249,7 @@ class BeliefStore:
     ) -> WriteResult:
         written: list[str] = []
         failed: dict[str, str] = {}
-        with self._bumping((b.tenant_id, b.id) for b in beliefs), translate_errors("store beliefs"):
+        with self._bumping(b.tenant_id for b in beliefs), translate_errors("store beliefs"):
             for ok, item in helpers.streaming_bulk(
                 self.client,
                 self._bulk_actions(beliefs, create_only),
@@ -624,7 +621,7 @@ def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) 
     The documents are addressed by ``<tenant>:<id>`` from the principal, so another tenant's are out
     of reach by construction."""
     removed: list[str] = []
-    with store._bumping((principal.tenant_id, belief_id) for belief_id in belief_ids):
+    with store._bumping([principal.tenant_id]):
         for belief_id in belief_ids:
             try:
                 with translate_errors("erase beliefs", on_missing="already gone"):
