@@ -26,6 +26,7 @@ answers correctly from the first request.
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 import sys
@@ -36,6 +37,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import accumulate
+from operator import itemgetter
 from typing import Any
 
 from service.config import RecallDefaults
@@ -98,6 +101,7 @@ def _f32_of(q: Fraction) -> float:
     return min((below, guess, above), key=key)
 
 
+@functools.lru_cache(maxsize=4096)
 def fuzzy_factor(edits: int, term_length: int, word_length: int) -> float:
     """Lucene ``FuzzyTermsEnum``'s term boost: ``1.0f - (float) ed / (float) min(len)`` in float32."""
     if edits == 0:
@@ -140,24 +144,63 @@ def _order(term: str) -> tuple[str, int, str]:
     return term[: queries.PREFIX_LENGTH], len(term), term
 
 
+_PREFIX = itemgetter(slice(None, queries.PREFIX_LENGTH))  # term[:PREFIX_LENGTH], called from C
+
+# The pre-filter (a Bloom filter per field vocabulary): bits per key, two probes per lookup (the
+# low and the high half of the key). Ten bits let ~3% of absent keys through to the binary search,
+# for ~1.25 bytes per key.
+_FILTER_BITS_PER_KEY = 10
+_LOW32 = 0xFFFFFFFF
+
+
+def _range_key(prefix: str, length: int) -> int:
+    """The pre-filter key of the terms with this guarded prefix and length (a one-edit range)."""
+    return hash((prefix, length))
+
+
+def _filter_of(keys: Sequence[int]) -> bytes:
+    bits = max(64, -(-len(keys) * _FILTER_BITS_PER_KEY // 8) * 8)
+    held = bytearray(bits // 8)
+    for key in keys:
+        low = (key & _LOW32) % bits
+        high = ((key >> 32) & _LOW32) % bits
+        held[low >> 3] |= 1 << (low & 7)
+        held[high >> 3] |= 1 << (high & 7)
+    return bytes(held)
+
+
 @dataclass(frozen=True, eq=False)
 class FieldVocabulary:
     """One field's terms (sub-fields with the same terms share one), compact: the terms in
     :func:`_order`, joined into one string, with their start offsets. Exact membership and the
-    one-edit candidates of a word are binary searches; no per-term Python object is kept."""
+    one-edit candidates of a word are binary searches; no per-term Python object is kept.
+
+    In front of the searches, a Bloom filter (``pre_filter``) over the hashes of the terms and,
+    with ``ranges``, of each (prefix, length) a term has: most shingles and words of a message are
+    no unit, and are rejected by a few bit tests instead of a binary search. It never rejects a
+    term it holds (a filter only has false positives, which the search then answers), so results
+    are those of the searches alone. Python's string hash is per interpreter: the filter is valid
+    only in the process that built it (vocabularies never leave the process's cache)."""
 
     joined: str = ""
     offsets: array[int] = field(default_factory=lambda: array("I", [0]))
+    pre_filter: bytes = bytes(8)
+    ranges: bool = False
 
     @classmethod
-    def build(cls, terms: Iterable[str]) -> FieldVocabulary:
-        ordered = sorted(set(terms), key=_order)
-        offsets = array("I", [0])
-        at = 0
-        for term in ordered:
-            at += len(term)
-            offsets.append(at)
-        return cls("".join(ordered), offsets)
+    def build(cls, terms: Iterable[str], *, ranges: bool = False) -> FieldVocabulary:
+        """``ranges``: also file each term's (prefix, length) in the pre-filter, so :meth:`fuzzy`
+        can skip a word with no term in its one-edit range (the fuzzy fields)."""
+        # _order by three stable sorts with C-level keys: by term, then length, then prefix
+        ordered = sorted(set(terms))
+        ordered.sort(key=len)
+        ordered.sort(key=_PREFIX)
+        offsets = array("I", accumulate(map(len, ordered), initial=0))
+        keys = list(map(hash, ordered))
+        if ranges:
+            # each (prefix, length) once: _range_key, with the tuples made in C
+            keys += map(hash, set(zip(map(_PREFIX, ordered), map(len, ordered), strict=True)))
+        return cls("".join(ordered), offsets, _filter_of(keys), ranges)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -170,20 +213,42 @@ class FieldVocabulary:
         """Every term (for tests and measurements; the hot path never materialises them)."""
         return frozenset(self.term(i) for i in range(len(self)))
 
-    def _first_at_or_after(self, key: tuple[str, int, str]) -> int:
-        lo, hi = 0, len(self)
+    def may_hold(self, key: int) -> bool:
+        """False if no term (or, with ``ranges``, no one-edit range) has this pre-filter key;
+        True means only "perhaps"."""
+        held = self.pre_filter
+        bits = len(held) << 3
+        low = (key & _LOW32) % bits
+        if not held[low >> 3] >> (low & 7) & 1:
+            return False
+        high = ((key >> 32) & _LOW32) % bits
+        return bool(held[high >> 3] >> (high & 7) & 1)
+
+    def _first_at_or_after(self, prefix: str, length: int, term: str = "") -> int:
+        """The index of the first term not before ``(prefix, length, term)`` in :func:`_order`,
+        comparing the stored prefix and length first, so most steps slice two characters only."""
+        joined, offsets = self.joined, self.offsets
+        lo, hi = 0, len(offsets) - 1
         while lo < hi:
             mid = (lo + hi) // 2
-            if _order(self.term(mid)) < key:
+            start, end = offsets[mid], offsets[mid + 1]
+            stored = joined[start : min(start + queries.PREFIX_LENGTH, end)]
+            if stored == prefix:
+                size = end - start
+                before = size < length or (size == length and joined[start:end] < term)
+            else:
+                before = stored < prefix
+            if before:
                 lo = mid + 1
             else:
                 hi = mid
         return lo
 
     def __contains__(self, token: object) -> bool:
-        if not isinstance(token, str):
+        if not isinstance(token, str) or not self.may_hold(hash(token)):
             return False
-        i = self._first_at_or_after(_order(token))
+        n = len(token)
+        i = self._first_at_or_after(token[: queries.PREFIX_LENGTH], n, token)
         return i < len(self) and self.term(i) == token
 
     def exact(self, token: str) -> TermWeights:
@@ -196,20 +261,29 @@ class FieldVocabulary:
         if n < MIN_FUZZY_LENGTH:
             return self.exact(token)
         prefix = token[: queries.PREFIX_LENGTH]
+        if self.ranges and not any(self.may_hold(_range_key(prefix, size)) for size in (n - 1, n, n + 1)):
+            return ()
         rest = token[queries.PREFIX_LENGTH :]
         found: dict[str, float] = {}
         # the terms with the same prefix and one character shorter to one longer: a contiguous range
-        for i in range(self._first_at_or_after((prefix, n - 1, "")), self._first_at_or_after((prefix, n + 2, ""))):
-            term = self.term(i)
+        joined, offsets = self.joined, self.offsets
+        last = len(offsets) - 1
+        i = self._first_at_or_after(prefix, n - 1)
+        while i < last:
+            start, end = offsets[i], offsets[i + 1]
+            if end - start > n + 1 or joined[start : min(start + queries.PREFIX_LENGTH, end)] != prefix:
+                break
+            term = joined[start:end]
             edits = edits_within_one(term[queries.PREFIX_LENGTH :], rest)
             if edits is not None:
                 found[term] = fuzzy_factor(edits, len(term), n)
+            i += 1
         # Lucene's TopTermsRewrite keeps the best boosts, ties to the smaller term (UTF-8 order)
         ranked = sorted(found.items(), key=lambda tw: (-tw[1], tw[0].encode()))
         return tuple(ranked[: queries.MAX_FUZZY_EXPANSIONS])
 
     def approx_bytes(self) -> int:
-        return sys.getsizeof(self.joined) + sys.getsizeof(self.offsets) + 64
+        return sys.getsizeof(self.joined) + sys.getsizeof(self.offsets) + sys.getsizeof(self.pre_filter) + 64
 
 
 _EMPTY = FieldVocabulary()
@@ -233,14 +307,15 @@ class TenantVocabulary:
         started = time.perf_counter()
         mapping = yield from store.mapping_reads()
         read = yield from store.tenant_units(principal)
-        shared: dict[frozenset[str], FieldVocabulary] = {}
-        fields: dict[str, FieldVocabulary] = {}
+        # groups with the same terms share one structure, with ranges if any of them is fuzzy
+        fuzzy: dict[frozenset[str], bool] = {}
+        named: list[tuple[list[str], frozenset[str]]] = []
         for group, names in mapping.groups(VOCABULARY_FIELDS).items():
             terms = frozenset(read.groups.get(group, ()))
-            if terms not in shared:
-                shared[terms] = FieldVocabulary.build(terms)
-            for name in names:
-                fields[name] = shared[terms]
+            fuzzy[terms] = fuzzy.get(terms, False) or any(name in FUZZY_FIELDS for name in names)
+            named.append((names, terms))
+        shared = {terms: FieldVocabulary.build(terms, ranges=ranges) for terms, ranges in fuzzy.items()}
+        fields = {name: shared[terms] for names, terms in named for name in names}
         return cls(
             principal.tenant_id,
             version,

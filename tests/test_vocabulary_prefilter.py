@@ -1,0 +1,118 @@
+"""The pre-filter in front of the compact vocabulary's binary searches (service/recall/vocabulary.py,
+``FieldVocabulary.may_hold``): it may let an absent term through (the search answers), but it must
+never reject a term the vocabulary holds, or a one-edit range one of its terms lies in, in any
+script. Checked against the rule spelled out over every term, and against the units OpenSearch's
+own analysis stores for names in several scripts."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+from service.recall.vocabulary import (
+    VOCABULARY_FIELDS,
+    FieldVocabulary,
+    VocabularyCache,
+    _order,
+    _range_key,
+)
+from service.storage import calls
+from service.storage.beliefs import BeliefStore
+from tests.conftest import principal
+from tests.factories import make_belief, put_all
+from tests.test_vocabulary import _brute_force_fuzzy
+
+# Latin, accented Latin, Cyrillic, Greek, kana, kanji, hangul, digits and the space of multi-word units
+ALPHABET = "abeséüßжλ日本セッ레디 7"
+NAMED = [
+    "redis cache",
+    "rediscache",
+    "sticky sessions",
+    "größenlimit",
+    "überwachung",
+    "uberwachung",
+    "セッションストア",
+    "セッション ストア",
+    "決済プロバイダ",
+    "数据库选型",
+    "테스트 방침",
+    "레디스",
+    "a",
+    "k8s",
+    "x",
+]
+
+
+def _terms(rng: random.Random, n: int) -> list[str]:
+    return ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 9))) for _ in range(n)] + NAMED
+
+
+def test_the_filter_never_rejects_a_held_term_or_range() -> None:
+    rng = random.Random(1616)
+    for size in (0, 1, 7, 300, 5000):  # filters of every size, from the 64-bit minimum up
+        terms = _terms(rng, size)
+        vocab = FieldVocabulary.build(terms, ranges=True)
+        for term in terms:
+            assert vocab.may_hold(hash(term)), term
+            assert vocab.may_hold(_range_key(term[:2], len(term))), term
+            assert term in vocab
+
+
+def test_filtered_lookups_equal_the_rule_over_every_term() -> None:
+    rng = random.Random(16)
+    terms = _terms(rng, 3000)
+    held = set(terms)
+    probes = terms[:500] + _terms(rng, 3000)
+    probes += [t + c for t in NAMED for c in "sx"] + [t[:-1] for t in NAMED] + [t[1:] for t in NAMED]
+    for ranges in (True, False):
+        vocab = FieldVocabulary.build(terms, ranges=ranges)
+        # the order the binary searches rely on
+        assert [vocab.term(i) for i in range(len(vocab))] == sorted(held, key=_order)
+        for token in probes:
+            assert (token in vocab) == (token in held), token
+            assert vocab.exact(token) == (((token, 1.0),) if token in held else ()), token
+            assert vocab.fuzzy(token) == _brute_force_fuzzy(terms, token), token
+
+
+def test_the_filter_rejects_most_absent_terms() -> None:
+    # what it is for: an absent shingle mostly costs bit tests, not a binary search
+    rng = random.Random(7)
+    vocab = FieldVocabulary.build(_terms(rng, 5000), ranges=True)
+    absent = [f"zz{i} qq{i}" for i in range(5000)]
+    passed = sum(vocab.may_hold(hash(a)) for a in absent)
+    assert passed < 0.06 * len(absent)
+
+
+def test_memory_counts_the_filter() -> None:
+    terms = _terms(random.Random(3), 2000)
+    plain = FieldVocabulary.build(terms)
+    ranged = FieldVocabulary.build(terms, ranges=True)
+    assert len(ranged.pre_filter) > len(plain.pre_filter) >= len(set(terms)) * 10 // 8
+    assert ranged.approx_bytes() > len(ranged.joined) + len(ranged.pre_filter)
+
+
+def test_every_unit_opensearch_stores_passes_the_filter(store: BeliefStore) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    put_all(
+        store,
+        make_belief(tenant, "ann", "redis_cache", aliases=["RedisCache", "sticky sessions", "セッションストア"]),
+        make_belief(tenant, "ann", "payment_provider", aliases=["決済プロバイダ", "数据库选型", "PSP"]),
+        make_belief(tenant, "bob", "size_limit", aliases=["größenlimit", "Überwachung", "테스트 방침", "레디스 캐시"]),
+        make_belief(tenant, "bob", "react_js", aliases=["react.js", "k8s", "C++ build"]),
+    )
+    me = principal(tenant, "zed")
+    units = calls.run(store.client, store.vocabulary.tenant_units(me))
+    vocabulary = VocabularyCache(store.vocabulary, None).get(me)
+    groups = store.vocabulary.mapping().groups(VOCABULARY_FIELDS)
+    assert {"aliases", "aliases.cjk", "aliases.ko"} <= set(groups)
+    checked = 0
+    for group, names in groups.items():
+        for name in names:
+            vocab = vocabulary.field(name)
+            for term in units.groups.get(group, ()):
+                assert vocab.may_hold(hash(term)) and term in vocab, (name, term)
+                if vocab.ranges:
+                    assert vocab.may_hold(_range_key(term[:2], len(term))), (name, term)
+                    assert term in dict(vocab.fuzzy(term)) or len(term) < 4, (name, term)
+                checked += 1
+    assert checked > 40
