@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.api.conftest import Team, make_team, ok
@@ -65,8 +65,8 @@ def _reads_serve(client: TestClient, team: Team, written: list[str]) -> None:
         )
     )
     assert recalled["quarantined"] == 0
-    for belief_id in written:
-        ok(client.get(f"/v1/beliefs/{belief_id}", headers=team.h("carol")))
+    for belief_id in written:  # as their writer: a personal scope is no admin's to read by id
+        ok(client.get(f"/v1/beliefs/{belief_id}", headers=team.h("alice")))
 
 
 def _accepted(response: Any) -> bool:
@@ -125,7 +125,11 @@ def test_random_changes_leave_only_readable_documents(
     kind = "open_question" if action == "resolve" else "decision"
     base = {"type": kind, "canonical_name": "payments_db", "content": "Postgres?", "scope": ["project:pay"]}
     base["aliases"] = ["payments database", *aliases[:3]] if action == "aliases/remove" else []
-    belief_id = ok(client.post("/v1/beliefs", json=base, headers=team.h("alice")), 201)["id"]
+    created = client.post("/v1/beliefs", json=base, headers=team.h("alice"))
+    # the drawn aliases may be refused already here (one past 100 characters): a clear 4xx, and
+    # then there is nothing to change
+    assume(_accepted(created))
+    belief_id = ok(created, 201)["id"]
     bodies = {
         "supersede": {"content": content, "canonical_name": name, "aliases": aliases},
         "aliases": {"aliases": aliases},
