@@ -22,6 +22,7 @@ baseline's (byte-identical JSON), every read's units too.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import importlib.util
 import inspect
 import json
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--matching", action="store_true", help="in-process matching A/B against --baseline")
     parser.add_argument("--baseline", type=Path, default=None, help="--matching: the tree to compare with")
+    parser.add_argument("--profile", type=Path, default=None, help="--matching: cProfile stats of this tree's renders")
     add_server_arguments(parser, heap="1g", redis_url=True)
     args = parser.parse_args(argv)
     if args.matching:
@@ -301,6 +303,10 @@ def matching(args: argparse.Namespace, argv: list[str] | None) -> int:
             side: round(statistics.median(x["mean_us"] for x in report["render"] if x["side"] == side), 2)
             for side in ("before", "after")
         }
+        if args.profile is not None:
+            profiler = cProfile.Profile()
+            profiler.runcall(_timed, runs["after"])
+            profiler.dump_stats(args.profile)
         classes = {"before": before_vocab.FieldVocabulary, "after": FieldVocabulary}
         report["structure_build"] = _build_costs(classes, vocabularies, groups, units, args.rounds)
         print(f"  structure build: {json.dumps(report['structure_build'])}", flush=True)
