@@ -33,7 +33,7 @@ class RecallDefaults(BaseSettings):
     vocabulary_matching: bool = True
     # The per-process LRU of tenant vocabularies: how many tenants and how much memory (estimated).
     # Measured (docs/benchmarks.md, issue 16): ~15 KB per tenant of 100 beliefs, ~100 KB per tenant
-    # of 1,000 (+~11% for the matching pre-filter), so 256 MB holds ~2,200 tenants of 1,000 beliefs
+    # of 1,000 (+~11% for the matching pre-filter), so 256 MB holds ~2,300 tenants of 1,000 beliefs
     # (every tenant of the 1M benchmark).
     vocabulary_cache_tenants: int = Field(2500, ge=0, le=1_000_000)
     vocabulary_cache_mb: int = Field(256, ge=0, le=65_536)
