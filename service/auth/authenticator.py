@@ -48,13 +48,11 @@ import logging
 import math
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
-from typing import Final, Generic, Literal, TypeVar
+from typing import Final, Literal
 
 import redis
 
@@ -66,6 +64,7 @@ from service.domain.accounts import ApiKeyRecord, effective_principal
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import InvalidCredential, NotFound, StoreUnavailable, Unauthenticated
+from service.lru import BoundedLru
 from service.storage.accounts import AccountStore
 
 log = logging.getLogger(__name__)
@@ -119,42 +118,6 @@ class _Status:
     until: float
 
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class _Lru(Generic[K, V]):
-    """A thread-safe LRU of at most ``max_entries`` (0: keeps nothing)."""
-
-    def __init__(self, max_entries: int):
-        self.max_entries = max_entries
-        self._entries: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        if self.max_entries <= 0:
-            return
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-
-    def pop(self, key: K) -> None:
-        with self._lock:
-            self._entries.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
 class Authenticator:
     def __init__(
         self,
@@ -169,8 +132,8 @@ class Authenticator:
         self.verifier = verifier
         self.redis = redis_client
         self.namespace = namespace
-        self._keys: _Lru[str, _CachedKey] = _Lru(settings.credential_cache_entries)
-        self._status: _Lru[tuple[str, str], _Status] = _Lru(settings.credential_cache_entries)
+        self._keys: BoundedLru[str, _CachedKey] = BoundedLru(settings.credential_cache_entries)
+        self._status: BoundedLru[tuple[str, str], _Status] = BoundedLru(settings.credential_cache_entries)
         self._bookkeeping = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-last-used")
         self._lock = threading.Lock()
 

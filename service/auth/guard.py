@@ -20,7 +20,6 @@ import logging
 import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -31,6 +30,7 @@ from service.auth import keys
 from service.auth.authenticator import UNREAD, Authenticator, Identity, Verified, VersionRead
 from service.auth.ratelimit import BUCKET_SCRIPT
 from service.errors import InvalidCredential, RateLimited, Unauthenticated
+from service.lru import BoundedLru
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,8 @@ class AuthGuard:
         self._script = redis_client.register_script(BUCKET_SCRIPT)
         self._lock = threading.Lock()
         self._blocked: dict[str, float] = {}
-        self._known_bad: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        # fingerprint -> (monotonic expiry, refusal message); a hit does not refresh its recency
+        self._known_bad: BoundedLru[str, tuple[float, str]] = BoundedLru(MAX_REMEMBERED)
 
     def cached(self, token: str, client: str | None) -> Verified | None:
         """The credential when it is known without any I/O (an API key verified earlier in this
@@ -146,12 +147,12 @@ class AuthGuard:
         """The refusal message of a credential refused for good within the cache window."""
         if self.negative_cache_s <= 0:
             return None
-        with self._lock:
-            known = self._known_bad.get(fingerprint)
+        with self._lock:  # the expiry check and the removal as one step against a concurrent put
+            known = self._known_bad.peek(fingerprint)
             if known is None:
                 return None
             if known[0] <= time.monotonic():
-                del self._known_bad[fingerprint]
+                self._known_bad.pop(fingerprint)
                 return None
             return known[1]
 
@@ -159,7 +160,4 @@ class AuthGuard:
         if self.negative_cache_s <= 0:
             return
         with self._lock:
-            self._known_bad[fingerprint] = (time.monotonic() + self.negative_cache_s, message)
-            self._known_bad.move_to_end(fingerprint)
-            while len(self._known_bad) > MAX_REMEMBERED:
-                self._known_bad.popitem(last=False)
+            self._known_bad.put(fingerprint, (time.monotonic() + self.negative_cache_s, message))

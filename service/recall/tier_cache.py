@@ -35,10 +35,10 @@ import hashlib
 import sys
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from service.domain.belief import Belief
+from service.lru import BoundedLru
 from service.storage.beliefs import FilterTiers
 
 # Estimated bytes (measured with tracemalloc, docs/operations.md "Recall caches"): an entry's own
@@ -69,21 +69,37 @@ class _Entry:
     version: int
     stored_at: float
     tiers: FilterTiers
-    size: int  # estimated bytes
 
 
 class TierCache:
     def __init__(self, *, max_entries: int, max_age_s: float, max_bytes: int | None = None):
-        self.max_entries = max_entries
         self.max_age_s = max_age_s
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, bytes], _Entry] = OrderedDict()
+        # (tenant, key digest) -> entry, weighed by its estimated bytes; an evicted entry leaves
+        # the per-tenant index too (_evicted)
+        self._entries: BoundedLru[tuple[str, bytes], _Entry] = BoundedLru(
+            max_entries, max_weight=max_bytes, on_evict=self._evicted
+        )
         self._by_tenant: dict[str, set[bytes]] = {}
         self._versions: dict[str, int] = {}
-        self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    @property
+    def max_entries(self) -> int:
+        return self._entries.max_entries
+
+    @max_entries.setter
+    def max_entries(self, value: int) -> None:
+        self._entries.max_entries = value
+
+    @property
+    def max_bytes(self) -> int | None:
+        return self._entries.max_weight
+
+    @max_bytes.setter
+    def max_bytes(self, value: int | None) -> None:
+        self._entries.max_weight = value
 
     @property
     def enabled(self) -> bool:
@@ -92,7 +108,7 @@ class TierCache:
     @property
     def estimated_bytes(self) -> int:
         """The estimated bytes of the entries held (bounded by ``max_bytes``)."""
-        return self._bytes
+        return self._entries.weight
 
     def bind(self, tenant_id: str, version: int | None) -> BoundTierCache | None:
         """The cache as seen by one recall of ``tenant_id`` at ``version``; None (no caching) when
@@ -108,11 +124,11 @@ class TierCache:
         key = _digest(key)
         with self._lock:
             self._observe(tenant_id, version)
-            entry = self._entries.get((tenant_id, key))
+            entry = self._entries.peek((tenant_id, key))  # a stale entry keeps its place
             if entry is None or entry.version != version or time.monotonic() - entry.stored_at > self.max_age_s:
                 self.misses += 1
                 return None
-            self._entries.move_to_end((tenant_id, key))
+            self._entries.get((tenant_id, key))  # now the most recently used
             self.hits += 1
             return entry.tiers
 
@@ -124,21 +140,8 @@ class TierCache:
             self._observe(tenant_id, version)
             if self._versions.get(tenant_id) != version:
                 return  # a newer version was seen meanwhile: this result may predate that write
-            self._drop((tenant_id, key))
-            self._entries[(tenant_id, key)] = _Entry(version, time.monotonic(), tiers, size)
-            self._bytes += size
             self._by_tenant.setdefault(tenant_id, set()).add(key)
-            while len(self._entries) > self.max_entries or (
-                self.max_bytes is not None and self._bytes > self.max_bytes
-            ):
-                old_tenant, old_key = next(iter(self._entries))
-                self._drop((old_tenant, old_key))
-                self._forget_key(old_tenant, old_key)
-
-    def _drop(self, entry_key: tuple[str, bytes]) -> None:
-        entry = self._entries.pop(entry_key, None)
-        if entry is not None:
-            self._bytes -= entry.size
+            self._entries.put((tenant_id, key), _Entry(version, time.monotonic(), tiers), size)
 
     def _observe(self, tenant_id: str, version: int) -> None:
         """A recall saw ``version``: if it is newer than any seen for the tenant, the tenant's
@@ -148,9 +151,11 @@ class TierCache:
             return
         self._versions[tenant_id] = version
         for key in self._by_tenant.pop(tenant_id, set()):
-            self._drop((tenant_id, key))
+            self._entries.pop((tenant_id, key))
 
-    def _forget_key(self, tenant_id: str, key: bytes) -> None:
+    def _evicted(self, entry_key: tuple[str, bytes], _entry: _Entry) -> None:
+        """The LRU pushed an entry out (within ``_put``, under the lock): forget its key."""
+        tenant_id, key = entry_key
         keys = self._by_tenant.get(tenant_id)
         if keys is not None:
             keys.discard(key)

@@ -33,7 +33,6 @@ import sys
 import threading
 import time
 from array import array
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -45,6 +44,7 @@ from service.config import RecallDefaults
 from service.domain.principal import Principal
 from service.domain.text import has_hangul, has_unspaced_script
 from service.errors import StoreUnavailable
+from service.lru import BoundedLru
 from service.storage import calls, queries
 from service.storage.beliefs import BeliefStore
 from service.storage.calls import Reads
@@ -344,6 +344,14 @@ class CacheStats:
     evictions: int = 0
 
 
+@dataclass(eq=False, slots=True)
+class _Held:
+    """A cached vocabulary and the monotonic time of its last use (the idle drop reads it)."""
+
+    vocabulary: TenantVocabulary
+    used: float
+
+
 class VocabularyCache:
     """The vocabularies of the most recently active tenants, bounded in count and in (estimated)
     memory. An entry is used only while the tenant's write version is the one it was built at (a
@@ -360,13 +368,27 @@ class VocabularyCache:
     ):
         self.store = store
         self.versions = versions
-        self.max_tenants = max_tenants
-        self.max_bytes = max_bytes
         self.stats = CacheStats()
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, TenantVocabulary] = OrderedDict()
-        self._used: dict[str, float] = {}  # monotonic time of each entry's last use
-        self._bytes = 0
+        # tenant -> vocabulary, weighed by its approx_bytes; an eviction counts in the stats
+        self._entries: BoundedLru[str, _Held] = BoundedLru(max_tenants, max_weight=max_bytes, on_evict=self._evicted)
+
+    @property
+    def max_tenants(self) -> int:
+        return self._entries.max_entries
+
+    @max_tenants.setter
+    def max_tenants(self, value: int) -> None:
+        self._entries.max_entries = value
+
+    @property
+    def max_bytes(self) -> int:
+        limit = self._entries.max_weight
+        return 0 if limit is None else limit  # never None here: the LRU is built with max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._entries.max_weight = value
 
     def get(self, principal: Principal, version: int | None = None) -> TenantVocabulary:
         """``version``: the tenant's write version if the caller already read it (the API reads
@@ -381,20 +403,21 @@ class VocabularyCache:
         if version is not None:
             with self._lock:
                 self._drop_idle()
-                entry = self._entries.get(principal.tenant_id)
-                if entry is not None and entry.version == version:
-                    self._entries.move_to_end(principal.tenant_id)
-                    self._used[principal.tenant_id] = time.monotonic()
+                held = self._entries.peek(principal.tenant_id)  # another version keeps its place
+                if held is not None and held.vocabulary.version == version:
+                    self._entries.get(principal.tenant_id)  # now the most recently used
+                    held.used = time.monotonic()
                     self.stats.hits += 1
-                    return entry
+                    return held.vocabulary
         built = yield from TenantVocabulary.build(self.store, principal, version or 0)
         with self._lock:
             self.stats.builds += 1
             self.stats.build_ms_total += built.build_ms
             self.stats.build_ms_max = max(self.stats.build_ms_max, built.build_ms)
-            current = self._entries.get(principal.tenant_id)
-            if version is not None and (current is None or current.version <= version):
-                self._put(built)
+            current = self._entries.peek(principal.tenant_id)
+            if version is not None and (current is None or current.vocabulary.version <= version):
+                # larger than the whole budget: dropped, and used for this request only
+                self._entries.put(built.tenant_id, _Held(built, time.monotonic()), built.approx_bytes)
         log.debug("vocabulary of %s: %d documents, %.1f ms", principal.tenant_id, built.documents, built.build_ms)
         return built
 
@@ -411,37 +434,24 @@ class VocabularyCache:
         """Drop the least recently used entry once it has been idle for MAX_IDLE_S: an erased
         alias stays in an idle tenant's stale entry no longer than that (or until its next recall,
         which sees the new version)."""
-        if self._entries:
-            tenant, oldest = next(iter(self._entries.items()))
-            if time.monotonic() - self._used.get(tenant, 0.0) > MAX_IDLE_S:
-                self._entries.pop(tenant)
-                self._used.pop(tenant, None)
-                self._bytes -= oldest.approx_bytes
-                self.stats.evictions += 1
-
-    def _put(self, entry: TenantVocabulary) -> None:
-        old = self._entries.pop(entry.tenant_id, None)
-        if old is not None:
-            self._bytes -= old.approx_bytes
-        if entry.approx_bytes > self.max_bytes:
-            return  # larger than the whole budget: used for this request only
-        self._entries[entry.tenant_id] = entry
-        self._used[entry.tenant_id] = time.monotonic()
-        self._bytes += entry.approx_bytes
-        while len(self._entries) > self.max_tenants or self._bytes > self.max_bytes:
-            tenant, evicted = self._entries.popitem(last=False)
-            self._used.pop(tenant, None)
-            self._bytes -= evicted.approx_bytes
+        oldest = self._entries.peek_oldest()
+        if oldest is None:
+            return
+        tenant, held = oldest
+        if time.monotonic() - held.used > MAX_IDLE_S:
+            self._entries.pop(tenant)
             self.stats.evictions += 1
+
+    def _evicted(self, _tenant: str, _held: _Held) -> None:
+        self.stats.evictions += 1  # the LRU pushed a tenant out (within lookup, under the lock)
 
     def entries(self) -> list[TenantVocabulary]:
         """The cached vocabularies, least recently used first (for measurements)."""
-        with self._lock:
-            return list(self._entries.values())
+        return [held.vocabulary for held in self._entries.values()]
 
     @property
     def cached_bytes(self) -> int:
-        return self._bytes
+        return self._entries.weight
 
     def __len__(self) -> int:
         return len(self._entries)

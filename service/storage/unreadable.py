@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from service.domain.belief import Belief
 from service.domain.stored_belief import decode_stored
+from service.lru import BoundedLru
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +170,15 @@ class DecodedBeliefs:
     """
 
     def __init__(self, max_entries: int = 10_000):
-        self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[Any, ...], Belief] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: BoundedLru[tuple[Any, ...], Belief] = BoundedLru(max_entries)
+
+    @property
+    def max_entries(self) -> int:
+        return self._entries.max_entries
+
+    @max_entries.setter
+    def max_entries(self, value: int) -> None:
+        self._entries.max_entries = value
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -181,17 +187,12 @@ class DecodedBeliefs:
         key = (row.get("_index"), row.get("_id"), row.get("_seq_no"), row.get("_primary_term"))
         if None in key or self.max_entries <= 0:
             return load_belief(row.get("_source"), hit_id=row.get("_id"))
-        with self._lock:
-            found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-                return found
+        found = self._entries.get(key)
+        if found is not None:
+            return found
         belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
         if belief is not None:
-            with self._lock:
-                self._entries[key] = belief
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
+            self._entries.put(key, belief)
         return belief
 
     def load_all(self, rows: Iterable[dict[str, Any]]) -> LoadedBeliefs:
