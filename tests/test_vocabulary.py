@@ -20,7 +20,7 @@ from service.recall.vocabulary import (
 )
 from service.storage import calls
 from service.storage.beliefs import BeliefStore
-from service.storage.vocabulary import UNIT_SEPARATOR, UNITS_FIELD, UNITS_MARKER, VocabularyStore
+from service.storage.vocabulary import UNIT_SEPARATOR, UNITS_FIELD, UNITS_MARKER, AnalysisRequest, VocabularyStore
 from tests.conftest import principal, recall_builder
 from tests.factories import make_belief, put_all
 
@@ -230,3 +230,22 @@ def test_vocabulary_is_one_aggregation_and_documents_without_units_still_count(s
     vocabulary = cache.get(me)
     assert "rabbitmq" in vocabulary.field("aliases") and "rabbitmq" in vocabulary.field("aliases.shingle")
     assert vocabulary.field("aliases").fuzzy("rabbitmqs") == (("rabbitmq", 0.875),)
+
+
+def test_the_trimmed_analysis_answer_keeps_every_request_in_its_place(store: BeliefStore) -> None:
+    """The analysis reads its ``_mtermvectors`` answer through ``filter_path``: a text that
+    analyses to nothing must still answer ``{}`` in its own place, not shift the next one's."""
+    vocab = VocabularyStore(store.client, store.alias)
+    analyzers = calls.run(store.client, vocab.search_analyzers_reads())
+    words = {"aliases": analyzers["aliases"]}
+    texts = ["!!!", "kafka kafka setup", "  ", "Redis"]
+    requests = [AnalysisRequest({"aliases": text}, words) for text in texts]
+    requests.insert(2, AnalysisRequest({"aliases": "no field asked"}, {}))  # not sent at all
+    answers = calls.run(store.client, vocab.analyze(principal("t-trim", "u1"), requests))
+    assert answers == [
+        {},
+        {"aliases": (("kafka",), ("kafka",), ("setup",))},
+        {},
+        {},
+        {"aliases": (("redis",),)},
+    ]

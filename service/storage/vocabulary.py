@@ -39,6 +39,12 @@ from service.storage.client import bulk_item, item_error
 # Same-position tokens together (the 2- and 3-word shingles starting at one word), in position order.
 Positions = tuple[tuple[str, ...], ...]
 
+# What the query analysis does not read of an ``_mtermvectors`` answer (exclusions only, like the
+# recall ``_msearch``'s): each item's index, version and timing, and every term's frequency (the
+# positions say it). ``found`` stays, so no item is ever emptied and none drops out of ``docs``
+# (an item whose text analyses to nothing is ``{"found": true}``). ~10 % of a long message's answer.
+ANALYSIS_FILTER_PATH = "-docs._index,-docs._id,-docs._version,-docs.took,-docs.term_vectors.*.terms.*.term_freq"
+
 # How many documents one term-vector request reads while a vocabulary is built.
 _TERM_VECTOR_BATCH = 500
 _ID_PAGE = 2000
@@ -367,7 +373,9 @@ class VocabularyStore:
         answers: list[dict[str, Positions]] = []
         if docs:
             response = yield Call(
-                "mtermvectors", {"index": self.alias, "body": {"docs": docs}}, "analyse the recall query"
+                "mtermvectors",
+                {"index": self.alias, "body": {"docs": docs}, "filter_path": ANALYSIS_FILTER_PATH},
+                "analyse the recall query",
             )
             for doc in response["docs"]:
                 if "error" in doc:
