@@ -32,7 +32,7 @@ from service.domain.belief import Belief
 from service.domain.principal import Principal
 from service.storage import access, queries
 from service.storage.access import ScopeView
-from service.storage.beliefs import BeliefStore, ClauseMatch, FilterTierMemo, RecallHits, ScoredBelief
+from service.storage.beliefs import BeliefStore, ClauseMatch, RecallHits, ScoredBelief, TierMemo
 from service.storage.calls import Reads
 from service.storage.client import translate_errors
 
@@ -122,7 +122,8 @@ class VectorStore(BeliefStore):
         min_score: float,
         explain: bool = False,  # noqa: ARG002 - cosine has no clauses to explain
         clauses: list[dict[str, Any]] | None = None,  # noqa: ARG002 - replaced by cosine
-        memo: FilterTierMemo | None = None,
+        memo: TierMemo | None = None,
+        cache_relevant: bool = False,  # noqa: ARG002 - the relevant tier is cosine, never cached
     ) -> Reads[RecallHits]:
         # persona, pinned and open questions exactly as BM25 gets them (no relevant query sent)
         hits = yield from super().recall_candidates_reads(

@@ -49,6 +49,20 @@ class RecallDefaults(BaseSettings):
     tier_cache_entries: int = Field(16_384, ge=0, le=1_000_000)
     tier_cache_mb: int = Field(64, ge=0, le=65_536)
     tier_cache_max_age_s: float = Field(60.0, ge=0.0, le=86_400.0)
+    # Each message's analysis by the index's search analyzers (one _mtermvectors round trip), kept
+    # per API process, tenant, analyzers and text until the tenant writes
+    # (service/recall/analysis_cache.py), so a repeated message (agent loops, retries) is not
+    # analysed again; with the tier cache's relevant entries such a repeat sends nothing to
+    # OpenSearch. 0 entries turns it off. An entry holds a message's tokens (words and shingles of
+    # the analyses), estimated at ~0.6 KB a word (measured with tracemalloc: ~0.4 KB): ~7.5 KB for
+    # 12 words, ~59 KB for 100 words (~1,000 characters, the cleaned query's default cap). 16 MB
+    # holds ~2,200 messages of 12 words, ~280 of 1,000 characters; a repeat hits only within the
+    # age, so the recent messages are the ones that count. The age also bounds how long a message's
+    # words stay in memory when the tenant does not write (every belief write or erase of the
+    # tenant drops its entries). docs/operations.md "Recall caches".
+    analysis_cache_entries: int = Field(16_384, ge=0, le=1_000_000)
+    analysis_cache_mb: int = Field(16, ge=0, le=65_536)
+    analysis_cache_max_age_s: float = Field(60.0, ge=0.0, le=86_400.0)
 
 
 class AuthSettings(BaseSettings):

@@ -1,7 +1,7 @@
 """One bounded, thread-safe LRU for the process's in-memory caches.
 
-The credential caches (:mod:`service.auth.authenticator`, :mod:`service.auth.guard`), the
-filter-tier and vocabulary caches of recall (:mod:`service.recall.tier_cache`,
+The credential caches (:mod:`service.auth.authenticator`, :mod:`service.auth.guard`), the tier,
+analysis and vocabulary caches of recall (:mod:`service.recall.versioned_cache`,
 :mod:`service.recall.vocabulary`) and the decode cache of stored beliefs
 (:mod:`service.storage.unreadable`) all keep their entries in a :class:`BoundedLru`; what makes an
 entry valid (versions, ages, expiry) stays with each cache.
@@ -17,10 +17,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+B = TypeVar("B")
 
 
 class BoundedLru(Generic[K, V]):
@@ -127,3 +128,17 @@ class BoundedLru(Generic[K, V]):
         if self._on_evict is not None:
             for key, value in evicted:
                 self._on_evict(key, value)
+
+
+class LruBound(Generic[B]):
+    """A cache's settable attribute that is one bound (``max_entries``, ``max_weight``) of the
+    :class:`BoundedLru` it keeps in ``_entries``: ``max_entries = LruBound[int]("max_entries")``."""
+
+    def __init__(self, bound: str) -> None:
+        self.bound = bound
+
+    def __get__(self, cache: Any, owner: Any = None) -> B:
+        return cast(B, getattr(cache._entries, self.bound))
+
+    def __set__(self, cache: Any, value: B) -> None:
+        setattr(cache._entries, self.bound, value)

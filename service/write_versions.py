@@ -1,13 +1,15 @@
 """Per-tenant write versions: one Redis counter per tenant, bumped after every belief write.
 
 Anything derived from a tenant's beliefs and kept between requests (the recall vocabulary,
-:mod:`service.recall.vocabulary`; the filter tiers, :mod:`service.recall.tier_cache`) records the
-version it was built at. The bump comes *after* the write returned, and belief writes are visible
-when they return (``wait_for``/``true`` refresh), so whoever reads the new version also reads the
-new document; a reader that read the old version keeps a cache entry tagged with it, which the next
-request after the bump replaces. A new version means a rebuild (the vocabulary is one aggregation
-over units stored at write time), so only the counter is kept: which documents a version changed
-is not recorded.
+:mod:`service.recall.vocabulary`; the recall tiers, :mod:`service.recall.tier_cache`) records the
+version it was built at; so do the analyses of recent messages
+(:mod:`service.recall.analysis_cache`), which a new version drops although they do not depend on
+the beliefs, so that a message's words leave memory with the tenant's next write. The bump comes
+*after* the write returned, and belief writes are visible when they return (``wait_for``/``true``
+refresh), so whoever reads the new version also reads the new document; a reader that read the
+old version keeps a cache entry tagged with it, which the next request after the bump replaces. A
+new version means a rebuild (the vocabulary is one aggregation over units stored at write time),
+so only the counter is kept: which documents a version changed is not recorded.
 
 Each tenant also has an **accounts version** (:class:`TenantAccountsVersions`), bumped around every
 write to its account records (the tenant, its users, its API keys; ``AccountStore``): a credential

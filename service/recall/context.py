@@ -26,7 +26,7 @@ from service.recall.tiers import Tier
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage import calls
 from service.storage.access import ScopeView
-from service.storage.beliefs import BeliefStore, ClauseMatch, NearMiss, ScoredBelief
+from service.storage.beliefs import BeliefStore, ClauseMatch, NearMiss, ScoredBelief, TierMemo
 from service.storage.calls import Reads
 
 
@@ -120,8 +120,9 @@ def _why_not(miss: NearMiss, min_score: float) -> dict[str, str]:
 
 class ContextBuilder:
     """``matcher``: relevance from the tenant's own vocabulary (service/recall/vocabulary.py),
-    else the Lucene fuzzy/shingle query. ``tier_cache``: reuse the filter tiers until the tenant
-    writes (only builds that pass the tenant's ``write_version`` use it)."""
+    else the Lucene fuzzy/shingle query. ``tier_cache``: reuse the filter tiers, and the relevant
+    tier of a repeated message (not for ``explain``), until the tenant writes (only builds that
+    pass the tenant's ``write_version`` use it; service/recall/tier_cache.py)."""
 
     def __init__(
         self,
@@ -187,6 +188,9 @@ class ContextBuilder:
         memo = self.tier_cache.bind(principal.tenant_id, write_version) if self.tier_cache is not None else None
         view = ScopeView.session(scopes)
         query = clean_query(message, max_chars=limits.max_query_chars)
+        # clauses from the tenant's own vocabulary are exact terms: the relevant tier's answer then
+        # depends on the tenant's documents only and may be cached (given clauses may be anything)
+        exact = search_clauses is None and self.matcher is not None
         if search_clauses is None and self.matcher is not None and query.text and limits.max_beliefs > 0:
             version = write_version if write_version is not None else vocabulary_version
             search_clauses = yield from self.matcher.clauses_reads(principal, query.text, version=version)
@@ -201,10 +205,13 @@ class ContextBuilder:
             explain=explain,
             clauses=search_clauses,
             memo=memo,
+            cache_relevant=exact,
         )
         relevant = [TierEntry(h.belief, h.score, h.clauses) for h in hits.relevant]
         questions = [TierEntry(b) for b in hits.questions]
-        yield from self._expand_relations(principal, view, hits.relevant, relevant, questions, limits.max_questions)
+        yield from self._expand_relations(
+            principal, view, hits.relevant, relevant, questions, limits.max_questions, memo
+        )
 
         pinned_ids = {b.id for b in hits.pinned}
         notes: list[dict[str, Any]] = []
@@ -281,13 +288,15 @@ class ContextBuilder:
         relevant: list[TierEntry],
         questions: list[TierEntry],
         max_questions: int,
+        memo: TierMemo | None,
     ) -> Reads[None]:
-        """One hop: beliefs linked by a relation hit join the relevant tier (questions join tier 4)."""
+        """One hop: beliefs linked by a relation hit join the relevant tier (questions join tier 4);
+        the read by id may come from the tier cache (``memo``) like the tiers."""
         relations = [h for h in hits if h.belief.type is BeliefType.RELATION]
         if not relations:
             return
         wanted = [pid for r in relations for pid in r.belief.participants]
-        found = yield from self.store.get_many_reads(principal, wanted, view=view, live_only=True)
+        found = yield from self.store.get_many_reads(principal, wanted, view=view, live_only=True, memo=memo)
         linked = {b.id: b for b in found}
         seen = {e.belief.id for e in relevant} | {e.belief.id for e in questions}
         for relation in relations:

@@ -1,18 +1,34 @@
-"""The filter-tier cache: persona, pinned facts and open questions per query and tenant write version.
+"""The tier cache: persona, pinned facts, open questions and the relevant tier per query and tenant
+write version.
 
-Those three tiers are filters without text: for one user and one scope list they change only when
-the tenant's beliefs change, yet they cost 2.4-5 ms of OpenSearch CPU per recall (issue 16). This
-cache keeps their result in the API process, keyed by
+The three filter tiers are filters without text: for one user and one scope list they change only
+when the tenant's beliefs change, yet they cost 2.4-5 ms of OpenSearch CPU per recall (issue 16).
+The relevant tier is a text search, but with relevance matched from the tenant's own vocabulary
+(exact weighted terms, :mod:`service.recall.vocabulary`) and the ``boolean`` similarity
+(docs/scoring-independence.md) its hits, scores and order depend only on the query and the
+tenant's own documents, and its sort ends on the belief id: at one tenant write version the same
+relevant query has the same answer. (The Lucene fuzzy query, with vocabulary matching off, expands
+over every tenant of the shard: its relevant tier is never cached.) Agent loops and client
+retries recall for the same message again and again; with the analysis cache
+(:mod:`service.recall.analysis_cache`) such a repeat sends nothing to OpenSearch. This cache keeps
+the tiers' results in the API process, keyed by
 
 - the tenant and its **write version** (:mod:`service.write_versions`), read in the same
   Redis round trip as the rate limit; every belief write bumps it once the write is visible, so an
   entry computed before a write is never served after it, in any process;
 - the **exact queries** that computed the tiers (routing and bodies, built by the chokepoint from
-  the principal, its grants, the session's scopes and the budget): the same key can only mean the
-  same answer. Two tenants, two users, or one user with two scope lists never share an entry.
+  the principal, its grants, the session's scopes and the budget; for the relevant tier also the
+  exact weighted clauses of the message): the same key can only mean the same answer. Two
+  tenants, two users, or one user with two scope lists never share an entry. The filter tiers are
+  one entry, the relevant tier another (one per message), so a new message reuses the former;
+  the beliefs a relation hit brings in (one read by id) a third, keyed by that read's query.
+  ``explain`` recalls never use the relevant entries (their hits carry Lucene's explanation).
 
-The results are identical to an uncached recall by construction. Recall without a known write
-version (Redis unreachable, a caller that has none) does not use the cache at all.
+The results are identical to an uncached recall by construction, quarantined documents included
+(an entry keeps the ids of the stored documents its tiers skipped, and a hit reports them again).
+Recall without a known write version (Redis unreachable, a caller that has none) does not use the
+cache at all. The entries' rules (version, age, bounds, dropping a tenant's entries when it writes)
+are :class:`service.recall.versioned_cache.TenantVersionedCache`'s.
 
 Bounds: ``max_entries`` and ``max_bytes`` (LRU, whichever is reached first) and ``max_age_s``: an
 entry older than that is recomputed even at the same version. An entry's bytes are estimated when
@@ -20,7 +36,8 @@ it is stored, conservatively: its own overhead plus every belief it holds as if 
 the decode cache shared it (they usually do), text by its actual size. Measured on the generated
 corpus (docs/operations.md, "Recall caches"): ~10.0 KB estimated per entry of ~1.8 beliefs (9.7 KB
 measured when nothing shares them), where the process grows by ~0.6 KB per entry while the decode
-cache holds the same beliefs. The key is a BLAKE2b-256 digest of the queries (~2 KB of JSON).
+cache holds the same beliefs. A relevant entry is estimated the same way, plus its clause names
+(:data:`CLAUSE_BYTES` each). The key is a BLAKE2b-256 digest of the queries (~2 KB of JSON).
 
 A write whose bump Redis refuses fails the request (the write stands, a retry is safe), so the age
 only matters if Redis loses its data: its counters restart at 0 and could climb back to a version
@@ -33,23 +50,31 @@ from __future__ import annotations
 
 import hashlib
 import sys
-import threading
-import time
 from dataclasses import dataclass
 
 from service.domain.belief import Belief
-from service.lru import BoundedLru
-from service.storage.beliefs import FilterTiers
+from service.recall.versioned_cache import TenantVersionedCache
+from service.storage.beliefs import CachedTier, LinkedBeliefs, RelevantTier
 
 # Estimated bytes (measured with tracemalloc, docs/operations.md "Recall caches"): an entry's own
 # structures (key digest, tuples, records, LRU and per-tenant index slots), and a decoded belief
 # apart from its text (model, field dict, timestamps, enums, provenance, lists).
 ENTRY_BYTES = 1_200
 BELIEF_BYTES = 4_400
+# A relevant hit's scored record and each of its matched clause names (a small frozen dataclass
+# and its name string, estimated high: the names are mostly the query's interned ``_name``s).
+HIT_BYTES = 200
+CLAUSE_BYTES = 200
 
 
-def estimated_bytes(tiers: FilterTiers) -> int:
+def estimated_bytes(tiers: CachedTier) -> int:
     """What an entry holding ``tiers`` costs at most (no belief shared with anything else)."""
+    if isinstance(tiers, RelevantTier):
+        return ENTRY_BYTES + sum(
+            HIT_BYTES + _belief_bytes(hit.belief) + CLAUSE_BYTES * len(hit.clauses) for hit in tiers.hits
+        )
+    if isinstance(tiers, LinkedBeliefs):
+        return ENTRY_BYTES + sum(_belief_bytes(b) for b in tiers.beliefs)
     return ENTRY_BYTES + sum(_belief_bytes(b) for b in (*tiers.persona, *tiers.pinned, *tiers.questions))
 
 
@@ -64,51 +89,9 @@ def _digest(key: bytes) -> bytes:
     return hashlib.blake2b(key, digest_size=32).digest()
 
 
-@dataclass(frozen=True)
-class _Entry:
-    version: int
-    stored_at: float
-    tiers: FilterTiers
-
-
-class TierCache:
+class TierCache(TenantVersionedCache[CachedTier]):
     def __init__(self, *, max_entries: int, max_age_s: float, max_bytes: int | None = None):
-        self.max_age_s = max_age_s
-        # (tenant, key digest) -> entry, weighed by its estimated bytes; an evicted entry leaves
-        # the per-tenant index too (_evicted)
-        self._entries: BoundedLru[tuple[str, bytes], _Entry] = BoundedLru(
-            max_entries, max_weight=max_bytes, on_evict=self._evicted
-        )
-        self._by_tenant: dict[str, set[bytes]] = {}
-        self._versions: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    @property
-    def max_entries(self) -> int:
-        return self._entries.max_entries
-
-    @max_entries.setter
-    def max_entries(self, value: int) -> None:
-        self._entries.max_entries = value
-
-    @property
-    def max_bytes(self) -> int | None:
-        return self._entries.max_weight
-
-    @max_bytes.setter
-    def max_bytes(self, value: int | None) -> None:
-        self._entries.max_weight = value
-
-    @property
-    def enabled(self) -> bool:
-        return self.max_entries > 0 and self.max_age_s > 0 and (self.max_bytes is None or self.max_bytes > 0)
-
-    @property
-    def estimated_bytes(self) -> int:
-        """The estimated bytes of the entries held (bounded by ``max_bytes``)."""
-        return self._entries.weight
+        super().__init__(max_entries=max_entries, max_age_s=max_age_s, max_bytes=max_bytes, weigh=estimated_bytes)
 
     def bind(self, tenant_id: str, version: int | None) -> BoundTierCache | None:
         """The cache as seen by one recall of ``tenant_id`` at ``version``; None (no caching) when
@@ -117,63 +100,17 @@ class TierCache:
             return None
         return BoundTierCache(self, tenant_id, version)
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def _get(self, tenant_id: str, version: int, key: bytes) -> FilterTiers | None:
-        key = _digest(key)
-        with self._lock:
-            self._observe(tenant_id, version)
-            entry = self._entries.peek((tenant_id, key))  # a stale entry keeps its place
-            if entry is None or entry.version != version or time.monotonic() - entry.stored_at > self.max_age_s:
-                self.misses += 1
-                return None
-            self._entries.get((tenant_id, key))  # now the most recently used
-            self.hits += 1
-            return entry.tiers
-
-    def _put(self, tenant_id: str, version: int, key: bytes, tiers: FilterTiers) -> None:
-        key, size = _digest(key), estimated_bytes(tiers)
-        if self.max_bytes is not None and size > self.max_bytes:
-            return  # larger than the whole cache: never kept
-        with self._lock:
-            self._observe(tenant_id, version)
-            if self._versions.get(tenant_id) != version:
-                return  # a newer version was seen meanwhile: this result may predate that write
-            self._by_tenant.setdefault(tenant_id, set()).add(key)
-            self._entries.put((tenant_id, key), _Entry(version, time.monotonic(), tiers), size)
-
-    def _observe(self, tenant_id: str, version: int) -> None:
-        """A recall saw ``version``: if it is newer than any seen for the tenant, the tenant's
-        older entries go (a recall that read an older version before a write changes nothing)."""
-        seen = self._versions.get(tenant_id)
-        if seen is not None and version <= seen:
-            return
-        self._versions[tenant_id] = version
-        for key in self._by_tenant.pop(tenant_id, set()):
-            self._entries.pop((tenant_id, key))
-
-    def _evicted(self, entry_key: tuple[str, bytes], _entry: _Entry) -> None:
-        """The LRU pushed an entry out (within ``_put``, under the lock): forget its key."""
-        tenant_id, key = entry_key
-        keys = self._by_tenant.get(tenant_id)
-        if keys is not None:
-            keys.discard(key)
-            if not keys:
-                del self._by_tenant[tenant_id]
-                self._versions.pop(tenant_id, None)
-
 
 @dataclass(frozen=True)
 class BoundTierCache:
-    """:class:`TierCache` for one tenant and write version (the store's ``FilterTierMemo``)."""
+    """:class:`TierCache` for one tenant and write version (the store's ``TierMemo``)."""
 
     cache: TierCache
     tenant_id: str
     version: int
 
-    def get(self, key: bytes) -> FilterTiers | None:
-        return self.cache._get(self.tenant_id, self.version, key)
+    def get(self, key: bytes) -> CachedTier | None:
+        return self.cache.lookup(self.tenant_id, self.version, _digest(key))
 
-    def put(self, key: bytes, tiers: FilterTiers) -> None:
-        self.cache._put(self.tenant_id, self.version, key, tiers)
+    def put(self, key: bytes, tiers: CachedTier) -> None:
+        self.cache.store(self.tenant_id, self.version, _digest(key), tiers)

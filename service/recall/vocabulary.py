@@ -44,7 +44,8 @@ from service.config import RecallDefaults
 from service.domain.principal import Principal
 from service.domain.text import has_hangul, has_unspaced_script
 from service.errors import StoreUnavailable
-from service.lru import BoundedLru
+from service.lru import BoundedLru, LruBound
+from service.recall.analysis_cache import Analysis, AnalysisCache, BoundAnalysisCache
 from service.storage import calls, queries
 from service.storage.beliefs import BeliefStore
 from service.storage.calls import Reads
@@ -373,13 +374,7 @@ class VocabularyCache:
         # tenant -> vocabulary, weighed by its approx_bytes; an eviction counts in the stats
         self._entries: BoundedLru[str, _Held] = BoundedLru(max_tenants, max_weight=max_bytes, on_evict=self._evicted)
 
-    @property
-    def max_tenants(self) -> int:
-        return self._entries.max_entries
-
-    @max_tenants.setter
-    def max_tenants(self, value: int) -> None:
-        self._entries.max_entries = value
+    max_tenants = LruBound[int]("max_entries")
 
     @property
     def max_bytes(self) -> int:
@@ -470,11 +465,14 @@ class _Plan:
 
 
 class VocabularyMatcher:
-    """The relevance clauses of one recall, computed from the caller's tenant vocabulary."""
+    """The relevance clauses of one recall, computed from the caller's tenant vocabulary.
+    ``analyses``: each message's analysis kept per tenant, text and analyzers until the tenant
+    writes (:mod:`service.recall.analysis_cache`), so a repeated message is not analysed again."""
 
-    def __init__(self, store: VocabularyStore, cache: VocabularyCache):
+    def __init__(self, store: VocabularyStore, cache: VocabularyCache, analyses: AnalysisCache | None = None):
         self.store = store
         self.cache = cache
+        self.analyses = analyses
 
     @classmethod
     def for_store(cls, beliefs: BeliefStore, defaults: RecallDefaults) -> VocabularyMatcher:
@@ -487,7 +485,12 @@ class VocabularyMatcher:
             max_tenants=defaults.vocabulary_cache_tenants,
             max_bytes=defaults.vocabulary_cache_mb * 1024 * 1024,
         )
-        return cls(reader, cache)
+        analyses = AnalysisCache(
+            max_entries=defaults.analysis_cache_entries,
+            max_age_s=defaults.analysis_cache_max_age_s,
+            max_bytes=defaults.analysis_cache_mb * 1024 * 1024,
+        )
+        return cls(reader, cache, analyses)
 
     def clauses(self, principal: Principal, text: str, *, version: int | None = None) -> list[dict[str, Any]]:
         """Exact weighted term clauses equivalent to ``queries.relevance_clauses(text)`` for this
@@ -518,16 +521,34 @@ class VocabularyMatcher:
         self, principal: Principal, texts: Sequence[str], version: int | None
     ) -> Reads[list[list[dict[str, Any]]]]:
         vocabulary = yield from self.cache.lookup(principal, version)
-        analyzers = yield from self.store.search_analyzers_reads()
-        plans = [self._plan(text, analyzers) for text in texts]
-        analyses = yield from self.store.analyze(principal, [r for p in plans for r in p.requests])
-        out: list[list[dict[str, Any]]] = []
+        mapping = yield from self.store.mapping_reads()
+        plans = [self._plan(text, mapping.search_analyzers) for text in texts]
+        memo = (
+            self.analyses.bind(principal.tenant_id, version, mapping.fingerprint) if self.analyses is not None else None
+        )
+        analyses = yield from self._analyses(principal, texts, plans, memo)
+        return [self._render(plan, analysis, vocabulary) for plan, analysis in zip(plans, analyses, strict=True)]
+
+    def _analyses(
+        self,
+        principal: Principal,
+        texts: Sequence[str],
+        plans: Sequence[_Plan],
+        memo: BoundAnalysisCache | None,
+    ) -> Reads[list[Analysis]]:
+        """Each text's analysis (one answer per request of its plan): from the cache when it holds
+        the text's, the others in one round trip (none when every text was cached)."""
+        found: list[Analysis | None] = [memo.get(text) if memo is not None else None for text in texts]
+        missing = [i for i, analysis in enumerate(found) if analysis is None]
+        answers = yield from self.store.analyze(principal, [r for i in missing for r in plans[i].requests])
         at = 0
-        for plan in plans:
-            mine = analyses[at : at + len(plan.requests)]
-            at += len(plan.requests)
-            out.append(self._render(plan, mine, vocabulary))
-        return out
+        for i in missing:
+            analysis = tuple(answers[at : at + len(plans[i].requests)])
+            at += len(plans[i].requests)
+            found[i] = analysis
+            if memo is not None:
+                memo.put(texts[i], analysis)
+        return [analysis for analysis in found if analysis is not None]
 
     def _plan(self, text: str, analyzers: dict[str, str]) -> _Plan:
         both = {"canonical_name": text, "aliases": text}
@@ -557,7 +578,7 @@ class VocabularyMatcher:
         return _Plan(requests, unspaced=False, has_tail=bool(tail))
 
     def _render(
-        self, plan: _Plan, analyses: list[dict[str, Positions]], vocabulary: TenantVocabulary
+        self, plan: _Plan, analyses: Sequence[dict[str, Positions]], vocabulary: TenantVocabulary
     ) -> list[dict[str, Any]]:
         if plan.unspaced:
             return self._render_unspaced(analyses[0], vocabulary)

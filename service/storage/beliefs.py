@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import orjson
 from opensearchpy import OpenSearch, helpers
@@ -82,13 +82,22 @@ class RecallHits:
     pinned: list[Belief] = field(default_factory=list)
     relevant: list[ScoredBelief] = field(default_factory=list)
     questions: list[Belief] = field(default_factory=list)
-    quarantined: list[str] = field(default_factory=list)  # ids of stored documents skipped
-    filter_quarantined: list[str] = field(default_factory=list)  # ... of them, in the filter tiers
+    # ids of the stored documents skipped (unloadable), in the filter tiers and in the relevant one
+    filter_quarantined: list[str] = field(default_factory=list)
+    relevant_quarantined: list[str] = field(default_factory=list)
+
+    @property
+    def quarantined(self) -> list[str]:
+        """Every skipped document, in tier order (the same whether a tier was cached or not)."""
+        return [*self.filter_quarantined, *self.relevant_quarantined]
 
     def filter_tiers(self) -> FilterTiers:
         return FilterTiers(
             tuple(self.persona), tuple(self.pinned), tuple(self.questions), tuple(self.filter_quarantined)
         )
+
+    def relevant_tier(self) -> RelevantTier:
+        return RelevantTier(tuple(self.relevant), tuple(self.relevant_quarantined))
 
 
 @dataclass(frozen=True)
@@ -101,14 +110,36 @@ class FilterTiers:
     quarantined: tuple[str, ...]
 
 
-class FilterTierMemo(Protocol):
-    """Where :meth:`BeliefStore.recall_candidates` may find and leave the filter tiers, keyed by
-    the exact queries that compute them (routing and bodies), for one tenant write version
+@dataclass(frozen=True)
+class RelevantTier:
+    """The relevant tier's hits (searched without ``explain``) and the documents it skipped: what
+    recall may reuse for the same message until the tenant writes (the ``boolean`` similarity makes
+    them depend on the tenant's own documents only, docs/scoring-independence.md)."""
+
+    hits: tuple[ScoredBelief, ...]
+    quarantined: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LinkedBeliefs:
+    """The beliefs recall's relation hop read by id (live, in the session's scopes), in the order
+    asked: what recall may reuse for the same relation hits until the tenant writes."""
+
+    beliefs: tuple[Belief, ...]
+
+
+CachedTier = FilterTiers | RelevantTier | LinkedBeliefs
+
+
+class TierMemo(Protocol):
+    """Where :meth:`BeliefStore.recall_candidates` may find and leave the filter tiers and the
+    relevant tier (and :meth:`BeliefStore.get_many` the relation hop's beliefs), keyed by the exact
+    queries that compute them (index, routing and bodies), for one tenant write version
     (service/recall/tier_cache.py binds one to the version)."""
 
-    def get(self, key: bytes) -> FilterTiers | None: ...
+    def get(self, key: bytes) -> CachedTier | None: ...
 
-    def put(self, key: bytes, tiers: FilterTiers) -> None: ...
+    def put(self, key: bytes, tiers: CachedTier) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -150,6 +181,37 @@ def _refusal(belief_id: str, info: dict[str, Any]) -> str:
         return f"belief {belief_id!r} already exists"
     log.warning("the store refused belief %s: %s", belief_id, info.get("error"))
     return f"the store refused belief {belief_id!r}"
+
+
+T = TypeVar("T", FilterTiers, RelevantTier, LinkedBeliefs)
+
+
+@dataclass(frozen=True)
+class _TierLookup(Generic[T]):
+    """One cacheable part of a recall (the filter tiers, the relevant tier, the relation hop's read)
+    in the memo: its key
+    is the queries themselves (index, routing, bodies), so the same key can only mean the same
+    answer at one tenant write version, whatever principal, scopes or budget produced them."""
+
+    memo: TierMemo | None
+    key: bytes
+    cached: T | None
+
+    @classmethod
+    def of(cls, memo: TierMemo | None, queries_sent: list[Any], kind: type[T]) -> _TierLookup[T]:
+        if memo is None:
+            return cls(None, b"", None)
+        key = orjson.dumps(queries_sent)
+        found = memo.get(key)
+        return cls(memo, key, found if isinstance(found, kind) else None)
+
+    def wanted(self, bodies: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+        """The bodies still to send: none when the memo held their answer."""
+        return [] if self.cached is not None else bodies
+
+    def keep(self, tiers: T) -> None:
+        if self.memo is not None:
+            self.memo.put(self.key, tiers)
 
 
 class BeliefStore:
@@ -343,17 +405,30 @@ class BeliefStore:
         return calls.run(self.client, self.get_many_reads(principal, ids, view=view, live_only=live_only))
 
     def get_many_reads(
-        self, principal: Principal, ids: Iterable[str], *, view: ScopeView | None = None, live_only: bool = True
+        self,
+        principal: Principal,
+        ids: Iterable[str],
+        *,
+        view: ScopeView | None = None,
+        live_only: bool = True,
+        memo: TierMemo | None = None,
     ) -> Reads[list[Belief]]:
+        """``memo`` (recall's relation hop): the answer is taken from it when it holds the answer to
+        this very query, else kept in it."""
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return []
         filters = access.for_principal(principal, view or ScopeView.everything())
         body = queries.by_ids_body(filters, wanted, live_only=live_only, include_change_log=False)
+        linked = _TierLookup.of(memo, [self.alias, filters.routing, body], LinkedBeliefs)
+        if linked.cached is not None:
+            return list(linked.cached.beliefs)
         call = self._search_call(filters, body, "read beliefs", queries.BY_IDS_FILTER_PATH)
         hits = queries.found_hits((yield call))
         by_id = {b.id: b for b in load_beliefs(hits)}
-        return [by_id[i] for i in wanted if i in by_id]
+        found = [by_id[i] for i in wanted if i in by_id]
+        linked.keep(LinkedBeliefs(tuple(found)))
+        return found
 
     def recall_candidates(
         self,
@@ -377,41 +452,49 @@ class BeliefStore:
         min_score: float,
         explain: bool = False,
         clauses: list[dict[str, Any]] | None = None,
-        memo: FilterTierMemo | None = None,
+        memo: TierMemo | None = None,
+        cache_relevant: bool = False,
     ) -> Reads[RecallHits]:
-        """All four tiers in one ``_msearch`` round trip (the recall hot path). With a ``memo``,
-        the three filter tiers come from it when it holds the result of these very queries, and
-        only the relevant tier is searched."""
+        """All four tiers in one ``_msearch`` round trip (the recall hot path). With a ``memo``, a
+        tier is taken from it when it holds the result of these very queries: the three filter
+        tiers (one entry), and with ``cache_relevant`` the relevant tier unless ``explain`` (its
+        hits then carry Lucene's explanation); with both held nothing is sent. ``cache_relevant``:
+        the caller vouches that ``clauses`` are exact terms from the tenant's own vocabulary, so
+        the answer depends on the tenant's documents only (the Lucene query's fuzzy expansions
+        draw on every tenant of the shard: never cached)."""
         filters = access.for_principal(principal, view)
         persona_filters = access.for_principal(principal, ScopeView(("user:universal",)))
         routing = access.routing(principal)
-        bodies: list[tuple[str, dict[str, Any]]] = [
+        filter_bodies: list[tuple[str, dict[str, Any]]] = [
             ("persona", queries.persona_body(persona_filters)),
             ("pinned", queries.pinned_body(access.for_pinned(principal, view), size=max_pinned)),
             ("questions", queries.open_questions_body(filters, size=max_questions)),
         ]
-        # the key is the queries themselves: the same key can only mean the same answer (at one
-        # tenant write version), whatever principal, scopes or budget produced them
-        memo_key = orjson.dumps([self.alias, routing, bodies]) if memo is not None else b""
-        cached = memo.get(memo_key) if memo is not None else None
-        if cached is not None:
-            bodies = []
+        relevant_bodies: list[tuple[str, dict[str, Any]]] = []
         if text and max_relevant > 0 and (clauses is None or clauses):  # [] : nothing can match
-            bodies.append(
-                (
-                    "relevant",
-                    queries.relevant_body(
-                        filters, text, size=max_relevant, min_score=min_score, explain=explain, clauses=clauses
-                    ),
-                )
+            body = queries.relevant_body(
+                filters, text, size=max_relevant, min_score=min_score, explain=explain, clauses=clauses
             )
+            relevant_bodies.append(("relevant", body))
+        filter_tiers = _TierLookup.of(memo, [self.alias, routing, filter_bodies], FilterTiers)
+        relevant_tier = _TierLookup.of(
+            memo if cache_relevant and relevant_bodies and clauses and not explain else None,
+            [self.alias, routing, relevant_bodies],
+            RelevantTier,
+        )
+        bodies = [*filter_tiers.wanted(filter_bodies), *relevant_tier.wanted(relevant_bodies)]
         hits = yield from self._run_tiers(bodies, routing, explain)
-        if cached is not None:
-            hits.persona, hits.pinned = list(cached.persona), list(cached.pinned)
-            hits.questions = list(cached.questions)
-            hits.quarantined += cached.quarantined
-        elif memo is not None:
-            memo.put(memo_key, hits.filter_tiers())
+        if filter_tiers.cached is not None:
+            hits.persona, hits.pinned = list(filter_tiers.cached.persona), list(filter_tiers.cached.pinned)
+            hits.questions = list(filter_tiers.cached.questions)
+            hits.filter_quarantined = list(filter_tiers.cached.quarantined)
+        else:
+            filter_tiers.keep(hits.filter_tiers())
+        if relevant_tier.cached is not None:
+            hits.relevant = list(relevant_tier.cached.hits)
+            hits.relevant_quarantined = list(relevant_tier.cached.quarantined)
+        else:
+            relevant_tier.keep(hits.relevant_tier())
         return hits
 
     def _run_tiers(self, bodies: list[tuple[str, dict[str, Any]]], routing: str, explain: bool) -> Reads[RecallHits]:
@@ -431,12 +514,11 @@ class BeliefStore:
                 for row in rows:
                     belief = self.decoded.load(row)
                     if belief is None:
-                        hits.quarantined.append(document_id(row.get("_source") or {}, row.get("_id")))
+                        hits.relevant_quarantined.append(document_id(row.get("_source") or {}, row.get("_id")))
                     else:
                         hits.relevant.append(self._scored(row, belief, explain))
             else:
                 loaded = self.decoded.load_all(rows)
-                hits.quarantined += loaded.quarantined
                 hits.filter_quarantined += loaded.quarantined
                 setattr(hits, tier, list(loaded))
         return hits

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from service.domain.belief import Belief
 from service.domain.stored_belief import decode_stored
-from service.lru import BoundedLru
+from service.lru import BoundedLru, LruBound
 
 log = logging.getLogger(__name__)
 
@@ -172,13 +172,7 @@ class DecodedBeliefs:
     def __init__(self, max_entries: int = 10_000):
         self._entries: BoundedLru[tuple[Any, ...], Belief] = BoundedLru(max_entries)
 
-    @property
-    def max_entries(self) -> int:
-        return self._entries.max_entries
-
-    @max_entries.setter
-    def max_entries(self, value: int) -> None:
-        self._entries.max_entries = value
+    max_entries = LruBound[int]("max_entries")
 
     def __len__(self) -> int:
         return len(self._entries)

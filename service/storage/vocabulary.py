@@ -23,12 +23,15 @@ analysed again) so they still answer correctly.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from opensearchpy import OpenSearch, helpers
 
 from service.domain.principal import Principal
@@ -103,6 +106,15 @@ class NameMapping:
     search_analyzers: dict[str, str]
     index_analyzers: dict[str, str]
     has_units: bool
+    indices: tuple[str, ...] = ()  # the concrete indices behind the alias when it was read
+
+    @functools.cached_property
+    def fingerprint(self) -> bytes:
+        """A digest of the query side of analysis: the concrete indices (whose settings define the
+        analyzers; a reindex or template change means a new index) and every field's search
+        analyzer. An analysis cached under one fingerprint is never used under another."""
+        held = orjson.dumps([self.indices, sorted(self.search_analyzers.items())])
+        return hashlib.blake2b(held, digest_size=32).digest()
 
     def group_of(self, field_name: str) -> str | None:
         """The unit group that holds ``field_name``'s terms: the shortest field of the same source
@@ -175,6 +187,7 @@ class VocabularyStore:
                 dict(_analyzers(properties, search=True)),
                 dict(_analyzers(properties, search=False)),
                 has_units=UNITS_FIELD in properties,
+                indices=tuple(sorted(mappings)),
             )
             with self._mapping_lock:
                 self._mapping = mapping

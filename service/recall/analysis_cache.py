@@ -1,0 +1,98 @@
+"""The analysis cache: a message's analysis by OpenSearch's search analyzers, per tenant and text.
+
+Recall by vocabulary (:mod:`service.recall.vocabulary`) splits the message with the index's own
+search analyzers, one ``_mtermvectors`` round trip per recall
+(:meth:`service.storage.vocabulary.VocabularyStore.analyze`). Agent loops through the proxy (one
+recall per tool-call iteration) and client retries recall for the same latest user message again
+and again; this cache keeps each text's analysis (the per-field token positions of its plan's
+artificial documents) in the API process, so a repeat is not analysed again.
+
+**Why it is exact.** An analysis is a function of the text and the analyzers alone: term vectors of
+an artificial document with positions only, no term statistics, no stored document involved. The
+entry's key holds both: a BLAKE2b-256 digest of the text, and the fingerprint of the analyzers in
+use (:attr:`service.storage.vocabulary.NameMapping.fingerprint`: the concrete index behind the
+beliefs alias, whose settings define the analyzers, and every field's search analyzer), so an
+analysis made under one mapping is never used under another: after ``tenure reindex beliefs`` or a
+template change (a new index) the key changes. The plan of a text (which analyses it needs) is
+made from the same text and analyzers, so it is the same too. The clauses rendered from a cached
+analysis are identical to those of a fresh one. The mapping itself is read once a minute at most
+(``VocabularyStore.mapping_reads``): within a minute of an alias move a process still analyses,
+cached or not, with the field analyzers it read before it.
+
+**What is held, and for how long.** Each entry holds the words of a message (its tokens by
+position, not the text itself) in memory, keyed per tenant: two tenants never share an entry, even
+for the same text (no cross-tenant timing side channel). Entries follow the tenant write version
+like the tier cache's (:class:`service.recall.versioned_cache.TenantVersionedCache`): an entry is
+used only at the version it was made at, all of a tenant's entries are dropped when the process
+sees a newer version (any belief write or erase of the tenant), and none is used after
+``max_age_s``. Recall without a known write version does not use the cache. Bounds: entries and
+estimated bytes (LRU, whichever first); an entry's bytes are estimated from its tokens
+(:func:`estimated_bytes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from service.recall.versioned_cache import TenantVersionedCache
+from service.storage.vocabulary import Positions
+
+# One text's analysis: what VocabularyStore.analyze answers for each request of the text's plan.
+Analysis = tuple[dict[str, Positions], ...]
+
+# Estimated bytes (sys.getsizeof on CPython 3.11, rounded up): an entry's own structures (key,
+# record, LRU and per-tenant index slots), a field's slot in its dict, a position's tuple, and a
+# token's slot beside its string's own size.
+ENTRY_BYTES = 600
+FIELD_BYTES = 200
+POSITION_BYTES = 64
+TOKEN_BYTES = 8
+
+
+def estimated_bytes(analysis: Analysis) -> int:
+    """What an entry holding ``analysis`` costs at most (no token shared with anything else)."""
+    size = ENTRY_BYTES
+    for fields in analysis:
+        for positions in fields.values():
+            size += FIELD_BYTES + POSITION_BYTES * len(positions)
+            size += sum(TOKEN_BYTES + sys.getsizeof(token) for group in positions for token in group)
+    return size
+
+
+def text_key(fingerprint: bytes, text: str) -> bytes:
+    """The entry's key within its tenant: the analyzers' fingerprint and a digest of the text
+    (collision-resistant: two texts never share an entry). ``surrogatepass``: any str encodes, and
+    two different strs never encode alike."""
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=32).digest()
+    return fingerprint + digest
+
+
+class AnalysisCache(TenantVersionedCache[Analysis]):
+    def __init__(self, *, max_entries: int, max_age_s: float, max_bytes: int | None = None):
+        super().__init__(max_entries=max_entries, max_age_s=max_age_s, max_bytes=max_bytes, weigh=estimated_bytes)
+
+    def bind(self, tenant_id: str, version: int | None, fingerprint: bytes) -> BoundAnalysisCache | None:
+        """The cache as seen by one recall of ``tenant_id`` at ``version`` with the analyzers of
+        ``fingerprint``; None (no caching) when the version is unknown or the cache is off."""
+        if version is None or not self.enabled:
+            return None
+        return BoundAnalysisCache(self, tenant_id, version, fingerprint)
+
+
+@dataclass(frozen=True)
+class BoundAnalysisCache:
+    """:class:`AnalysisCache` for one tenant, write version and analyzer fingerprint."""
+
+    cache: AnalysisCache
+    tenant_id: str
+    version: int
+    fingerprint: bytes
+
+    def get(self, text: str) -> Analysis | None:
+        return self.cache.lookup(self.tenant_id, self.version, text_key(self.fingerprint, text))
+
+    def put(self, text: str, analysis: Sequence[dict[str, Positions]]) -> None:
+        self.cache.store(self.tenant_id, self.version, text_key(self.fingerprint, text), tuple(analysis))
