@@ -20,14 +20,14 @@ analysis are identical to those of a fresh one. The mapping itself is read once 
 cached or not, with the field analyzers it read before it.
 
 **What is held, and for how long.** Each entry holds the words of a message (its tokens by
-position, not the text itself) in memory, keyed per tenant: two tenants never share an entry, even
-for the same text (no cross-tenant timing side channel). Entries follow the tenant write version
-like the tier cache's (:class:`service.recall.versioned_cache.TenantVersionedCache`): an entry is
-used only at the version it was made at, all of a tenant's entries are dropped when the process
-sees a newer version (any belief write or erase of the tenant), and none is used after
-``max_age_s``. Recall without a known write version does not use the cache. Bounds: entries and
-estimated bytes (LRU, whichever first); an entry's bytes are estimated from its tokens
-(:func:`estimated_bytes`).
+position, not the text itself) in memory, keyed per tenant and user: two users never share an
+entry, even for the same text (no timing side channel between tenants or colleagues). Entries
+follow the tenant write version like the tier cache's
+(:class:`service.recall.versioned_cache.TenantVersionedCache`): an entry is used only at the
+version it was made at, all of a tenant's entries are dropped when the process sees a newer version
+(any belief write or erase of the tenant), and none is used after ``max_age_s``. Recall without a
+known write version does not use the cache. Bounds: entries and estimated bytes (LRU, whichever
+first); an entry's bytes are estimated from its tokens (:func:`estimated_bytes`).
 """
 
 from __future__ import annotations
@@ -62,37 +62,40 @@ def estimated_bytes(analysis: Analysis) -> int:
     return size
 
 
-def text_key(fingerprint: bytes, text: str) -> bytes:
-    """The entry's key within its tenant: the analyzers' fingerprint and a digest of the text
-    (collision-resistant: two texts never share an entry). ``surrogatepass``: any str encodes, and
-    two different strs never encode alike."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=32).digest()
-    return fingerprint + digest
+def text_key(fingerprint: bytes, user_id: str, text: str) -> bytes:
+    """The entry's key within its tenant: the analyzers' fingerprint and a digest of the user and
+    the text (collision-resistant: two texts, or one text of two users, never share an entry; the
+    user id never holds the separator). ``surrogatepass``: any str encodes, and two different strs
+    never encode alike."""
+    keyed = f"{user_id}\x00{text}".encode("utf-8", "surrogatepass")
+    return fingerprint + hashlib.blake2b(keyed, digest_size=32).digest()
 
 
 class AnalysisCache(TenantVersionedCache[Analysis]):
     def __init__(self, *, max_entries: int, max_age_s: float, max_bytes: int | None = None):
         super().__init__(max_entries=max_entries, max_age_s=max_age_s, max_bytes=max_bytes, weigh=estimated_bytes)
 
-    def bind(self, tenant_id: str, version: int | None, fingerprint: bytes) -> BoundAnalysisCache | None:
-        """The cache as seen by one recall of ``tenant_id`` at ``version`` with the analyzers of
-        ``fingerprint``; None (no caching) when the version is unknown or the cache is off."""
+    def bind(self, tenant_id: str, user_id: str, version: int | None, fingerprint: bytes) -> BoundAnalysisCache | None:
+        """The cache as seen by one recall of ``user_id`` of ``tenant_id`` at ``version`` with the
+        analyzers of ``fingerprint``; None (no caching) when the version is unknown or the cache
+        is off."""
         if version is None or not self.enabled:
             return None
-        return BoundAnalysisCache(self, tenant_id, version, fingerprint)
+        return BoundAnalysisCache(self, tenant_id, user_id, version, fingerprint)
 
 
 @dataclass(frozen=True)
 class BoundAnalysisCache:
-    """:class:`AnalysisCache` for one tenant, write version and analyzer fingerprint."""
+    """:class:`AnalysisCache` for one user of a tenant, write version and analyzer fingerprint."""
 
     cache: AnalysisCache
     tenant_id: str
+    user_id: str
     version: int
     fingerprint: bytes
 
     def get(self, text: str) -> Analysis | None:
-        return self.cache.lookup(self.tenant_id, self.version, text_key(self.fingerprint, text))
+        return self.cache.lookup(self.tenant_id, self.version, text_key(self.fingerprint, self.user_id, text))
 
     def put(self, text: str, analysis: Sequence[dict[str, Positions]]) -> None:
-        self.cache.store(self.tenant_id, self.version, text_key(self.fingerprint, text), tuple(analysis))
+        self.cache.store(self.tenant_id, self.version, text_key(self.fingerprint, self.user_id, text), tuple(analysis))

@@ -523,9 +523,9 @@ class VocabularyMatcher:
         vocabulary = yield from self.cache.lookup(principal, version)
         mapping = yield from self.store.mapping_reads()
         plans = [self._plan(text, mapping.search_analyzers) for text in texts]
-        memo = (
-            self.analyses.bind(principal.tenant_id, version, mapping.fingerprint) if self.analyses is not None else None
-        )
+        memo = None
+        if self.analyses is not None:
+            memo = self.analyses.bind(principal.tenant_id, principal.user_id, version, mapping.fingerprint)
         analyses = yield from self._analyses(principal, texts, plans, memo)
         return [self._render(plan, analysis, vocabulary) for plan, analysis in zip(plans, analyses, strict=True)]
 

@@ -236,8 +236,8 @@ def test_tenants_and_users_with_the_same_message_share_nothing(
         assert _relevant(_recall(client, other_team, "bob")) == [theirs]
         sent = requests_log.recall_requests()
         if round_ == 0:
-            # one analysis per tenant (none shared across tenants), one search per user
-            assert sum("_mtermvectors" in url for url in sent) == 2, sent
+            # one analysis and one search per user: nothing shared across tenants or colleagues
+            assert sum("_mtermvectors" in url for url in sent) == 4, sent
             assert sum("_msearch" in url for url in sent) == 4, sent
         else:
             assert sent == []
@@ -266,17 +266,19 @@ def test_another_analyzer_fingerprint_never_reuses_an_analysis() -> None:
     changed = NameMapping({"aliases": "b"}, {}, has_units=True, indices=("beliefs-v1",))
     assert len({before.fingerprint, reindexed.fingerprint, changed.fingerprint}) == 3
     analysis = ({"aliases": (("ledger",),)},)
-    bound = cache.bind("t1", 1, before.fingerprint)
+    bound = cache.bind("t1", "alice", 1, before.fingerprint)
     assert bound is not None
     bound.put("ledger", analysis)
     assert bound.get("ledger") == analysis
     for other in (reindexed, changed):
-        moved = cache.bind("t1", 1, other.fingerprint)
+        moved = cache.bind("t1", "alice", 1, other.fingerprint)
         assert moved is not None and moved.get("ledger") is None
-    other_tenant = cache.bind("t2", 1, before.fingerprint)
+    other_tenant = cache.bind("t2", "alice", 1, before.fingerprint)
     assert other_tenant is not None and other_tenant.get("ledger") is None
-    assert cache.bind("t1", None, before.fingerprint) is None
-    assert AnalysisCache(max_entries=0, max_age_s=60).bind("t1", 1, before.fingerprint) is None
+    colleague = cache.bind("t1", "bob", 1, before.fingerprint)
+    assert colleague is not None and colleague.get("ledger") is None
+    assert cache.bind("t1", "alice", None, before.fingerprint) is None
+    assert AnalysisCache(max_entries=0, max_age_s=60).bind("t1", "alice", 1, before.fingerprint) is None
 
 
 def test_a_new_mapping_analyses_again(store: BeliefStore, settings: Settings, tenant: str) -> None:
