@@ -452,10 +452,38 @@ def cpu_per_recall(used: dict[str, Any], recalls: int) -> dict[str, float]:
     return cpu
 
 
+@dataclass(frozen=True)
+class Phases:
+    """The calls of each phase of a run, disjoint slices of one traffic sequence: no phase sends a
+    call an earlier phase sent (the recall caches make a repeated message nearly free, so reused
+    calls would measure the caches, not recall). The ceiling's slice is reused in turn only if a
+    run outlasts it (``ceiling`` says how many it sent)."""
+
+    warmup: list[Query]
+    timed: list[Query]
+    paced: list[Query]
+    ceiling: list[Query]
+
+    @classmethod
+    def split(cls, calls: list[Query], args: argparse.Namespace) -> Phases:
+        paced_end = args.warmup + args.queries + paced_calls(args)
+        return cls(
+            calls[: args.warmup],
+            calls[args.warmup : args.warmup + args.queries],
+            calls[args.warmup + args.queries : paced_end],
+            calls[paced_end:],
+        )
+
+
+def paced_calls(args: argparse.Namespace) -> int:
+    return int(args.rate * args.paced_s) + 1
+
+
 def traffic(args: argparse.Namespace, shape: str, loaded: int, spec: Spec) -> list[Query]:
     """The calls of a run: ``random`` (every call from a random user with a random scope list) or
-    ``sessions`` (working sessions of one user and one scope list, interleaved: ``draw_sessions``)."""
-    n = args.queries + args.warmup
+    ``sessions`` (working sessions of one user and one scope list, interleaved: ``draw_sessions``);
+    enough for every phase (:class:`Phases`)."""
+    n = args.warmup + args.queries + paced_calls(args) + args.ceiling_calls
     if shape == "sessions":
         return draw_sessions(
             n, loaded, spec, NOW, seed=args.seed, length=args.session_length, active=args.active_sessions
@@ -488,18 +516,18 @@ def measure_variant(
 def measure_traffic(
     api: Api, args: argparse.Namespace, queries: list[Query], pids: dict[str, list[int]]
 ) -> dict[str, Any]:
-    sequential(api, queries[: args.warmup], 0, args.seq_max_s)  # warm the caches of every process
+    phases = Phases.split(queries, args)
+    sequential(api, phases.warmup, 0, args.seq_max_s)  # warm the caches of every process
     meter = CpuMeter(lambda: {**pids, "api": api.pids()})
     load_before = loadavg()
     meter.begin()
-    seq, sent = sequential(api, queries, args.warmup, args.seq_max_s)
-    # every call of the run, warm-up ones included, used the CPU measured
+    seq, sent = sequential(api, phases.timed, 0, args.seq_max_s)
     cpu = cpu_per_recall(meter.finish(), max(sent, 1))
     result: dict[str, Any] = {"sequential": seq, "cpu_ms_per_recall": cpu, "loadavg_before": load_before}
-    result["paced"] = asyncio.run(paced(api, queries, args.rate, args.paced_s, args.paced_grace_s))
-    result["paced"]["drain_s"] = drain(api, queries[0])
+    result["paced"] = asyncio.run(paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s))
+    result["paced"]["drain_s"] = drain(api, phases.paced[0])
     meter.begin()
-    result["ceiling"] = asyncio.run(ceiling(api, queries, args.clients, args.ceiling_s))
+    result["ceiling"] = asyncio.run(ceiling(api, phases.ceiling, args.clients, args.ceiling_s))
     used = meter.finish()
     calls = result["ceiling"]["n"] + result["ceiling"]["errors"]
     result["ceiling"]["cpu_ms_per_recall"] = cpu_per_recall(used, max(calls, 1))
@@ -546,6 +574,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--paced-grace-s", type=float, default=30.0, help="then unanswered paced requests fail")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--ceiling-s", type=float, default=20.0)
+    parser.add_argument(
+        "--ceiling-calls", type=int, default=20_000, help="calls drawn for the ceiling (reused if it outlasts them)"
+    )
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument(
         "--traffic", default="random",

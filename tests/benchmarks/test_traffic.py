@@ -45,3 +45,21 @@ def test_random_traffic_is_what_earlier_figures_were_measured_with() -> None:
     assert calls[1].message == "what's our postgres 10 story these days"
     # and each call comes from a random user: few repeats
     assert len({_who(q) for q in draw_queries(200, 5_000, SPEC, NOW, seed=16)}) > 150
+
+
+def test_no_phase_of_a_run_resends_a_call_of_an_earlier_phase() -> None:
+    # the recall caches make a repeated (user, message) nearly free: a phase that reused the
+    # warm-up's calls would measure the caches, not recall
+    from benchmarks.fastpath_bench import Phases, parse_args, traffic
+
+    args = parse_args(["--warmup", "50", "--queries", "40", "--rate", "3", "--paced-s", "10", "--ceiling-calls", "60"])
+    for shape in ("sessions", "random"):
+        calls = traffic(args, shape, 5_000, SPEC)
+        phases = Phases.split(calls, args)
+        slices = [phases.warmup, phases.timed, phases.paced, phases.ceiling]
+        assert [len(s) for s in slices] == [50, 40, 31, 60]
+        seen: set[tuple[str, str, str]] = set()
+        for part in slices:
+            keys = {(q.principal.tenant_id, q.principal.user_id, q.message) for q in part}
+            assert not keys & seen
+            seen |= keys
