@@ -137,8 +137,11 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
 
 
 @contextmanager
-def processes(settings: Settings, upstream_port: int, app_port: int, tmp: Path) -> Iterator[None]:
-    """The scripted upstream and the app (uvicorn), each in its own process, as deployed."""
+def processes(
+    settings: Settings, upstream_port: int, app_port: int, tmp: Path, app_env: dict[str, str] | None = None
+) -> Iterator[None]:
+    """The scripted upstream and the app (uvicorn), each in its own process, as deployed;
+    ``app_env``: settings for the app only (``--app-env``)."""
     reply = tmp / "reply.txt"
     reply.write_text(ANSWER + sidecar(0))
     upstream = subprocess.Popen(
@@ -162,7 +165,7 @@ def processes(settings: Settings, upstream_port: int, app_port: int, tmp: Path) 
             "--no-access-log",
         ],
         cwd=REPO,
-        env=env_for(settings),
+        env={**env_for(settings), **(app_env or {})},
     )
     try:
         wait_http(f"http://127.0.0.1:{app_port}/readyz", timeout=180)  # start-up takes a minute on a busy box
@@ -306,7 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--turns", type=int, default=300, help="turns for the throughput run")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--app-env",
+        action="append",
+        default=[],
+        metavar="VAR=value",
+        help="a setting for the app process (repeatable), e.g. TENURE_RECALL_TIER_CACHE_ENTRIES=0",
+    )
     args = parser.parse_args(argv)
+    app_env = dict(item.split("=", 1) for item in args.app_env)
     ns = f"bench-{uuid.uuid4().hex[:8]}"
     upstream_port, app_port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
@@ -322,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         client = build_client(settings)
         rds: redis.Redis[bytes] = redis.Redis.from_url(redis_url)
         try:
-            with processes(settings, upstream_port, app_port, Path(tmp)):
+            with processes(settings, upstream_port, app_port, Path(tmp), app_env):
                 services = Services.build(settings, client, rds)
                 operator = services.provisioning.bootstrap().plaintext
                 base = f"http://127.0.0.1:{app_port}"
@@ -332,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                     op.admin.create_user(tenant, "test-user")
                     key = op.admin.issue_key(tenant, "test-user", name="b").key
                 load_corpus(services.store, tenant, paper_case_set())
-                figures: dict[str, Any] = {"latency": latency(args, upstream, base, key)}
+                figures: dict[str, Any] = {"app_env": app_env, "latency": latency(args, upstream, base, key)}
             figures["extraction"] = throughput(args, settings, tenant)
         finally:
             drop_namespace(client, ns, FAMILIES)
