@@ -48,7 +48,6 @@ does not outlive the erase in the cache of a process that keeps serving the tena
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from dataclasses import dataclass
 
@@ -83,12 +82,6 @@ def _belief_bytes(belief: Belief) -> int:
     return BELIEF_BYTES + sum(sys.getsizeof(text) for text in texts)
 
 
-def _digest(key: bytes) -> bytes:
-    # collision-resistant: two different queries never share an entry (and the tenant is part of
-    # the entry's key beside it)
-    return hashlib.blake2b(key, digest_size=32).digest()
-
-
 class TierCache(TenantVersionedCache[CachedTier]):
     def __init__(self, *, max_entries: int, max_age_s: float, max_bytes: int | None = None):
         super().__init__(max_entries=max_entries, max_age_s=max_age_s, max_bytes=max_bytes, weigh=estimated_bytes)
@@ -103,14 +96,15 @@ class TierCache(TenantVersionedCache[CachedTier]):
 
 @dataclass(frozen=True)
 class BoundTierCache:
-    """:class:`TierCache` for one tenant and write version (the store's ``TierMemo``)."""
+    """:class:`TierCache` for one tenant and write version (the store's ``TierMemo``); the keys are
+    the store's digests of its queries (the tenant is part of the entry's key beside them)."""
 
     cache: TierCache
     tenant_id: str
     version: int
 
     def get(self, key: bytes) -> CachedTier | None:
-        return self.cache.lookup(self.tenant_id, self.version, _digest(key))
+        return self.cache.lookup(self.tenant_id, self.version, key)
 
     def put(self, key: bytes, tiers: CachedTier) -> None:
-        self.cache.store(self.tenant_id, self.version, _digest(key), tiers)
+        self.cache.store(self.tenant_id, self.version, key, tiers)

@@ -8,6 +8,7 @@ tenants.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -133,8 +134,8 @@ CachedTier = FilterTiers | RelevantTier | LinkedBeliefs
 
 class TierMemo(Protocol):
     """Where :meth:`BeliefStore.recall_candidates` may find and leave the filter tiers and the
-    relevant tier (and :meth:`BeliefStore.get_many` the relation hop's beliefs), keyed by the exact
-    queries that compute them (index, routing and bodies), for one tenant write version
+    relevant tier (and :meth:`BeliefStore.get_many` the relation hop's beliefs), keyed by a digest
+    of the exact queries that compute them (index, routing and bodies), for one tenant write version
     (service/recall/tier_cache.py binds one to the version)."""
 
     def get(self, key: bytes) -> CachedTier | None: ...
@@ -189,9 +190,10 @@ T = TypeVar("T", FilterTiers, RelevantTier, LinkedBeliefs)
 @dataclass(frozen=True)
 class _TierLookup(Generic[T]):
     """One cacheable part of a recall (the filter tiers, the relevant tier, the relation hop's read)
-    in the memo: its key
-    is the queries themselves (index, routing, bodies), so the same key can only mean the same
-    answer at one tenant write version, whatever principal, scopes or budget produced them."""
+    in the memo: its key is a BLAKE2b-256 digest of the queries themselves (index, routing, bodies;
+    collision-resistant), so the same key can only mean the same answer at one tenant write
+    version, whatever principal, scopes or budget produced them. Made once, for the lookup and the
+    store of a miss alike."""
 
     memo: TierMemo | None
     key: bytes
@@ -201,7 +203,7 @@ class _TierLookup(Generic[T]):
     def of(cls, memo: TierMemo | None, queries_sent: list[Any], kind: type[T]) -> _TierLookup[T]:
         if memo is None:
             return cls(None, b"", None)
-        key = orjson.dumps(queries_sent)
+        key = hashlib.blake2b(orjson.dumps(queries_sent), digest_size=32).digest()
         found = memo.get(key)
         return cls(memo, key, found if isinstance(found, kind) else None)
 
