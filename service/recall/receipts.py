@@ -26,8 +26,15 @@ from service.config import Settings
 from service.loops import LoopBound
 from service.outbox import RedisOutbox
 from service.storage.audit import AuditEvent, AuditStore
+from service.telemetry import metrics
 
 log = logging.getLogger(__name__)
+
+
+def _written_directly(reason: str) -> None:
+    """Count a receipt that missed the outbox: every such recall paid a synchronous audit write
+    (``tenure_receipts_written_directly_total``; a full outbox means the drainer is down)."""
+    metrics.RECEIPTS_WRITTEN_DIRECTLY.labels(reason).inc()
 
 
 class ReceiptOutbox:
@@ -78,8 +85,10 @@ class ReceiptOutbox:
             try:
                 if self.outbox.put(event):
                     return
+                _written_directly("outbox_full")
             except redis.RedisError as exc:
                 log.warning("receipt outbox unreachable (%s): writing the receipt synchronously", exc)
+                _written_directly("redis_unreachable")
         self.audit.append(event)
 
     async def arecord(self, event: AuditEvent) -> None:
@@ -89,8 +98,10 @@ class ReceiptOutbox:
             try:
                 if await self.outbox.aput(event):
                     return
+                _written_directly("outbox_full")
             except redis.RedisError as exc:
                 log.warning("receipt outbox unreachable (%s): writing the receipt synchronously", exc)
+                _written_directly("redis_unreachable")
             await anyio.to_thread.run_sync(self.audit.append, event)
             return
         await anyio.to_thread.run_sync(self.record, event)

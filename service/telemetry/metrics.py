@@ -43,6 +43,13 @@ EXTRACTIONS = Counter("tenure_extraction_outcomes_total", "Turn extractions by o
 MERGE_DECISIONS = Counter(
     "tenure_merge_decisions_total", "Merge decisions on sidecar items, by section and outcome", ["section", "outcome"]
 )
+RECEIPTS_WRITTEN_DIRECTLY = Counter(
+    "tenure_receipts_written_directly_total",
+    "Injection receipts written straight to the audit index instead of the Redis outbox, by reason "
+    "(outbox_full: the drainer is down or behind; redis_unreachable): a synchronous, fsynced write "
+    "on the recall path",
+    ["reason"],
+)
 RATE_LIMITED = Counter(
     "tenure_rate_limit_refusals_total",
     "Requests refused with 429, by bucket (credential, tenant, failed_auth)",

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 
 from deploy.devstack import free_port
 from service.api.state import Services
@@ -36,6 +37,10 @@ def _indexed(services: Services, team: Team, session: str) -> list[AuditEvent]:
 @pytest.fixture
 def session_id() -> str:
     return f"s-{uuid.uuid4().hex[:8]}"
+
+
+def _written_directly(reason: str) -> float:
+    return REGISTRY.get_sample_value("tenure_receipts_written_directly_total", {"reason": reason}) or 0.0
 
 
 def _event(tenant: str, session: str) -> AuditEvent:
@@ -78,8 +83,10 @@ def test_with_redis_unreachable_the_receipt_is_written_directly(
     dead: redis.Redis[bytes] = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
     outbox = ReceiptOutbox(dead, services.audit, "unused-ns", max_pending=10)
     event = _event(team.tenant, session_id)
+    before = _written_directly("redis_unreachable")
     outbox.record(event)
     assert [e.event_id for e in _indexed(services, team, session_id)] == [event.event_id]
+    assert _written_directly("redis_unreachable") == before + 1
 
 
 def test_when_the_drainer_is_behind_receipts_beyond_the_cap_are_written_directly(
@@ -88,10 +95,12 @@ def test_when_the_drainer_is_behind_receipts_beyond_the_cap_are_written_directly
     ns = f"cap-{uuid.uuid4().hex[:6]}"
     outbox = ReceiptOutbox(services.redis, services.audit, ns, max_pending=2)
     events = [_event(team.tenant, session_id) for _ in range(3)]
+    before = _written_directly("outbox_full")
     try:
         for e in events:
             outbox.record(e)
         assert outbox.pending() == 2
+        assert _written_directly("outbox_full") == before + 1  # the operator's alert
         assert [e.event_id for e in _indexed(services, team, session_id)] == [events[2].event_id]
         outbox.drain(refresh=True)
         assert len(_indexed(services, team, session_id)) == 3
