@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from service.config import Settings
+from service.domain.principal import Principal
 from service.recall.vocabulary import (
     VOCABULARY_FIELDS,
     FieldVocabulary,
@@ -20,7 +21,14 @@ from service.recall.vocabulary import (
 )
 from service.storage import calls
 from service.storage.beliefs import BeliefStore
-from service.storage.vocabulary import UNIT_SEPARATOR, UNITS_FIELD, UNITS_MARKER, AnalysisRequest, VocabularyStore
+from service.storage.vocabulary import (
+    UNIT_SEPARATOR,
+    UNITS_FIELD,
+    UNITS_MARKER,
+    AnalysisRequest,
+    TenantUnits,
+    VocabularyStore,
+)
 from tests.conftest import principal, recall_builder
 from tests.factories import make_belief, put_all
 
@@ -201,7 +209,16 @@ def test_every_write_stores_the_index_analysis_of_the_names(store: BeliefStore) 
     assert not any("sticky" in u or "セッション" in u for u in units)  # the old names are gone
 
 
-def test_vocabulary_is_one_aggregation_and_documents_without_units_still_count(store: BeliefStore) -> None:
+def _tenant_units(store: BeliefStore, me: Principal) -> TenantUnits:
+    """The tenant's units read from doc values in one page, checked against the same read by the
+    terms aggregation (the path of a tenant larger than a page): both must hold the same units."""
+    from_doc_values = calls.run(store.client, store.vocabulary.tenant_units(me))
+    aggregated = calls.run(store.client, store.vocabulary.tenant_units(me, doc_page=0))
+    assert from_doc_values == aggregated
+    return from_doc_values
+
+
+def test_vocabulary_is_one_search_and_documents_without_units_still_count(store: BeliefStore) -> None:
     mine, theirs = f"t-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     put_all(
         store,
@@ -209,7 +226,7 @@ def test_vocabulary_is_one_aggregation_and_documents_without_units_still_count(s
         make_belief(theirs, "bob", "kafka_setup", aliases=["kafkab"]),
     )
     me = principal(mine, "zed")
-    with_units = calls.run(store.client, store.vocabulary.tenant_units(me))
+    with_units = _tenant_units(store, me)
     assert with_units.documents == 1 and with_units.legacy == 0
     assert "sticky sessions" in with_units.groups["aliases"]
     assert not any("kafka" in t for terms in with_units.groups.values() for t in terms)  # never another tenant's
@@ -218,13 +235,13 @@ def test_vocabulary_is_one_aggregation_and_documents_without_units_still_count(s
     store.client.index(
         index=store.alias, id=f"{mine}:{legacy.id}", routing=mine, body=legacy.to_document(), refresh="true"
     )
-    mixed = calls.run(store.client, store.vocabulary.tenant_units(me))
+    mixed = _tenant_units(store, me)
     assert mixed.documents == 2 and mixed.legacy == 1
     assert {"sticky sessions", "rabbitmq"} <= mixed.groups["aliases"]
     assert {"redis cache", "event bus"} <= mixed.groups["canonical_name"]
     # and the same vocabulary as if every document had its units
     put_all(store, legacy)
-    rewritten = calls.run(store.client, store.vocabulary.tenant_units(me))
+    rewritten = _tenant_units(store, me)
     assert rewritten.legacy == 0 and rewritten.groups == mixed.groups
     cache = VocabularyCache(store.vocabulary, None)
     vocabulary = cache.get(me)

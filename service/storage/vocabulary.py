@@ -65,15 +65,13 @@ _UNIT_PAGE = 60_000
 # Documents per page and bulk request when a reindex stores the units of a whole generation.
 _BACKFILL_PAGE = 500
 # What a vocabulary read needs of the aggregation's response (``filter_path``): the unit keys, not
-# each bucket's count, the page overflow and the document counts; less JSON to send and parse.
-_UNITS_RESPONSE = ",".join(
-    [
-        "hits.total.value",
-        "aggregations.units.buckets.key",
-        "aggregations.units.sum_other_doc_count",
-        "aggregations.legacy.doc_count",
-    ]
-)
+# each bucket's count, and the page overflow; less JSON to send and parse.
+_UNITS_RESPONSE = "aggregations.units.buckets.key,aggregations.units.sum_other_doc_count"
+# A tenant with at most this many documents has its units read from each document's doc values
+# in one page (no aggregation: 4-6x less OpenSearch time at 1,000 documents, measured on the 1M
+# corpus); a larger one by the terms aggregation above.
+DOC_UNITS_PAGE = 4_000
+_DOC_UNITS_RESPONSE = ",".join(["hits.total.value", f"hits.hits.fields.{UNITS_FIELD}", "aggregations.legacy.doc_count"])
 # The mapping is read again after this long, so a process notices an alias moved by a reindex.
 _MAPPING_TTL_S = 60.0
 
@@ -234,13 +232,40 @@ class VocabularyStore:
 
     # ------------------------------------------------------- a tenant's vocabulary
 
-    def tenant_units(self, principal: Principal) -> Reads[TenantUnits]:
+    def tenant_units(self, principal: Principal, *, doc_page: int = DOC_UNITS_PAGE) -> Reads[TenantUnits]:
         """The principal's tenant's vocabulary (any owner, scope or lifecycle: see
-        :func:`access.for_vocabulary`): one routed aggregation over the stored units; documents
-        without units (written before the field existed) read from term vectors."""
+        :func:`access.for_vocabulary`): one routed search reading every document's stored units
+        from doc values (no stored field, no ``_source``), or, for a tenant with more than
+        ``doc_page`` documents, a terms aggregation over them; documents without units (written
+        before the field existed) read from term vectors."""
         mapping = yield from self.mapping_reads()
         filters = access.for_vocabulary(principal)
-        read = TenantUnits()
+        body: dict[str, Any] = {
+            "size": doc_page,
+            "track_total_hits": True,
+            "query": filters.query(),
+            "sort": ["_doc"],
+            "_source": False,
+            "stored_fields": "_none_",  # no stored-field block decompressed per hit
+            "docvalue_fields": [UNITS_FIELD],
+            "aggs": {"legacy": {"missing": {"field": UNITS_FIELD}}},
+        }
+        params = {"index": self.alias, "body": body, "routing": filters.routing, "request_cache": False}
+        found = yield Call("search", {**params, "filter_path": _DOC_UNITS_RESPONSE}, "read the tenant's vocabulary")
+        read = TenantUnits(documents=int(found["hits"]["total"]["value"]))
+        read.legacy = int(((found.get("aggregations") or {}).get("legacy") or {}).get("doc_count") or 0)
+        if read.documents <= doc_page:  # every document is in this one answer
+            for hit in found["hits"].get("hits") or ():
+                _add_units(read.groups, (hit.get("fields") or {}).get(UNITS_FIELD) or ())
+        else:
+            yield from self._aggregated_units(filters, read)
+        if read.legacy:
+            yield from self._add_legacy(principal, mapping, read)
+        return read
+
+    def _aggregated_units(self, filters: access.AccessFilters, read: TenantUnits) -> Reads[None]:
+        """A large tenant's units: one routed terms aggregation (``execution_hint: map``: no global
+        ordinals over the shared shard), in partitions when they overflow one page."""
         partitions = 1
         partition = 0
         while partition < partitions:
@@ -249,9 +274,9 @@ class VocabularyStore:
                 terms["include"] = {"partition": partition, "num_partitions": partitions}
             body: dict[str, Any] = {
                 "size": 0,
-                "track_total_hits": True,
+                "track_total_hits": False,
                 "query": filters.query(),
-                "aggs": {"units": {"terms": terms}, "legacy": {"missing": {"field": UNITS_FIELD}}},
+                "aggs": {"units": {"terms": terms}},
             }
             found = yield Call(
                 "search",
@@ -264,12 +289,8 @@ class VocabularyStore:
                 },
                 "read the tenant's vocabulary",
             )
-            aggs = found.get("aggregations") or {}
-            units = aggs.get("units") or {}
+            units = (found.get("aggregations") or {}).get("units") or {}
             buckets = units.get("buckets") or ()
-            if partition == 0:
-                read.documents = int(found["hits"]["total"]["value"])
-                read.legacy = int((aggs.get("legacy") or {}).get("doc_count") or 0)
             if partitions == 1 and int(units.get("sum_other_doc_count") or 0) > 0:
                 # more distinct units than one page: read them again in partitions of a page each
                 distinct = len(buckets) + int(units["sum_other_doc_count"])
@@ -278,9 +299,6 @@ class VocabularyStore:
                 continue
             _add_units(read.groups, (bucket["key"] for bucket in buckets))
             partition += 1
-        if read.legacy:
-            yield from self._add_legacy(principal, mapping, read)
-        return read
 
     def _add_legacy(self, principal: Principal, mapping: NameMapping, read: TenantUnits) -> Reads[None]:
         """Documents of the tenant without stored units: their terms from term vectors (analysed
