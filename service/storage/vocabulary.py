@@ -255,8 +255,8 @@ class VocabularyStore:
         read = TenantUnits(documents=int(found["hits"]["total"]["value"]))
         read.legacy = int(((found.get("aggregations") or {}).get("legacy") or {}).get("doc_count") or 0)
         if read.documents <= doc_page:  # every document is in this one answer
-            for hit in found["hits"].get("hits") or ():
-                _add_units(read.groups, (hit.get("fields") or {}).get(UNITS_FIELD) or ())
+            per_document = ((hit.get("fields") or {}).get(UNITS_FIELD) or () for hit in found["hits"].get("hits") or ())
+            _add_units(read.groups, set().union(*per_document))  # each unit once (documents share many)
         else:
             yield from self._aggregated_units(filters, read)
         if read.legacy:
