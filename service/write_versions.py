@@ -8,7 +8,7 @@ the beliefs, so that a message's words leave memory with the tenant's next write
 *after* the write returned, and belief writes are visible when they return (``wait_for``/``true``
 refresh), so whoever reads the new version also reads the new document; a reader that read the
 old version keeps a cache entry tagged with it, which the next request after the bump replaces. A
-new version means a rebuild (the vocabulary is one aggregation over units stored at write time),
+new version means a rebuild (the vocabulary is one search over units stored at write time),
 so only the counter is kept: which documents a version changed is not recorded.
 
 Each tenant also has an **accounts version** (:class:`TenantAccountsVersions`), bumped around every

@@ -356,7 +356,7 @@ class _Held:
 class VocabularyCache:
     """The vocabularies of the most recently active tenants, bounded in count and in (estimated)
     memory. An entry is used only while the tenant's write version is the one it was built at (a
-    write means a rebuild: one aggregation); without a version source (``versions=None``) nothing
+    write means a rebuild: one search); without a version source (``versions=None``) nothing
     is kept and every recall builds afresh."""
 
     def __init__(

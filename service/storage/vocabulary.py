@@ -14,8 +14,9 @@ document's ``vocabulary_units`` keyword field (doc values only, excluded from ``
 value ``<group>\u001f<term>`` per term. A *group* is one (source field, index analyzer) pair,
 named by its shortest field (``canonical_name``, ``aliases.cjk``, ...): sub-fields that share an
 index analyzer hold the same terms (``canonical_name`` and ``canonical_name.phrase``), so they are
-stored once. A tenant's vocabulary is then one routed ``terms`` aggregation over that field
-(``execution_hint: map``: no global ordinals over the shared shard), no re-analysis. Documents
+stored once. A tenant's vocabulary is then one routed search reading that field's doc values of
+each of its documents (a large tenant: a ``terms`` aggregation over it, ``execution_hint: map``,
+no global ordinals over the shared shard), no re-analysis. Documents
 written before the field existed (or by other means) have no units and are found by the same
 request (a ``missing`` aggregation); their terms are read the old way (term vectors, i.e.
 analysed again) so they still answer correctly.
