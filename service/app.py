@@ -50,7 +50,8 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
         anyio.to_thread.current_default_thread_limiter().total_tokens = config.api.thread_pool_size
-        freeze_startup_heap()  # after start-up: the long-lived heap leaves the cyclic GC's scans
+        # after start-up: the long-lived heap leaves the cyclic GC's scans
+        freeze_startup_heap(config.gc_thaw_interval_s)
         try:
             async with mcp_server.session_manager.run():
                 yield

@@ -354,6 +354,12 @@ class Settings(BaseSettings):
     # works over plain http on a laptop. Every other value gets Secure cookies.
     environment: str = "development"
 
+    # Long-running processes (API and Celery workers) freeze what survives each generation-2
+    # collection, so the next walks only what was kept since; every this many seconds one walks
+    # everything (reference cycles among frozen objects). 0: only the start-up heap is frozen.
+    # service/process.py.
+    gc_thaw_interval_s: float = Field(1800.0, ge=0, le=86_400)
+
     # One node's URL, or a cluster's nodes comma-separated ("http://a:9200,http://b:9200").
     opensearch_url: str = "http://127.0.0.1:9200"
     opensearch_username: str | None = None

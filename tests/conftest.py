@@ -28,6 +28,11 @@ from service.storage.client import build_client
 from service.storage.templates import apply_templates, drop_namespace
 from service.write_versions import TenantWriteVersions
 
+# The pytest process builds and drops many apps in turn: their reference cycles must not wait
+# frozen for a thaw (service/process.py; tests/test_process.py covers the freezer). Server
+# processes the tests start as a deployment would (deploy/localstack.py) keep the default.
+os.environ.setdefault("TENURE_GC_THAW_INTERVAL_S", "0")
+
 
 @pytest.fixture(scope="session")
 def opensearch_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -94,7 +94,10 @@ def reset() -> None:
 
 @worker_init.connect  # type: ignore[untyped-decorator]
 def _on_worker_init(**_: object) -> None:
-    freeze_startup_heap()  # the main process, before it forks: children start with a frozen heap
+    from workers.celery_app import app
+
+    # the main process, before it forks: children start with a frozen heap
+    freeze_startup_heap(app.conf.tenure_settings.gc_thaw_interval_s)
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
@@ -102,7 +105,8 @@ def _on_process_init(**_: object) -> None:
     from workers.celery_app import app
 
     get(app.conf.tenure_settings)
-    freeze_startup_heap()  # each prefork child, once its resources exist (service/process.py)
+    # each prefork child, once its resources exist (service/process.py)
+    freeze_startup_heap(app.conf.tenure_settings.gc_thaw_interval_s)
 
 
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]
