@@ -57,7 +57,7 @@ from tenure_client import AsyncTenure, ConnectionFailed, Tenure, TenureError
 
 from benchmarks.recall_bench import Query, Spec, draw_queries, draw_sessions, load_range, loadavg, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
-from deploy.localstack import celery_worker_args
+from deploy.localstack import celery_beat_args, celery_worker_args
 from loadtest.__main__ import CpuMeter
 from loadtest.stats import latency_block
 from service import redis_keys
@@ -274,7 +274,7 @@ class ReceiptDrain:
         self.key = redis_keys.receipts_outbox(namespace)
         schedule.unlink(missing_ok=True)
         worker = celery_worker_args(namespace, name="bench-drain", loglevel="WARNING", queues=("cheap",))
-        beat = ["celery", "-A", "workers.celery_app", "beat", "-s", str(schedule), "-l", "WARNING"]
+        beat = celery_beat_args(schedule, loglevel="WARNING")
         self.processes = [
             subprocess.Popen([str(variant.python()), "-m", *args], cwd=variant.source, env=env, stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True)

@@ -41,8 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    spec = Spec(tenants=1000, users_per_tenant=5)
     calls = fb.parse_args(["--queries", str(args.queries), "--warmup", str(args.warmup), "--seed", str(args.seed)])
+    spec = Spec(tenants=calls.tenants, users_per_tenant=calls.users_per_tenant)  # fastpath_bench's corpus
     queries = fb.traffic(calls, args.traffic, args.size, spec)
     warmup, timed = queries[: args.warmup], queries[args.warmup : args.warmup + args.queries]
     rows = []

@@ -97,6 +97,12 @@ def celery_worker_args(
     ]  # fmt: skip
 
 
+def celery_beat_args(schedule: Path, *, loglevel: str = "INFO") -> list[str]:
+    """``python -m`` arguments of Celery beat keeping its schedule (and liveness file) at
+    ``schedule``, as the stack, the tests and the benchmarks run it."""
+    return ["celery", "-A", "workers.celery_app", "beat", "-s", str(schedule), "-l", loglevel]
+
+
 def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     """Poll ``check`` until it returns something truthy (returned); AssertionError on timeout, so a
     test that waits in vain fails like any other assertion."""
@@ -384,7 +390,7 @@ class LocalStack:
         if name in ("worker-heavy", "worker-cheap"):
             queue = name.removeprefix("worker-")
             return celery_worker_args(ns, concurrency=self.config.worker_concurrency, name=name, queues=(queue,))
-        return ["celery", "-A", "workers.celery_app", "beat", "-s", str(self.root / "beat-schedule"), "-l", "INFO"]
+        return celery_beat_args(self.root / "beat-schedule")
 
     def _wait_ready(self, name: str) -> None:
         proc = self._procs[name]

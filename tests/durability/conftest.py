@@ -28,7 +28,7 @@ from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
 from deploy.devstack import Service, start_opensearch, start_redis
-from deploy.localstack import celery_worker_args, wait_until
+from deploy.localstack import celery_beat_args, celery_worker_args, wait_until
 from service.api.state import Services
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 from service.storage.client import build_client
@@ -160,7 +160,7 @@ def start_worker(settings: Settings, log_path: Path, **env: str) -> Proc:
 
 def start_beat(settings: Settings, home: Path) -> Proc:
     return Proc(
-        ["celery", "-A", "workers.celery_app", "beat", "-s", str(home / "beat-schedule"), "-l", "INFO"],
+        celery_beat_args(home / "beat-schedule"),
         process_env(settings),
         home / "beat.log",
     )
