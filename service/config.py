@@ -37,6 +37,11 @@ class RecallDefaults(BaseSettings):
     # (every tenant of the 1M benchmark).
     vocabulary_cache_tenants: int = Field(2500, ge=0, le=1_000_000)
     vocabulary_cache_mb: int = Field(256, ge=0, le=65_536)
+    # Built vocabularies shared between processes through Redis (service/recall/shared_vocabulary.py):
+    # a tenant is built once per write version for every API worker, replica and restart, the
+    # others load it. An entry lives this long after it was stored (an idle tenant's leaves Redis);
+    # ~40 KB compressed per tenant of 1,000 beliefs (docs/operations.md "Recall caches"). 0: off.
+    vocabulary_shared_ttl_s: float = Field(21_600.0, ge=0.0, le=30 * 86_400.0)
     # The filter tiers (persona, pinned, questions) of recent recalls, kept per API process and
     # reused until the tenant writes (service/recall/tier_cache.py); 0 entries turns it off. The
     # age bounds how long an entry can live if Redis lost its version counters. Only keys used

@@ -36,6 +36,13 @@ def render_cache(namespace: str, tenant_id: str) -> str:
     return f"{namespace}:render:{tenant_id}:"
 
 
+def shared_vocabulary(namespace: str, tenant_id: str) -> str:
+    """A tenant's built recall vocabulary shared between processes
+    (:mod:`service.recall.shared_vocabulary`): under the cached-renderings prefix, so an erase
+    sweeps it with them."""
+    return f"{render_cache(namespace, tenant_id)}vocabulary"
+
+
 def compaction_cooldown(namespace: str, bucket: str) -> str:
     """Set while a compacted bucket cools down."""
     return f"{namespace}:compaction:cooldown:{bucket}"

@@ -32,13 +32,16 @@ import struct
 import sys
 import threading
 import time
+import zlib
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from itertools import accumulate
-from operator import itemgetter
+from itertools import accumulate, pairwise
+from operator import itemgetter, le
 from typing import Any
+
+import orjson
 
 from service.config import RecallDefaults
 from service.domain.principal import Principal
@@ -46,11 +49,13 @@ from service.domain.text import has_hangul, has_unspaced_script
 from service.errors import StoreUnavailable
 from service.lru import BoundedLru, LruBound
 from service.recall.analysis_cache import Analysis, AnalysisCache, BoundAnalysisCache
+from service.recall.shared_vocabulary import SharedVocabularies
 from service.storage import calls, queries
 from service.storage.beliefs import BeliefStore
 from service.storage.calls import Reads
 from service.storage.queries import TermWeights, WeightedClause
 from service.storage.vocabulary import AnalysisRequest, Positions, VocabularyStore
+from service.telemetry import metrics
 from service.write_versions import TenantWriteVersions
 
 log = logging.getLogger(__name__)
@@ -159,6 +164,15 @@ def _range_key(prefix: str, length: int) -> int:
     return hash((prefix, length))
 
 
+def _pre_filter(ordered: list[str], ranges: bool) -> bytes:
+    """The pre-filter of these terms, with their one-edit ranges if ``ranges``."""
+    keys = list(map(hash, ordered))
+    if ranges:
+        # each (prefix, length) once: _range_key, with the tuples made in C
+        keys += map(hash, set(zip(map(_PREFIX, ordered), map(len, ordered), strict=True)))
+    return _filter_of(keys)
+
+
 def _filter_of(keys: Sequence[int]) -> bytes:
     bits = max(64, -(-len(keys) * _FILTER_BITS_PER_KEY // 8) * 8)
     held = bytearray(bits // 8)
@@ -197,11 +211,19 @@ class FieldVocabulary:
         ordered.sort(key=len)
         ordered.sort(key=_PREFIX)
         offsets = array("I", accumulate(map(len, ordered), initial=0))
-        keys = list(map(hash, ordered))
-        if ranges:
-            # each (prefix, length) once: _range_key, with the tuples made in C
-            keys += map(hash, set(zip(map(_PREFIX, ordered), map(len, ordered), strict=True)))
-        return cls("".join(ordered), offsets, _filter_of(keys), ranges)
+        return cls("".join(ordered), offsets, _pre_filter(ordered, ranges), ranges)
+
+    @classmethod
+    def restore(cls, joined: str, offsets: array[int], *, ranges: bool) -> FieldVocabulary:
+        """The vocabulary another process built (``joined`` and ``offsets`` as it held them, in
+        :func:`_order`). The pre-filter is rebuilt here: its keys are this interpreter's string
+        hashes. Raises ValueError if the offsets do not cut ``joined`` into terms. (Their order
+        is the encoder's: checking it would double the restore's cost, and the encoded entry's
+        integrity is zlib's checksum.)"""
+        if offsets[0] != 0 or offsets[-1] != len(joined) or not all(map(le, offsets, offsets[1:])):
+            raise ValueError("offsets do not cut the joined terms")
+        ordered = [joined[start:end] for start, end in pairwise(offsets)]
+        return cls(joined, offsets, _pre_filter(ordered, ranges), ranges)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -302,6 +324,7 @@ class TenantVocabulary:
     build_ms: float
     approx_bytes: int
     legacy_documents: int = 0  # documents without stored units (read from term vectors)
+    fingerprint: bytes = b""  # the index mapping's (NameMapping.fingerprint) it was built from
 
     @classmethod
     def build(cls, store: VocabularyStore, principal: Principal, version: int) -> Reads[TenantVocabulary]:
@@ -325,10 +348,95 @@ class TenantVocabulary:
             (time.perf_counter() - started) * 1000,
             _fields_bytes(fields),
             read.legacy,
+            mapping.fingerprint,
         )
 
     def field(self, name: str) -> FieldVocabulary:
         return self.fields.get(name) or _EMPTY
+
+    def encode(self) -> bytes:
+        """This vocabulary for another process (:meth:`decode`): a header naming the tenant,
+        version and mapping it belongs to, then each distinct field vocabulary's offsets and
+        terms, compressed. The pre-filters are left out (rebuilt on decode)."""
+        groups = list({id(f): f for f in self.fields.values()}.values())
+        index = {id(f): i for i, f in enumerate(groups)}
+        texts = [g.joined.encode() for g in groups]
+        header = {
+            "tenant": self.tenant_id,
+            "version": self.version,
+            "fingerprint": self.fingerprint.hex(),
+            "documents": self.documents,
+            "legacy": self.legacy_documents,
+            "fields": {name: index[id(f)] for name, f in self.fields.items()},
+            "groups": [[g.ranges, len(g.offsets), len(text)] for g, text in zip(groups, texts, strict=True)],
+        }
+        head = orjson.dumps(header)
+        body = b"".join(_offsets_bytes(g.offsets) + text for g, text in zip(groups, texts, strict=True))
+        return _ENCODING + zlib.compress(len(head).to_bytes(4, "little") + head + body, 1)
+
+    @classmethod
+    def decode(cls, encoded: bytes, *, tenant_id: str, version: int, fingerprint: bytes) -> TenantVocabulary:
+        """The vocabulary :meth:`encode` wrote, if it is ``tenant_id``'s at ``version`` under the
+        mapping with ``fingerprint``; ValueError otherwise (another tenant's, version's or
+        mapping's entry, another format, or damaged)."""
+        started = time.perf_counter()
+        try:
+            fields, header = cls._decoded_fields(encoded, tenant_id=tenant_id, version=version, fingerprint=fingerprint)
+            documents, legacy = int(header["documents"]), int(header["legacy"])
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise ValueError(f"malformed encoded vocabulary: {exc!r}") from exc
+        took_ms = (time.perf_counter() - started) * 1000
+        return cls(tenant_id, version, fields, documents, took_ms, _fields_bytes(fields), legacy, fingerprint)
+
+    @staticmethod
+    def _decoded_fields(
+        encoded: bytes, *, tenant_id: str, version: int, fingerprint: bytes
+    ) -> tuple[dict[str, FieldVocabulary], dict[str, Any]]:
+        if not encoded.startswith(_ENCODING):
+            raise ValueError("not an encoded vocabulary of this format")
+        try:
+            raw = zlib.decompress(encoded[len(_ENCODING) :])
+            size = int.from_bytes(raw[:4], "little")
+            header = orjson.loads(raw[4 : 4 + size])
+        except (zlib.error, orjson.JSONDecodeError) as exc:
+            raise ValueError(f"unreadable encoded vocabulary: {exc}") from exc
+        if (header.get("tenant"), header.get("version"), header.get("fingerprint")) != (
+            tenant_id,
+            version,
+            fingerprint.hex(),
+        ):
+            raise ValueError("an entry of another tenant, version or index mapping")
+        groups: list[FieldVocabulary] = []
+        at = 4 + size
+        for ranges, n_offsets, n_bytes in header["groups"]:
+            offsets = array("I")
+            offsets.frombytes(raw[at : at + n_offsets * 4])
+            if sys.byteorder != "little":
+                offsets.byteswap()
+            at += n_offsets * 4
+            joined = raw[at : at + n_bytes].decode()
+            at += n_bytes
+            if len(offsets) != n_offsets:
+                raise ValueError("truncated encoded vocabulary")
+            groups.append(FieldVocabulary.restore(joined, offsets, ranges=bool(ranges)))
+        if at != len(raw):
+            raise ValueError("trailing bytes after the encoded vocabulary")
+        return {str(name): groups[i] for name, i in header["fields"].items()}, header
+
+
+# The format of TenantVocabulary.encode: a new layout gets a new tag (an old entry is then
+# rejected and rebuilt). Offsets are 4-byte little-endian unsigned ints.
+_ENCODING = b"tenure-vocabulary/1\n"
+if array("I").itemsize != 4:  # pragma: no cover - every platform CPython supports here
+    raise ImportError("the vocabulary needs 4-byte array('I') offsets")
+
+
+def _offsets_bytes(offsets: array[int]) -> bytes:
+    if sys.byteorder == "little":
+        return offsets.tobytes()
+    swapped = array("I", offsets)  # pragma: no cover - big-endian hosts
+    swapped.byteswap()  # pragma: no cover
+    return swapped.tobytes()  # pragma: no cover
 
 
 def _fields_bytes(fields: Mapping[str, FieldVocabulary]) -> int:
@@ -340,6 +448,7 @@ def _fields_bytes(fields: Mapping[str, FieldVocabulary]) -> int:
 class CacheStats:
     hits: int = 0
     builds: int = 0
+    shared_loads: int = 0  # taken from another process's build (SharedVocabularies)
     build_ms_total: float = 0.0
     build_ms_max: float = 0.0
     evictions: int = 0
@@ -366,9 +475,12 @@ class VocabularyCache:
         *,
         max_tenants: int = 1000,
         max_bytes: int = 256 * 1024 * 1024,
+        shared: SharedVocabularies | None = None,
     ):
         self.store = store
         self.versions = versions
+        # other processes' builds (Redis); only with a version source, as entries are per version
+        self.shared = shared if versions is not None else None
         self.stats = CacheStats()
         self._lock = threading.Lock()
         # tenant -> vocabulary, weighed by its approx_bytes; an eviction counts in the stats
@@ -404,17 +516,49 @@ class VocabularyCache:
                     held.used = time.monotonic()
                     self.stats.hits += 1
                     return held.vocabulary
+            loaded = yield from self._load_shared(principal, version)
+            if loaded is not None:
+                self._keep(loaded, version)
+                return loaded
         built = yield from TenantVocabulary.build(self.store, principal, version or 0)
         with self._lock:
             self.stats.builds += 1
             self.stats.build_ms_total += built.build_ms
             self.stats.build_ms_max = max(self.stats.build_ms_max, built.build_ms)
-            current = self._entries.peek(principal.tenant_id)
-            if version is not None and (current is None or current.vocabulary.version <= version):
-                # larger than the whole budget: dropped, and used for this request only
-                self._entries.put(built.tenant_id, _Held(built, time.monotonic()), built.approx_bytes)
+        if version is not None:
+            self._keep(built, version)
+            if self.shared is not None:
+                self.shared.store(built.tenant_id, version, built.encode())
         log.debug("vocabulary of %s: %d documents, %.1f ms", principal.tenant_id, built.documents, built.build_ms)
         return built
+
+    def _keep(self, vocabulary: TenantVocabulary, version: int) -> None:
+        with self._lock:
+            current = self._entries.peek(vocabulary.tenant_id)
+            if current is None or current.vocabulary.version <= version:
+                # larger than the whole budget: dropped, and used for this request only
+                self._entries.put(vocabulary.tenant_id, _Held(vocabulary, time.monotonic()), vocabulary.approx_bytes)
+
+    def _load_shared(self, principal: Principal, version: int) -> Reads[TenantVocabulary | None]:
+        """The tenant's vocabulary as another process built it at this very version, if stored."""
+        if self.shared is None:
+            return None
+        encoded = self.shared.load(principal.tenant_id)
+        if encoded is None:
+            return None
+        mapping = yield from self.store.mapping_reads()
+        try:
+            loaded = TenantVocabulary.decode(
+                encoded, tenant_id=principal.tenant_id, version=version, fingerprint=mapping.fingerprint
+            )
+        except ValueError as exc:
+            log.debug("shared vocabulary of %s not used: %s", principal.tenant_id, exc)
+            metrics.SHARED_VOCABULARY.labels("rejected").inc()
+            return None
+        metrics.SHARED_VOCABULARY.labels("loaded").inc()
+        with self._lock:
+            self.stats.shared_loads += 1
+        return loaded
 
     def _version(self, tenant_id: str) -> int | None:
         if self.versions is None:
@@ -479,11 +623,16 @@ class VocabularyMatcher:
         """A matcher over ``beliefs``' index whose cache follows the store's write versions (a
         store without them gets a matcher that builds on every recall)."""
         reader = beliefs.vocabulary
+        versions = beliefs.versions
+        shared = None
+        if versions is not None and defaults.vocabulary_shared_ttl_s > 0:
+            shared = SharedVocabularies(versions.client, versions.namespace, ttl_s=defaults.vocabulary_shared_ttl_s)
         cache = VocabularyCache(
             reader,
-            beliefs.versions,
+            versions,
             max_tenants=defaults.vocabulary_cache_tenants,
             max_bytes=defaults.vocabulary_cache_mb * 1024 * 1024,
+            shared=shared,
         )
         analyses = AnalysisCache(
             max_entries=defaults.analysis_cache_entries,

@@ -50,6 +50,14 @@ RECEIPTS_WRITTEN_DIRECTLY = Counter(
     "on the recall path",
     ["reason"],
 )
+SHARED_VOCABULARY = Counter(
+    "tenure_shared_vocabulary_total",
+    "Tenant vocabularies shared between API processes through Redis, by outcome (loaded: used "
+    "instead of a build; stored; outdated: not stored, the tenant wrote meanwhile; rejected: an "
+    "entry of another version, index or format, or unreadable, rebuilt; unreachable: Redis did "
+    "not answer, built without it)",
+    ["outcome"],
+)
 RATE_LIMITED = Counter(
     "tenure_rate_limit_refusals_total",
     "Requests refused with 429, by bucket (credential, tenant, failed_auth)",

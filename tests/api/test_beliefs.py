@@ -9,6 +9,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from evals.cases import paper_case_set
+from service import redis_keys
 from service.api.state import Services
 from tests.api.conftest import Team, belief_body, ok
 
@@ -220,11 +221,15 @@ def test_erase_removes_versions_audit_payloads_and_renderings(
     )
     ok(client.post("/v1/recall", json={"scopes": ["domain:code"], "query": "codename?"}, headers=team.h("alice")))
     services.redis.set(services.render_cache.prefix(team.tenant) + "session-1", "rendered block mentioning b-s2")
+    # the recall shared the tenant's vocabulary (which holds the alias) under the same prefix
+    shared_vocabulary = redis_keys.shared_vocabulary(services.store.namespace, team.tenant)
+    assert services.redis.exists(shared_vocabulary)
     assert client.delete("/v1/beliefs/b-s2", headers=team.h("alice")).status_code == 403  # members may not
     receipt = ok(client.delete("/v1/beliefs/b-s2", headers=team.h("carol")))
     assert sorted(receipt["belief_versions_removed"]) == ["b-s1", "b-s2"]
     assert receipt["audit_payload_copies_removed"] >= 3  # create, supersede (old), create (new)
-    assert receipt["cached_renderings_removed"] == 1
+    assert receipt["cached_renderings_removed"] == 2  # the rendering and the shared vocabulary
+    assert not services.redis.exists(shared_vocabulary)
     for belief_id in ("b-s1", "b-s2"):
         assert client.get(f"/v1/beliefs/{belief_id}", headers=team.h("alice")).status_code == 404
     services.audit.refresh()
