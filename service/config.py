@@ -101,6 +101,9 @@ class AuthSettings(BaseSettings):
     # last_used_at is written at most this often per key: each process asks at most once per
     # interval per key, and one Redis SET NX elects the one process that writes.
     last_used_interval_s: int = Field(60, ge=1, le=86_400)
+    # ... and the asks of this window are recorded together: one Redis pipeline, one bulk update
+    # (service/auth/last_used.py).
+    last_used_flush_s: float = Field(1.0, ge=0.0, le=60.0)
 
 
 class ApiSettings(BaseSettings):

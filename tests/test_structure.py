@@ -145,7 +145,7 @@ def test_every_account_write_bumps_the_accounts_version() -> None:
     """Cached credentials are trusted while their tenant's accounts version is unchanged
     (service/auth/authenticator.py), so no write of an account record may skip the bump: in
     service/storage/accounts.py (the only module that names the accounts alias) every write call
-    sits inside ``with self._changing(...)``; the one exception is ``touch_key`` (last_used_at,
+    sits inside ``with self._changing(...)``; the one exception is ``touch_keys`` (last_used_at,
     which no credential check reads)."""
     import ast
 
@@ -164,7 +164,7 @@ def test_every_account_write_bumps_the_accounts_version() -> None:
         for node in ast.walk(method):
             if isinstance(node, ast.Call) and ACCOUNT_WRITES.search(ast.unparse(node.func)):
                 writes += 1
-                if id(node) not in guarded and method.name != "touch_key":
+                if id(node) not in guarded and method.name != "touch_keys":
                     unbumped.append(f"{method.name}: {ast.unparse(node.func)}")
     assert writes >= 2 and unbumped == []
     naming = [

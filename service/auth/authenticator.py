@@ -38,7 +38,8 @@ effect at once everywhere.
 
 ``last_used_at``: each process asks at most once per ``last_used_interval_s`` per key (an
 in-process deadline, so a warm key costs no Redis call for it), off the request path, and a Redis
-SET NX elects the one process that writes it.
+SET NX elects the one process that writes it; the asks of a short window are recorded together
+(:mod:`service.auth.last_used`).
 """
 
 from __future__ import annotations
@@ -48,9 +49,7 @@ import logging
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from datetime import datetime
 from enum import Enum
 from typing import Final, Literal
 
@@ -58,6 +57,7 @@ import redis
 
 from service import redis_keys
 from service.auth import keys
+from service.auth.last_used import LastUsedRecorder
 from service.auth.tokens import TokenVerifier, principal_from_claims
 from service.config import AuthSettings
 from service.domain.accounts import ApiKeyRecord, effective_principal
@@ -134,7 +134,13 @@ class Authenticator:
         self.namespace = namespace
         self._keys: BoundedLru[str, _CachedKey] = BoundedLru(settings.credential_cache_entries)
         self._status: BoundedLru[tuple[str, str], _Status] = BoundedLru(settings.credential_cache_entries)
-        self._bookkeeping = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-last-used")
+        self._last_used = LastUsedRecorder(
+            redis_client,
+            accounts,
+            namespace,
+            interval_s=settings.last_used_interval_s,
+            flush_s=settings.last_used_flush_s,
+        )
         self._lock = threading.Lock()
 
     # ------------------------------------------------------- the request path
@@ -349,7 +355,7 @@ class Authenticator:
     def _note_use(self, key_id: str) -> None:
         """Ask for ``last_used_at`` at most once per interval per key in this process (an
         in-process deadline: a warm key costs no Redis call for it); the asking is off the request
-        path (:meth:`_touch`)."""
+        path, batched (:class:`LastUsedRecorder`)."""
         entry = self._keys.get(key_id)
         now = time.monotonic()
         with self._lock:
@@ -357,25 +363,7 @@ class Authenticator:
                 if entry.touch_due > now:
                     return
                 entry.touch_due = now + self.settings.last_used_interval_s
-        self._bookkeeping.submit(self._touch, key_id, utcnow())
-
-    def _touch(self, key_id: str, when: datetime) -> None:
-        """Write last_used_at at most once per interval per key, across all processes: a Redis
-        SET NX with expiry elects the one process that writes (an fsynced update, ~3 ms). Runs
-        on the bookkeeping thread."""
-        gate = redis_keys.key_used(self.namespace, key_id)
-        try:
-            elected = self.redis.set(gate, "1", nx=True, ex=self.settings.last_used_interval_s)
-        except redis.RedisError as exc:
-            log.warning("could not record API key use for %s: %s", key_id, exc)
-            return
-        if not elected:
-            return
-        try:
-            self.accounts.touch_key(key_id, when)
-        except StoreUnavailable as exc:
-            # Last-used is bookkeeping: never fail an authenticated request over it.
-            log.warning("could not record API key use for %s: %s", key_id, exc.message)
+        self._last_used.note(key_id, utcnow())
 
 
 def _owner(identity: Identity) -> tuple[str, str]:

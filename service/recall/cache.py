@@ -1,8 +1,10 @@
-"""Where cached renderings of injection blocks would live in Redis, and their erasure.
+"""The tenant's prefix in Redis for anything derived from its beliefs' text, and its erasure.
 
-Nothing in this version caches a rendering (recall renders per request). The prefix stays reserved
-(:func:`service.redis_keys.render_cache`), and erasure still sweeps it, so a cache added later
-has to store under it and can never keep an erased belief's text.
+Everything kept in Redis that holds text of a tenant's beliefs stores under this prefix
+(:func:`service.redis_keys.render_cache`), and an erase sweeps it, so none of it can keep an erased
+belief's text. Today that is the tenant's shared recall vocabulary
+(:mod:`service.recall.shared_vocabulary`: its names and aliases as analysed units); recall renders
+injection blocks per request and caches none.
 """
 
 from __future__ import annotations

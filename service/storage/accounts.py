@@ -8,12 +8,13 @@ Every write of an account record goes through :meth:`AccountStore._changing`, wh
 tenant's accounts version (:class:`service.write_versions.TenantAccountsVersions`) before the write
 and again once it is visible, so every process drops the credentials it verified against the old
 records at its next request (``tests/test_structure.py`` checks that no write escapes it). The only
-write outside it is ``touch_key`` (``last_used_at``, which no credential check reads).
+write outside it is ``touch_keys`` (``last_used_at``, which no credential check reads).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -29,6 +30,8 @@ from service.storage import access, cursor
 from service.storage.client import get_routed, index_routed, translate_errors
 from service.storage.templates import ACCOUNTS
 from service.write_versions import TenantAccountsVersions
+
+log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -222,19 +225,30 @@ class AccountStore:
         key.updated_at = utcnow()
         self._replace(key.tenant_id, _key_doc(key.key_id), "key", key, seq, f"API key {key.key_id!r}")
 
-    def touch_key(self, key_id: str, when: datetime) -> None:
-        """Record last use. A partial update, no concurrency check: last writer wins, which is
-        exactly what a last-used time wants, and it never clobbers a concurrent revoke. The one
-        write that does not bump the accounts version: no credential check reads ``last_used_at``,
-        and a bump per interval per key would make every process reload the tenant's credentials."""
+    def touch_keys(self, used: Mapping[str, datetime]) -> None:
+        """Record the keys' last use, in one bulk request. Partial updates, no concurrency check:
+        last writer wins, which is exactly what a last-used time wants, and it never clobbers a
+        concurrent revoke. The one write that does not bump the accounts version: no credential
+        check reads ``last_used_at``, and a bump per interval per key would make every process
+        reload the tenant's credentials. A key deleted meanwhile is skipped; other item failures
+        are logged (bookkeeping, never an error for the caller)."""
+        lines: list[dict[str, Any]] = []
+        for key_id, when in used.items():
+            lines.append({"update": {"_id": _key_doc(key_id), "routing": KEY_ROUTING, "retry_on_conflict": 3}})
+            lines.append({"doc": {"last_used_at": when.isoformat()}})
+        if not lines:
+            return
         with translate_errors("record API key use"):
-            self.client.update(
-                index=self.alias,
-                id=_key_doc(key_id),
-                routing=KEY_ROUTING,
-                body={"doc": {"last_used_at": when.isoformat()}},
-                retry_on_conflict=3,
-            )
+            response = self.client.bulk(index=self.alias, body=lines, filter_path="errors,items.*.error,items.*._id")
+        if response.get("errors"):
+            failed = [
+                (item.get("_id"), error.get("type"))
+                for entry in response.get("items", [])
+                for item in entry.values()
+                if (error := item.get("error")) and error.get("type") != "document_missing_exception"
+            ]
+            if failed:
+                log.warning("last_used_at not recorded for %d keys: %s", len(failed), failed[:5])
 
     def list_keys(
         self, principal: Principal, *, size: int, after: str | None = None

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 
 import pytest
 import redis
@@ -21,6 +22,7 @@ from service import redis_keys
 from service.api.state import Services
 from service.app import create_app
 from service.auth.authenticator import Authenticator, Verified
+from service.auth.last_used import LastUsedRecorder
 from service.config import Settings
 from service.errors import Unauthenticated
 from service.storage.accounts import AccountStore
@@ -201,8 +203,41 @@ def test_last_used_costs_a_warm_key_no_redis_call(client: TestClient, team: Team
     services.redis.delete(gate)
     for _ in range(5):
         ok(client.get("/v1/whoami", headers=auth(key)))
-    time.sleep(0.3)  # the bookkeeping thread would have set it by now
+    time.sleep(services.settings.auth.last_used_flush_s + 0.5)  # the bookkeeping thread would have set it by now
     assert not services.redis.exists(gate)
+
+
+def test_last_used_is_recorded_in_batches_one_writer_per_key(team: Team, services: Services) -> None:
+    """The asks of one window go out together (one pipeline, one bulk update); a second process
+    asking within the interval is not elected and writes nothing; a key deleted meanwhile is
+    skipped without failing the others."""
+    keys = [team.keys[user].split("_")[1] for user in ("alice", "bob", "carol")]
+    for key_id in keys:
+        services.redis.delete(redis_keys.key_used(services.settings.opensearch_namespace, key_id))
+    batches: list[dict[str, datetime]] = []
+
+    class Counting(AccountStore):
+        def touch_keys(self, used: Mapping[str, datetime]) -> None:
+            batches.append(dict(used))
+            super().touch_keys(used)
+
+    accounts = Counting(services.accounts.client, services.settings.opensearch_namespace, services.accounts.versions)
+    ns = services.settings.opensearch_namespace
+    first = LastUsedRecorder(services.redis, accounts, ns, interval_s=60, flush_s=0.3)
+    when = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    for key_id in [*keys, "kdeleted00000000"]:
+        first.note(key_id, when)
+    deadline = time.monotonic() + 10
+    while not batches and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert len(batches) == 1 and sorted(batches[0]) == sorted([*keys, "kdeleted00000000"])
+    assert all(services.accounts.get_key(key_id).last_used_at == when for key_id in keys)
+    # another process, same interval: every gate is held, nothing is written again
+    second = LastUsedRecorder(services.redis, accounts, ns, interval_s=60, flush_s=0.3)
+    assert second.record({key_id: datetime(2026, 12, 1, 13, 0, tzinfo=UTC) for key_id in keys}) == []
+    assert len(batches) == 1
+    assert all(services.accounts.get_key(key_id).last_used_at == when for key_id in keys)
 
 
 def test_every_account_write_bumps_the_tenant_version(services: Services) -> None:
@@ -231,7 +266,7 @@ def test_every_account_write_bumps_the_tenant_version(services: Services) -> Non
     assert bumps(lambda: accounts.replace_user(user, (useq[0], useq[1]))) > 0
     stored, *kseq = accounts.get_key_versioned(key.key_id)
     assert bumps(lambda: accounts.replace_key(stored, (kseq[0], kseq[1]))) > 0
-    assert bumps(lambda: accounts.touch_key(key.key_id, stored.created_at)) == 0  # bookkeeping only
+    assert bumps(lambda: accounts.touch_keys({key.key_id: stored.created_at})) == 0  # bookkeeping only
     assert versions.current(other) == before_other
 
 
