@@ -8,7 +8,8 @@ from the caller's tenant alone, and OpenSearch receives an exact weighted term q
 
 1. the tenant's vocabulary: the terms OpenSearch's index analysis produced for its names and
    aliases (whole units, per searched field), with prefix-guarded deletion keys for the fuzzy
-   fields; kept in an LRU of active tenants, valid for one tenant write version (Redis);
+   fields; kept in an LRU of active tenants, valid for one tenant write version (Redis), and
+   shared between processes through Redis (:mod:`service.recall.shared_vocabulary`);
 2. the query text analysed by the very search analyzers of the Lucene query (one term-vector
    round trip, :class:`service.storage.vocabulary.VocabularyStore`);
 3. for each query word of 4+ characters, the vocabulary terms with the same first two characters
@@ -505,7 +506,8 @@ class VocabularyCache:
         return calls.run(self.store.client, self.lookup(principal, version))
 
     def lookup(self, principal: Principal, version: int | None) -> Reads[TenantVocabulary]:
-        """The tenant's vocabulary at ``version`` (read by the caller): cached, or built. ``None``
+        """The tenant's vocabulary at ``version`` (read by the caller): cached in this process,
+        else as another process built it (``shared``), else built here (and shared). ``None``
         (the version is unknown): built for this request and not kept."""
         if version is not None:
             with self._lock:
