@@ -12,12 +12,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from deploy.devstack import free_port
 from service.config import Settings
 from service.recall.shared_vocabulary import SharedVocabularies
-from service.recall.vocabulary import VocabularyCache, VocabularyMatcher
+from service.recall.vocabulary import FieldVocabulary, TenantVocabulary, VocabularyCache, VocabularyMatcher
 from service.storage.beliefs import BeliefStore
 from tests.conftest import principal
 from tests.factories import make_belief, put_all
@@ -158,3 +159,28 @@ def test_without_redis_the_vocabulary_is_built(store: BeliefStore) -> None:
     cache = _cache(store, unreachable)
     assert _clauses(store, cache, tenant) == expected
     assert cache.stats.builds == 1
+
+
+def test_any_term_round_trips_through_the_encoding() -> None:
+    """Whatever a stored name or alias analyses to (CJK, emoji, combining marks, a lone surrogate
+    from a JSON escape) comes back as the same terms, pre-filter and fuzzy matches."""
+    terms = ["kafka", "kafkas", "東京タワー", "データベース", "🚀rocket", "café", "cafe\u0301", "bad\ud800half", ""]
+    fields = {
+        "aliases": FieldVocabulary.build(terms, ranges=True),
+        "aliases.shingle": FieldVocabulary.build(["message queue", "東京 タワー"]),
+    }
+    fields["canonical_name"] = fields["aliases"]  # shared groups stay shared
+    built = TenantVocabulary("t-any", 7, fields, 3, 1.0, 100, 0, b"\x01" * 32)
+    back = TenantVocabulary.decode(built.encode(), tenant_id="t-any", version=7, fingerprint=b"\x01" * 32)
+    assert {name: f.terms for name, f in back.fields.items()} == {name: f.terms for name, f in fields.items()}
+    assert back.fields["canonical_name"] is back.fields["aliases"]
+    assert all(back.fields[name].pre_filter == f.pre_filter for name, f in fields.items())
+    for word in ("kafkaa", "bad\ud800hal", "東京タワー", "cafe"):
+        assert back.field("aliases").fuzzy(word) == fields["aliases"].fuzzy(word)
+    for tenant_id, version, fingerprint in (
+        ("t-other", 7, b"\x01" * 32),
+        ("t-any", 8, b"\x01" * 32),
+        ("t-any", 7, b"\x02" * 32),
+    ):
+        with pytest.raises(ValueError, match="another tenant, version or index mapping"):
+            TenantVocabulary.decode(built.encode(), tenant_id=tenant_id, version=version, fingerprint=fingerprint)

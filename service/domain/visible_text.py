@@ -9,6 +9,8 @@ document read back gives the same text:
 - bidirectional embeddings, overrides and isolates (the "Trojan Source" characters) and the
   invisible zero-width space, word joiner and byte-order mark are removed. The zero-width
   (non-)joiners stay: scripts and emoji sequences need them;
+- unpaired UTF-16 surrogates (a JSON ``"\\ud800"`` escape decodes to one) are removed: they are no
+  character, no UTF-8 encoder takes them, and one in an alias used to fail the write with a 500;
 - runs of three or more ``<`` or ``>`` are shortened to two, so no stored text can carry the
   sidecar's ``<<<SIDECAR_JSON>>>`` / ``<<<END_SIDECAR>>>`` markers;
 - leading and trailing whitespace (any Unicode whitespace) is trimmed.
@@ -27,11 +29,12 @@ _INVISIBLE = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200b\u2060
 _CONTROL = "".join(chr(c) for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)) if chr(c) not in "\n\t")
 _DROP = str.maketrans("", "", _INVISIBLE + _CONTROL)
 _MARKER_RUNS = re.compile(r"<{3,}|>{3,}")
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def visible_text(value: str) -> str:
     """``value`` without control, bidi-override or marker sequences, trimmed (see module doc)."""
     text = _ANSI.sub("", value.replace("\r\n", "\n").replace("\r", "\n"))
-    text = text.translate(_DROP)
+    text = _SURROGATES.sub("", text.translate(_DROP))
     text = _MARKER_RUNS.sub(lambda m: m.group(0)[:2], text)
     return text.strip()

@@ -303,7 +303,7 @@ class FieldVocabulary:
                 found[term] = fuzzy_factor(edits, len(term), n)
             i += 1
         # Lucene's TopTermsRewrite keeps the best boosts, ties to the smaller term (UTF-8 order)
-        ranked = sorted(found.items(), key=lambda tw: (-tw[1], tw[0].encode()))
+        ranked = sorted(found.items(), key=lambda tw: (-tw[1], tw[0].encode("utf-8", "surrogatepass")))
         return tuple(ranked[: queries.MAX_FUZZY_EXPANSIONS])
 
     def approx_bytes(self) -> int:
@@ -361,7 +361,8 @@ class TenantVocabulary:
         terms, compressed. The pre-filters are left out (rebuilt on decode)."""
         groups = list({id(f): f for f in self.fields.values()}.values())
         index = {id(f): i for i, f in enumerate(groups)}
-        texts = [g.joined.encode() for g in groups]
+        # surrogatepass: any str round-trips, even a lone surrogate a stored alias may hold
+        texts = [g.joined.encode("utf-8", "surrogatepass") for g in groups]
         header = {
             "tenant": self.tenant_id,
             "version": self.version,
@@ -415,7 +416,7 @@ class TenantVocabulary:
             if sys.byteorder != "little":
                 offsets.byteswap()
             at += n_offsets * 4
-            joined = raw[at : at + n_bytes].decode()
+            joined = raw[at : at + n_bytes].decode("utf-8", "surrogatepass")
             at += n_bytes
             if len(offsets) != n_offsets:
                 raise ValueError("truncated encoded vocabulary")

@@ -124,3 +124,22 @@ def test_belief_list_survives_a_good_cursor(client: TestClient, team: Team) -> N
     assert page["next_cursor"]
     rest = ok(client.get("/v1/beliefs", params={"limit": 2, "cursor": page["next_cursor"]}, headers=team.h("alice")))
     assert len(page["items"]) + len(rest["items"]) == 3
+
+
+def test_unpaired_surrogates_in_belief_text_are_dropped_not_a_500(client: TestClient, team: Team) -> None:
+    """A JSON ``\\ud800`` escape decodes to an unpaired surrogate, which no UTF-8 encoder takes:
+    in an alias it used to fail the write with a 500 (the names' analysis could not be sent).
+    The write succeeds without it, on create and import, and the belief is recalled."""
+    escaped = json.dumps(belief_body("surrogate_probe", aliases=["kafka"])).replace('"kafka"', '"kaf\\ud800ka"')
+    headers = {**team.h("alice"), "content-type": "application/json"}
+    created = client.post("/v1/beliefs", content=escaped, headers=headers)
+    assert created.status_code == 201, created.text
+    assert created.json()["aliases"] == ["kafka"]
+    imported = escaped.replace("surrogate_probe", "surrogate_import").replace("ud800", "udc00")
+    report = ok(client.post("/v1/beliefs/import", content=f"[{imported}]", headers=headers))
+    assert len(report["imported"]) == 1 and report["failed"] == {}
+    recalled = ok(
+        client.post("/v1/recall", json={"scopes": ["domain:code"], "query": "kafka?"}, headers=team.h("alice"))
+    )
+    names = {e["canonical_name"] for e in recalled["tiers"]["relevant"]}
+    assert names >= {"surrogate_probe", "surrogate_import"}
