@@ -72,6 +72,9 @@ def test_filtered_lookups_equal_the_rule_over_every_term() -> None:
             assert (token in vocab) == (token in held), token
             assert vocab.exact(token) == (((token, 1.0),) if token in held else ()), token
             assert vocab.fuzzy(token) == _brute_force_fuzzy(terms, token), token
+        # the shingles' batched lookup (groups of stacked tokens, as the analysis answers them)
+        groups = tuple(tuple(probes[i : i + rng.randint(1, 3)]) for i in range(0, len(probes), 3))
+        assert vocab.held_at(groups) == tuple(tuple((t, 1.0) for t in g if t in held) for g in groups)
 
 
 def test_the_filter_rejects_most_absent_terms() -> None:

@@ -36,6 +36,7 @@ import hashlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from service.recall.versioned_cache import TenantVersionedCache
 from service.storage.vocabulary import Positions
@@ -57,8 +58,10 @@ def estimated_bytes(analysis: Analysis) -> int:
     size = ENTRY_BYTES
     for fields in analysis:
         for positions in fields.values():
-            size += FIELD_BYTES + POSITION_BYTES * len(positions)
-            size += sum(TOKEN_BYTES + sys.getsizeof(token) for group in positions for token in group)
+            tokens = sum(map(len, positions))
+            size += FIELD_BYTES + POSITION_BYTES * len(positions) + TOKEN_BYTES * tokens
+            # summed in C (map over the flattened groups): a long message has hundreds of tokens
+            size += sum(map(sys.getsizeof, chain.from_iterable(positions)))
     return size
 
 

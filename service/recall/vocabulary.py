@@ -251,15 +251,17 @@ class FieldVocabulary:
     def _first_at_or_after(self, prefix: str, length: int, term: str = "") -> int:
         """The index of the first term not before ``(prefix, length, term)`` in :func:`_order`,
         comparing the stored prefix and length first, so most steps slice two characters only."""
-        joined, offsets = self.joined, self.offsets
+        joined, offsets, guard = self.joined, self.offsets, queries.PREFIX_LENGTH
         lo, hi = 0, len(offsets) - 1
         while lo < hi:
-            mid = (lo + hi) // 2
-            start, end = offsets[mid], offsets[mid + 1]
-            stored = joined[start : min(start + queries.PREFIX_LENGTH, end)]
+            mid = (lo + hi) >> 1
+            start = offsets[mid]
+            size = offsets[mid + 1] - start
+            # a term shorter than the guard is its own prefix (a conditional, not min(): this
+            # loop runs ~12 times per word, hundreds of times per long message)
+            stored = joined[start : start + guard] if size >= guard else joined[start : start + size]
             if stored == prefix:
-                size = end - start
-                before = size < length or (size == length and joined[start:end] < term)
+                before = size < length or (size == length and joined[start : start + size] < term)
             else:
                 before = stored < prefix
             if before:
@@ -271,9 +273,32 @@ class FieldVocabulary:
     def __contains__(self, token: object) -> bool:
         if not isinstance(token, str) or not self.may_hold(hash(token)):
             return False
-        n = len(token)
-        i = self._first_at_or_after(token[: queries.PREFIX_LENGTH], n, token)
+        return self._holds(token)
+
+    def _holds(self, token: str) -> bool:
+        """The binary search alone (behind the pre-filter)."""
+        i = self._first_at_or_after(token[: queries.PREFIX_LENGTH], len(token), token)
         return i < len(self) and self.term(i) == token
+
+    def held_at(self, positions: Positions) -> tuple[TermWeights, ...]:
+        """Per position, the tokens this vocabulary holds (weight 1): ``tuple(tuple((t, 1.0) for
+        t in group if t in self) for group in positions)`` in one loop, the pre-filter's two bit
+        tests inlined. A long message tests hundreds of shingles, nearly all rejected by the
+        filter: a method call per token cost more than the test itself."""
+        held, bits = self.pre_filter, len(self.pre_filter) << 3
+        out: list[TermWeights] = []
+        for group in positions:
+            found: list[tuple[str, float]] = []
+            for token in group:
+                key = hash(token)
+                low = (key & _LOW32) % bits
+                if not held[low >> 3] >> (low & 7) & 1:
+                    continue
+                high = ((key >> 32) & _LOW32) % bits
+                if held[high >> 3] >> (high & 7) & 1 and self._holds(token):
+                    found.append((token, 1.0))
+            out.append(tuple(found))
+        return tuple(out)
 
     def exact(self, token: str) -> TermWeights:
         return ((token, 1.0),) if token in self else ()
@@ -284,21 +309,27 @@ class FieldVocabulary:
         n = len(token)
         if n < MIN_FUZZY_LENGTH:
             return self.exact(token)
-        prefix = token[: queries.PREFIX_LENGTH]
-        if self.ranges and not any(self.may_hold(_range_key(prefix, size)) for size in (n - 1, n, n + 1)):
+        guard = queries.PREFIX_LENGTH
+        prefix = token[:guard]
+        held = self.may_hold
+        if self.ranges and not (
+            held(_range_key(prefix, n - 1)) or held(_range_key(prefix, n)) or held(_range_key(prefix, n + 1))
+        ):
             return ()
-        rest = token[queries.PREFIX_LENGTH :]
+        rest = token[guard:]
         found: dict[str, float] = {}
-        # the terms with the same prefix and one character shorter to one longer: a contiguous range
+        # the terms with the same prefix and one character shorter to one longer: a contiguous
+        # range (all of them longer than the guard, as n - 1 is)
         joined, offsets = self.joined, self.offsets
         last = len(offsets) - 1
         i = self._first_at_or_after(prefix, n - 1)
         while i < last:
             start, end = offsets[i], offsets[i + 1]
-            if end - start > n + 1 or joined[start : min(start + queries.PREFIX_LENGTH, end)] != prefix:
+            size = end - start
+            if size > n + 1 or size < guard or joined[start : start + guard] != prefix:
                 break
             term = joined[start:end]
-            edits = edits_within_one(term[queries.PREFIX_LENGTH :], rest)
+            edits = edits_within_one(term[guard:], rest)
             if edits is not None:
                 found[term] = fuzzy_factor(edits, len(term), n)
             i += 1
@@ -807,6 +838,6 @@ def _alternatives(
         name=name,
         field=field_name,
         boost=boost,
-        positions=tuple(tuple((t, 1.0) for t in group if t in vocab) for group in positions),
+        positions=vocab.held_at(positions),
         alternatives=True,
     )
