@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -17,9 +18,13 @@ from service.storage.templates import (
     BELIEFS,
     apply_templates,
     drop_namespace,
+    ensure_alias,
     expected_mapping,
+    index_sort,
+    index_template_body,
     index_template_name,
     merge_policy,
+    unsorted_indices,
 )
 
 
@@ -71,6 +76,41 @@ def test_the_merge_policy_reaches_an_index_made_before_it(os_client: OpenSearch)
         apply_templates(os_client, ns)
         apply_templates(os_client, ns)
         assert _segments_per_tier(os_client, alias) == {wanted}
+    finally:
+        drop_namespace(os_client, ns)
+
+
+def test_the_beliefs_index_is_sorted_by_tenant(os_client: OpenSearch, settings: Settings) -> None:
+    """Every recall is filtered to one tenant: sorted by tenant_id, a tenant's documents are one
+    run in each segment (docs/operations.md, Index sort)."""
+    assert index_sort(BELIEFS) == ["tenant_id"]
+    live = os_client.indices.get_settings(index=BELIEFS.alias(settings.opensearch_namespace), name="index.sort.*")
+    (only,) = live.values()
+    assert only["settings"]["index"]["sort"]["field"] in (["tenant_id"], "tenant_id")
+    assert unsorted_indices(os_client, BELIEFS, settings.opensearch_namespace) == []
+
+
+def test_an_index_made_before_the_sort_is_reported_until_a_reindex(
+    os_client: OpenSearch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sort is static: an index created by the template before v6 keeps its order. Start-up
+    says so; ``tenure reindex beliefs`` (upgrade_family) gives the next generation the sort."""
+    ns = f"sort-{uuid.uuid4().hex[:6]}"
+    try:
+        body = index_template_body(BELIEFS, ns)
+        del body["template"]["settings"]["sort"]  # the template as it was before v6
+        apply_templates(os_client, ns, ())  # the components only
+        os_client.indices.put_index_template(name=index_template_name(BELIEFS, ns), body=body)
+        ensure_alias(os_client, BELIEFS, ns)
+        assert unsorted_indices(os_client, BELIEFS, ns) == [BELIEFS.concrete(ns, 1)]
+        with caplog.at_level(logging.WARNING, logger="service.storage.templates"):
+            apply_templates(os_client, ns)
+        assert f"{BELIEFS.concrete(ns, 1)} is not sorted like its template" in caplog.text
+        assert "tenure reindex beliefs" in caplog.text
+        assert unsorted_indices(os_client, BELIEFS, ns) == [BELIEFS.concrete(ns, 1)]  # still: static
+        target = upgrade_family(os_client, ns, BELIEFS).target
+        assert target == BELIEFS.concrete(ns, 2)
+        assert unsorted_indices(os_client, BELIEFS, ns) == []
     finally:
         drop_namespace(os_client, ns)
 

@@ -12,6 +12,7 @@ Names (``ns`` is ``settings.opensearch_namespace``):
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ from service.errors import NotFound
 from service.storage.client import translate_errors
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "index_templates"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,14 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
         )
         ensure_alias(client, family, namespace)
         apply_merge_policy(client, family, namespace)
+        for index in unsorted_indices(client, family, namespace):
+            log.warning(
+                "%s is not sorted like its template (index.sort.field %s): recall reads it more slowly "
+                "until `tenure reindex %s` (docs/operations.md, Index sort)",
+                index,
+                index_sort(family),
+                family.name,
+            )
     return removed
 
 
@@ -137,6 +148,36 @@ def apply_merge_policy(client: OpenSearch, family: IndexFamily, namespace: str) 
         client.indices.put_settings(
             index=family.alias(namespace), body={"index": {"merge": policy}}, request_timeout=ADMIN_TIMEOUT_S
         )
+
+
+def index_sort(family: IndexFamily) -> list[str]:
+    """The fields the family's template sorts its indices by (empty: unsorted)."""
+    settings = load_json(f"index/tenure-{family.name}.json")["template"].get("settings", {})
+    fields: list[str] = settings.get("sort", {}).get("field", [])
+    return fields
+
+
+def unsorted_indices(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
+    """The indices behind the family's alias whose index sort is not the template's. The sort is a
+    static setting, fixed when an index is created: an index made before the template had it
+    keeps its order until a reindex into the next generation (which the current template shapes)."""
+    wanted = index_sort(family)
+    alias = family.alias(namespace)
+    indices = client.indices.get_alias(name=alias, request_timeout=ADMIN_TIMEOUT_S)
+    # an index without the setting is left out of this answer, not listed empty
+    live = client.indices.get_settings(index=alias, name="index.sort.field", request_timeout=ADMIN_TIMEOUT_S)
+    return sorted(
+        index
+        for index in indices
+        if _as_list(live.get(index, {}).get("settings", {}).get("index", {}).get("sort", {}).get("field")) != wanted
+    )
+
+
+def _as_list(value: Any) -> list[str]:
+    """A list setting as OpenSearch echoes it: a list, one string for a single value, or absent."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 def index_template_name(family: IndexFamily, namespace: str) -> str:
