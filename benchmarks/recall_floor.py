@@ -77,8 +77,8 @@ class Recorded:
     redis_round_trips: int = 0
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def add_recording_arguments(parser: argparse.ArgumentParser) -> None:
+    """The servers, the corpus and the recalls to record (shared with ``index_order_ab``)."""
     parser.add_argument("--opensearch-url", required=True)
     parser.add_argument("--redis-url", required=True)
     parser.add_argument("--size", type=int, default=1_000_000, help="the loaded corpus (its namespace)")
@@ -86,6 +86,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3000)
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=7)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    add_recording_arguments(parser)
     parser.add_argument("--replays", type=int, default=3, help="times each recorded recall is replayed")
     parser.add_argument("--http-calls", type=int, default=3000, help="GET /healthz calls for the HTTP hop")
     parser.add_argument("--opensearch-pid", type=int, default=None, help="for its CPU per replayed recall")
