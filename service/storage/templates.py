@@ -123,7 +123,7 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
         for index in unsorted_indices(client, family, namespace):
             log.warning(
                 "%s is not sorted like its template (index.sort.field %s): recall reads it more slowly "
-                "until `tenure reindex %s` (docs/operations.md, Index sort)",
+                'until `tenure reindex %s` (docs/operations.md, "Beliefs sorted by tenant")',
                 index,
                 index_sort(family),
                 family.name,
