@@ -82,7 +82,7 @@ def test_the_merge_policy_reaches_an_index_made_before_it(os_client: OpenSearch)
 
 def test_the_beliefs_index_is_sorted_by_tenant(os_client: OpenSearch, settings: Settings) -> None:
     """Every recall is filtered to one tenant: sorted by tenant_id, a tenant's documents are one
-    run in each segment (docs/operations.md, Index sort)."""
+    run in each segment (docs/operations.md, "Beliefs sorted by tenant")."""
     assert index_sort(BELIEFS) == ["tenant_id"]
     live = os_client.indices.get_settings(index=BELIEFS.alias(settings.opensearch_namespace), name="index.sort.*")
     (only,) = live.values()
