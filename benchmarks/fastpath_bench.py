@@ -61,6 +61,7 @@ from deploy.localstack import celery_beat_args, celery_worker_args
 from loadtest.__main__ import CpuMeter
 from loadtest.stats import latency_block
 from service import redis_keys
+from service.api.http_protocol import uvicorn_http_option
 from service.auth import keys
 from service.config import Settings
 from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord
@@ -99,6 +100,12 @@ class Variant:
         (a8d8b24), ``service.api.app`` in older trees such as the code before issue 16."""
         new_root = (self.source / "service" / "app.py").exists()
         return "service.app:create_app" if new_root else "service.api.app:create_app"
+
+    def server_options(self) -> list[str]:
+        """uvicorn options the tree is served with in production: its HTTP protocol class (the JSON
+        400s, the keep-alive floor) when it has one."""
+        own = (self.source / "service" / "api" / "http_protocol.py").exists()
+        return ["--http", uvicorn_http_option()] if own else []
 
     def python(self) -> Path:
         """The source tree's own interpreter if it has one (its dependencies of the day), else ours."""
@@ -225,7 +232,7 @@ class Api:
         }
         args = [str(variant.python()), "-m", "uvicorn", "--factory", variant.app_factory(),
                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),
-                "--no-access-log", "--log-level", "warning"]  # fmt: skip
+                "--no-access-log", "--log-level", "warning", *variant.server_options()]  # fmt: skip
         self.log = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(args, cwd=variant.source, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.drain = ReceiptDrain(variant, env, redis_url, namespace, self.log, log.with_suffix(".beat-schedule"))

@@ -44,6 +44,7 @@ from deploy.localstack import celery_worker_args
 from evals.cases import paper_case_set
 from evals.runner import load_corpus
 from loadtest.stats import percentile
+from service.api.http_protocol import uvicorn_http_option
 from service.api.state import Services
 from service.config import AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 from service.extraction.queue import TaskQueue
@@ -163,6 +164,8 @@ def processes(
             "--log-level",
             "warning",
             "--no-access-log",
+            "--http",
+            uvicorn_http_option(),
         ],
         cwd=REPO,
         env={**env_for(settings), **(app_env or {})},

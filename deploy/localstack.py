@@ -37,6 +37,7 @@ from pydantic import SecretStr
 
 from deploy.cluster import Cluster
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
+from service.api.http_protocol import uvicorn_http_option
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
 from workers.liveness import stale
 
@@ -383,7 +384,7 @@ class LocalStack:
                 "uvicorn", "service.app:create_app", "--factory", "--host", "127.0.0.1",
                 "--port", str(self.ports[name]), "--workers", str(self.config.api_workers),
                 "--log-level", "warning", "--no-access-log",
-                "--http", "service.api.http_protocol:JsonErrorHttpProtocol",
+                "--http", uvicorn_http_option(),
             ]  # fmt: skip
         if name == "worker":
             return celery_worker_args(ns, concurrency=self.config.worker_concurrency, name="stack")

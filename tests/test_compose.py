@@ -23,6 +23,7 @@ import jsonschema
 import pytest
 import yaml
 
+from service.api.http_protocol import MIN_KEEP_ALIVE_S
 from service.config import Settings, environment_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -566,6 +567,9 @@ def test_the_tls_proxy_serves_the_api_over_https(tmp_path: Path) -> None:
     proxy = next(h for h in handlers if h["handler"] == "reverse_proxy")
     assert proxy["upstreams"] == [{"dial": "api:8000"}]
     assert proxy["flush_interval"] == -1  # streamed chat answers are not buffered
+    # Caddy closes an idle upstream connection before the API does (its floor: MIN_KEEP_ALIVE_S)
+    idle_ns = proxy["transport"]["keep_alive"]["idle_timeout"]
+    assert idle_ns < MIN_KEEP_ALIVE_S * 1e9, proxy["transport"]
     blocked = next(sub for sub in route["handle"][0]["routes"] if sub.get("match"))
     assert blocked["match"] == [{"path": ["/metrics"]}] and blocked["handle"][0]["status_code"] == 404
     # the default: a certificate for PUBLIC_HOST from Caddy's internal (self-signed) CA

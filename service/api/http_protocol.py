@@ -7,12 +7,20 @@ close, but the error body every other failure of that route has (the service's s
 proxy's routes their SDK's, when the request line was read before the fault, which the httptools
 parser tells), with code ``bad_request`` and a request id. Served with
 ``uvicorn --http service.api.http_protocol:JsonErrorHttpProtocol``.
+
+They also keep an idle keep-alive connection open for at least :data:`MIN_KEEP_ALIVE_S`, whatever
+``--timeout-keep-alive`` says below that. uvicorn's default, 5 s, equals httpx's idle expiry (the
+SDK's, the OpenAI and Anthropic SDKs'): a client that reuses a connection idle for almost 5 s
+sends its request just as the server closes it, and the request is lost (``ReadError``, connection
+reset) without reaching the app. The server must be the side that waits longer
+(docs/operations.md, "Keep-alive").
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 from urllib.parse import urlsplit
 
 import h11
@@ -22,6 +30,20 @@ from service.api.errors import error_body
 from service.errors import ErrorCode
 
 REQUEST_ID_HEADER = b"x-request-id"
+
+# Longer than every client's idle expiry we know of (httpx 5 s) and than a load balancer's usual
+# 60 s idle timeout, so the client or the balancer always drops an idle connection first.
+MIN_KEEP_ALIVE_S = 65
+
+
+def uvicorn_http_option() -> str:
+    """What ``uvicorn --http`` takes to serve with :data:`JsonErrorHttpProtocol`."""
+    return f"{__name__}:JsonErrorHttpProtocol"
+
+
+def keep_alive_s(configured: int) -> int:
+    """The idle keep-alive timeout a connection gets: uvicorn's setting, never below the floor."""
+    return max(configured, MIN_KEEP_ALIVE_S)
 
 
 def bad_request_body(message: str, path: str = "") -> tuple[str, bytes]:
@@ -41,6 +63,10 @@ def _path_of(target: bytes) -> str:
 
 
 class JsonErrorH11Protocol(H11Protocol):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.timeout_keep_alive = keep_alive_s(self.timeout_keep_alive)
+
     def send_400_response(self, msg: str) -> None:
         request_id, body = bad_request_body(msg)
         headers = [
@@ -62,6 +88,10 @@ except ImportError:  # pragma: no cover - httptools ships with uvicorn[standard]
 else:
 
     class JsonErrorHttpToolsProtocol(HttpToolsProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.timeout_keep_alive = keep_alive_s(self.timeout_keep_alive)
+
         def send_400_response(self, msg: str) -> None:
             # the request target as far as the parser got (a header fault comes after it)
             request_id, body = bad_request_body(msg, _path_of(getattr(self, "url", b"") or b""))

@@ -1,0 +1,65 @@
+"""An idle keep-alive connection stays open longer than clients keep one in their pools.
+
+httpx (the SDK's transport, and the OpenAI and Anthropic SDKs') reuses a connection idle for less
+than 5 s. uvicorn closed its side after 5 s idle by default, so a request sent on a connection idle
+for almost 5 s could meet the server's close and be lost with a reset (``ReadError``), before the
+app saw it: the paced 1M runs of docs/benchmarks.md lost one to three recalls that way.
+
+Against the API under a real uvicorn process, started like production (``deploy/localstack.py``,
+with the service's protocol class)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+from deploy.localstack import LocalStack
+from service.api.http_protocol import MIN_KEEP_ALIVE_S, keep_alive_s
+
+HTTPX_IDLE_EXPIRY_S = httpx.Limits().keepalive_expiry or 0.0
+
+
+def _read_response(sock: socket.socket) -> tuple[int, bytes]:
+    """One HTTP/1.1 response with a Content-Length body; status 0 when the server closed first."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return 0, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(lines[0].split()[1]), body
+
+
+def _get(sock: socket.socket, path: str) -> tuple[int, bytes]:
+    try:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: api\r\n\r\n".encode())
+        return _read_response(sock)
+    except ConnectionError:
+        return 0, b""
+
+
+def test_the_floor_applies_below_it_only() -> None:
+    assert keep_alive_s(5) == MIN_KEEP_ALIVE_S > HTTPX_IDLE_EXPIRY_S
+    assert keep_alive_s(MIN_KEEP_ALIVE_S + 55) == MIN_KEEP_ALIVE_S + 55
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_idle_past_a_clients_expiry_still_answers(served_api: LocalStack) -> None:
+    host, port = served_api.api_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        assert _get(sock, "/healthz")[0] == 200
+        # longer than any pooled client waits before reusing it, and than uvicorn's own default
+        time.sleep(HTTPX_IDLE_EXPIRY_S + 1.0)
+        status, body = _get(sock, "/healthz")
+    assert status == 200, f"the server closed a connection idle {HTTPX_IDLE_EXPIRY_S + 1.0:.0f} s: {body!r}"
