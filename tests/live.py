@@ -12,6 +12,8 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
+from service.api.http_protocol import JsonErrorHttpProtocol
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -24,7 +26,11 @@ def free_port() -> int:
 def serve(app: FastAPI, timeout_s: float = 30.0) -> Iterator[str]:
     """Run ``app`` (its lifespan on) until the block ends; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    # served as in production: the service's protocol class (JSON 400s, the keep-alive floor)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", http=JsonErrorHttpProtocol
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
@@ -26,6 +23,7 @@ from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team, belief_body, make_team, ok
 from tests.api.test_console import file_conflict
+from tests.live import serve
 
 pytestmark = pytest.mark.browser
 
@@ -48,28 +46,11 @@ if not Path(CHROMIUM).exists():  # pragma: no cover - scripts/setup.sh installs 
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def console_url(api_settings: Settings, client: TestClient) -> Iterator[str]:
     """The app under a real uvicorn (its own lifespan, the same stores as ``client``)."""
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(api_settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve(create_app(api_settings)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
