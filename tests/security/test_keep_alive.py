@@ -10,14 +10,23 @@ with the service's protocol class)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
+from typing import Any
 
 import httpx
 import pytest
+import uvicorn
+from uvicorn.server import ServerState
 
 from deploy.localstack import LocalStack
-from service.api.http_protocol import MIN_KEEP_ALIVE_S, keep_alive_s
+from service.api.http_protocol import (
+    MIN_KEEP_ALIVE_S,
+    JsonErrorH11Protocol,
+    JsonErrorHttpProtocol,
+    keep_alive_s,
+)
 
 HTTPX_IDLE_EXPIRY_S = httpx.Limits().keepalive_expiry or 0.0
 
@@ -52,6 +61,22 @@ def _get(sock: socket.socket, path: str) -> tuple[int, bytes]:
 def test_the_floor_applies_below_it_only() -> None:
     assert keep_alive_s(5) == MIN_KEEP_ALIVE_S > HTTPX_IDLE_EXPIRY_S
     assert keep_alive_s(MIN_KEEP_ALIVE_S + 55) == MIN_KEEP_ALIVE_S + 55
+
+
+async def _no_app(scope: Any, receive: Any, send: Any) -> None:
+    raise AssertionError("never called: only the protocol is built")
+
+
+@pytest.mark.parametrize("protocol", [JsonErrorHttpProtocol, JsonErrorH11Protocol], ids=["httptools", "h11"])
+@pytest.mark.parametrize("configured", [5, MIN_KEEP_ALIVE_S + 55])
+def test_both_protocol_classes_apply_the_floor(protocol: type[Any], configured: int) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        config = uvicorn.Config(_no_app, timeout_keep_alive=configured)
+        connection = protocol(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        assert connection.timeout_keep_alive == max(configured, MIN_KEEP_ALIVE_S)
+    finally:
+        loop.close()
 
 
 @pytest.mark.timeout(60)
