@@ -63,17 +63,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def make_sorted_copy(client: OpenSearch, source: str, name: str) -> dict[str, Any]:
-    """Index ``name``: ``source``'s settings and mappings with the template's sort, its documents
-    copied and merged to one segment per shard. Returns how long each step took."""
+def create_like(client: OpenSearch, source: str, name: str, **index_settings: Any) -> None:
+    """Index ``name`` (deleted first) with ``source``'s settings and mappings, ``index_settings``
+    on top, and refreshes off for a bulk copy."""
     described = client.indices.get(index=source)[source]
     settings = described["settings"]["index"]
     for key in ("creation_date", "uuid", "version", "provided_name", "replication", "routing"):
         settings.pop(key, None)
-    settings["sort"] = {"field": index_sort(BELIEFS), "order": ["asc"] * len(index_sort(BELIEFS))}
+    settings.update(index_settings)
     settings["refresh_interval"] = "-1"  # a bulk copy: one refresh at the end
     client.indices.delete(index=name, ignore=[404])
     client.indices.create(index=name, body={"settings": {"index": settings}, "mappings": described["mappings"]})
+
+
+def merge_copy(client: OpenSearch, name: str) -> float:
+    """Refresh on again and one segment per shard, like the loaded index; returns the seconds."""
+    started = time.monotonic()
+    client.indices.put_settings(index=name, body={"index": {"refresh_interval": "1s"}})
+    client.indices.forcemerge(index=name, max_num_segments=1, request_timeout=3600)
+    return round(time.monotonic() - started, 1)
+
+
+def make_sorted_copy(client: OpenSearch, source: str, name: str) -> dict[str, Any]:
+    """Index ``name``: ``source``'s settings and mappings with the template's sort, its documents
+    copied and merged to one segment per shard. Returns how long each step took."""
+    create_like(client, source, name, sort={"field": index_sort(BELIEFS), "order": ["asc"] * len(index_sort(BELIEFS))})
     started = time.monotonic()
     client.reindex(
         body={"source": {"index": source, "size": 2000}, "dest": {"index": name}},
@@ -81,10 +95,7 @@ def make_sorted_copy(client: OpenSearch, source: str, name: str) -> dict[str, An
         refresh=True,
         request_timeout=3600,
     )
-    copied = time.monotonic()
-    client.indices.put_settings(index=name, body={"index": {"refresh_interval": "1s"}})
-    client.indices.forcemerge(index=name, max_num_segments=1, request_timeout=3600)
-    return {"copy_s": round(copied - started, 1), "merge_s": round(time.monotonic() - copied, 1)}
+    return {"copy_s": round(time.monotonic() - started, 1), "merge_s": merge_copy(client, name)}
 
 
 def _cpu_s(pid: int | None) -> float:
@@ -150,15 +161,8 @@ def _headers(sent: Sent) -> dict[str, str]:
     return {"Content-Type": "application/x-ndjson" if sent.kind == "_msearch" else "application/json"}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    client = OpenSearch(args.opensearch_url.split(","), timeout=120)
-    alias = BELIEFS.alias(fb.namespace_of(args.size))
-    index_a = args.index_a or next(iter(client.indices.get_alias(name=alias)))
-    copy = make_sorted_copy(client, index_a, args.sorted_copy) if args.sorted_copy else None
-    index_b = args.sorted_copy or args.index_b
-    if index_b is None:
-        raise SystemExit("name index B: --index-b or --sorted-copy")
+def recorded_searches(args: argparse.Namespace) -> list[Sent]:
+    """The searches of ``--queries`` recalls through the real API, after ``--warmup`` more."""
     floor_args = recall_floor.parse_args(
         ["--opensearch-url", args.opensearch_url, "--redis-url", args.redis_url, "--size", str(args.size)]
         + ["--traffic", args.traffic, "--warmup", str(args.warmup), "--queries", str(args.queries)]
@@ -167,23 +171,47 @@ def main(argv: list[str] | None = None) -> int:
     spec = Spec(tenants=calls.tenants, users_per_tenant=calls.users_per_tenant)
     queries = fb.traffic(calls, args.traffic, args.size, spec)[: args.warmup + args.queries]
     recalls = recall_floor.record(floor_args, queries)
-    searches = [sent for recall in recalls for sent in recall.opensearch if sent.kind in SEARCHES]
+    return [sent for recall in recalls for sent in recall.opensearch if sent.kind in SEARCHES]
+
+
+def index_behind_alias(client: OpenSearch, size: int) -> str:
+    """The index the loaded corpus of ``size`` beliefs is served from."""
+    return str(next(iter(client.indices.get_alias(name=BELIEFS.alias(fb.namespace_of(size))))))
+
+
+def write_report(args: argparse.Namespace, argv: list[str] | None, report: dict[str, Any]) -> None:
+    """Print the report (with the command and the machine's load) and keep it in ``--out``."""
     report = {
-        "what": "index_order_ab",
-        "command": "python -m benchmarks.index_order_ab " + " ".join(sys.argv[1:] if argv is None else argv),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **report,
+        "command": f"python -m benchmarks.{report['what']} " + " ".join(sys.argv[1:] if argv is None else argv),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "loadavg": os.getloadavg(),
         "traffic": args.traffic,
+    }
+    print(json.dumps(report, indent=2))
+    if args.out:
+        with open(args.out, "w") as out:
+            out.write(json.dumps(report, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    client = OpenSearch(args.opensearch_url.split(","), timeout=120)
+    index_a = args.index_a or index_behind_alias(client, args.size)
+    copy = make_sorted_copy(client, index_a, args.sorted_copy) if args.sorted_copy else None
+    index_b = args.sorted_copy or args.index_b
+    if index_b is None:
+        raise SystemExit("name index B: --index-b or --sorted-copy")
+    searches = recorded_searches(args)
+    report = {
+        "what": "index_order_ab",
         "index_a": index_a,
         "index_b": index_b,
         "sort_b": index_sort(BELIEFS),
         "sorted_copy": copy,
         **replay(args, searches, [index_a, index_b]),
     }
-    print(json.dumps(report, indent=2))
-    if args.out:
-        with open(args.out, "w") as out:
-            out.write(json.dumps(report, indent=2) + "\n")
+    write_report(args, argv, report)
     return 0
 
 

@@ -1,0 +1,127 @@
+"""Recall's searches on two copies of the beliefs index that differ only in the beliefs' change logs.
+
+A belief keeps its history in its own document: one change-log entry when it is created, one per
+reinforcement, edit or promotion, up to ``MAX_CHANGE_LOG`` (200). Recall never returns the change
+log. Still, OpenSearch reads the whole stored source of every hit, parses it, and filters the log
+out (``_source.excludes``). The benchmark corpus is generated with empty change logs, so its
+figures show recall as if no belief had a history. This measures what the history costs recall:
+
+1. Index B is made as a copy of index A (the namespace's index, same settings and mappings). Every
+   belief gets a change log shaped like the ones extraction writes (``ChangeLogEntry``: a
+   "created" entry, then "reinforced" ones, each with its own session and turn ids). Its length
+   is ``--entries reinforced`` (1 + the belief's ``reinforcement_count``, the history the corpus
+   implies) or a fixed number (``--entries 200``: every belief at the cap, the worst case).
+2. The searches of ``--queries`` recalls through the real API (``index_order_ab``) are replayed
+   raw on A and B in alternating rounds, with the node's CPU per search. The hits of every answer
+   are compared too: the change log must not change an answer.
+
+    .venv/bin/python -m benchmarks.change_log_ab --opensearch-url $OS --redis-url $REDIS \\
+        --opensearch-pid $OS_PID --size 100000 --entries 200 --copy change-log-ab
+
+This is a benchmark, not a test: it prints figures (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from opensearchpy import OpenSearch, helpers
+
+from benchmarks import index_order_ab, recall_floor
+from service.domain.belief import MAX_CHANGE_LOG, ChangeLogEntry
+
+CREATED = "created (extraction)"
+REINFORCED = "reinforced (extraction)"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    recall_floor.add_recording_arguments(parser)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--entries", default="reinforced", help="'reinforced' (1 + reinforcement_count) or a number")
+    parser.add_argument("--copy", default="change-log-ab", help="index B's name (deleted first)")
+    parser.add_argument("--opensearch-pid", type=int, default=None, help="for its CPU per search")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    if args.entries != "reinforced" and not 1 <= int(args.entries) <= MAX_CHANGE_LOG:
+        parser.error(f"--entries: 'reinforced' or 1..{MAX_CHANGE_LOG}")
+    return args
+
+
+def entries_for(source: dict[str, Any], entries: str) -> int:
+    """How many change-log entries the copy of this belief gets."""
+    if entries == "reinforced":
+        return min(MAX_CHANGE_LOG, 1 + int(source.get("reinforcement_count") or 0))
+    return int(entries)
+
+
+def _hex(seed: str, length: int) -> str:
+    """A stable id-like hex string (ids do not compress like repeated text)."""
+    return hashlib.blake2b(seed.encode(), digest_size=length // 2).hexdigest()
+
+
+def history(source: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """``count`` entries as the lifecycle writes them: created, then reinforced, each in its own
+    session and turn, in the stored (JSON) form."""
+    belief = str(source["id"])
+    return [
+        ChangeLogEntry(
+            changed_at=source.get("last_reinforced_at") or source["created_at"],
+            trigger=CREATED if i == 0 else REINFORCED,
+            actor=source.get("owner_id"),
+            changed_by_session=f"sess-{_hex(f'{belief}/s{i}', 16)}",
+            changed_by_turn=f"turn-{_hex(f'{belief}/t{i}', 32)}",
+        ).model_dump(mode="json")
+        for i in range(count)
+    ]
+
+
+def _copied(client: OpenSearch, source: str, name: str, entries: str) -> Iterator[dict[str, Any]]:
+    for hit in helpers.scan(client, index=source, size=2000, query={"query": {"match_all": {}}}):
+        document = hit["_source"]
+        document["change_log"] = history(document, entries_for(document, entries))
+        yield {"_index": name, "_id": hit["_id"], "_routing": hit.get("_routing"), "_source": document}
+
+
+def make_logged_copy(client: OpenSearch, source: str, name: str, entries: str) -> dict[str, Any]:
+    """Index ``name``: ``source``'s documents (ids, routing) with change logs of ``entries``,
+    merged to one segment per shard. Returns how long each step took and the store sizes."""
+    index_order_ab.create_like(client, source, name)
+    started = time.monotonic()
+    helpers.bulk(client, _copied(client, source, name, entries), chunk_size=1000, request_timeout=600)
+    copied = round(time.monotonic() - started, 1)
+    merged = index_order_ab.merge_copy(client, name)
+    stats = client.indices.stats(index=f"{source},{name}", metric="store,docs")["indices"]
+    primaries = {index: stats[index]["primaries"] for index in (source, name)}
+    return {
+        "copy_s": copied,
+        "merge_s": merged,
+        "docs": {index: held["docs"]["count"] for index, held in primaries.items()},
+        "store_mb": {index: round(held["store"]["size_in_bytes"] / 1e6, 1) for index, held in primaries.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    client = OpenSearch(args.opensearch_url.split(","), timeout=120)
+    index_a = index_order_ab.index_behind_alias(client, args.size)
+    copy = make_logged_copy(client, index_a, args.copy, args.entries)
+    searches = index_order_ab.recorded_searches(args)
+    report = {
+        "what": "change_log_ab",
+        "index_a": index_a,
+        "index_b": args.copy,
+        "entries_b": args.entries,
+        "copy": copy,
+        **index_order_ab.replay(args, searches, [index_a, args.copy]),
+    }
+    index_order_ab.write_report(args, argv, report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
