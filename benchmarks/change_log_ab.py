@@ -6,7 +6,8 @@ log. Still, OpenSearch reads the whole stored source of every hit, parses it, an
 out (``_source.excludes``). The benchmark corpus is generated with empty change logs, so its
 figures show recall as if no belief had a history. This measures what the history costs recall:
 
-1. Index B is made as a copy of index A (the namespace's index, same settings and mappings). Every
+1. Index B is made as a copy of index A (the namespace's index, same settings and mappings,
+   every document with its routing and vocabulary units). Every
    belief gets a change log shaped like the ones extraction writes (``ChangeLogEntry``: a
    "created" entry, then "reinforced" ones, each with its own session and turn ids). Its length
    is ``--entries reinforced`` (1 + the belief's ``reinforcement_count``, the history the corpus
@@ -33,6 +34,7 @@ from opensearchpy import OpenSearch, helpers
 
 from benchmarks import index_order_ab, recall_floor
 from service.domain.belief import MAX_CHANGE_LOG, ChangeLogEntry
+from service.storage.vocabulary import UNITS_FIELD
 
 CREATED = "created (extraction)"
 REINFORCED = "reinforced (extraction)"
@@ -81,9 +83,16 @@ def history(source: dict[str, Any], count: int) -> list[dict[str, Any]]:
 
 
 def _copied(client: OpenSearch, source: str, name: str, entries: str) -> Iterator[dict[str, Any]]:
-    for hit in helpers.scan(client, index=source, size=2000, query={"query": {"match_all": {}}}):
+    """Each document of ``source`` with its history, and its vocabulary units: the mapping keeps
+    them out of ``_source``, so they are read from doc values (without them, a tenant's vocabulary
+    would be built from nothing on B)."""
+    query = {"query": {"match_all": {}}, "docvalue_fields": [UNITS_FIELD]}
+    for hit in helpers.scan(client, index=source, size=2000, query=query):
         document = hit["_source"]
         document["change_log"] = history(document, entries_for(document, entries))
+        units = hit.get("fields", {}).get(UNITS_FIELD)
+        if units:
+            document[UNITS_FIELD] = units
         yield {"_index": name, "_id": hit["_id"], "_routing": hit.get("_routing"), "_source": document}
 
 

@@ -120,7 +120,12 @@ def _on_index(sent: Sent, index: str) -> Sent:
 def _ids(answer: bytes) -> list[list[str]]:
     decoded = json.loads(answer)
     items = decoded.get("responses", [decoded])
-    return [[hit["_id"] for hit in item.get("hits", {}).get("hits", [])] for item in items]
+    # a hit without ``_id`` (a page of the vocabulary's units asks only for sort values and
+    # fields) is compared whole
+    return [
+        [hit.get("_id") or json.dumps(hit, sort_keys=True) for hit in item.get("hits", {}).get("hits", [])]
+        for item in items
+    ]
 
 
 def replay(args: argparse.Namespace, searches: list[Sent], indices: list[str]) -> dict[str, Any]:

@@ -32,6 +32,9 @@ def test_hits_are_compared_by_id_in_order_per_item() -> None:
     answer = {"responses": [{"hits": {"hits": [{"_id": "b"}, {"_id": "a"}]}}, {"status": 404, "error": {}}]}
     assert _ids(json.dumps(answer).encode()) == [["b", "a"], []]
     assert _ids(json.dumps({"hits": {"hits": [{"_id": "x"}]}}).encode()) == [["x"]]
+    assert _ids(json.dumps({"hits": {"hits": [{"sort": [1], "fields": {}}]}}).encode()) == [
+        [json.dumps({"fields": {}, "sort": [1]})]
+    ]
 
 
 def test_the_sorted_copy_has_the_template_sort_and_every_document(store: BeliefStore, tenant: str) -> None:
