@@ -68,16 +68,23 @@ def _hex(seed: str, length: int) -> str:
 
 def history(source: dict[str, Any], count: int) -> list[dict[str, Any]]:
     """``count`` entries as the lifecycle writes them: created, then reinforced, each in its own
-    session and turn, in the stored (JSON) form."""
+    session and turn, in the stored (JSON) form. The model dumps one entry; the others are that
+    dump with their own trigger and ids (a model per entry made a copy at the cap take minutes)."""
     belief = str(source["id"])
+    entry = ChangeLogEntry(
+        changed_at=source.get("last_reinforced_at") or source["created_at"],
+        trigger=REINFORCED,
+        actor=source.get("owner_id"),
+        changed_by_session=f"sess-{_hex(belief, 16)}",
+        changed_by_turn=f"turn-{_hex(belief, 32)}",
+    ).model_dump(mode="json")
     return [
-        ChangeLogEntry(
-            changed_at=source.get("last_reinforced_at") or source["created_at"],
-            trigger=CREATED if i == 0 else REINFORCED,
-            actor=source.get("owner_id"),
-            changed_by_session=f"sess-{_hex(f'{belief}/s{i}', 16)}",
-            changed_by_turn=f"turn-{_hex(f'{belief}/t{i}', 32)}",
-        ).model_dump(mode="json")
+        {
+            **entry,
+            "trigger": CREATED if i == 0 else REINFORCED,
+            "changed_by_session": f"sess-{_hex(f'{belief}/s{i}', 16)}",
+            "changed_by_turn": f"turn-{_hex(f'{belief}/t{i}', 32)}",
+        }
         for i in range(count)
     ]
 
