@@ -120,8 +120,8 @@ def _on_index(sent: Sent, index: str) -> Sent:
 def _ids(answer: bytes) -> list[list[str]]:
     decoded = json.loads(answer)
     items = decoded.get("responses", [decoded])
-    # a hit without ``_id`` (a page of the vocabulary's units asks only for sort values and
-    # fields) is compared whole
+    # a hit without ``_id`` (a tenant's vocabulary read asks only for each document's units, from
+    # doc values) is compared whole
     return [
         [hit.get("_id") or json.dumps(hit, sort_keys=True) for hit in item.get("hits", {}).get("hits", [])]
         for item in items
