@@ -825,7 +825,7 @@ class BeliefLifecycle:
         redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
         cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
         if expunge:
-            erasure.expunge_deletes(self.store.client, [self.store.alias, *self._copy_aliases()])
+            erasure.expunge_deletes(self.store.client, [self.store.alias, self.store.logs.alias, *self._copy_aliases()])
         receipt = ErasureReceipt(
             belief_id=belief_id,
             belief_versions_removed=removed,
@@ -879,7 +879,7 @@ class BeliefLifecycle:
         redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
         cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
         if expunge:
-            erasure.expunge_deletes(self.store.client, [self.store.alias, *self._copy_aliases()])
+            erasure.expunge_deletes(self.store.client, [self.store.alias, self.store.logs.alias, *self._copy_aliases()])
         self.record(
             change,
             AuditAction.BELIEF_QUARANTINE_ERASE,

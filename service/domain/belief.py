@@ -39,9 +39,10 @@ MAX_RELATION_TYPE_CHARS = 64
 MAX_REMOVED_ALIASES = 500  # remembered per belief (the change log's rollover keeps them too)
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 # Indexed fields derived from the model, never part of it: the lifecycle and content fingerprint
-# (to_document) and the analysed name units the storage layer adds (kept out of the stored source
-# by the mapping; ignored here too, so an index without that exclusion still reads).
-_DERIVED_FIELDS = frozenset({"lifecycle", "content_hash", "vocabulary_units"})
+# (to_document), the analysed name units the storage layer adds (kept out of the stored source
+# by the mapping; ignored here too, so an index without that exclusion still reads) and the ref of
+# the change-log document the storage layer keeps the log in (service/storage/change_logs.py).
+_DERIVED_FIELDS = frozenset({"lifecycle", "content_hash", "vocabulary_units", "change_log_ref"})
 
 
 class BeliefType(str, Enum):

@@ -25,6 +25,7 @@ from service.errors import Conflict, NotFound, Unreadable
 from service.storage import access, calls, cursor, queries
 from service.storage.access import ScopeView
 from service.storage.calls import Call, Reads
+from service.storage.change_logs import LOG_FIELD, REF_FIELD, ChangeLogStore, PendingLog, refused
 from service.storage.client import (
     already_exists,
     bulk_item,
@@ -228,16 +229,25 @@ class BeliefStore:
         self.versions = versions
         # the index mapping and the analysis of names into stored units (service/storage/vocabulary.py)
         self.vocabulary = VocabularyStore(client, self.alias)
+        # the beliefs' change logs, kept out of their documents (service/storage/change_logs.py)
+        self.logs = ChangeLogStore(client, namespace)
 
     def documents(self, beliefs: Sequence[Belief]) -> list[dict[str, Any]]:
-        """The stored form of each belief: the model's document plus, when the index stores them,
-        the analysed units of its names and aliases (one analysis round trip for all of them)."""
+        """The model's document of each belief plus, when the index stores them, the analysed units
+        of its names and aliases (one analysis round trip for all of them). The change log is still
+        in it: :meth:`_stored_forms` takes it out."""
         units = self.vocabulary.units_of([(b.tenant_id, b.canonical_name, b.aliases) for b in beliefs])
         documents = [b.to_document() for b in beliefs]
         if units is not None:
             for document, held in zip(documents, units, strict=True):
                 document[UNITS_FIELD] = held
         return documents
+
+    def _stored_forms(self, beliefs: Sequence[Belief]) -> list[tuple[dict[str, Any], PendingLog | None]]:
+        """What a write stores for each belief: its document, naming a fresh change-log ref, and the
+        log document to write first (None for an empty log)."""
+        documents = self.documents(beliefs)
+        return [(document, self.logs.split(document)) for document in documents]
 
     def written(self, tenant_ids: Iterable[str]) -> None:
         """Record that the tenants' beliefs changed (after the write is visible)."""
@@ -257,43 +267,60 @@ class BeliefStore:
 
     # ---------------------------------------------------------------- writes
 
-    def _index_one(self, belief: Belief, *, refresh: Refresh, on_conflict: str, **options: Any) -> None:
-        body = self.documents([belief])[0]
-        with self._bumping([belief.tenant_id]):
-            index_routed(
-                self.client,
-                index=self.alias,
-                doc_id=doc_id(belief.tenant_id, belief.id),
-                body=body,
-                routing=belief.tenant_id,
-                refresh=refresh,
-                action="store a belief",
-                on_conflict=on_conflict,
-                **options,
-            )
+    def _index_one(
+        self, belief: Belief, *, refresh: Refresh, on_conflict: str, create_only: bool = False, **options: Any
+    ) -> None:
+        """Write one belief: its log document first, then the belief pointing at it, then the log it
+        replaced is retired (service/storage/change_logs.py has the protocol)."""
+        ((body, pending),) = self._stored_forms([belief])
+        replaced = {} if create_only else self.logs.current_refs(belief.tenant_id, [belief.id])
+        if pending is not None:
+            self.logs.write(pending)
+        try:
+            with self._bumping([belief.tenant_id]):
+                index_routed(
+                    self.client,
+                    index=self.alias,
+                    doc_id=doc_id(belief.tenant_id, belief.id),
+                    body=body,
+                    routing=belief.tenant_id,
+                    refresh=refresh,
+                    action="store a belief",
+                    on_conflict=on_conflict,
+                    op_type="create" if create_only else "index",
+                    **options,
+                )
+        except Conflict:
+            if not (create_only and self._already_stored(belief, body, pending, refresh)):
+                self.logs.retire(belief.tenant_id, [pending.ref] if pending else [])
+                raise
+        except Exception as exc:
+            if pending is not None and refused(exc):  # nothing stored: its log can go now
+                self.logs.retire(belief.tenant_id, [pending.ref])
+            raise
+        old = replaced.get(belief.id)
+        if old is not None and (pending is None or old != pending.ref):
+            self.logs.retire(belief.tenant_id, [old])
 
     def put(self, belief: Belief, *, refresh: Refresh = "wait_for", create_only: bool = False) -> None:
         """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id, except
         with this very document (see :meth:`_already_stored`)."""
-        try:
-            self._index_one(
-                belief,
-                refresh=refresh,
-                on_conflict=f"belief {belief.id!r} already exists",
-                op_type="create" if create_only else "index",
-            )
-        except Conflict:
-            if not (create_only and self._already_stored(belief, refresh)):
-                raise
+        self._index_one(
+            belief, refresh=refresh, on_conflict=f"belief {belief.id!r} already exists", create_only=create_only
+        )
 
-    def _already_stored(self, belief: Belief, refresh: Refresh) -> bool:
+    def _already_stored(
+        self, belief: Belief, body: dict[str, Any], pending: PendingLog | None, refresh: Refresh
+    ) -> bool:
         """Whether a create's 409 met this very document: our own first attempt.
 
         When the connection to a node breaks mid-request (the node was killed), opensearch-py sends
         the request again to the next node; if the first attempt had already stored the belief, the
         retry's create gets 409 and the client would be told its write conflicts although it was
         stored (cluster drill, docs/fault-drills.md). Only the same write has the same document
-        (timestamps included): a later write with the same id still gets its 409."""
+        (timestamps and change log included): a later write with the same id still gets its 409.
+        The stored document may point at the first attempt's log document, with the same entries:
+        this attempt's own log document is then retired."""
         found = get_routed(
             self.client,
             index=self.alias,
@@ -301,49 +328,90 @@ class BeliefStore:
             routing=belief.tenant_id,
             action="read back a belief",
         )
-        if found is None or found.get("_source") != orjson.loads(orjson.dumps(belief.to_document())):
+        stored = found.get("_source") if found else None
+        if not isinstance(stored, dict) or not self._same_write(stored, body, pending):
             return False
+        if pending is not None and stored.get(REF_FIELD) != pending.ref:
+            self.logs.retire(belief.tenant_id, [pending.ref])
         if refresh != "false":  # the write promised to be visible to the next search
             with translate_errors("refresh the beliefs index"):
                 self.client.indices.refresh(index=self.alias)
         return True
 
+    def _same_write(self, stored: dict[str, Any], body: dict[str, Any], pending: PendingLog | None) -> bool:
+        """Whether ``stored`` is the document ``body`` (its units aside: not in ``_source``) with the
+        change log of ``pending``, whichever log document holds it."""
+        sent = {k: v for k, v in body.items() if k not in (UNITS_FIELD, REF_FIELD)}
+        if {k: v for k, v in stored.items() if k != REF_FIELD} != orjson.loads(orjson.dumps(sent)):
+            return False
+        if pending is None:
+            return REF_FIELD not in stored
+        (hit,) = self.logs.attach([{"_source": dict(stored)}], lambda _hit: None) or [{"_source": {}}]
+        entries = hit["_source"].get(LOG_FIELD)
+        return bool(entries == orjson.loads(orjson.dumps(pending.document["entries"])))
+
     def put_many(
         self, beliefs: Sequence[Belief], *, refresh: Refresh = "wait_for", create_only: bool = False
     ) -> WriteResult:
-        written: list[str] = []
-        failed: dict[str, str] = {}
+        """Write many beliefs, one bulk chunk at a time, each chunk as :meth:`_index_one` writes one
+        belief: the chunk's change logs first, then its beliefs, then the logs they replaced."""
+        result = WriteResult(written=[], failed={})
         with self._bumping(b.tenant_id for b in beliefs), translate_errors("store beliefs"):
-            for ok, item in helpers.streaming_bulk(
-                self.client,
-                self._bulk_actions(beliefs, create_only),
-                chunk_size=_BULK_CHUNK,
-                raise_on_error=False,
-                raise_on_exception=False,
-                max_retries=2,
-            ):
-                info = bulk_item(item)
-                belief_id = str(info.get("_id", "")).split(":", 1)[-1]
-                if ok:
-                    written.append(belief_id)
-                else:
-                    failed[belief_id] = _refusal(belief_id, info)
+            for start in range(0, len(beliefs), _BULK_CHUNK):
+                self._put_chunk(beliefs[start : start + _BULK_CHUNK], create_only, result)
             if refresh != "false" and beliefs:
                 self.client.indices.refresh(index=self.alias)
-        return WriteResult(written=written, failed=failed)
+        return result
 
-    def _bulk_actions(self, beliefs: Sequence[Belief], create_only: bool) -> Iterator[dict[str, Any]]:
-        """Bulk actions, analysed one chunk at a time (one analysis round trip per bulk chunk)."""
-        for start in range(0, len(beliefs), _BULK_CHUNK):
-            chunk = beliefs[start : start + _BULK_CHUNK]
-            for b, document in zip(chunk, self.documents(chunk), strict=True):
-                yield {
+    def _put_chunk(self, chunk: Sequence[Belief], create_only: bool, result: WriteResult) -> None:
+        forms = self._stored_forms(chunk)
+        replaced: dict[tuple[str, str], str] = {}
+        if not create_only:
+            for tenant, ids in _ids_by_tenant(chunk).items():
+                replaced.update({(tenant, b): ref for b, ref in self.logs.current_refs(tenant, ids).items()})
+        logs = [pending for _, pending in forms if pending is not None]
+        stored_logs = self.logs.write_many(logs)
+        actions: list[dict[str, Any]] = []
+        new_log: dict[str, PendingLog] = {}
+        for b, (document, pending) in zip(chunk, forms, strict=True):
+            if pending is not None and pending.ref not in stored_logs:
+                result.failed[b.id] = "its change log could not be stored; retry"
+                continue
+            if pending is not None:
+                new_log[doc_id(b.tenant_id, b.id)] = pending
+            actions.append(
+                {
                     "_op_type": "create" if create_only else "index",
                     "_index": self.alias,
                     "_id": doc_id(b.tenant_id, b.id),
                     "_routing": b.tenant_id,
                     "_source": document,
                 }
+            )
+        retired: dict[str, list[str]] = {}
+        refused_logs: dict[str, dict[str, str]] = {}
+        for ok, item in helpers.streaming_bulk(
+            self.client, actions, chunk_size=_BULK_CHUNK, raise_on_error=False, raise_on_exception=False, max_retries=2
+        ):
+            info = bulk_item(item)
+            key = str(info.get("_id", ""))
+            tenant, _, belief_id = key.partition(":")
+            pending = new_log.get(key)
+            if ok:
+                result.written.append(belief_id)
+                old = replaced.get((tenant, belief_id))
+                if old is not None and (pending is None or old != pending.ref):
+                    retired.setdefault(tenant, []).append(old)
+            else:
+                result.failed[belief_id] = _refusal(belief_id, info)
+                if pending is not None and isinstance(info.get("status"), int) and 400 <= info["status"] < 500:
+                    refused_logs.setdefault(tenant, {})[belief_id] = pending.ref
+        for tenant, sent in refused_logs.items():
+            # refused: nothing points at these logs, unless a 409 met this very bulk's first attempt
+            now = self.logs.current_refs(tenant, list(sent))
+            retired.setdefault(tenant, []).extend(ref for b, ref in sent.items() if now.get(b) != ref)
+        for tenant, refs in retired.items():
+            self.logs.retire(tenant, refs)
 
     def replace(self, belief: Belief, *, if_seq_no: int, if_primary_term: int, refresh: Refresh = "wait_for") -> None:
         """Optimistic update: fails with Conflict if someone changed the belief meanwhile."""
@@ -390,7 +458,10 @@ class BeliefStore:
         hits = self._search(filters, body, "read a belief")["hits"]["hits"]
         if not hits:
             raise NotFound(f"belief {belief_id!r} not found")
-        hit = hits[0]
+        whole = self.with_logs(hits[:1])
+        if not whole:  # erased between the search and the read of its log
+            raise NotFound(f"belief {belief_id!r} not found")
+        hit = whole[0]
         belief = load_belief(hit["_source"], hit_id=hit.get("_id"))
         if belief is None:
             raise Unreadable(
@@ -398,6 +469,32 @@ class BeliefStore:
                 "an admin can erase it at /v1/admin/quarantine"
             )
         return belief, int(hit["_seq_no"]), int(hit["_primary_term"])
+
+    def with_logs(self, hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Hits of whole belief documents with their change logs put back (read paths that load
+        beliefs to show their history or write them back; service/storage/change_logs.py)."""
+        return self.logs.attach(hits, self._reread)
+
+    def _reread(self, hit: dict[str, Any]) -> dict[str, Any] | None:
+        """The hit's belief as it is stored now (real time), or None once it is deleted. The hit came
+        through the caller's filters, so its own tenant and id address the same document."""
+        source = hit.get("_source") or {}
+        tenant_id, belief_id = str(source.get("tenant_id")), str(source.get("id"))
+        found = get_routed(
+            self.client,
+            index=self.alias,
+            doc_id=doc_id(tenant_id, belief_id),
+            routing=tenant_id,
+            action="read a belief again",
+        )
+        if found is None or not isinstance(found.get("_source"), dict):
+            return None
+        return {
+            **hit,
+            "_source": found["_source"],
+            "_seq_no": found.get("_seq_no"),
+            "_primary_term": found.get("_primary_term"),
+        }
 
     def get_many(
         self, principal: Principal, ids: Iterable[str], *, view: ScopeView | None = None, live_only: bool = True
@@ -577,6 +674,13 @@ class BeliefStore:
             self.client.indices.refresh(index=self.alias)
 
 
+def _ids_by_tenant(beliefs: Iterable[Belief]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for b in beliefs:
+        out.setdefault(b.tenant_id, []).append(b.id)
+    return out
+
+
 @dataclass(frozen=True)
 class ListFilter:
     """Narrowing for list/export (never access: that comes from the principal)."""
@@ -621,8 +725,9 @@ def _page(
         include_change_log=include_change_log,
     )
     hits = store._search(filters, body, "list beliefs")["hits"]["hits"]
+    whole = store.with_logs(hits) if include_change_log else hits
     # The cursor follows the last hit, readable or not: a quarantined document never stops paging.
-    return load_beliefs(hits), (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
+    return load_beliefs(whole), (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
 
 
 def list_page(
@@ -696,14 +801,16 @@ def raw_source(store: BeliefStore, principal: Principal, belief_id: str) -> dict
         routing=access.routing(principal),
         action="read a stored belief",
     )
-    source = found.get("_source") if found else None
-    return source if isinstance(source, dict) else None
+    if found is None or not isinstance(found.get("_source"), dict):
+        return None
+    whole = store.with_logs([found])  # its log too: what a load of it reads (and its texts to erase)
+    return whole[0]["_source"] if whole else None
 
 
 def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) -> list[str]:
-    """Hard-delete the given beliefs of the principal's tenant (admin erase); returns those removed.
-    The documents are addressed by ``<tenant>:<id>`` from the principal, so another tenant's are out
-    of reach by construction."""
+    """Hard-delete the given beliefs of the principal's tenant (admin erase), and every change-log
+    document of theirs; returns the beliefs removed. The beliefs are addressed by ``<tenant>:<id>``
+    from the principal, so another tenant's are out of reach by construction."""
     removed: list[str] = []
     with store._bumping([principal.tenant_id]):
         for belief_id in belief_ids:
@@ -718,4 +825,5 @@ def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) 
                 removed.append(belief_id)
             except NotFound:
                 continue
+    store.logs.delete_of_beliefs(principal, belief_ids)
     return removed

@@ -66,7 +66,7 @@ class BeliefLookup:
             "sort": ["_score", {"created_at": "asc"}, {"id": "asc"}],
         }
         rows = self._search(filters, body, "look up a belief by name")
-        return list(load_beliefs(rows))
+        return list(load_beliefs(self.store.with_logs(rows)))
 
     def by_canonical_name(self, principal: Principal, name: str) -> list[Belief]:
         return [b for b in self.by_name_or_alias(principal, name) if b.canonical_name == name]
@@ -88,7 +88,7 @@ class BeliefLookup:
             "sort": [{"created_at": "asc"}, {"id": "asc"}],
         }
         rows = self._search(filters, body, "list a compaction bucket")
-        return list(load_beliefs(rows))
+        return list(load_beliefs(self.store.with_logs(rows)))
 
     def plan_buckets(self, *, min_count: int, tenant_id: str | None = None, page: int = 500) -> list[BucketKey]:
         """Key-only scan: every (tenant, owner, scope, type, subtype) with >= ``min_count`` live

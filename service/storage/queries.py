@@ -53,11 +53,13 @@ CLAUSES = ("canonical_name", "canonical_name.phrase", "aliases", "aliases.shingl
 # names still whole units), beside the ``.cjk`` ones (index_templates/README.md has the measurement).
 
 LIVE = {"term": {"lifecycle": Lifecycle.LIVE.value}}
-# Read paths never load these from a stored source: the change log (it only matters to a read that
-# writes the belief back, or shows its history: those read the whole document) and the derived,
+# Read paths never load these from a stored source: the change log and its ref (they only matter to
+# a read that writes the belief back, or shows its history: those read the whole document and its
+# log document, service/storage/change_logs.py; ``change_log`` itself is only still in documents
+# written before the log moved out) and the derived,
 # indexed-only fields the model ignores on load (``lifecycle``, ``content_hash``; the analysed
 # ``vocabulary_units`` are kept out of ``_source`` by the mapping). ~100 bytes a hit (issue 16).
-_SOURCE_EXCLUDES = ["change_log", "lifecycle", "content_hash"]
+_SOURCE_EXCLUDES = ["change_log", "change_log_ref", "lifecycle", "content_hash"]
 
 # What recall does not read of an ``_msearch`` answer (``filter_path``, exclusions only): the
 # top-level ``took``, each item's shard counts, ``timed_out`` and ``max_score``, and the hits'

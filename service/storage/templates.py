@@ -47,10 +47,29 @@ AUDIT = IndexFamily("audit")
 ACCOUNTS = IndexFamily("accounts")
 TURNS = IndexFamily("turns")
 REVIEWS = IndexFamily("reviews")
+# The beliefs' change logs (service/storage/change_logs.py): written and read with the beliefs, so
+# wherever the beliefs family is set up or dropped, this one is too (:func:`with_companions`).
+BELIEF_LOGS = IndexFamily("belief-logs")
 # The one registry of index families: everything a deployment writes. Start-up, `tenure
 # apply-templates`, `tenure reindex`, the template tests and the clean-up of test and drill
 # namespaces all iterate this tuple; a new family is added here and in index_templates/index/.
-FAMILIES: tuple[IndexFamily, ...] = (BELIEFS, AUDIT, ACCOUNTS, TURNS, REVIEWS)
+FAMILIES: tuple[IndexFamily, ...] = (BELIEFS, BELIEF_LOGS, AUDIT, ACCOUNTS, TURNS, REVIEWS)
+# Families that never exist without another one: a store of beliefs writes their logs.
+_COMPANIONS: dict[IndexFamily, tuple[IndexFamily, ...]] = {BELIEFS: (BELIEF_LOGS,)}
+# Fields added to a family's mapping after indices of it existed, put on those indices by
+# apply_templates: adding a field is a compatible mapping change, so it needs no reindex. Only
+# fields whose absence from old documents means "not set" belong here.
+ADDED_FIELDS: dict[IndexFamily, tuple[str, ...]] = {BELIEFS: ("change_log_ref",)}
+
+
+def with_companions(families: tuple[IndexFamily, ...]) -> tuple[IndexFamily, ...]:
+    """``families`` plus the families that go with them, each once, in order."""
+    out: list[IndexFamily] = []
+    for family in families:
+        for one in (family, *_COMPANIONS.get(family, ())):
+            if one not in out:
+                out.append(one)
+    return tuple(out)
 
 
 def load_json(relative: str) -> dict[str, Any]:
@@ -107,6 +126,7 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
     stale index templates it removed.
     """
     removed: list[str] = []
+    families = with_companions(families)
     for path in sorted((TEMPLATE_DIR / "component").glob("*.json")):
         client.cluster.put_component_template(
             name=component_name(path.stem), body=load_json(f"component/{path.name}"), request_timeout=ADMIN_TIMEOUT_S
@@ -119,6 +139,7 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
             request_timeout=ADMIN_TIMEOUT_S,
         )
         ensure_alias(client, family, namespace)
+        add_new_fields(client, family, namespace)
         apply_merge_policy(client, family, namespace)
         for index in unsorted_indices(client, family, namespace):
             log.warning(
@@ -129,6 +150,21 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
                 family.name,
             )
     return removed
+
+
+def add_new_fields(client: OpenSearch, family: IndexFamily, namespace: str) -> None:
+    """Put the family's :data:`ADDED_FIELDS` on the indices behind its alias (idempotent: the same
+    mapping again is a no-op), so an index created by an older template accepts documents that
+    carry them."""
+    names = ADDED_FIELDS.get(family, ())
+    if not names:
+        return
+    properties = expected_mapping(family)["properties"]
+    client.indices.put_mapping(
+        index=family.alias(namespace),
+        body={"properties": {name: properties[name] for name in names}},
+        request_timeout=ADMIN_TIMEOUT_S,
+    )
 
 
 def merge_policy(family: IndexFamily) -> dict[str, Any]:
@@ -220,6 +256,6 @@ def ensure_alias(client: OpenSearch, family: IndexFamily, namespace: str) -> str
 
 def drop_namespace(client: OpenSearch, namespace: str, families: tuple[IndexFamily, ...] = (BELIEFS,)) -> None:
     """Delete a namespace's indices and index templates (tests and eval runs only)."""
-    for family in families:
+    for family in with_companions(families):
         client.indices.delete(index=f"{family.alias(namespace)}-*", ignore=[404])
         client.indices.delete_index_template(name=index_template_name(family, namespace), ignore=[404])
