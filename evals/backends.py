@@ -35,7 +35,14 @@ from service.config import RecallDefaults
 from service.recall.context import ContextBuilder
 from service.storage import queries
 from service.storage.beliefs import BeliefStore
-from service.storage.templates import BELIEFS, apply_templates, component_stems, index_template_body, load_json
+from service.storage.templates import (
+    BELIEF_LOGS,
+    BELIEFS,
+    apply_templates,
+    component_stems,
+    index_template_body,
+    load_json,
+)
 
 # The ablation that searches content too: one BM25 clause over the English-analysed content,
 # at the weight the paper's stale case description gives content ("weight 1"), so a content hit
@@ -184,6 +191,7 @@ def prepare_namespace(client: OpenSearch, namespace: str, spec: BackendSpec) -> 
         index = BELIEFS.concrete(namespace)
         client.indices.create(index=index, body=variant_index_body(namespace, spec.index_variant))
         client.cluster.health(index=index, wait_for_status="yellow", request_timeout=35)
+        apply_templates(client, namespace, (BELIEF_LOGS,))  # the change logs: production's own family
     return BeliefStore(client, namespace)
 
 

@@ -726,7 +726,7 @@ def _family(name: str) -> IndexFamily:
         raise _error("validation_error", str(exc)) from exc
 
 
-FamilyName = Annotated[str, typer.Argument(help="beliefs, audit, accounts, turns or reviews")]
+FamilyName = Annotated[str, typer.Argument(help="beliefs, belief-logs, audit, accounts, turns or reviews")]
 
 
 @app.command(
@@ -786,6 +786,27 @@ def merge_segments_command(family: FamilyName = "beliefs") -> None:
         _on_store(
             lambda client, settings: merge_segments(client, chosen.alias(settings.opensearch_namespace)),
             f"merging the segments of {family}",
+        )
+    )
+
+
+@app.command(
+    "move-change-logs",
+    help="move change logs still kept inside belief documents into the belief-logs index (once, after upgrading)",
+)
+def move_change_logs_command(
+    tenant: Annotated[str | None, typer.Option(help="only this tenant's beliefs")] = None,
+) -> None:
+    from dataclasses import asdict
+
+    from service.storage.beliefs import BeliefStore, move_inline_logs
+
+    emit(
+        _on_store(
+            lambda client, settings: asdict(
+                move_inline_logs(BeliefStore(client, settings.opensearch_namespace), tenant_id=tenant)
+            ),
+            "moving inline change logs out of the belief documents",
         )
     )
 

@@ -81,7 +81,7 @@ def test_control_plain_bm25_would_leak_statistics(store: BeliefStore, suite_back
     and it shows the main test above can fail."""
     import json
 
-    from service.storage.templates import load_json
+    from service.storage.templates import BELIEF_LOGS, apply_templates, drop_namespace, load_json
 
     ns = f"bm25ctl-{uuid.uuid4().hex[:6]}"
     analysis = load_json("component/tenure-analysis.json")["template"]
@@ -94,6 +94,7 @@ def test_control_plain_bm25_would_leak_statistics(store: BeliefStore, suite_back
     body["settings"]["number_of_replicas"] = 0
     index = f"{ns}-beliefs-000001"
     store.client.indices.create(index=index, body={**body, "aliases": {f"{ns}-beliefs": {}}})
+    apply_templates(store.client, ns, (BELIEF_LOGS,))
     try:
         plain = BeliefStore(store.client, ns)
         before = run_for(plain, suite_backend, f"ctl-a1-{ns}")
@@ -103,3 +104,4 @@ def test_control_plain_bm25_would_leak_statistics(store: BeliefStore, suite_back
         assert fingerprint(before) != fingerprint(after)
     finally:
         store.client.indices.delete(index=index, ignore=[404])
+        drop_namespace(store.client, ns, (BELIEF_LOGS,))

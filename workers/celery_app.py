@@ -17,6 +17,7 @@ from service.extraction.queue import (
     TASK_DRAIN_RECEIPTS,
     TASK_MERGE_SEGMENTS,
     TASK_PLAN_COMPACTION,
+    TASK_SWEEP_CHANGE_LOGS,
     TASK_SWEEP_TURNS,
     queue_names,
 )
@@ -79,6 +80,13 @@ def create_celery(settings: Settings) -> Celery:
             },
             "retention": {
                 "task": TASK_APPLY_RETENTION,
+                "schedule": float(settings.retention.interval_s),
+                "options": {"queue": heavy, "expires": float(settings.retention.interval_s)},
+            },
+            # change-log documents no belief points at (service/storage/change_logs.py), as often as
+            # retention: they are only left by a write that crashed or lost a race
+            "change-log-sweep": {
+                "task": TASK_SWEEP_CHANGE_LOGS,
                 "schedule": float(settings.retention.interval_s),
                 "options": {"queue": heavy, "expires": float(settings.retention.interval_s)},
             },

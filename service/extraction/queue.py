@@ -34,6 +34,7 @@ TASK_DRAIN_RECEIPTS = "audit.drain_receipts"
 TASK_DRAIN_PARKED_TURNS = "turns.drain_parked"
 TASK_MERGE_SEGMENTS = "beliefs.merge_segments"
 TASK_APPLY_RETENTION = "retention.apply"
+TASK_SWEEP_CHANGE_LOGS = "beliefs.sweep_change_logs"
 
 
 def queue_names(settings: Settings) -> tuple[str, str]:

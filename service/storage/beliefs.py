@@ -827,3 +827,66 @@ def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) 
                 continue
     store.logs.delete_of_beliefs(principal, belief_ids)
     return removed
+
+
+@dataclass
+class MovedLogs:
+    """What :func:`move_inline_logs` did."""
+
+    scanned: int = 0
+    moved: int = 0
+    changed_meanwhile: int = 0  # written by someone else first: that write moved the log out
+    unreadable: list[str] = field(default_factory=list)  # quarantined documents, left as they are
+
+
+def move_inline_logs(store: BeliefStore, *, tenant_id: str | None = None, page: int = 500) -> MovedLogs:
+    """Move the change logs still inside belief documents (written before the logs had their own
+    index) into log documents, each belief rewritten with a compare-and-set exactly like any other
+    write (log document first). Idempotent and safe beside live traffic: a belief written
+    meanwhile is skipped (that write moved its log). Recall reads such documents correctly either
+    way; moved, its hits no longer carry the log (docs/operations.md, "Change logs"). ``tenant_id``:
+    that tenant's beliefs only."""
+    scan = access.maintenance_scan("move inline change logs", tenant_id)
+    done = MovedLogs()
+    after: list[Any] | None = None
+    while True:
+        body: dict[str, Any] = {
+            "size": page,
+            "track_total_hits": False,
+            "_source": ["tenant_id", "id", "change_log"],
+            "query": scan.query(),
+            "sort": [{"tenant_id": "asc"}, {"id": "asc"}],
+        }
+        if after is not None:
+            body["search_after"] = after
+        with translate_errors("scan beliefs for inline change logs"):
+            hits = store.client.search(index=store.alias, body=body)["hits"]["hits"]
+        for hit in hits:
+            done.scanned += 1
+            source = hit.get("_source") or {}
+            if source.get("change_log"):
+                _move_one(store, str(source.get("tenant_id")), str(source.get("id")), done)
+        if len(hits) < page:
+            return done
+        after = hits[-1]["sort"]
+
+
+def _move_one(store: BeliefStore, tenant_id: str, belief_id: str, done: MovedLogs) -> None:
+    found = get_routed(
+        store.client, index=store.alias, doc_id=doc_id(tenant_id, belief_id), routing=tenant_id, action="read a belief"
+    )
+    if found is None or not (found.get("_source") or {}).get("change_log"):
+        done.changed_meanwhile += 1  # deleted, or rewritten (log moved) since the scan
+        return
+    belief = load_belief(found["_source"], hit_id=found.get("_id"))
+    if belief is None:
+        done.unreadable.append(belief_id)
+        return
+    try:
+        store.replace(
+            belief, if_seq_no=int(found["_seq_no"]), if_primary_term=int(found["_primary_term"]), refresh="false"
+        )
+    except Conflict:
+        done.changed_meanwhile += 1
+        return
+    done.moved += 1

@@ -10,11 +10,13 @@ from service.extraction.queue import (
     TASK_ENRICH_ALIASES,
     TASK_EXTRACT,
     TASK_PLAN_COMPACTION,
+    TASK_SWEEP_CHANGE_LOGS,
     TASK_SWEEP_TURNS,
 )
 from workers.celery_app import app, create_celery
 from workers.tasks import compaction as _compaction_tasks  # noqa: F401  (registers the tasks)
 from workers.tasks import extraction as _extraction_tasks  # noqa: F401
+from workers.tasks import maintenance as _maintenance_tasks  # noqa: F401
 from workers.tasks.base import MissingTenant, TenantTask
 
 
@@ -29,6 +31,8 @@ def test_app_settings() -> None:
     assert beat["compaction-plan"]["task"] == TASK_PLAN_COMPACTION
     assert beat["compaction-plan"]["schedule"] == 1800.0
     assert beat["extraction-sweep"]["task"] == TASK_SWEEP_TURNS
+    assert beat["change-log-sweep"]["task"] == TASK_SWEEP_CHANGE_LOGS
+    assert beat["change-log-sweep"]["options"]["queue"] == "x.heavy"
     assert all(entry["options"]["expires"] > 0 for entry in beat.values())
 
 
@@ -44,6 +48,7 @@ def test_tasks_are_tenant_tasks_with_limits() -> None:
         (TASK_COMPACT_BUCKET, "heavy"),
         (TASK_PLAN_COMPACTION, "heavy"),
         (TASK_SWEEP_TURNS, "cheap"),
+        (TASK_SWEEP_CHANGE_LOGS, "heavy"),
     ):
         task = app.tasks[name]
         assert isinstance(task, TenantTask), name
@@ -51,6 +56,7 @@ def test_tasks_are_tenant_tasks_with_limits() -> None:
         assert queue_kind in ("heavy", "cheap")
     assert not app.tasks[TASK_EXTRACT].tenant_optional
     assert app.tasks[TASK_SWEEP_TURNS].tenant_optional
+    assert app.tasks[TASK_SWEEP_CHANGE_LOGS].tenant_optional
 
 
 @pytest.mark.parametrize("bad", [None, "", "a b", "../x", 17, "x" * 200])

@@ -1,10 +1,12 @@
-"""Index maintenance on a beat schedule: merge the beliefs index's segments after bulk imports."""
+"""Index maintenance on a beat schedule: merge the beliefs index's segments after bulk imports;
+delete change-log documents no belief points at."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from service.extraction.queue import TASK_MERGE_SEGMENTS
+from service.extraction.queue import TASK_MERGE_SEGMENTS, TASK_SWEEP_CHANGE_LOGS
+from service.storage.change_logs import ChangeLogStore
 from service.storage.operations import merge_if_fragmented
 from service.storage.templates import BELIEFS
 from workers import resources
@@ -35,3 +37,17 @@ def merge_segments() -> dict[str, Any] | None:
         BELIEFS.alias(_settings.opensearch_namespace),
         above=_settings.celery.merge_above_segments_per_shard,
     )
+
+
+@app.task(  # type: ignore[untyped-decorator]
+    base=_Maintenance,
+    name=TASK_SWEEP_CHANGE_LOGS,
+    soft_time_limit=_settings.celery.heavy_soft_time_limit_s,
+    time_limit=_settings.celery.heavy_time_limit_s,
+    max_retries=0,  # the next beat tick is the retry; deleting an orphan twice is a no-op
+)
+def sweep_change_logs(tenant_id: str | None = None) -> int:
+    """Beat: delete change-log documents older than ten minutes that their belief does not point
+    at (a write that crashed between its log and its belief). Returns how many."""
+    client = resources.get(_settings).client
+    return ChangeLogStore(client, _settings.opensearch_namespace).sweep_orphans(tenant_id=tenant_id)
