@@ -12,12 +12,16 @@ figures show recall as if no belief had a history. This measures what the histor
    "created" entry, then "reinforced" ones, each with its own session and turn ids). Its length
    is ``--entries reinforced`` (1 + the belief's ``reinforcement_count``, the history the corpus
    implies) or a fixed number (``--entries 200``: every belief at the cap, the worst case).
+   ``--placement`` says where the copy keeps it: ``inline`` in the belief document (as before the
+   log moved out), ``apart`` in a log document of its own (``<copy>-apart-logs``, the
+   ``belief-logs`` family's mapping) named by the belief's ``change_log_ref``, as the service
+   stores it now (service/storage/change_logs.py); ``inline,apart`` makes both copies.
 2. The searches of ``--queries`` recalls through the real API (``index_order_ab``) are replayed
-   raw on A and B in alternating rounds, with the node's CPU per search. The hits of every answer
-   are compared too: the change log must not change an answer.
+   raw on A and each copy in alternating rounds, with the node's CPU per search. The hits of every
+   answer are compared too: the change log must not change an answer.
 
     .venv/bin/python -m benchmarks.change_log_ab --opensearch-url $OS --redis-url $REDIS \\
-        --opensearch-pid $OS_PID --size 100000 --entries 200 --copy change-log-ab
+        --opensearch-pid $OS_PID --size 100000 --entries 200 --copy change-log-ab --placement inline,apart
 
 This is a benchmark, not a test: it prints figures (benchmarks/README.md).
 """
@@ -34,8 +38,12 @@ from opensearchpy import OpenSearch, helpers
 
 from benchmarks import index_order_ab, recall_floor
 from service.domain.belief import MAX_CHANGE_LOG, ChangeLogEntry
+from service.storage.change_logs import REF_FIELD, ChangeLogStore
+from service.storage.client import routed_id
+from service.storage.templates import BELIEF_LOGS, BELIEFS, expected_mapping
 from service.storage.vocabulary import UNITS_FIELD
 
+PLACEMENTS = ("inline", "apart")
 CREATED = "created (extraction)"
 REINFORCED = "reinforced (extraction)"
 
@@ -46,11 +54,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--entries", default="reinforced", help="'reinforced' (1 + reinforcement_count) or a number")
     parser.add_argument("--copy", default="change-log-ab", help="index B's name (deleted first)")
+    parser.add_argument(
+        "--placement", default="inline", help="inline, apart or inline,apart: where the copies keep the logs"
+    )
     parser.add_argument("--opensearch-pid", type=int, default=None, help="for its CPU per search")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.entries != "reinforced" and not 1 <= int(args.entries) <= MAX_CHANGE_LOG:
         parser.error(f"--entries: 'reinforced' or 1..{MAX_CHANGE_LOG}")
+    args.placement = [p.strip() for p in args.placement.split(",") if p.strip()]
+    if not args.placement or set(args.placement) - set(PLACEMENTS):
+        parser.error(f"--placement: one or more of {', '.join(PLACEMENTS)}")
     return args
 
 
@@ -89,31 +103,59 @@ def history(source: dict[str, Any], count: int) -> list[dict[str, Any]]:
     ]
 
 
-def _copied(client: OpenSearch, source: str, name: str, entries: str) -> Iterator[dict[str, Any]]:
+def _copied(client: OpenSearch, source: str, name: str, entries: str, placement: str) -> Iterator[dict[str, Any]]:
     """Each document of ``source`` with its history, and its vocabulary units: the mapping keeps
     them out of ``_source``, so they are read from doc values (without them, a tenant's vocabulary
-    would be built from nothing on B)."""
+    would be built from nothing on B). ``apart``: the history as a log document of its own (the
+    change-log store's own :meth:`~ChangeLogStore.split`), the belief naming it."""
     query = {"query": {"match_all": {}}, "docvalue_fields": [UNITS_FIELD]}
     for hit in helpers.scan(client, index=source, size=2000, query=query):
         document = hit["_source"]
         document["change_log"] = history(document, entries_for(document, entries))
+        if placement == "apart":
+            pending = ChangeLogStore.split(document)
+            if pending is not None:
+                yield {
+                    "_index": f"{name}-logs",
+                    "_id": routed_id(pending.tenant_id, pending.ref),
+                    "_routing": pending.tenant_id,
+                    "_source": pending.document,
+                }
         units = hit.get("fields", {}).get(UNITS_FIELD)
         if units:
             document[UNITS_FIELD] = units
         yield {"_index": name, "_id": hit["_id"], "_routing": hit.get("_routing"), "_source": document}
 
 
-def make_logged_copy(client: OpenSearch, source: str, name: str, entries: str) -> dict[str, Any]:
-    """Index ``name``: ``source``'s documents (ids, routing) with change logs of ``entries``,
-    merged to one segment per shard. Returns how long each step took and the store sizes."""
+def make_logged_copy(
+    client: OpenSearch, source: str, name: str, entries: str, placement: str = "inline"
+) -> dict[str, Any]:
+    """Index ``name``: ``source``'s documents (ids, routing) with change logs of ``entries``, kept
+    as ``placement`` says, merged to one segment per shard. Returns how long each step took and
+    the store sizes."""
     index_order_ab.create_like(client, source, name)
+    if placement == "apart":
+        ref = expected_mapping(BELIEFS)["properties"][REF_FIELD]
+        client.indices.put_mapping(index=name, body={"properties": {REF_FIELD: ref}})  # an index made before v7
+        client.indices.delete(index=f"{name}-logs", ignore=[404])
+        client.indices.create(
+            index=f"{name}-logs",
+            body={
+                "settings": {"number_of_shards": 4, "number_of_replicas": 0},
+                "mappings": expected_mapping(BELIEF_LOGS),
+            },
+        )
     started = time.monotonic()
-    helpers.bulk(client, _copied(client, source, name, entries), chunk_size=1000, request_timeout=600)
+    helpers.bulk(client, _copied(client, source, name, entries, placement), chunk_size=1000, request_timeout=600)
     copied = round(time.monotonic() - started, 1)
     merged = index_order_ab.merge_copy(client, name)
-    stats = client.indices.stats(index=f"{source},{name}", metric="store,docs")["indices"]
-    primaries = {index: stats[index]["primaries"] for index in (source, name)}
+    if placement == "apart":
+        client.indices.refresh(index=f"{name}-logs")
+    shown = [source, name, *([f"{name}-logs"] if placement == "apart" else [])]
+    stats = client.indices.stats(index=",".join(shown), metric="store,docs")["indices"]
+    primaries = {index: stats[index]["primaries"] for index in shown}
     return {
+        "placement": placement,
         "copy_s": copied,
         "merge_s": merged,
         "docs": {index: held["docs"]["count"] for index, held in primaries.items()},
@@ -125,15 +167,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     client = OpenSearch(args.opensearch_url.split(","), timeout=120)
     index_a = index_order_ab.index_behind_alias(client, args.size)
-    copy = make_logged_copy(client, index_a, args.copy, args.entries)
+    copies = {
+        placement: f"{args.copy}-apart" if placement == "apart" and len(args.placement) > 1 else args.copy
+        for placement in args.placement
+    }
+    made = {
+        name: make_logged_copy(client, index_a, name, args.entries, placement) for placement, name in copies.items()
+    }
     searches = index_order_ab.recorded_searches(args)
     report = {
         "what": "change_log_ab",
         "index_a": index_a,
         "index_b": args.copy,
+        "copies": copies,
         "entries_b": args.entries,
-        "copy": copy,
-        **index_order_ab.replay(args, searches, [index_a, args.copy]),
+        "copy": made,
+        **index_order_ab.replay(args, searches, [index_a, *copies.values()]),
     }
     index_order_ab.write_report(args, argv, report)
     return 0

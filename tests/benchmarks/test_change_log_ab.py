@@ -51,3 +51,20 @@ def test_the_copy_keeps_every_document_and_its_routing_with_the_history(store: B
         assert on[0] == on[1] and all(on[0])
     finally:
         store.client.indices.delete(index=copy, ignore=[404])
+
+
+def test_the_apart_copy_keeps_each_history_in_a_log_document_its_belief_names(store: BeliefStore, tenant: str) -> None:
+    put_all(store, *(make_belief(tenant, "ana", f"apart_{i}", id=f"a{i}") for i in range(3)))
+    (source,) = store.client.indices.get_alias(name=store.alias)
+    copy = f"{source}-change-log-apart"
+    try:
+        made = make_logged_copy(store.client, source, copy, "4", "apart")
+        assert made["docs"][f"{copy}-logs"] == made["docs"][copy] >= 3
+        found = store.client.search(index=copy, body={"query": {"term": {"tenant_id": tenant}}, "size": 10})
+        for hit in found["hits"]["hits"]:
+            assert "change_log" not in hit["_source"]
+            ref = hit["_source"]["change_log_ref"]
+            log = store.client.get(index=f"{copy}-logs", id=f"{tenant}:{ref}", routing=tenant)["_source"]
+            assert log["belief_id"] == hit["_source"]["id"] and len(log["entries"]) == 4
+    finally:
+        store.client.indices.delete(index=f"{copy},{copy}-logs", ignore=[404])
