@@ -54,7 +54,8 @@ def test_apply_templates_creates_every_family_and_is_idempotent(ns_settings: Set
     assert code == 0, err
     assert first["removed_stale_index_templates"] == [f"{ns}-beliefs-v0"]
     expected = {
-        f"{ns}-{name}": [f"{ns}-{name}-000001"] for name in ("beliefs", "audit", "accounts", "turns", "reviews")
+        f"{ns}-{name}": [f"{ns}-{name}-000001"]
+        for name in ("beliefs", "belief-logs", "audit", "accounts", "turns", "reviews")
     }
     assert first["aliases"] == expected
     assert {_aliases(os_client, alias)[0] for alias in expected} == {v[0] for v in expected.values()}

@@ -15,6 +15,7 @@ from service.errors import StoreUnavailable
 from service.storage.beliefs import BeliefStore
 from service.storage.operations import upgrade_family
 from service.storage.templates import (
+    BELIEF_LOGS,
     BELIEFS,
     apply_templates,
     drop_namespace,
@@ -47,6 +48,13 @@ def _normalise(value: Any) -> Any:
 def test_live_mapping_matches_template(os_client: OpenSearch, settings: Settings) -> None:
     live = _live_mapping(os_client, BELIEFS.alias(settings.opensearch_namespace))
     assert _normalise(live) == _normalise(expected_mapping(BELIEFS))
+
+
+def test_the_change_logs_family_comes_with_the_beliefs(os_client: OpenSearch, settings: Settings) -> None:
+    """The session's namespace was set up with the beliefs family alone: its logs came with it."""
+    live = _live_mapping(os_client, BELIEF_LOGS.alias(settings.opensearch_namespace))
+    assert _normalise(live) == _normalise(expected_mapping(BELIEF_LOGS))
+    assert live["properties"]["entries"] == {"type": "object", "enabled": False}  # stored, never indexed
 
 
 def test_apply_is_idempotent_and_alias_points_to_generation_one(os_client: OpenSearch, settings: Settings) -> None:
