@@ -22,6 +22,7 @@ from opensearchpy import OpenSearch, helpers
 from service.domain.belief import Belief
 from service.domain.principal import Principal
 from service.errors import Conflict, NotFound, Unreadable
+from service.lru import BoundedLru
 from service.storage import access, calls, cursor, queries
 from service.storage.access import ScopeView
 from service.storage.calls import Call, Reads
@@ -231,6 +232,10 @@ class BeliefStore:
         self.vocabulary = VocabularyStore(client, self.alias)
         # the beliefs' change logs, kept out of their documents (service/storage/change_logs.py)
         self.logs = ChangeLogStore(client, namespace)
+        # The log ref of each stored version a read-for-update saw, by (tenant, id, _seq_no,
+        # _primary_term): a compare-and-set replace of that very version then knows which log it
+        # retires without reading the document again ("" for a version without a log document).
+        self._refs_seen: BoundedLru[tuple[str, str, int, int], str] = BoundedLru(4096)
 
     def documents(self, beliefs: Sequence[Belief]) -> list[dict[str, Any]]:
         """The model's document of each belief plus, when the index stores them, the analysed units
@@ -268,12 +273,20 @@ class BeliefStore:
     # ---------------------------------------------------------------- writes
 
     def _index_one(
-        self, belief: Belief, *, refresh: Refresh, on_conflict: str, create_only: bool = False, **options: Any
+        self,
+        belief: Belief,
+        *,
+        refresh: Refresh,
+        on_conflict: str,
+        create_only: bool = False,
+        version: tuple[int, int] | None = None,
+        **options: Any,
     ) -> None:
         """Write one belief: its log document first, then the belief pointing at it, then the log it
-        replaced is retired (service/storage/change_logs.py has the protocol)."""
+        replaced is retired (service/storage/change_logs.py has the protocol). ``version``: the
+        ``(_seq_no, _primary_term)`` a compare-and-set expects."""
         ((body, pending),) = self._stored_forms([belief])
-        replaced = {} if create_only else self.logs.current_refs(belief.tenant_id, [belief.id])
+        replaced = {} if create_only else self._replaced_refs(belief, version)
         if pending is not None:
             self.logs.write(pending)
         try:
@@ -301,6 +314,16 @@ class BeliefStore:
         old = replaced.get(belief.id)
         if old is not None and (pending is None or old != pending.ref):
             self.logs.retire(belief.tenant_id, [old])
+
+    def _replaced_refs(self, belief: Belief, version: tuple[int, int] | None) -> dict[str, str]:
+        """The log ref of the stored version a write replaces, by belief id (empty: none): known
+        when a read-for-update saw that very version (the compare-and-set makes sure it is the one
+        replaced), else read."""
+        if version is not None:
+            seen = self._refs_seen.get((belief.tenant_id, belief.id, *version))
+            if seen is not None:
+                return {belief.id: seen} if seen else {}
+        return self.logs.current_refs(belief.tenant_id, [belief.id])
 
     def put(self, belief: Belief, *, refresh: Refresh = "wait_for", create_only: bool = False) -> None:
         """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id, except
@@ -419,6 +442,7 @@ class BeliefStore:
             belief,
             refresh=refresh,
             on_conflict=f"belief {belief.id!r} was changed concurrently; retry",
+            version=(if_seq_no, if_primary_term),
             if_seq_no=if_seq_no,
             if_primary_term=if_primary_term,
         )
@@ -468,7 +492,10 @@ class BeliefStore:
                 f"belief {belief_id!r} is stored in a form this version cannot load (quarantined); "
                 "an admin can erase it at /v1/admin/quarantine"
             )
-        return belief, int(hit["_seq_no"]), int(hit["_primary_term"])
+        seq_no, term = int(hit["_seq_no"]), int(hit["_primary_term"])
+        ref = hit["_source"].get(REF_FIELD)
+        self._refs_seen.put((belief.tenant_id, belief.id, seq_no, term), ref if isinstance(ref, str) else "")
+        return belief, seq_no, term
 
     def with_logs(self, hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Hits of whole belief documents with their change logs put back (read paths that load
