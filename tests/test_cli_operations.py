@@ -170,3 +170,39 @@ def test_a_failed_copy_leaves_the_alias_and_writes_as_they_were(
 def test_reindex_rejects_an_unknown_family(ns_settings: Settings) -> None:
     code, _, err = _run(ns_settings, "reindex", "belief")
     assert code == 1 and "unknown index family" in json.loads(err)["error"]["message"]
+
+
+def test_move_change_logs_moves_inline_logs_out_once(ns_settings: Settings, os_client: OpenSearch) -> None:
+    """``tenure move-change-logs``: a belief stored with its log inline (before the logs had their
+    own index) keeps its history and loses the inline copy; a second run has nothing to move."""
+    ns = ns_settings.opensearch_namespace
+    assert _run(ns_settings, "apply-templates")[0] == 0
+    store = BeliefStore(os_client, ns)
+    belief = Belief.model_validate(
+        {
+            "id": "b-inline",
+            "tenant_id": "t-ops",
+            "owner_id": "ana",
+            "type": "decision",
+            "canonical_name": "inline_history",
+            "content": "Kept its history inside its document.",
+            "why_it_matters": "Read it before changing it.",
+            "scope": ["domain:code"],
+            "change_log": [{"changed_at": "2026-11-01T00:00:00Z", "trigger": "created", "actor": "ana"}],
+        }
+    )
+    os_client.index(
+        index=BELIEFS.alias(ns), id="t-ops:b-inline", routing="t-ops", body=belief.to_document(), refresh=True
+    )
+
+    code, first, err = _run(ns_settings, "move-change-logs")
+    assert code == 0, err
+    assert (first["scanned"], first["moved"], first["unreadable"]) == (1, 1, [])
+    stored = os_client.get(index=BELIEFS.alias(ns), id="t-ops:b-inline", routing="t-ops")["_source"]
+    assert "change_log" not in stored and stored["change_log_ref"]
+    assert store.get(principal("t-ops", "ana"), "b-inline").change_log == belief.change_log
+
+    os_client.indices.refresh(index=BELIEFS.alias(ns))
+    code, second, err = _run(ns_settings, "move-change-logs", "--tenant", "t-ops")
+    assert code == 0, err
+    assert (second["scanned"], second["moved"]) == (1, 0)

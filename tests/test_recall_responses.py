@@ -68,7 +68,7 @@ def test_recall_reads_lean_answers_and_the_same_beliefs(
             assert "_shards" not in item and "timed_out" not in item
             for hit in queries.found_hits(item):
                 assert "_routing" not in hit
-                assert not {"change_log", "lifecycle", "content_hash"} & set(hit["_source"])
+                assert not {"change_log", "change_log_ref", "lifecycle", "content_hash"} & set(hit["_source"])
     # what recall read is the stored belief, change log aside
     for entry in [*result.pinned, *result.relevant]:
         stored = store.get(ana, entry.belief.id)
