@@ -20,6 +20,7 @@ from service.storage.beliefs import BeliefStore, move_inline_logs
 from service.storage.change_logs import ORPHAN_MIN_AGE, ChangeLogStore
 from service.storage.client import routed_id
 from service.storage.templates import BELIEFS, apply_templates, drop_namespace, expected_mapping, load_json
+from service.storage.unreadable import why_unreadable
 from tests.conftest import principal
 from tests.factories import make_belief
 
@@ -154,6 +155,9 @@ def test_a_belief_whose_log_is_gone_is_quarantined_not_historyless(
         store.get(principal(tenant, "alice"), belief.id)
     (light,) = store.get_many(principal(tenant, "alice"), [belief.id])  # recall still reads it
     assert light.id == belief.id
+    # what the quarantine's erase by id checks first: the stored form, its log included, cannot load
+    raw = belief_storage.raw_source(store, principal(tenant, "root", admin=True), belief.id)
+    assert raw is not None and why_unreadable(raw) is not None
 
 
 def test_a_document_with_its_log_inline_still_loads_and_its_next_write_moves_it_out(
