@@ -51,6 +51,7 @@ REF_FIELD = "change_log_ref"
 MISSING_LOG = "change log document missing"
 _REREADS = 3  # a belief rewritten this many times during one read is read as it then stands
 _MGET_CHUNK = 500
+_KEYS = ("tenant_id", "belief_id", "ref")  # what the orphan sweep reads of a log document
 # A log document younger than this is never swept: its belief write may still be on its way.
 ORPHAN_MIN_AGE = timedelta(minutes=10)
 
@@ -142,27 +143,38 @@ class ChangeLogStore:
     def current_refs(self, tenant_id: str, belief_ids: list[str]) -> dict[str, str]:
         """The refs the stored beliefs point at now (real time), by belief id: the logs a write
         replaces, to retire once it is done."""
-        out: dict[str, str] = {}
-        for start in range(0, len(belief_ids), _MGET_CHUNK):
-            chunk = belief_ids[start : start + _MGET_CHUNK]
-            docs = [{"_id": routed_id(tenant_id, b), "routing": tenant_id} for b in chunk]
+        found = self._refs_of([(tenant_id, b) for b in belief_ids])
+        return {belief_id: ref for (_, belief_id), ref in found.items()}
+
+    def _refs_of(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """The refs the stored beliefs ``(tenant, belief id)`` point at now, one ``mget`` per
+        :data:`_MGET_CHUNK` beliefs whatever their tenants (each document routed by its own)."""
+        out: dict[tuple[str, str], str] = {}
+        for start in range(0, len(keys), _MGET_CHUNK):
+            chunk = keys[start : start + _MGET_CHUNK]
+            docs = [{"_id": routed_id(tenant, b), "routing": tenant} for tenant, b in chunk]
             with translate_errors("read the beliefs' change-log refs"):
                 answer = self.client.mget(index=self.beliefs_alias, body={"docs": docs}, _source_includes=REF_FIELD)
-            for belief_id, doc in zip(chunk, answer.get("docs", []), strict=False):
+            for key, doc in zip(chunk, answer.get("docs", []), strict=False):
                 ref = (doc.get("_source") or {}).get(REF_FIELD) if doc.get("found") else None
                 if isinstance(ref, str):
-                    out[belief_id] = ref
+                    out[key] = ref
         return out
 
     def retire(self, tenant_id: str, refs: Iterable[str]) -> None:
         """Delete log documents no belief points at any more (the previous log after a write, or a
         new one whose belief write was refused). Best effort: one left behind is an orphan, which
-        the sweep removes; it is never read."""
-        for ref in refs:
-            try:
-                self.client.delete(index=self.alias, id=routed_id(tenant_id, ref), routing=tenant_id, ignore=[404])
-            except Exception as exc:  # noqa: BLE001 - the write it follows has succeeded
-                log.warning("change log %s of tenant %s not deleted (%s); the orphan sweep will", ref, tenant_id, exc)
+        the sweep removes; it is never read. One request: a delete, or a bulk of them."""
+        wanted = [routed_id(tenant_id, ref) for ref in refs]
+        try:
+            if len(wanted) == 1:
+                self.client.delete(index=self.alias, id=wanted[0], routing=tenant_id, ignore=[404])
+            elif wanted:
+                delete = {"_op_type": "delete", "_index": self.alias, "_routing": tenant_id}
+                actions = [{**delete, "_id": key} for key in wanted]
+                helpers.bulk(self.client, actions, raise_on_error=False)  # an absent one is fine
+        except Exception as exc:  # noqa: BLE001 - the write it follows has succeeded
+            log.warning("change logs %s of tenant %s not deleted (%s); the orphan sweep will", wanted, tenant_id, exc)
 
     def delete_of_beliefs(self, principal: Principal, belief_ids: list[str]) -> int:
         """Delete every log document of the tenant's given beliefs, orphans included (erase, and
@@ -232,45 +244,41 @@ class ChangeLogStore:
 
     # ------------------------------------------------------------ maintenance
 
-    def sweep_orphans(self, *, tenant_id: str | None = None, page: int = 1000) -> int:
+    def sweep_orphans(self, *, tenant_id: str | None = None, page: int = _MGET_CHUNK) -> int:
         """Delete log documents older than :data:`ORPHAN_MIN_AGE` that their belief does not point
         at (a write that crashed between its log and its belief, a refused write whose log was not
-        deleted, a belief hard-deleted by an older version); returns how many. Walks the log
-        index in ``ref`` order, one page and one belief ``mget`` at a time."""
+        deleted, a belief hard-deleted by an older version); returns how many. One scroll over the
+        log index reading keys from doc values (never the logs themselves), one belief ``mget``
+        per ``page`` log documents."""
         scan = access.maintenance_scan("change-log orphan sweep", tenant_id)
         cutoff = (utcnow() - ORPHAN_MIN_AGE).isoformat()
-        after: list[Any] | None = None
+        query = {
+            "_source": False,
+            "docvalue_fields": list(_KEYS),
+            "query": scan.query({"range": {"created_at": {"lt": cutoff}}}),
+        }
         removed = 0
-        while True:
-            body: dict[str, Any] = {
-                "size": page,
-                "track_total_hits": False,
-                "_source": ["tenant_id", "belief_id", "ref"],
-                "query": scan.query({"range": {"created_at": {"lt": cutoff}}}),
-                "sort": [{"ref": "asc"}],
-            }
-            if after is not None:
-                body["search_after"] = after
-            with translate_errors("sweep change logs"):
-                hits = self.client.search(index=self.alias, body=body)["hits"]["hits"]
-            if not hits:
-                return removed
-            after = hits[-1]["sort"]
-            removed += self._remove_unreferenced([h["_source"] for h in hits])
-            if len(hits) < page:
-                return removed
-
-    def _remove_unreferenced(self, logs: list[dict[str, Any]]) -> int:
-        by_tenant: dict[str, list[dict[str, Any]]] = {}
-        for one in logs:
-            by_tenant.setdefault(str(one["tenant_id"]), []).append(one)
-        removed = 0
-        for tenant, own in by_tenant.items():
-            current = self.current_refs(tenant, list(dict.fromkeys(str(o["belief_id"]) for o in own)))
-            stale = [str(o["ref"]) for o in own if current.get(str(o["belief_id"])) != o["ref"]]
-            self.retire(tenant, stale)
-            removed += len(stale)
+        batch: list[dict[str, str]] = []
+        with translate_errors("sweep change logs"):
+            for hit in helpers.scan(self.client, index=self.alias, query=query, size=page):
+                batch.append({k: str(hit["fields"][k][0]) for k in _KEYS})
+                if len(batch) >= page:
+                    removed += self._remove_unreferenced(batch)
+                    batch = []
+            removed += self._remove_unreferenced(batch)
         return removed
+
+    def _remove_unreferenced(self, logs: list[dict[str, str]]) -> int:
+        if not logs:
+            return 0
+        current = self._refs_of(list(dict.fromkeys((o["tenant_id"], o["belief_id"]) for o in logs)))
+        stale: dict[str, list[str]] = {}
+        for one in logs:
+            if current.get((one["tenant_id"], one["belief_id"])) != one["ref"]:
+                stale.setdefault(one["tenant_id"], []).append(one["ref"])
+        for tenant, refs in stale.items():
+            self.retire(tenant, refs)
+        return sum(len(refs) for refs in stale.values())
 
 
 def _key(hit: Hit) -> tuple[str, str, str] | None:
