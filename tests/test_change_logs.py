@@ -37,6 +37,13 @@ def _with_log(tenant: str, name: str, *triggers: str, note: str | None = None, *
     return belief
 
 
+def _reinforce(store: BeliefStore, tenant: str, belief_id: str) -> None:
+    """A read for update, one more entry, a compare-and-set: what the lifecycle does."""
+    loaded, seq_no, term = store.get_versioned(principal(tenant, "alice"), belief_id)
+    loaded.change_log.append(_entries("reinforced")[0])
+    store.replace(loaded, if_seq_no=seq_no, if_primary_term=term)
+
+
 def _raw(os_client: OpenSearch, store: BeliefStore, belief: Belief) -> dict[str, Any]:
     found = os_client.get(index=store.alias, id=routed_id(belief.tenant_id, belief.id), routing=belief.tenant_id)
     source: dict[str, Any] = found["_source"]
@@ -83,9 +90,7 @@ def test_a_write_replaces_the_log_document_and_retires_the_old_one(
     store.put(belief)
     first_ref = _raw(os_client, store, belief)["change_log_ref"]
 
-    loaded, seq_no, term = store.get_versioned(principal(tenant, "alice"), belief.id)
-    loaded.change_log.append(_entries("reinforced")[0])
-    store.replace(loaded, if_seq_no=seq_no, if_primary_term=term)
+    _reinforce(store, tenant, belief.id)
 
     second_ref = _raw(os_client, store, belief)["change_log_ref"]
     assert second_ref != first_ref
@@ -134,9 +139,7 @@ def test_a_reader_whose_log_was_retired_meanwhile_reads_the_belief_again(
     store.put(belief)
     held = os_client.get(index=store.alias, id=routed_id(tenant, belief.id), routing=tenant)  # read, then...
 
-    loaded, seq_no, term = store.get_versioned(principal(tenant, "alice"), belief.id)
-    loaded.change_log.append(_entries("reinforced")[0])
-    store.replace(loaded, if_seq_no=seq_no, if_primary_term=term)  # ...a writer retires its log
+    _reinforce(store, tenant, belief.id)  # ...a writer retires its log
 
     (whole,) = store.with_logs([held])
     assert [e["trigger"] for e in whole["_source"]["change_log"]] == ["created", "reinforced"]

@@ -26,7 +26,7 @@ from service.lru import BoundedLru
 from service.storage import access, calls, cursor, queries
 from service.storage.access import ScopeView
 from service.storage.calls import Call, Reads
-from service.storage.change_logs import LOG_FIELD, REF_FIELD, ChangeLogStore, PendingLog, refused
+from service.storage.change_logs import REF_FIELD, ChangeLogStore, PendingLog, refused
 from service.storage.client import (
     already_exists,
     bulk_item,
@@ -369,9 +369,11 @@ class BeliefStore:
             return False
         if pending is None:
             return REF_FIELD not in stored
-        (hit,) = self.logs.attach([{"_source": dict(stored)}], lambda _hit: None) or [{"_source": {}}]
-        entries = hit["_source"].get(LOG_FIELD)
-        return bool(entries == orjson.loads(orjson.dumps(pending.document["entries"])))
+        ref = stored.get(REF_FIELD)
+        if not isinstance(ref, str):
+            return False
+        held = self.logs.fetch([(pending.tenant_id, pending.belief_id, ref)]).get((pending.tenant_id, ref))
+        return bool(held == orjson.loads(orjson.dumps(pending.document["entries"])))
 
     def put_many(
         self, beliefs: Sequence[Belief], *, refresh: Refresh = "wait_for", create_only: bool = False
