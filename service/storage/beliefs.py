@@ -286,7 +286,7 @@ class BeliefStore:
         replaced is retired (service/storage/change_logs.py has the protocol). ``version``: the
         ``(_seq_no, _primary_term)`` a compare-and-set expects."""
         ((body, pending),) = self._stored_forms([belief])
-        replaced = {} if create_only else self._replaced_refs(belief, version)
+        old = None if create_only else self._replaced_ref(belief, version)
         if pending is not None:
             self.logs.write(pending)
         try:
@@ -311,19 +311,19 @@ class BeliefStore:
             if pending is not None and refused(exc):  # nothing stored: its log can go now
                 self.logs.retire(belief.tenant_id, [pending.ref])
             raise
-        old = replaced.get(belief.id)
         if old is not None and (pending is None or old != pending.ref):
             self.logs.retire(belief.tenant_id, [old])
 
-    def _replaced_refs(self, belief: Belief, version: tuple[int, int] | None) -> dict[str, str]:
-        """The log ref of the stored version a write replaces, by belief id (empty: none): known
-        when a read-for-update saw that very version (the compare-and-set makes sure it is the one
+    def _replaced_ref(self, belief: Belief, version: tuple[int, int] | None) -> str | None:
+        """The log ref of the stored version a write replaces (None: none): known when a
+        read-for-update saw that very version (the compare-and-set makes sure it is the one
         replaced), else read."""
         if version is not None:
             seen = self._refs_seen.get((belief.tenant_id, belief.id, *version))
             if seen is not None:
-                return {belief.id: seen} if seen else {}
-        return self.logs.current_refs(belief.tenant_id, [belief.id])
+                return seen or None
+        key = (belief.tenant_id, belief.id)
+        return self.logs.current_refs([key]).get(key)
 
     def put(self, belief: Belief, *, refresh: Refresh = "wait_for", create_only: bool = False) -> None:
         """Index one belief (insert or replace). ``create_only`` refuses to overwrite an id, except
@@ -390,10 +390,7 @@ class BeliefStore:
 
     def _put_chunk(self, chunk: Sequence[Belief], create_only: bool, result: WriteResult) -> None:
         forms = self._stored_forms(chunk)
-        replaced: dict[tuple[str, str], str] = {}
-        if not create_only:
-            for tenant, ids in _ids_by_tenant(chunk).items():
-                replaced.update({(tenant, b): ref for b, ref in self.logs.current_refs(tenant, ids).items()})
+        replaced = {} if create_only else self.logs.current_refs([(b.tenant_id, b.id) for b in chunk])
         logs = [pending for _, pending in forms if pending is not None]
         stored_logs = self.logs.write_many(logs)
         actions: list[dict[str, Any]] = []
@@ -414,7 +411,7 @@ class BeliefStore:
                 }
             )
         retired: dict[str, list[str]] = {}
-        refused_logs: dict[str, dict[str, str]] = {}
+        refused_logs: dict[tuple[str, str], str] = {}
         for ok, item in helpers.streaming_bulk(
             self.client, actions, chunk_size=_BULK_CHUNK, raise_on_error=False, raise_on_exception=False, max_retries=2
         ):
@@ -430,11 +427,12 @@ class BeliefStore:
             else:
                 result.failed[belief_id] = _refusal(belief_id, info)
                 if pending is not None and isinstance(info.get("status"), int) and 400 <= info["status"] < 500:
-                    refused_logs.setdefault(tenant, {})[belief_id] = pending.ref
-        for tenant, sent in refused_logs.items():
-            # refused: nothing points at these logs, unless a 409 met this very bulk's first attempt
-            now = self.logs.current_refs(tenant, list(sent))
-            retired.setdefault(tenant, []).extend(ref for b, ref in sent.items() if now.get(b) != ref)
+                    refused_logs[(tenant, belief_id)] = pending.ref
+        # refused: nothing points at these logs, unless a 409 met this very bulk's first attempt
+        now = self.logs.current_refs(list(refused_logs))
+        for (tenant, belief_id), ref in refused_logs.items():
+            if now.get((tenant, belief_id)) != ref:
+                retired.setdefault(tenant, []).append(ref)
         for tenant, refs in retired.items():
             self.logs.retire(tenant, refs)
 
@@ -701,13 +699,6 @@ class BeliefStore:
     def refresh(self) -> None:
         with translate_errors("refresh"):
             self.client.indices.refresh(index=self.alias)
-
-
-def _ids_by_tenant(beliefs: Iterable[Belief]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for b in beliefs:
-        out.setdefault(b.tenant_id, []).append(b.id)
-    return out
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, ValidationFailed
 from service.storage import access
-from service.storage.client import index_routed, routed_id, translate_errors
+from service.storage.client import bulk_item, index_routed, routed_id, translate_errors
 from service.storage.templates import BELIEF_LOGS, BELIEFS
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class ChangeLogStore:
             on_conflict="change log written twice",
         )
 
-    def bulk_actions(self, pending: Iterable[PendingLog]) -> Iterator[dict[str, Any]]:
+    def _bulk_actions(self, pending: Iterable[PendingLog]) -> Iterator[dict[str, Any]]:
         for one in pending:
             yield {
                 "_op_type": "index",
@@ -129,26 +129,21 @@ class ChangeLogStore:
         with translate_errors("store change logs"):
             for ok, item in helpers.streaming_bulk(
                 self.client,
-                self.bulk_actions(pending),
+                self._bulk_actions(pending),
                 chunk_size=_MGET_CHUNK,
                 raise_on_error=False,
                 raise_on_exception=False,
                 max_retries=2,
             ):
-                key = str(next(iter(item.values())).get("_id", ""))
+                key = str(bulk_item(item).get("_id", ""))
                 if ok:
                     stored.add(key.rsplit(":", 1)[-1])
         return stored
 
-    def current_refs(self, tenant_id: str, belief_ids: list[str]) -> dict[str, str]:
-        """The refs the stored beliefs point at now (real time), by belief id: the logs a write
-        replaces, to retire once it is done."""
-        found = self._refs_of([(tenant_id, b) for b in belief_ids])
-        return {belief_id: ref for (_, belief_id), ref in found.items()}
-
-    def _refs_of(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        """The refs the stored beliefs ``(tenant, belief id)`` point at now, one ``mget`` per
-        :data:`_MGET_CHUNK` beliefs whatever their tenants (each document routed by its own)."""
+    def current_refs(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """The refs the stored beliefs ``(tenant, belief id)`` point at now (real time): the logs a
+        write replaces, to retire once it is done. One ``mget`` per :data:`_MGET_CHUNK` beliefs
+        whatever their tenants (each document routed by its own)."""
         out: dict[tuple[str, str], str] = {}
         for start in range(0, len(keys), _MGET_CHUNK):
             chunk = keys[start : start + _MGET_CHUNK]
@@ -271,7 +266,7 @@ class ChangeLogStore:
     def _remove_unreferenced(self, logs: list[dict[str, str]]) -> int:
         if not logs:
             return 0
-        current = self._refs_of(list(dict.fromkeys((o["tenant_id"], o["belief_id"]) for o in logs)))
+        current = self.current_refs(list(dict.fromkeys((o["tenant_id"], o["belief_id"]) for o in logs)))
         stale: dict[str, list[str]] = {}
         for one in logs:
             if current.get((one["tenant_id"], one["belief_id"])) != one["ref"]:
