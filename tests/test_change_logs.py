@@ -161,6 +161,14 @@ def test_a_belief_whose_log_is_gone_is_quarantined_not_historyless(
     # what the quarantine's erase by id checks first: the stored form, its log included, cannot load
     raw = belief_storage.raw_source(store, principal(tenant, "root", admin=True), belief.id)
     assert raw is not None and why_unreadable(raw) is not None
+    # and the quarantine's scan lists it, and only it: a colleague's belief with its log loads
+    intact = _with_log(tenant, "log_kept", "created")
+    store.put(intact)
+    store.refresh()
+    sources, _ = belief_storage.raw_tenant_page(store, principal(tenant, "root", admin=True), size=50, after=None)
+    reasons = {s["id"]: why_unreadable(s) for s in sources}
+    assert reasons[intact.id] is None
+    assert "change_log" in (reasons[belief.id] or "")
 
 
 def test_a_document_with_its_log_inline_still_loads_and_its_next_write_moves_it_out(

@@ -797,7 +797,9 @@ def raw_tenant_page(
     store: BeliefStore, principal: Principal, *, size: int, after: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of the admin's whole tenant as stored sources, unparsed (the quarantine scan), in
-    list order, with the cursor of the next page."""
+    list order, with the cursor of the next page. Each source has its change log put back, as a
+    load of it would: a belief whose log document is missing is listed like any other that cannot
+    load (a belief deleted since the search is left out)."""
     filters = access.for_admin(principal)
     body = queries.list_body(
         filters,
@@ -805,11 +807,12 @@ def raw_tenant_page(
         text=None,
         size=size,
         search_after=cursor.decode(after, arity=2, types=(int, str)),
-        include_change_log=False,
+        include_change_log=True,
     )
     hits = store._search(filters, body, "scan the tenant's beliefs")["hits"]["hits"]
-    sources = [h["_source"] if isinstance(h.get("_source"), dict) else {} for h in hits]
-    return sources, (cursor.encode(hits[-1]["sort"]) if len(hits) == size else None)
+    next_cursor = cursor.encode(hits[-1]["sort"]) if len(hits) == size else None
+    whole = store.with_logs([h for h in hits if isinstance(h.get("_source"), dict)])
+    return [h["_source"] for h in whole], next_cursor
 
 
 def raw_source(store: BeliefStore, principal: Principal, belief_id: str) -> dict[str, Any] | None:

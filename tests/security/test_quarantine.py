@@ -17,6 +17,8 @@ from opensearchpy import OpenSearch
 
 from service.config import Settings
 from service.domain.belief import Belief
+from service.storage.client import routed_id
+from service.storage.templates import BELIEF_LOGS, BELIEFS
 from tests.api.conftest import Team, belief_body, ok
 from tests.security.conftest import store_as_is
 
@@ -134,3 +136,38 @@ def test_another_tenant_cannot_see_or_erase_the_quarantine(
 ) -> None:
     assert ok(client.get("/v1/admin/quarantine", headers=other_team.h("carol")))["items"] == []
     assert client.delete("/v1/admin/quarantine/b-blank-content", headers=other_team.h("carol")).status_code == 404
+
+
+def test_a_belief_whose_change_log_is_lost_is_listed_and_erased_by_id(
+    client: TestClient, team: Team, os_client: OpenSearch, api_settings: Settings
+) -> None:
+    """A restore that brought the beliefs back without their change-log documents: the belief
+    cannot be shown or written back without its history, so the admin's scan lists it."""
+    kept = ok(
+        client.post("/v1/beliefs", json=belief_body("payments_ledger", scope="project:pay"), headers=team.h("alice")),
+        201,
+    )
+    lost = ok(
+        client.post("/v1/beliefs", json=belief_body("payments_queue", scope="project:pay"), headers=team.h("alice")),
+        201,
+    )
+    ok(client.post(f"/v1/beliefs/{lost['id']}/pin", headers=team.h("alice")))  # a history to lose
+    stored = os_client.get(
+        index=BELIEFS.alias(api_settings.opensearch_namespace),
+        id=routed_id(team.tenant, lost["id"]),
+        routing=team.tenant,
+    )
+    os_client.delete(
+        index=BELIEF_LOGS.alias(api_settings.opensearch_namespace),
+        id=routed_id(team.tenant, stored["_source"]["change_log_ref"]),
+        routing=team.tenant,
+        refresh=True,
+    )
+
+    assert client.get(f"/v1/beliefs/{lost['id']}/history", headers=team.h("alice")).status_code == 409
+    page = ok(client.get("/v1/admin/quarantine", headers=team.h("carol")))
+    assert [item["belief_id"] for item in page["items"]] == [lost["id"]]
+    assert "change_log" in page["items"][0]["reason"]
+    ok(client.delete(f"/v1/admin/quarantine/{lost['id']}", headers=team.h("carol")))
+    assert ok(client.get("/v1/admin/quarantine", headers=team.h("carol")))["items"] == []
+    assert ok(client.get(f"/v1/beliefs/{kept['id']}", headers=team.h("alice")))["id"] == kept["id"]
