@@ -367,6 +367,10 @@ class Settings(BaseSettings):
     # everything (reference cycles among frozen objects). 0: only the start-up heap is frozen.
     # service/process.py.
     gc_thaw_interval_s: float = Field(1800.0, ge=0, le=86_400)
+    # Container allocations between two generation-0 collections in those processes (CPython's
+    # default is 700; 0 keeps it). Recall's short-lived JSON makes the default collect several
+    # times per request (service/process.py).
+    gc_young_threshold: int = Field(20_000, ge=0, le=1_000_000)
 
     # One node's URL, or a cluster's nodes comma-separated ("http://a:9200,http://b:9200").
     opensearch_url: str = "http://127.0.0.1:9200"

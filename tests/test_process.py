@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.process import SurvivorFreezer
+from service.process import SurvivorFreezer, freeze_startup_heap
 
 
 class _Node:
@@ -58,3 +58,15 @@ def test_a_frozen_cycle_dropped_later_is_collected_at_the_next_thaw(freezer: Sur
     gc.collect()
     assert freezer.thaws == 1
     assert gone() is None
+
+
+def test_the_young_threshold_is_set_and_0_keeps_the_default() -> None:
+    before = gc.get_threshold()
+    try:
+        freeze_startup_heap(thaw_interval_s=0, young_threshold=0)
+        assert gc.get_threshold() == before
+        freeze_startup_heap(thaw_interval_s=0, young_threshold=20_000)
+        assert gc.get_threshold() == (20_000, *before[1:])
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()

@@ -97,7 +97,7 @@ def _on_worker_init(**_: object) -> None:
     from workers.celery_app import app
 
     # the main process, before it forks: children start with a frozen heap
-    freeze_startup_heap(app.conf.tenure_settings.gc_thaw_interval_s)
+    freeze_startup_heap(app.conf.tenure_settings.gc_thaw_interval_s, app.conf.tenure_settings.gc_young_threshold)
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
@@ -106,7 +106,7 @@ def _on_process_init(**_: object) -> None:
 
     get(app.conf.tenure_settings)
     # each prefork child, once its resources exist (service/process.py)
-    freeze_startup_heap(app.conf.tenure_settings.gc_thaw_interval_s)
+    freeze_startup_heap(app.conf.tenure_settings.gc_thaw_interval_s, app.conf.tenure_settings.gc_young_threshold)
 
 
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]
