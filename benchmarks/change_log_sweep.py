@@ -1,0 +1,123 @@
+"""The change-log orphan sweep (``ChangeLogStore.sweep_orphans``, the hourly beat task) over a
+large log index, against a running node.
+
+It builds a throw-away namespace of ``--size`` minimal belief documents (tenant, id,
+``change_log_ref``) over ``--tenants`` tenants, and their log documents (3 entries each, created an
+hour ago, so past the sweep's minimum age), of which ``--orphan-every``-th has no belief naming it.
+Then it sweeps twice: the first run removes the orphans, the second finds none. It prints the
+load time and each sweep's wall time and OpenSearch CPU (from ``/proc`` of ``--opensearch-pid``),
+and drops the namespace.
+
+    .venv/bin/python -m benchmarks.change_log_sweep --opensearch-url $OS --opensearch-pid $OS_PID --size 1000000
+
+This is a benchmark, not a test: it prints figures (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from opensearchpy import OpenSearch, helpers
+
+from service.storage.change_logs import ChangeLogStore
+from service.storage.client import routed_id
+from service.storage.templates import BELIEF_LOGS, BELIEFS, apply_templates, drop_namespace
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--opensearch-url", required=True)
+    parser.add_argument("--opensearch-pid", type=int, help="the node's JVM, for its CPU (else not measured)")
+    parser.add_argument("--size", type=int, default=1_000_000, help="log documents")
+    parser.add_argument("--tenants", type=int, default=1000)
+    parser.add_argument("--orphan-every", type=int, default=100, help="every n-th log has no belief")
+    parser.add_argument("--namespace", default="sweep-bench")
+    return parser.parse_args(argv)
+
+
+def _documents(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    beliefs, logs = BELIEFS.alias(args.namespace), BELIEF_LOGS.alias(args.namespace)
+    created = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    entries = [
+        {"changed_at": created, "trigger": t, "actor": "alice", "note": None}
+        for t in ("created", "reinforced", "pinned")
+    ]
+    for i in range(args.size):
+        tenant, belief_id, ref = f"t{i % args.tenants:04d}", f"b{i:07d}", uuid.uuid4().hex
+        if i % args.orphan_every:
+            belief = {"id": belief_id, "tenant_id": tenant, "change_log_ref": ref}
+            yield {"_index": beliefs, "_id": routed_id(tenant, belief_id), "_routing": tenant, "_source": belief}
+        log_document = {
+            "tenant_id": tenant,
+            "belief_id": belief_id,
+            "ref": ref,
+            "entry_count": len(entries),
+            "entries": entries,
+            "created_at": created,
+        }
+        yield {"_index": logs, "_id": routed_id(tenant, ref), "_routing": tenant, "_source": log_document}
+
+
+def _load(client: OpenSearch, args: argparse.Namespace) -> float:
+    aliases = (BELIEFS.alias(args.namespace), BELIEF_LOGS.alias(args.namespace))
+    t0 = time.monotonic()
+    for alias in aliases:
+        client.indices.put_settings(index=alias, body={"index": {"refresh_interval": "-1"}})
+    for ok, item in helpers.parallel_bulk(
+        client, _documents(args), thread_count=2, chunk_size=5000, raise_on_error=False
+    ):
+        if not ok:
+            raise RuntimeError(f"bulk item refused: {item}")
+    for alias in aliases:
+        client.indices.put_settings(index=alias, body={"index": {"refresh_interval": "1s"}})
+        client.indices.refresh(index=alias)
+        client.indices.forcemerge(index=alias, max_num_segments=1, request_timeout=3600)
+    return time.monotonic() - t0
+
+
+def _cpu_s(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    client = OpenSearch([args.opensearch_url], timeout=300)
+    drop_namespace(client, args.namespace)
+    apply_templates(client, args.namespace)
+    try:
+        result: dict[str, Any] = {
+            "log_documents": args.size,
+            "tenants": args.tenants,
+            "load_s": round(_load(client, args), 1),
+        }
+        store = ChangeLogStore(client, args.namespace)
+        for run in (1, 2):
+            cpu0, t0 = _cpu_s(args.opensearch_pid), time.monotonic()
+            removed = store.sweep_orphans()
+            result[f"sweep_{run}"] = {
+                "removed": removed,
+                "wall_s": round(time.monotonic() - t0, 1),
+                "opensearch_cpu_s": round(_cpu_s(args.opensearch_pid) - cpu0, 1) if args.opensearch_pid else None,
+            }
+            client.indices.refresh(index=BELIEF_LOGS.alias(args.namespace))
+            print(json.dumps(result), flush=True)
+        result["left"] = client.count(index=BELIEF_LOGS.alias(args.namespace))["count"]
+        print(json.dumps(result), flush=True)
+    finally:
+        drop_namespace(client, args.namespace)
+    return result
+
+
+if __name__ == "__main__":
+    main()
