@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from typing import Any
 
 from opensearchpy import OpenSearch, helpers
 
+from benchmarks.index_order_ab import process_cpu_s
 from service.storage.change_logs import ChangeLogStore
 from service.storage.client import routed_id
 from service.storage.templates import BELIEF_LOGS, BELIEFS, apply_templates, drop_namespace
@@ -82,14 +82,6 @@ def _load(client: OpenSearch, args: argparse.Namespace) -> float:
     return time.monotonic() - t0
 
 
-def _cpu_s(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     client = OpenSearch([args.opensearch_url], timeout=300)
@@ -103,12 +95,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
         store = ChangeLogStore(client, args.namespace)
         for run in (1, 2):
-            cpu0, t0 = _cpu_s(args.opensearch_pid), time.monotonic()
+            cpu0, t0 = process_cpu_s(args.opensearch_pid), time.monotonic()
             removed = store.sweep_orphans()
             result[f"sweep_{run}"] = {
                 "removed": removed,
                 "wall_s": round(time.monotonic() - t0, 1),
-                "opensearch_cpu_s": round(_cpu_s(args.opensearch_pid) - cpu0, 1) if args.opensearch_pid else None,
+                "opensearch_cpu_s": round(process_cpu_s(args.opensearch_pid) - cpu0, 1)
+                if args.opensearch_pid
+                else None,
             }
             client.indices.refresh(index=BELIEF_LOGS.alias(args.namespace))
             print(json.dumps(result), flush=True)

@@ -98,7 +98,7 @@ def make_sorted_copy(client: OpenSearch, source: str, name: str) -> dict[str, An
     return {"copy_s": round(time.monotonic() - started, 1), "merge_s": merge_copy(client, name)}
 
 
-def _cpu_s(pid: int | None) -> float:
+def process_cpu_s(pid: int | None) -> float:
     if pid is None:
         return 0.0
     with open(f"/proc/{pid}/stat") as stat:
@@ -137,7 +137,7 @@ def replay(args: argparse.Namespace, searches: list[Sent], indices: list[str]) -
     answers: dict[str, list[list[list[str]]]] = {index: [] for index in indices}
     for round_no in range(args.rounds):
         for index in indices if round_no % 2 == 0 else indices[::-1]:
-            before = _cpu_s(args.opensearch_pid)
+            before = process_cpu_s(args.opensearch_pid)
             for request in sent[index]:
                 started = time.perf_counter()
                 connection.request(request.method, request.path, body=request.body, headers=_headers(request))
@@ -148,7 +148,7 @@ def replay(args: argparse.Namespace, searches: list[Sent], indices: list[str]) -
                     raise RuntimeError(f"{request.path} answered {response.status}: {answer[:300]!r}")
                 if round_no == 0:
                     answers[index].append(_ids(answer))
-            cpu[index] += _cpu_s(args.opensearch_pid) - before
+            cpu[index] += process_cpu_s(args.opensearch_pid) - before
     report: dict[str, Any] = {}
     for index in indices:
         report[index] = {kind: latency_block(values) for kind, values in times[index].items() if values}
