@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,19 +49,20 @@ def _documents(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         for t in ("created", "reinforced", "pinned")
     ]
     for i in range(args.size):
-        tenant, belief_id, ref = f"t{i % args.tenants:04d}", f"b{i:07d}", uuid.uuid4().hex
+        belief = {"id": f"b{i:07d}", "tenant_id": f"t{i % args.tenants:04d}", "change_log": entries}
+        pending = ChangeLogStore.split(belief)  # the store's own forms: belief names the log's ref
+        if pending is None:
+            raise RuntimeError("a log with entries always splits off")
+        pending.document["created_at"] = created  # past the sweep's minimum age
+        tenant = pending.tenant_id
         if i % args.orphan_every:
-            belief = {"id": belief_id, "tenant_id": tenant, "change_log_ref": ref}
-            yield {"_index": beliefs, "_id": routed_id(tenant, belief_id), "_routing": tenant, "_source": belief}
-        log_document = {
-            "tenant_id": tenant,
-            "belief_id": belief_id,
-            "ref": ref,
-            "entry_count": len(entries),
-            "entries": entries,
-            "created_at": created,
-        }
-        yield {"_index": logs, "_id": routed_id(tenant, ref), "_routing": tenant, "_source": log_document}
+            yield {
+                "_index": beliefs,
+                "_id": routed_id(tenant, pending.belief_id),
+                "_routing": tenant,
+                "_source": belief,
+            }
+        yield {"_index": logs, "_id": routed_id(tenant, pending.ref), "_routing": tenant, "_source": pending.document}
 
 
 def _load(client: OpenSearch, args: argparse.Namespace) -> float:

@@ -27,6 +27,7 @@ from typing import Any
 
 from benchmarks import fastpath_bench as fb
 from benchmarks.recall_bench import Query, Spec
+from benchmarks.recall_floor import app_environment
 from service.domain.principal import Principal
 
 
@@ -44,15 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _configure(args: argparse.Namespace) -> None:
-    namespace = fb.namespace_of(args.size)
     os.environ.update(
         {
-            "TENURE_OPENSEARCH_URL": args.opensearch_url,
-            "TENURE_REDIS_URL": args.redis_url,
-            "TENURE_OPENSEARCH_NAMESPACE": namespace,
-            "TENURE_CELERY_QUEUE_PREFIX": namespace,
-            "TENURE_AUTH_API_KEY_PEPPER": fb.PEPPER,
-            "TENURE_LOOP_COMPACTION_INTERVAL_S": "86400",
+            **app_environment(args),  # recall_floor's in-process app: same corpus, same accounts
             "TENURE_OBSERVABILITY_LOG_LEVEL": "WARNING",
             "TENURE_GC_YOUNG_THRESHOLD": "0",  # the blocks set it themselves
         }

@@ -100,7 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _app_environment(args: argparse.Namespace) -> dict[str, str]:
+def app_environment(args: argparse.Namespace) -> dict[str, str]:
     namespace = fb.namespace_of(args.size)
     return {
         "TENURE_OPENSEARCH_URL": args.opensearch_url,
@@ -159,7 +159,7 @@ def record(args: argparse.Namespace, queries: list[Query]) -> list[Recorded]:
     import httpx
     import uvloop
 
-    os.environ.update(_app_environment(args))
+    os.environ.update(app_environment(args))
     from service.app import create_app
 
     app = create_app()
