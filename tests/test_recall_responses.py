@@ -1,7 +1,9 @@
 """Recall's OpenSearch answers carry only what recall reads (issue 16, item 4), on a real node:
-``_msearch`` and the by-id read of the relation hop are filtered (``filter_path``) and their sources
-leave out the change log and the derived fields; an item without hits or with an error keeps its
-place; the beliefs read are the stored ones, change log aside."""
+``_msearch`` and the by-id read of the relation hop are filtered (``filter_path``); the tiers take
+the whole stored source (a ``_source`` filter cost OpenSearch more than its bytes saved), which no
+longer holds the change log, and the by-id read leaves out the derived fields; an item without hits
+or with an error keeps its place; the beliefs read are the stored ones, change log aside, also from
+a document that still keeps its log inline (written before the log moved out)."""
 
 from __future__ import annotations
 
@@ -68,7 +70,10 @@ def test_recall_reads_lean_answers_and_the_same_beliefs(
             assert "_shards" not in item and "timed_out" not in item
             for hit in queries.found_hits(item):
                 assert "_routing" not in hit
-                assert not {"change_log", "change_log_ref", "lifecycle", "content_hash"} & set(hit["_source"])
+                assert "change_log" not in hit["_source"]
+    by_id = [answer for url, _, answer in answers if url.endswith("/_search")]
+    for hit in queries.found_hits(by_id[0]):
+        assert not {"change_log", "change_log_ref", "lifecycle", "content_hash"} & set(hit["_source"])
     # what recall read is the stored belief, change log aside
     for entry in [*result.pinned, *result.relevant]:
         stored = store.get(ana, entry.belief.id)
@@ -106,3 +111,25 @@ def test_get_many_reads_without_change_logs_in_the_order_asked(store: BeliefStor
     assert store.get(ana, "redis").change_log  # the by-id read that may write back keeps it
     assert store.get_many(ana, ["nothing-here"]) == []
     assert store.get_many(principal(tenant, "ben"), ["redis"]) == []  # another user's: not visible
+
+
+def test_a_document_with_its_log_inline_is_recalled_without_it(
+    store: BeliefStore, os_client: OpenSearch, settings: Settings, tenant: str
+) -> None:
+    """Recall's tiers read whole sources: a log still inline is dropped before decoding, so the
+    belief is the one the ``_source`` filter gave, even when that old log would not load."""
+    from service.storage.client import routed_id
+
+    world = _world(tenant)
+    broken = make_belief(tenant, "ana", "broken_log_kafka", id="kafka", aliases=["kafka"], type="entity")
+    for belief in world[:2]:  # as written before the log moved out: the log inline
+        os_client.index(index=store.alias, id=routed_id(tenant, belief.id), routing=tenant, body=belief.to_document())
+    document = {**broken.to_document(), "change_log": [{"trigger": 7, "changed_at": "not a time"}]}
+    os_client.index(index=store.alias, id=routed_id(tenant, broken.id), routing=tenant, body=document, refresh=True)
+    ana = principal(tenant, "ana")
+    for relevance in ("vocabulary", "lucene"):
+        result = recall_builder(store, settings, relevance).build(ana, ["domain:code"], "redis and kafka")
+        assert [e.belief.id for e in result.pinned] == ["biome"], relevance
+        assert {e.belief.id for e in result.relevant} == {"redis", "kafka"}, relevance
+        assert all(e.belief.change_log == [] for e in [*result.pinned, *result.relevant])
+        assert result.pinned[0].belief == world[1].model_copy(update={"change_log": []})

@@ -53,13 +53,20 @@ CLAUSES = ("canonical_name", "canonical_name.phrase", "aliases", "aliases.shingl
 # names still whole units), beside the ``.cjk`` ones (index_templates/README.md has the measurement).
 
 LIVE = {"term": {"lifecycle": Lifecycle.LIVE.value}}
-# Read paths never load these from a stored source: the change log and its ref (they only matter to
-# a read that writes the belief back, or shows its history: those read the whole document and its
-# log document, service/storage/change_logs.py; ``change_log`` itself is only still in documents
-# written before the log moved out) and the derived,
-# indexed-only fields the model ignores on load (``lifecycle``, ``content_hash``; the analysed
-# ``vocabulary_units`` are kept out of ``_source`` by the mapping). ~100 bytes a hit (issue 16).
+# Read-only views leave these out of a stored source: the change log and its ref (they only matter
+# to a read that writes the belief back, or shows its history: those read the whole document and
+# its log document, service/storage/change_logs.py; ``change_log`` itself is only still in
+# documents written before the log moved out) and the derived, indexed-only fields the model
+# ignores on load (``lifecycle``, ``content_hash``; the analysed ``vocabulary_units`` are kept out
+# of ``_source`` by the mapping).
 _SOURCE_EXCLUDES = ["change_log", "change_log_ref", "lifecycle", "content_hash"]
+# The recall tiers take the whole stored source instead: any ``_source`` filter makes OpenSearch
+# parse every hit's source and write it out again, and that cost more than the ~100 bytes a hit it
+# saved (1M beliefs: the filter tiers' ``_msearch`` 4.6-5.0 -> 3.5-3.7 ms of JVM CPU, the relevant
+# tier's -0.15 to -0.4 ms; docs/benchmarks.md). Recall decodes a hit without those fields, an
+# inline change log included (service/storage/unreadable.py, DecodedBeliefs), so the beliefs are
+# the same as with the filter.
+_WHOLE_SOURCE = True
 
 # What recall does not read of an ``_msearch`` answer (``filter_path``, exclusions only): the
 # top-level ``took``, each item's shard counts, ``timed_out`` and ``max_score``, and the hits'
@@ -260,7 +267,7 @@ def relevant_body(
         "min_score": min_score,
         "track_total_hits": False,
         "explain": explain,
-        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "_source": _WHOLE_SOURCE,
         "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
         "query": filters.query(
             LIVE,
@@ -313,7 +320,7 @@ def pinned_body(filters: AccessFilters, *, size: int) -> dict[str, Any]:
     return {
         "size": size,
         "track_total_hits": False,
-        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "_source": _WHOLE_SOURCE,
         "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
         "query": filters.query(
             LIVE,
@@ -336,7 +343,7 @@ def open_questions_body(filters: AccessFilters, *, size: int) -> dict[str, Any]:
     return {
         "size": size,
         "track_total_hits": False,
-        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "_source": _WHOLE_SOURCE,
         "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
         "query": filters.query(LIVE, {"term": {"pinned": True}}, {"term": {"type": BeliefType.OPEN_QUESTION.value}}),
         "sort": [{"last_reinforced_at": {"order": "desc", "missing": "_last"}}, {"id": "asc"}],
@@ -348,7 +355,7 @@ def persona_body(filters: AccessFilters, *, size: int = 80) -> dict[str, Any]:
     return {
         "size": size,
         "track_total_hits": False,
-        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "_source": _WHOLE_SOURCE,
         "seq_no_primary_term": True,  # the stored version: hits are decoded once per version
         "query": filters.query(
             LIVE,

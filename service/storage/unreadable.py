@@ -155,6 +155,16 @@ def _report(kind: str, doc: str, source: Any, reason: str) -> None:
     )
 
 
+def _without_inline_log(source: Any) -> Any:
+    """A recall hit's source as recall reads it: without a change log still kept inside the
+    document (written before the log moved out). Recall's queries take the whole source
+    (service/storage/queries.py), and its beliefs never carry their history: the same belief as
+    the one a ``_source`` filter leaving the log out gave, even if that old log would not load."""
+    if isinstance(source, dict) and "change_log" in source:
+        return {key: value for key, value in source.items() if key != "change_log"}
+    return source
+
+
 class DecodedBeliefs:
     """Validated beliefs by stored document version, so the recall hot path validates a document
     once per process instead of on every hit (issue 16: full pydantic validation of every hit was a
@@ -180,11 +190,11 @@ class DecodedBeliefs:
     def load(self, row: dict[str, Any]) -> Belief | None:
         key = (row.get("_index"), row.get("_id"), row.get("_seq_no"), row.get("_primary_term"))
         if None in key or self.max_entries <= 0:
-            return load_belief(row.get("_source"), hit_id=row.get("_id"))
+            return load_belief(_without_inline_log(row.get("_source")), hit_id=row.get("_id"))
         found = self._entries.get(key)
         if found is not None:
             return found
-        belief = load_belief(row.get("_source"), hit_id=row.get("_id"))
+        belief = load_belief(_without_inline_log(row.get("_source")), hit_id=row.get("_id"))
         if belief is not None:
             self._entries.put(key, belief)
         return belief
