@@ -4,11 +4,16 @@ large log index, against a running node.
 It builds a throw-away namespace of ``--size`` minimal belief documents (tenant, id,
 ``change_log_ref``) over ``--tenants`` tenants, and their log documents (3 entries each, created an
 hour ago, so past the sweep's minimum age), of which ``--orphan-every``-th has no belief naming it.
-Then it sweeps twice: the first run removes the orphans, the second finds none. It prints the
-load time and each sweep's wall time and OpenSearch CPU (from ``/proc`` of ``--opensearch-pid``),
+Then it sweeps twice: the first sweep removes the orphans, the second finds none. A sweep is as
+many passes as it takes to reach the last tenant, each resuming after the one before
+(``--budget-s``, the beat task's budget; none by default), paced by ``--work-fraction`` (the beat
+task's default is 0.25; 1, the default here, measures the sweep's own cost). It prints the load
+time and each sweep's passes, wall time, OpenSearch CPU (from ``/proc`` of ``--opensearch-pid``)
+and that CPU over the wall time (how many of the node's cores the sweep keeps busy on average),
 and drops the namespace.
 
     .venv/bin/python -m benchmarks.change_log_sweep --opensearch-url $OS --opensearch-pid $OS_PID --size 1000000
+    .venv/bin/python -m benchmarks.change_log_sweep ... --work-fraction 0.25 --budget-s 120
 
 This is a benchmark, not a test: it prints figures (benchmarks/README.md).
 """
@@ -25,7 +30,7 @@ from typing import Any
 from opensearchpy import OpenSearch, helpers
 
 from benchmarks.index_order_ab import process_cpu_s
-from service.storage.change_logs import ChangeLogStore
+from service.storage.change_logs import ChangeLogStore, SweepPace
 from service.storage.client import routed_id
 from service.storage.templates import BELIEF_LOGS, BELIEFS, apply_templates, drop_namespace
 
@@ -38,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--orphan-every", type=int, default=100, help="every n-th log has no belief")
     parser.add_argument("--namespace", default="sweep-bench")
+    parser.add_argument("--work-fraction", type=float, default=1.0, help="the sweep's pace (SweepPace)")
+    parser.add_argument("--budget-s", type=float, default=None, help="each pass's budget (SweepPace)")
     return parser.parse_args(argv)
 
 
@@ -82,6 +89,17 @@ def _load(client: OpenSearch, args: argparse.Namespace) -> float:
     return time.monotonic() - t0
 
 
+def _sweep(store: ChangeLogStore, pace: SweepPace) -> tuple[int, int]:
+    """Passes until the last tenant, each resuming after the one before, as beat's runs do."""
+    removed = passes = 0
+    after: str | None = None
+    while True:
+        done = store.sweep_orphans(pace=pace, resume_after=after)
+        removed, passes, after = removed + done.removed, passes + 1, done.resume_after
+        if after is None:
+            return removed, passes
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     client = OpenSearch([args.opensearch_url], timeout=300)
@@ -91,18 +109,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = {
             "log_documents": args.size,
             "tenants": args.tenants,
+            "work_fraction": args.work_fraction,
+            "budget_s": args.budget_s,
             "load_s": round(_load(client, args), 1),
         }
         store = ChangeLogStore(client, args.namespace)
+        pace = SweepPace(work_fraction=args.work_fraction, budget_s=args.budget_s)
         for run in (1, 2):
             cpu0, t0 = process_cpu_s(args.opensearch_pid), time.monotonic()
-            removed = store.sweep_orphans()
+            removed, passes = _sweep(store, pace)
+            wall_s = time.monotonic() - t0
+            cpu_s = process_cpu_s(args.opensearch_pid) - cpu0 if args.opensearch_pid else None
             result[f"sweep_{run}"] = {
                 "removed": removed,
-                "wall_s": round(time.monotonic() - t0, 1),
-                "opensearch_cpu_s": round(process_cpu_s(args.opensearch_pid) - cpu0, 1)
-                if args.opensearch_pid
-                else None,
+                "passes": passes,
+                "wall_s": round(wall_s, 1),
+                "opensearch_cpu_s": None if cpu_s is None else round(cpu_s, 1),
+                "opensearch_cores_busy": None if cpu_s is None else round(cpu_s / wall_s, 2),
             }
             client.indices.refresh(index=BELIEF_LOGS.alias(args.namespace))
             print(json.dumps(result), flush=True)

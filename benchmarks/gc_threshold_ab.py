@@ -48,7 +48,6 @@ def _configure(args: argparse.Namespace) -> None:
     os.environ.update(
         {
             **app_environment(args),  # recall_floor's in-process app: same corpus, same accounts
-            "TENURE_OBSERVABILITY_LOG_LEVEL": "WARNING",
             "TENURE_GC_YOUNG_THRESHOLD": "0",  # the blocks set it themselves
         }
     )

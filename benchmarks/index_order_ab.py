@@ -129,9 +129,17 @@ def _ids(answer: bytes) -> list[list[str]]:
 
 
 def replay(args: argparse.Namespace, searches: list[Sent], indices: list[str]) -> dict[str, Any]:
+    return replay_variants(args, {index: [_on_index(s, index) for s in searches] for index in indices})
+
+
+def replay_variants(args: argparse.Namespace, sent: dict[str, list[Sent]]) -> dict[str, Any]:
+    """Each variant's searches (the same searches, changed one way per variant) replayed raw in
+    alternating order for ``--rounds`` rounds: latency per kind, the node's CPU per search, and
+    how many answers have the first variant's hits."""
     parsed = urllib.parse.urlparse(args.opensearch_url.split(",")[0])
     connection = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port or 9200)
-    sent = {index: [_on_index(s, index) for s in searches] for index in indices}
+    indices = list(sent)
+    searches = sent[indices[0]]
     times: dict[str, dict[str, list[float]]] = {index: {kind: [] for kind in SEARCHES} for index in indices}
     cpu = dict.fromkeys(indices, 0.0)
     answers: dict[str, list[list[list[str]]]] = {index: [] for index in indices}

@@ -109,7 +109,7 @@ def app_environment(args: argparse.Namespace) -> dict[str, str]:
         "TENURE_AUTH_API_KEY_PEPPER": fb.PEPPER,
         "TENURE_LOOP_COMPACTION_INTERVAL_S": "86400",
         "TENURE_CELERY_QUEUE_PREFIX": namespace,
-        "TENURE_LOG_LEVEL": "WARNING",
+        "TENURE_OBSERVABILITY_LOG_LEVEL": "WARNING",  # no access log line per recorded recall
     }
 
 

@@ -292,11 +292,26 @@ class CelerySettings(BaseSettings):
     # query CPU grows with the segment count (docs/operations.md, "Segments"). 0 turns it off.
     merge_check_interval_s: float = Field(600.0, ge=0.0, le=7 * 86_400.0)
     merge_above_segments_per_shard: float = Field(12.0, ge=1.0, le=10_000.0)
+    # The change-log orphan sweep (beat, as often as retention) rests between its pages so that its
+    # requests take this share of its wall time (recall shares the node), and starts no new tenant
+    # once the budget is spent: the next run resumes after the last tenant it swept
+    # (docs/operations.md, "Change logs"). The budget is below the heavy soft time limit so the
+    # tenant under way can finish.
+    change_log_sweep_work_fraction: float = Field(0.25, gt=0.0, le=1.0)
+    change_log_sweep_budget_s: float = Field(120.0, gt=0.0, le=86_400.0)
     # The worker's consumer loop touches this file every worker_heartbeat_interval_s while it
     # consumes; `python -m workers.liveness check FILE [max age]` is the worker's health check
     # (docs/operations.md "Worker liveness"). Empty: no heartbeat (compose and Helm set one).
     worker_heartbeat_file: str = ""
     worker_heartbeat_interval_s: float = Field(5.0, gt=0.0, le=3600.0)
+
+    @model_validator(mode="after")
+    def _sweep_budget_fits(self) -> CelerySettings:
+        if self.change_log_sweep_budget_s >= self.heavy_soft_time_limit_s:
+            raise ValueError(
+                "TENURE_CELERY_CHANGE_LOG_SWEEP_BUDGET_S must be below TENURE_CELERY_HEAVY_SOFT_TIME_LIMIT_S"
+            )
+        return self
 
 
 class ObservabilitySettings(BaseSettings):

@@ -95,3 +95,9 @@ def tenant_accounts_version(namespace: str, tenant_id: str) -> str:
     """Counter bumped around every write to a tenant's account records (tenant, users, keys): a
     credential verified in-process is trusted only while it is unchanged (service/auth/authenticator.py)."""
     return f"{namespace}:accounts-version:{tenant_id}"
+
+
+def change_log_sweep_cursor(namespace: str) -> str:
+    """The last tenant the change-log orphan sweep finished before its budget ran out: the next
+    beat run resumes after it (absent: the next run starts from the first tenant)."""
+    return f"{namespace}:change-log-sweep:after"

@@ -13,16 +13,17 @@ from typing import Any
 import pytest
 from opensearchpy import OpenSearch
 
+from service.config import CelerySettings
 from service.domain.belief import Belief, ChangeLogEntry, utcnow
 from service.errors import Conflict, Unreadable
 from service.storage import beliefs as belief_storage
 from service.storage.beliefs import BeliefStore, move_inline_logs
-from service.storage.change_logs import ORPHAN_MIN_AGE, ChangeLogStore
+from service.storage.change_logs import ORPHAN_MIN_AGE, ChangeLogStore, SweepPace
 from service.storage.client import routed_id
 from service.storage.templates import BELIEFS, apply_templates, drop_namespace, expected_mapping, load_json
 from service.storage.unreadable import why_unreadable
 from tests.conftest import principal
-from tests.factories import make_belief
+from tests.factories import make_belief, old_orphan_logs
 
 TRIGGERS = ("created", "reinforced", "note added")
 
@@ -231,12 +232,83 @@ def test_the_sweep_removes_logs_no_belief_points_at(os_client: OpenSearch, store
     os_client.indices.refresh(index=store.logs.alias)
 
     # beat's run covers every tenant (>=: another test's orphans may be old enough by now)
-    assert store.logs.sweep_orphans(page=2) >= 3
+    done = store.logs.sweep_orphans(page=2)
+    assert done.removed >= 3 and done.tenants >= 2 and done.resume_after is None
     assert [log["ref"] for log in _log_documents(os_client, store, tenant, belief.id)] == [live_ref]
     assert _log_documents(os_client, store, tenant, "b-never-written-alice") == []
     assert _log_documents(os_client, store, other, belief.id) == []
     assert [e.trigger for e in store.get(principal(tenant, "alice"), belief.id).change_log] == ["created"]
-    assert store.logs.sweep_orphans(tenant_id=tenant) == 0
+    assert store.logs.sweep_orphans(tenant_id=tenant).removed == 0
+
+
+class _Ticks:
+    """A clock that moves one second per reading, and the rests asked of it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.rests: list[float] = []
+
+    def clock(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.rests.append(seconds)
+
+
+def _own_namespace(os_client: OpenSearch) -> tuple[str, BeliefStore]:
+    namespace = f"test-sweep-{uuid.uuid4().hex[:8]}"
+    apply_templates(os_client, namespace)
+    return namespace, BeliefStore(os_client, namespace)
+
+
+def test_the_sweep_rests_between_pages_for_its_work_fraction(os_client: OpenSearch) -> None:
+    namespace, store = _own_namespace(os_client)
+    try:
+        old_orphan_logs(os_client, store, ["t-a"], per_tenant=5)
+        ticks = _Ticks()
+        pace = SweepPace(work_fraction=0.25, clock=ticks.clock, sleep=ticks.sleep)
+        done = store.logs.sweep_orphans(page=2, pace=pace)
+        assert (done.removed, done.tenants, done.resume_after) == (5, 1, None)
+        # 5 logs in pages of 2: three pages (the last one short), each worked one tick and rested three
+        assert ticks.rests == [3.0, 3.0, 3.0]
+        os_client.indices.refresh(index=store.logs.alias)
+        assert store.logs.sweep_orphans(pace=SweepPace(work_fraction=1.0, sleep=ticks.sleep)).removed == 0
+        assert ticks.rests == [3.0, 3.0, 3.0]  # a fraction of 1 never rests
+    finally:
+        drop_namespace(os_client, namespace)
+
+
+def test_a_sweep_out_of_budget_stops_between_tenants_and_the_next_resumes(os_client: OpenSearch) -> None:
+    namespace, store = _own_namespace(os_client)
+    tenants = ["t-a", "t-b", "t-c"]
+    try:
+        old_orphan_logs(os_client, store, tenants, per_tenant=2)
+        ticks = _Ticks()
+        pace = SweepPace(budget_s=1.0, clock=ticks.clock, sleep=ticks.sleep)  # spent after one tenant
+        passes = []
+        after: str | None = None
+        while True:
+            done = store.logs.sweep_orphans(pace=pace, resume_after=after)
+            passes.append((done.removed, done.tenants, done.resume_after))
+            after = done.resume_after
+            if after is None:
+                break
+        assert passes == [(2, 1, "t-a"), (2, 1, "t-b"), (2, 1, None)]
+        os_client.indices.refresh(index=store.logs.alias)
+        assert store.logs.sweep_orphans().removed == 0
+        # one tenant's sweep (an admin's) ignores the cursor of the others
+        old_orphan_logs(os_client, store, ["t-b"], per_tenant=1)
+        assert store.logs.sweep_orphans(tenant_id="t-b", resume_after="t-c").removed == 1
+    finally:
+        drop_namespace(os_client, namespace)
+
+
+def test_the_sweep_budget_must_leave_room_in_the_task_time_limit() -> None:
+    with pytest.raises(ValueError, match="SWEEP_BUDGET"):
+        CelerySettings(change_log_sweep_budget_s=300.0, heavy_soft_time_limit_s=240)
+    with pytest.raises(ValueError, match="work_fraction"):
+        SweepPace(work_fraction=0.0)
 
 
 def test_an_index_made_before_the_log_moved_out_gets_the_ref_field(os_client: OpenSearch) -> None:

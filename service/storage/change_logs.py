@@ -27,6 +27,7 @@ it out.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -66,6 +67,43 @@ class PendingLog:
     belief_id: str
     ref: str
     document: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SweepPace:
+    """How the orphan sweep shares the node with recall. After each page it rests so that its
+    requests take ``work_fraction`` of its wall time (0.25: it works a quarter of the time), and a
+    pass starts no new tenant once ``budget_s`` seconds have gone by (None: no limit), so one beat
+    run stays well inside its task's time limit at any corpus size and the next run goes on from
+    where it stopped (docs/operations.md, "Change logs")."""
+
+    work_fraction: float = 1.0
+    budget_s: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.work_fraction <= 1.0:
+            raise ValueError("work_fraction must be in (0, 1]")
+
+    def rest_after(self, work_started: float) -> None:
+        worked = self.clock() - work_started
+        if self.work_fraction < 1.0 and worked > 0:
+            self.sleep(worked * (1.0 - self.work_fraction) / self.work_fraction)
+
+    def spent(self, started: float) -> bool:
+        return self.budget_s is not None and self.clock() - started >= self.budget_s
+
+
+@dataclass(frozen=True)
+class SweepPass:
+    """What one orphan sweep did: log documents removed, tenants swept to their end, and the last
+    of them when the pass stopped early (its budget), for the next pass to resume after; None
+    once every tenant was swept."""
+
+    removed: int
+    tenants: int
+    resume_after: str | None
 
 
 class ChangeLogStore:
@@ -239,28 +277,69 @@ class ChangeLogStore:
 
     # ------------------------------------------------------------ maintenance
 
-    def sweep_orphans(self, *, tenant_id: str | None = None, page: int = _MGET_CHUNK) -> int:
+    def sweep_orphans(
+        self,
+        *,
+        tenant_id: str | None = None,
+        page: int = _MGET_CHUNK,
+        pace: SweepPace | None = None,
+        resume_after: str | None = None,
+    ) -> SweepPass:
         """Delete log documents older than :data:`ORPHAN_MIN_AGE` that their belief does not point
         at (a write that crashed between its log and its belief, a refused write whose log was not
-        deleted, a belief hard-deleted by an older version); returns how many. One scroll over the
-        log index reading keys from doc values (never the logs themselves), one belief ``mget``
-        per ``page`` log documents."""
+        deleted, a belief hard-deleted by an older version). Tenant by tenant, in tenant order, from
+        the one after ``resume_after``: per tenant one routed scroll over its logs reading keys from
+        doc values (never the logs themselves), one belief ``mget`` per ``page`` log documents.
+        ``pace`` spreads the work out and ends the pass early (its budget); the answer then names
+        the last tenant swept, for the next pass to resume after. ``tenant_id`` sweeps that tenant
+        only, whatever ``resume_after``."""
+        pace = pace or SweepPace()
+        started = pace.clock()
+        removed = swept = 0
+        last: str | None = None
+        for tenant in self._tenants_with_old_logs(tenant_id, resume_after, page):
+            if swept and pace.spent(started):  # a pass always sweeps one tenant: it never stalls
+                return SweepPass(removed, swept, resume_after=last)
+            removed += self._sweep_tenant(tenant, page, pace)
+            swept += 1
+            last = tenant
+        return SweepPass(removed, swept, resume_after=None)
+
+    def _tenants_with_old_logs(self, tenant_id: str | None, after: str | None, page: int) -> Iterator[str]:
+        """The tenants that hold log documents old enough to sweep, in order, after ``after``: a
+        composite aggregation over ``tenant_id`` (keys only, like every maintenance scan)."""
+        if tenant_id is not None:  # one tenant's sweep (an admin's): the cursor is the other passes'
+            yield tenant_id
+            return
+        scan = access.maintenance_scan("change-log orphan sweep (tenants)")
+        composite: dict[str, Any] = {"size": page, "sources": [{"tenant_id": {"terms": {"field": "tenant_id"}}}]}
+        if after is not None:
+            composite["after"] = {"tenant_id": after}
+        while True:
+            body = {"size": 0, "query": scan.query(_old_enough()), "aggs": {"tenants": {"composite": composite}}}
+            with translate_errors("sweep change logs"):
+                tenants = self.client.search(index=self.alias, body=body)["aggregations"]["tenants"]
+            yield from (str(bucket["key"]["tenant_id"]) for bucket in tenants["buckets"])
+            if not tenants["buckets"] or not tenants.get("after_key"):
+                return
+            composite["after"] = tenants["after_key"]
+
+    def _sweep_tenant(self, tenant_id: str, page: int, pace: SweepPace) -> int:
         scan = access.maintenance_scan("change-log orphan sweep", tenant_id)
-        cutoff = (utcnow() - ORPHAN_MIN_AGE).isoformat()
-        query = {
-            "_source": False,
-            "docvalue_fields": list(_KEYS),
-            "query": scan.query({"range": {"created_at": {"lt": cutoff}}}),
-        }
+        query = {"_source": False, "docvalue_fields": list(_KEYS), "query": scan.query(_old_enough())}
         removed = 0
         batch: list[dict[str, str]] = []
         with translate_errors("sweep change logs"):
-            for hit in helpers.scan(self.client, index=self.alias, query=query, size=page):
+            work_started = pace.clock()
+            for hit in helpers.scan(self.client, index=self.alias, query=query, size=page, routing=tenant_id):
                 batch.append({k: str(hit["fields"][k][0]) for k in _KEYS})
                 if len(batch) >= page:
                     removed += self._remove_unreferenced(batch)
                     batch = []
+                    pace.rest_after(work_started)
+                    work_started = pace.clock()
             removed += self._remove_unreferenced(batch)
+            pace.rest_after(work_started)
         return removed
 
     def _remove_unreferenced(self, logs: list[dict[str, str]]) -> int:
@@ -274,6 +353,10 @@ class ChangeLogStore:
         for tenant, refs in stale.items():
             self.retire(tenant, refs)
         return sum(len(refs) for refs in stale.values())
+
+
+def _old_enough() -> dict[str, Any]:
+    return {"range": {"created_at": {"lt": (utcnow() - ORPHAN_MIN_AGE).isoformat()}}}
 
 
 def _key(hit: Hit) -> tuple[str, str, str] | None:
