@@ -29,7 +29,7 @@ from typing import Any
 
 from benchmarks import index_order_ab, recall_floor
 from benchmarks.recall_floor import Sent
-from service.storage.queries import _SOURCE_EXCLUDES
+from service.storage.queries import SOURCE_EXCLUDES
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def filtered(sent: Sent) -> Sent:
     """The same ``_msearch`` with the source filter recall's tiers used to send."""
     lines = (sent.body or b"").decode().strip().split("\n")
-    queries = [{**json.loads(line), "_source": {"excludes": _SOURCE_EXCLUDES}} for line in lines[1::2]]
+    queries = [{**json.loads(line), "_source": {"excludes": SOURCE_EXCLUDES}} for line in lines[1::2]]
     body = "".join(f"{header}\n{json.dumps(query)}\n" for header, query in zip(lines[0::2], queries, strict=True))
     return Sent(sent.method, sent.path, body.encode())
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "with_filter_tiers": [s for s in searches if tiers_in(s) > 1],
         "relevant_tier_only": [s for s in searches if tiers_in(s) == 1],
     }
-    report: dict[str, Any] = {"what": "source_filter_ab", "source_excludes": _SOURCE_EXCLUDES}
+    report: dict[str, Any] = {"what": "source_filter_ab", "source_excludes": SOURCE_EXCLUDES}
     for group, sent in groups.items():
         if sent:
             variants = {"whole": sent, "filtered": [filtered(s) for s in sent]}

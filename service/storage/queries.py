@@ -59,13 +59,13 @@ LIVE = {"term": {"lifecycle": Lifecycle.LIVE.value}}
 # documents written before the log moved out) and the derived, indexed-only fields the model
 # ignores on load (``lifecycle``, ``content_hash``; the analysed ``vocabulary_units`` are kept out
 # of ``_source`` by the mapping).
-_SOURCE_EXCLUDES = ["change_log", "change_log_ref", "lifecycle", "content_hash"]
+SOURCE_EXCLUDES = ["change_log", "change_log_ref", "lifecycle", "content_hash"]
 # The recall tiers take the whole stored source instead: any ``_source`` filter makes OpenSearch
 # parse every hit's source and write it out again, and that cost more than the ~100 bytes a hit it
-# saved (1M beliefs: the filter tiers' ``_msearch`` 4.6-5.0 -> 3.5-3.7 ms of JVM CPU, the relevant
-# tier's -0.15 to -0.4 ms; docs/benchmarks.md). Recall decodes a hit without those fields, an
-# inline change log included (service/storage/unreadable.py, DecodedBeliefs), so the beliefs are
-# the same as with the filter.
+# saved (1M beliefs, the same searches: OpenSearch CPU per search -19 to -20 % with the filter
+# tiers, -12 to -17 % for the relevant tier alone; docs/benchmarks.md, benchmarks/source_filter_ab.py).
+# Recall decodes a hit without those fields, an inline change log included
+# (service/storage/unreadable.py, DecodedBeliefs), so the beliefs are the same as with the filter.
 _WHOLE_SOURCE = True
 
 # What recall does not read of an ``_msearch`` answer (``filter_path``, exclusions only): the
@@ -303,7 +303,7 @@ def near_miss_body(
     return {
         "size": size,
         "track_total_hits": False,
-        "_source": {"excludes": _SOURCE_EXCLUDES},
+        "_source": {"excludes": SOURCE_EXCLUDES},
         "query": filters.query(
             must_not=must_not,
             must=[{"bool": {"should": relevance, "minimum_should_match": 1}}],
@@ -383,7 +383,7 @@ def by_ids_body(
         "query": filters.query(*extra, {"terms": {"id": ids}}),
     }
     if not include_change_log:
-        body["_source"] = {"excludes": _SOURCE_EXCLUDES}
+        body["_source"] = {"excludes": SOURCE_EXCLUDES}
     return body
 
 
@@ -408,7 +408,7 @@ def list_body(
         query["bool"]["must"] = [{"multi_match": {"query": text, "fields": list(CLAUSES)}}]
     body: dict[str, Any] = {"size": size, "track_total_hits": False, "query": query, "sort": LIST_SORT}
     if not include_change_log:
-        body["_source"] = {"excludes": _SOURCE_EXCLUDES}
+        body["_source"] = {"excludes": SOURCE_EXCLUDES}
     if search_after is not None:
         body["search_after"] = search_after
     return body

@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks.recall_floor import Sent
 from benchmarks.source_filter_ab import filtered, tiers_in
-from service.storage.queries import _SOURCE_EXCLUDES
+from service.storage.queries import SOURCE_EXCLUDES
 
 
 def _msearch(*queries: dict[str, Any]) -> Sent:
@@ -26,7 +26,7 @@ def test_each_query_gets_the_old_source_filter_and_nothing_else_changes() -> Non
     assert sent.path == "/_msearch?filter_path=-took"
     lines = [json.loads(line) for line in (sent.body or b"").decode().splitlines()]
     assert lines[0::2] == [{"index": "ns-beliefs", "routing": "t1"}] * 2
-    assert lines[1::2] == [{**q, "_source": {"excludes": _SOURCE_EXCLUDES}} for q in queries]
+    assert lines[1::2] == [{**q, "_source": {"excludes": SOURCE_EXCLUDES}} for q in queries]
 
 
 def test_searches_are_told_apart_by_their_tiers() -> None:
