@@ -23,7 +23,7 @@ from service.storage.client import routed_id
 from service.storage.templates import BELIEFS, apply_templates, drop_namespace, expected_mapping, load_json
 from service.storage.unreadable import why_unreadable
 from tests.conftest import principal
-from tests.factories import make_belief, old_orphan_logs
+from tests.factories import make_belief, old_orphan_logs, put_all
 
 TRIGGERS = ("created", "reinforced", "note added")
 
@@ -354,3 +354,29 @@ def test_moving_inline_logs_rewrites_each_belief_once_and_keeps_its_history(
 
     os_client.indices.refresh(index=store.alias)
     assert move_inline_logs(store, tenant_id=tenant).moved == 0
+
+
+def test_a_bulk_compare_and_set_skips_a_belief_changed_meanwhile_and_retires_its_new_log(
+    os_client: OpenSearch, store: BeliefStore, tenant: str
+) -> None:
+    """``put_many(versions=...)``, the move's write: a belief written since it was read is not
+    overwritten, is reported as changed, and the log written for it does not stay behind."""
+    kept, stale = _with_log(tenant, "cas_kept", "created"), _with_log(tenant, "cas_stale", "created")
+    put_all(store, kept, stale)
+    read = {b.id: store.get_versioned(principal(tenant, "alice"), b.id) for b in (kept, stale)}
+    _reinforce(store, tenant, stale.id)  # someone else's write lands between the read and ours
+    ours = [loaded for loaded, _, _ in read.values()]
+    for loaded in ours:
+        loaded.change_log.append(_entries("note added")[0])
+    versions = {routed_id(tenant, b_id): (seq_no, term) for b_id, (_, seq_no, term) in read.items()}
+
+    result = store.put_many(ours, refresh="true", versions=versions)
+
+    assert result.written == [kept.id] and result.changed_meanwhile == [stale.id]
+    assert "changed concurrently" in result.failed[stale.id]
+    triggers = [e.trigger for e in store.get(principal(tenant, "alice"), stale.id).change_log]
+    assert triggers == ["created", "reinforced"]  # the other write's, not ours
+    assert [log["ref"] for log in _log_documents(os_client, store, tenant, stale.id)] == [
+        _raw(os_client, store, stale)["change_log_ref"]
+    ]
+    assert [e.trigger for e in store.get(principal(tenant, "alice"), kept.id).change_log] == ["created", "note added"]

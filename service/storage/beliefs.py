@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -149,6 +149,8 @@ class TierMemo(Protocol):
 class WriteResult:
     written: list[str]
     failed: dict[str, str]
+    # of ``failed``: writes whose compare-and-set found the belief changed since it was read
+    changed_meanwhile: list[str] = field(default_factory=list)
 
 
 _WEIGHT_RE = re.compile(r"^weight\(([\w.]+):(.+?) in \d+\)")
@@ -376,19 +378,34 @@ class BeliefStore:
         return bool(held == orjson.loads(orjson.dumps(pending.document["entries"])))
 
     def put_many(
-        self, beliefs: Sequence[Belief], *, refresh: Refresh = "wait_for", create_only: bool = False
+        self,
+        beliefs: Sequence[Belief],
+        *,
+        refresh: Refresh = "wait_for",
+        create_only: bool = False,
+        versions: Mapping[str, tuple[int, int]] | None = None,
     ) -> WriteResult:
         """Write many beliefs, one bulk chunk at a time, each chunk as :meth:`_index_one` writes one
-        belief: the chunk's change logs first, then its beliefs, then the logs they replaced."""
+        belief: the chunk's change logs first, then its beliefs, then the logs they replaced.
+        ``versions``: the ``(_seq_no, _primary_term)`` of a read, by document id
+        (``<tenant>:<id>``), for a compare-and-set per belief like :meth:`replace`; one that finds
+        its belief changed meanwhile fails, is listed in ``changed_meanwhile`` and its new log is
+        retired."""
         result = WriteResult(written=[], failed={})
         with self._bumping(b.tenant_id for b in beliefs), translate_errors("store beliefs"):
             for start in range(0, len(beliefs), _BULK_CHUNK):
-                self._put_chunk(beliefs[start : start + _BULK_CHUNK], create_only, result)
+                self._put_chunk(beliefs[start : start + _BULK_CHUNK], create_only, result, versions or {})
             if refresh != "false" and beliefs:
                 self.client.indices.refresh(index=self.alias)
         return result
 
-    def _put_chunk(self, chunk: Sequence[Belief], create_only: bool, result: WriteResult) -> None:
+    def _put_chunk(
+        self,
+        chunk: Sequence[Belief],
+        create_only: bool,
+        result: WriteResult,
+        versions: Mapping[str, tuple[int, int]],
+    ) -> None:
         forms = self._stored_forms(chunk)
         replaced = {} if create_only else self.logs.current_refs([(b.tenant_id, b.id) for b in chunk])
         logs = [pending for _, pending in forms if pending is not None]
@@ -401,15 +418,16 @@ class BeliefStore:
                 continue
             if pending is not None:
                 new_log[doc_id(b.tenant_id, b.id)] = pending
-            actions.append(
-                {
-                    "_op_type": "create" if create_only else "index",
-                    "_index": self.alias,
-                    "_id": doc_id(b.tenant_id, b.id),
-                    "_routing": b.tenant_id,
-                    "_source": document,
-                }
-            )
+            action: dict[str, Any] = {
+                "_op_type": "create" if create_only else "index",
+                "_index": self.alias,
+                "_id": doc_id(b.tenant_id, b.id),
+                "_routing": b.tenant_id,
+                "_source": document,
+            }
+            if (version := versions.get(doc_id(b.tenant_id, b.id))) is not None:
+                action["if_seq_no"], action["if_primary_term"] = version
+            actions.append(action)
         retired: dict[str, list[str]] = {}
         refused_logs: dict[tuple[str, str], str] = {}
         for ok, item in helpers.streaming_bulk(
@@ -424,6 +442,11 @@ class BeliefStore:
                 old = replaced.get((tenant, belief_id))
                 if old is not None and (pending is None or old != pending.ref):
                     retired.setdefault(tenant, []).append(old)
+            elif key in versions and already_exists(info):  # the compare-and-set's 409
+                result.failed[belief_id] = f"belief {belief_id!r} was changed concurrently; retry"
+                result.changed_meanwhile.append(belief_id)
+                if pending is not None:
+                    refused_logs[(tenant, belief_id)] = pending.ref
             else:
                 result.failed[belief_id] = _refusal(belief_id, info)
                 if pending is not None and isinstance(info.get("status"), int) and 400 <= info["status"] < 500:
@@ -860,15 +883,16 @@ class MovedLogs:
     moved: int = 0
     changed_meanwhile: int = 0  # written by someone else first: that write moved the log out
     unreadable: list[str] = field(default_factory=list)  # quarantined documents, left as they are
+    failed: list[str] = field(default_factory=list)  # not written (the store refused): run it again
 
 
 def move_inline_logs(store: BeliefStore, *, tenant_id: str | None = None, page: int = 500) -> MovedLogs:
     """Move the change logs still inside belief documents (written before the logs had their own
     index) into log documents, each belief rewritten with a compare-and-set exactly like any other
-    write (log document first). Idempotent and safe beside live traffic: a belief written
-    meanwhile is skipped (that write moved its log). Recall reads such documents correctly either
-    way; moved, its hits no longer carry the log (docs/operations.md, "Change logs"). ``tenant_id``:
-    that tenant's beliefs only."""
+    write (log document first), a page at a time (one ``mget``, then :meth:`BeliefStore.put_many`).
+    Idempotent and safe beside live traffic: a belief written meanwhile is skipped (that write moved
+    its log). Recall reads such documents correctly either way; moved, its hits no longer carry the
+    log (docs/operations.md, "Change logs"). ``tenant_id``: that tenant's beliefs only."""
     scan = access.maintenance_scan("move inline change logs", tenant_id)
     done = MovedLogs()
     after: list[Any] | None = None
@@ -884,32 +908,40 @@ def move_inline_logs(store: BeliefStore, *, tenant_id: str | None = None, page: 
             body["search_after"] = after
         with translate_errors("scan beliefs for inline change logs"):
             hits = store.client.search(index=store.alias, body=body)["hits"]["hits"]
-        for hit in hits:
-            done.scanned += 1
-            source = hit.get("_source") or {}
-            if source.get("change_log"):
-                _move_one(store, str(source.get("tenant_id")), str(source.get("id")), done)
+        done.scanned += len(hits)
+        inline = [
+            (str(source.get("tenant_id")), str(source.get("id")))
+            for source in (hit.get("_source") or {} for hit in hits)
+            if source.get("change_log")
+        ]
+        if inline:
+            _move_page(store, inline, done)
         if len(hits) < page:
             return done
         after = hits[-1]["sort"]
 
 
-def _move_one(store: BeliefStore, tenant_id: str, belief_id: str, done: MovedLogs) -> None:
-    found = get_routed(
-        store.client, index=store.alias, doc_id=doc_id(tenant_id, belief_id), routing=tenant_id, action="read a belief"
-    )
-    if found is None or not (found.get("_source") or {}).get("change_log"):
-        done.changed_meanwhile += 1  # deleted, or rewritten (log moved) since the scan
-        return
-    belief = load_belief(found["_source"], hit_id=found.get("_id"))
-    if belief is None:
-        done.unreadable.append(belief_id)
-        return
-    try:
-        store.replace(
-            belief, if_seq_no=int(found["_seq_no"]), if_primary_term=int(found["_primary_term"]), refresh="false"
-        )
-    except Conflict:
-        done.changed_meanwhile += 1
-        return
-    done.moved += 1
+def _move_page(store: BeliefStore, keys: list[tuple[str, str]], done: MovedLogs) -> None:
+    """The beliefs ``(tenant, id)`` read again in real time, each with the version its write
+    expects, and written back with their logs moved out."""
+    wanted = [{"_id": doc_id(tenant, belief_id), "routing": tenant} for tenant, belief_id in keys]
+    with translate_errors("read beliefs to move their change logs"):
+        found = store.client.mget(index=store.alias, body={"docs": wanted}).get("docs", [])
+    beliefs: list[Belief] = []
+    versions: dict[str, tuple[int, int]] = {}
+    for (tenant, belief_id), doc in zip(keys, found, strict=True):
+        source = doc.get("_source") or {}
+        if not doc.get("found") or not source.get("change_log"):
+            done.changed_meanwhile += 1  # deleted, or rewritten (log moved) since the scan
+            continue
+        belief = load_belief(source, hit_id=doc.get("_id"))
+        if belief is None:
+            done.unreadable.append(belief_id)
+            continue
+        beliefs.append(belief)
+        versions[doc_id(tenant, belief_id)] = (int(doc["_seq_no"]), int(doc["_primary_term"]))
+    result = store.put_many(beliefs, refresh="false", versions=versions)
+    done.moved += len(result.written)
+    done.changed_meanwhile += len(result.changed_meanwhile)
+    changed = set(result.changed_meanwhile)
+    done.failed += [belief_id for belief_id in result.failed if belief_id not in changed]
