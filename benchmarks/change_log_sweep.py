@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from opensearchpy import OpenSearch, helpers
+from opensearchpy import OpenSearch
 
-from benchmarks.index_order_ab import process_cpu_s
+from benchmarks import scratch_namespace
 from service.storage.change_logs import ChangeLogStore, SweepPace
 from service.storage.client import routed_id
 from service.storage.templates import BELIEF_LOGS, BELIEFS, apply_templates, drop_namespace
@@ -37,12 +36,8 @@ from service.storage.templates import BELIEF_LOGS, BELIEFS, apply_templates, dro
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--opensearch-url", required=True)
-    parser.add_argument("--opensearch-pid", type=int, help="the node's JVM, for its CPU (else not measured)")
-    parser.add_argument("--size", type=int, default=1_000_000, help="log documents")
-    parser.add_argument("--tenants", type=int, default=1000)
+    scratch_namespace.add_arguments(parser, size=1_000_000, size_help="log documents", namespace="sweep-bench")
     parser.add_argument("--orphan-every", type=int, default=100, help="every n-th log has no belief")
-    parser.add_argument("--namespace", default="sweep-bench")
     parser.add_argument("--work-fraction", type=float, default=1.0, help="the sweep's pace (SweepPace)")
     parser.add_argument("--budget-s", type=float, default=None, help="each pass's budget (SweepPace)")
     return parser.parse_args(argv)
@@ -74,19 +69,7 @@ def _documents(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
 
 def _load(client: OpenSearch, args: argparse.Namespace) -> float:
     aliases = (BELIEFS.alias(args.namespace), BELIEF_LOGS.alias(args.namespace))
-    t0 = time.monotonic()
-    for alias in aliases:
-        client.indices.put_settings(index=alias, body={"index": {"refresh_interval": "-1"}})
-    for ok, item in helpers.parallel_bulk(
-        client, _documents(args), thread_count=2, chunk_size=5000, raise_on_error=False
-    ):
-        if not ok:
-            raise RuntimeError(f"bulk item refused: {item}")
-    for alias in aliases:
-        client.indices.put_settings(index=alias, body={"index": {"refresh_interval": "1s"}})
-        client.indices.refresh(index=alias)
-        client.indices.forcemerge(index=alias, max_num_segments=1, request_timeout=3600)
-    return time.monotonic() - t0
+    return scratch_namespace.bulk_load(client, aliases, _documents(args), chunk_size=5000, merge=True)
 
 
 def _sweep(store: ChangeLogStore, pace: SweepPace) -> tuple[int, int]:
@@ -116,17 +99,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         store = ChangeLogStore(client, args.namespace)
         pace = SweepPace(work_fraction=args.work_fraction, budget_s=args.budget_s)
         for run in (1, 2):
-            cpu0, t0 = process_cpu_s(args.opensearch_pid), time.monotonic()
-            removed, passes = _sweep(store, pace)
-            wall_s = time.monotonic() - t0
-            cpu_s = process_cpu_s(args.opensearch_pid) - cpu0 if args.opensearch_pid else None
-            result[f"sweep_{run}"] = {
-                "removed": removed,
-                "passes": passes,
-                "wall_s": round(wall_s, 1),
-                "opensearch_cpu_s": None if cpu_s is None else round(cpu_s, 1),
-                "opensearch_cores_busy": None if cpu_s is None else round(cpu_s / wall_s, 2),
-            }
+            (removed, passes), cost = scratch_namespace.timed(args.opensearch_pid, lambda: _sweep(store, pace))
+            result[f"sweep_{run}"] = {"removed": removed, "passes": passes, **cost}
             client.indices.refresh(index=BELIEF_LOGS.alias(args.namespace))
             print(json.dumps(result), flush=True)
         result["left"] = client.count(index=BELIEF_LOGS.alias(args.namespace))["count"]

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from opensearchpy import OpenSearch, helpers
+from opensearchpy import OpenSearch
 
-from benchmarks.index_order_ab import process_cpu_s
+from benchmarks import scratch_namespace
 from benchmarks.recall_bench import Spec, belief_at
 from service.domain.belief import Belief, ChangeLogEntry
 from service.domain.principal import Principal
@@ -40,12 +39,10 @@ SAMPLE = 50  # beliefs read back after the move, with their history
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--opensearch-url", required=True)
-    parser.add_argument("--opensearch-pid", type=int, help="the node's JVM, for its CPU (else not measured)")
-    parser.add_argument("--size", type=int, default=100_000, help="beliefs with an inline change log")
-    parser.add_argument("--tenants", type=int, default=1000)
+    scratch_namespace.add_arguments(
+        parser, size=100_000, size_help="beliefs with an inline change log", namespace="move-bench"
+    )
     parser.add_argument("--entries", type=int, default=20, help="change-log entries per belief")
-    parser.add_argument("--namespace", default="move-bench")
     return parser.parse_args(argv)
 
 
@@ -72,17 +69,9 @@ def _documents(args: argparse.Namespace, now: datetime) -> Iterator[dict[str, An
 
 
 def _load(client: OpenSearch, args: argparse.Namespace, now: datetime) -> float:
-    alias = BELIEFS.alias(args.namespace)
-    t0 = time.monotonic()
-    client.indices.put_settings(index=alias, body={"index": {"refresh_interval": "-1"}})
-    for ok, item in helpers.parallel_bulk(
-        client, _documents(args, now), thread_count=2, chunk_size=2000, raise_on_error=False
-    ):
-        if not ok:
-            raise RuntimeError(f"bulk item refused: {item}")
-    client.indices.put_settings(index=alias, body={"index": {"refresh_interval": "1s"}})
-    client.indices.refresh(index=alias)
-    return time.monotonic() - t0
+    return scratch_namespace.bulk_load(
+        client, [BELIEFS.alias(args.namespace)], _documents(args, now), chunk_size=2000, merge=False
+    )
 
 
 def _histories_intact(store: BeliefStore, args: argparse.Namespace, now: datetime) -> bool:
@@ -115,17 +104,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
         store = BeliefStore(client, args.namespace)
         for run in (1, 2):
-            cpu0, t0 = process_cpu_s(args.opensearch_pid), time.monotonic()
-            moved = move_inline_logs(store)
-            wall_s = time.monotonic() - t0
-            result[f"run_{run}"] = {
-                **asdict(moved),
-                "wall_s": round(wall_s, 1),
-                "moved_per_s": round(moved.moved / wall_s, 1),
-                "opensearch_cpu_s": round(process_cpu_s(args.opensearch_pid) - cpu0, 1)
-                if args.opensearch_pid
-                else None,
-            }
+            moved, cost = scratch_namespace.timed(args.opensearch_pid, lambda: move_inline_logs(store))
+            per_s = moved.moved / max(cost["wall_s"], 0.1)  # wall_s is rounded to 0.1 s
+            result[f"run_{run}"] = {**asdict(moved), **cost, "moved_per_s": round(per_s, 1)}
             client.indices.refresh(index=store.alias)
             print(json.dumps(result), flush=True)
         result["histories_intact"] = _histories_intact(store, args, now)
