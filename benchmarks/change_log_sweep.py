@@ -31,7 +31,7 @@ from opensearchpy import OpenSearch
 from benchmarks import scratch_namespace
 from service.storage.change_logs import ChangeLogStore, SweepPace
 from service.storage.client import routed_id
-from service.storage.templates import BELIEF_LOGS, BELIEFS, apply_templates, drop_namespace
+from service.storage.templates import BELIEF_LOGS, BELIEFS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -86,9 +86,7 @@ def _sweep(store: ChangeLogStore, pace: SweepPace) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     client = OpenSearch([args.opensearch_url], timeout=300)
-    drop_namespace(client, args.namespace)
-    apply_templates(client, args.namespace)
-    try:
+    with scratch_namespace.fresh(client, args.namespace):
         result: dict[str, Any] = {
             "log_documents": args.size,
             "tenants": args.tenants,
@@ -105,8 +103,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(json.dumps(result), flush=True)
         result["left"] = client.count(index=BELIEF_LOGS.alias(args.namespace))["count"]
         print(json.dumps(result), flush=True)
-    finally:
-        drop_namespace(client, args.namespace)
     return result
 
 

@@ -32,7 +32,7 @@ from service.domain.belief import Belief, ChangeLogEntry
 from service.domain.principal import Principal
 from service.storage.beliefs import BeliefStore, move_inline_logs
 from service.storage.client import routed_id
-from service.storage.templates import BELIEFS, apply_templates, drop_namespace
+from service.storage.templates import BELIEFS
 
 SAMPLE = 50  # beliefs read back after the move, with their history
 
@@ -93,9 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     client = OpenSearch([args.opensearch_url], timeout=300)
     now = datetime.now(UTC).replace(microsecond=0)
-    drop_namespace(client, args.namespace)
-    apply_templates(client, args.namespace)
-    try:
+    with scratch_namespace.fresh(client, args.namespace):
         result: dict[str, Any] = {
             "beliefs": args.size,
             "tenants": args.tenants,
@@ -111,8 +109,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(json.dumps(result), flush=True)
         result["histories_intact"] = _histories_intact(store, args, now)
         print(json.dumps(result), flush=True)
-    finally:
-        drop_namespace(client, args.namespace)
     return result
 
 

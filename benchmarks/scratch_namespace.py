@@ -1,17 +1,19 @@
 """What the benchmarks that build a throw-away namespace on a running node share
 (``change_log_sweep``, ``move_change_logs``): their common arguments, a bulk load with refresh off,
-and one timed run with the node's CPU."""
+one timed run with the node's CPU, and the namespace itself, made fresh and dropped afterwards."""
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from opensearchpy import OpenSearch, helpers
 
 from benchmarks.index_order_ab import process_cpu_s
+from service.storage.templates import apply_templates, drop_namespace
 
 T = TypeVar("T")
 
@@ -55,3 +57,15 @@ def timed(opensearch_pid: int | None, run: Callable[[], T]) -> tuple[T, dict[str
         "opensearch_cpu_s": None if cpu_s is None else round(cpu_s, 1),
         "opensearch_cores_busy": None if cpu_s is None else round(cpu_s / wall_s, 2),
     }
+
+
+@contextmanager
+def fresh(client: OpenSearch, namespace: str) -> Iterator[None]:
+    """``namespace`` with every index family empty (what an earlier, interrupted run left is
+    dropped first), dropped again when the block ends, however it ends."""
+    drop_namespace(client, namespace)
+    apply_templates(client, namespace)
+    try:
+        yield
+    finally:
+        drop_namespace(client, namespace)
