@@ -174,8 +174,9 @@ def _headers(sent: Sent) -> dict[str, str]:
     return {"Content-Type": "application/x-ndjson" if sent.kind == "_msearch" else "application/json"}
 
 
-def recorded_searches(args: argparse.Namespace) -> list[Sent]:
-    """The searches of ``--queries`` recalls through the real API, after ``--warmup`` more."""
+def recorded_requests(args: argparse.Namespace) -> list[Sent]:
+    """Every OpenSearch request of ``--queries`` recalls through the real API, after ``--warmup``
+    more (``_mtermvectors``, ``_msearch``, ``_search``), as sent."""
     floor_args = recall_floor.parse_args(
         ["--opensearch-url", args.opensearch_url, "--redis-url", args.redis_url, "--size", str(args.size)]
         + ["--traffic", args.traffic, "--warmup", str(args.warmup), "--queries", str(args.queries)]
@@ -183,8 +184,12 @@ def recorded_searches(args: argparse.Namespace) -> list[Sent]:
     calls = fb.parse_args(["--queries", str(args.queries), "--warmup", str(args.warmup), "--seed", str(args.seed)])
     spec = Spec(tenants=calls.tenants, users_per_tenant=calls.users_per_tenant)
     queries = fb.traffic(calls, args.traffic, args.size, spec)[: args.warmup + args.queries]
-    recalls = recall_floor.record(floor_args, queries)
-    return [sent for recall in recalls for sent in recall.opensearch if sent.kind in SEARCHES]
+    return [sent for recall in recall_floor.record(floor_args, queries) for sent in recall.opensearch]
+
+
+def recorded_searches(args: argparse.Namespace) -> list[Sent]:
+    """The searches of ``--queries`` recalls through the real API, after ``--warmup`` more."""
+    return [sent for sent in recorded_requests(args) if sent.kind in SEARCHES]
 
 
 def index_behind_alias(client: OpenSearch, size: int) -> str:

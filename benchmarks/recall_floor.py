@@ -143,7 +143,7 @@ def recording() -> Iterator[list[Recorded]]:
             recalls[-1].redis_round_trips += 1
         return await command(self, *a, **kw)
 
-    ObservedAsyncConnection.perform_request = perform_request  # type: ignore[method-assign]
+    ObservedAsyncConnection.perform_request = perform_request  # type: ignore[method-assign,assignment]
     redis_client.Pipeline.execute = pipeline_execute  # type: ignore[method-assign]
     redis_client.Redis.execute_command = execute_command  # type: ignore[method-assign]
     try:

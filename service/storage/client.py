@@ -9,21 +9,22 @@ code catches those, never an opensearch-py status.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import aiohttp
 import orjson
 import urllib3
-from opensearchpy import AIOHttpConnection, AsyncOpenSearch, JSONSerializer, OpenSearch, Urllib3HttpConnection
+from opensearchpy import AsyncConnection, AsyncOpenSearch, JSONSerializer, OpenSearch, Urllib3HttpConnection
 from opensearchpy import exceptions as os_exc
 from opensearchpy.connection.base import Connection
 from opensearchpy.exceptions import SerializationError
 
 from service.config import Settings
 from service.errors import Conflict, NotFound, StoreUnavailable, TenureError, ValidationFailed
+from service.storage.keepalive import KeepAliveConnection
 from service.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,11 @@ class _CountsNodeFailures(Connection):
     be visible only in opensearch-py's WARNING lines. A node that answers, but slowly, is seen in
     the per-node latency."""
 
+    @functools.cached_property
+    def _latency(self) -> Any:
+        """This node's latency histogram (``labels()`` takes a lock and a lookup per call)."""
+        return metrics.OPENSEARCH_NODE_LATENCY.labels(self.host)
+
     def log_request_success(
         self,
         method: str,
@@ -66,7 +72,7 @@ class _CountsNodeFailures(Connection):
         response: str,
         duration: float,
     ) -> None:
-        metrics.OPENSEARCH_NODE_LATENCY.labels(self.host).observe(duration)
+        self._latency.observe(duration)
         super().log_request_success(method, full_url, path, body, status_code, response, duration)
 
     def log_request_fail(
@@ -80,7 +86,7 @@ class _CountsNodeFailures(Connection):
         response: str | None = None,
         exception: Exception | None = None,
     ) -> None:
-        metrics.OPENSEARCH_NODE_LATENCY.labels(self.host).observe(duration)
+        self._latency.observe(duration)
         if status_code is None:  # no HTTP answer at all: the node is down or unreachable
             metrics.OPENSEARCH_NODE_FAILURES.labels(self.host).inc()
         super().log_request_fail(method, full_url, path, body, duration, status_code, response, exception)
@@ -93,45 +99,13 @@ class ObservedConnection(_CountsNodeFailures, Urllib3HttpConnection):
     the node is marked dead and the request goes to the next one."""
 
 
-class _ConnectBounded:
-    """An aiohttp session whose every request bounds the socket connect: opensearch-py builds a
-    ``ClientTimeout`` with only ``total`` per request, which a connect could use up entirely."""
-
-    def __init__(self, session: Any, connect_timeout_s: float):
-        self._session = session
-        self._connect_timeout_s = connect_timeout_s
-
-    def request(self, method: str, url: Any, *, timeout: aiohttp.ClientTimeout, **options: Any) -> Any:
-        bounded = aiohttp.ClientTimeout(total=timeout.total, sock_connect=self._connect_timeout_s)
-        return self._session.request(method, url, timeout=bounded, **options)
-
-    def __getattr__(self, name: str) -> Any:  # close(), closed, ...: the session's own
-        return getattr(self._session, name)
-
-
-class ObservedAsyncConnection(_CountsNodeFailures, AIOHttpConnection):
-    """The event loop's connection (recall in the API and the proxy), with a connect timeout of
-    its own: opensearch-py maps every aiohttp timeout, the connect's too, to ``ConnectionTimeout``,
-    which is not retried (``retry_on_timeout`` is off, since a read that timed out may have been
-    applied) and does not rest the node, so a lost machine would fail every request sent to it
-    after the whole request timeout. A connect that timed out reached no node: it is a
-    ``ConnectionError`` here, retried on the next node while this one rests."""
-
-    def __init__(self, *args: Any, connect_timeout: float = 2.0, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.connect_timeout = connect_timeout
-
-    async def _create_aiohttp_session(self) -> Any:
-        await super()._create_aiohttp_session()
-        self.session = _ConnectBounded(self.session, self.connect_timeout)
-
-    async def perform_request(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await super().perform_request(*args, **kwargs)
-        except os_exc.ConnectionTimeout as exc:
-            if isinstance(exc.info, aiohttp.ConnectionTimeoutError):  # the connect, not the read
-                raise os_exc.ConnectionError("N/A", str(exc.info), exc.info) from exc
-            raise
+class ObservedAsyncConnection(_CountsNodeFailures, KeepAliveConnection):
+    """The event loop's connection (recall in the API and the proxy): opensearch-py's transport
+    over lean keep-alive sockets (:mod:`service.storage.keepalive`, ~4x less CPU per request
+    than aiohttp), with a connect timeout of its own. A connect that timed out reached no node:
+    it is a ``ConnectionError``, retried on the next node while this one rests; a read that
+    timed out is ``ConnectionTimeout``, not retried (``retry_on_timeout`` is off, since it may
+    have been applied)."""
 
 
 def opensearch_hosts(url: str) -> list[str]:
@@ -171,12 +145,15 @@ def build_client(settings: Settings) -> OpenSearch:
     )
 
 
-def build_async_client(settings: Settings) -> AsyncOpenSearch:
-    """The event loop's client (aiohttp; recall in the API and the proxy). Create it inside the
-    running loop (the app lifespan) and close it there."""
+def build_async_client(
+    settings: Settings, connection_class: type[AsyncConnection] = ObservedAsyncConnection
+) -> AsyncOpenSearch:
+    """The event loop's client (keep-alive sockets; recall in the API and the proxy). Create it
+    inside the running loop (the app lifespan) and close it there. ``connection_class``: another
+    connection with the same options (``benchmarks/keepalive_ab.py`` compares aiohttp's)."""
     return AsyncOpenSearch(
         pool_maxsize=max(32, settings.api.thread_pool_size),
-        connection_class=ObservedAsyncConnection,
+        connection_class=connection_class,
         timeout=settings.opensearch_timeout_s,
         connect_timeout=min(settings.opensearch_connect_timeout_s, settings.opensearch_timeout_s),
         **_client_options(settings),
@@ -187,8 +164,8 @@ def _every_connection(client: OpenSearch | AsyncOpenSearch) -> tuple[Any, ...]:
     """Every node's connection the client was built with, the resting (dead) ones included.
 
     opensearch-py's own ``close()`` closes only the connections currently live: after a node
-    loss the dead node's connection, with its aiohttp session or urllib3 pool, stays open (at
-    shutdown: aiohttp's "Unclosed client session"). A one-node client has a pool of one."""
+    loss the dead node's connection, with its sockets or urllib3 pool, stays open. A one-node
+    client has a pool of one."""
     pool = client.transport.connection_pool
     return tuple(getattr(pool, "orig_connections", pool.connections))
 
@@ -200,7 +177,7 @@ def close_client(client: OpenSearch) -> None:
 
 
 async def close_async_client(client: AsyncOpenSearch) -> None:
-    """Close the event loop's client and every node's aiohttp session, the resting ones too."""
+    """Close the event loop's client and every node's sockets, the resting ones too."""
     await client.close()
     for connection in _every_connection(client):
         await connection.close()
