@@ -148,7 +148,7 @@ def replay_variants(args: argparse.Namespace, sent: dict[str, list[Sent]]) -> di
             before = process_cpu_s(args.opensearch_pid)
             for request in sent[index]:
                 started = time.perf_counter()
-                connection.request(request.method, request.path, body=request.body, headers=_headers(request))
+                connection.request(request.method, request.path, body=request.body, headers=request_headers(request))
                 response = connection.getresponse()
                 answer = response.read()
                 times[index][request.kind].append((time.perf_counter() - started) * 1000)
@@ -170,7 +170,7 @@ def replay_variants(args: argparse.Namespace, sent: dict[str, list[Sent]]) -> di
     return report
 
 
-def _headers(sent: Sent) -> dict[str, str]:
+def request_headers(sent: Sent) -> dict[str, str]:
     return {"Content-Type": "application/x-ndjson" if sent.kind == "_msearch" else "application/json"}
 
 

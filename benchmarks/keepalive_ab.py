@@ -86,7 +86,10 @@ async def replay(args: argparse.Namespace, requests: list[Sent]) -> dict[str, An
             own_before, node_before = _own_cpu_s(), index_order_ab.process_cpu_s(args.opensearch_pid)
             for sent in requests:
                 started = time.perf_counter()
-                answer = await transport.perform_request(sent.method, sent.path, body=sent.body)
+                body = sent.body.decode() if sent.body else None  # as the client methods pass it
+                answer = await transport.perform_request(
+                    sent.method, sent.path, body=body, headers=index_order_ab.request_headers(sent)
+                )
                 times[name].setdefault(sent.kind, []).append((time.perf_counter() - started) * 1000)
                 if round_no < 2:
                     answers[name].append(_comparable(answer))

@@ -60,6 +60,14 @@ def test_answers_and_status_errors_from_the_node(settings: Settings) -> None:
             # the 404 answer was whole: the same socket serves the next request
             assert (await client.cluster.health())["status"] in ("green", "yellow")
             assert _connection(client).open_sockets == 1
+            # a request's own header replaces the default of that name, whatever its case (the
+            # node refuses a request with two Content-Type headers)
+            ndjson = '{"index":"tenure-*"}\n{"size":0}\n'
+            for name in ("Content-Type", "content-type"):
+                answer = await client.transport.perform_request(
+                    "POST", "/_msearch", body=ndjson, headers={name: "application/x-ndjson"}
+                )
+                assert "hits" in answer["responses"][0]
             # many at once: at most pool_maxsize sockets, every answer its own request's
             counts = await asyncio.gather(*(client.count(index="tenure-*") for _ in range(50)))
             assert all("count" in c for c in counts)

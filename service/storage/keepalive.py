@@ -121,8 +121,10 @@ class KeepAliveConnection(AsyncConnection):
         default_port = 443 if self.use_ssl else 80
         name = f"[{self.hostname}]" if ":" in self.hostname else self.hostname  # IPv6
         host_header = name if self.port in (None, default_port) else f"{name}:{self.port}"
-        fixed = {"host": host_header, **self.headers}
-        self._fixed_head = "".join(f"{name}: {value}\r\n" for name, value in fixed.items())
+        # every header name lower-case (Connection.__init__ lowers its own), so a request's own
+        # header replaces the default of the same name instead of being sent twice
+        self._fixed = {"host": host_header, **self.headers}
+        self._fixed_head = "".join(f"{name}: {value}\r\n" for name, value in self._fixed.items())
         self._idle: deque[_Exchange] = deque()
         self._slots = asyncio.Semaphore(pool_maxsize or maxsize or 10)
         self._open: set[_Exchange] = set()
@@ -179,10 +181,13 @@ class KeepAliveConnection(AsyncConnection):
         return status, answer_headers, data
 
     def _head(self, method: str, path: str, extra: Mapping[str, str], body: bytes | None) -> bytes:
-        lines = [f"{method} {path} HTTP/1.1\r\n", self._fixed_head]
-        lines += [f"{name}: {value}\r\n" for name, value in extra.items()]
-        lines.append(f"content-length: {len(body) if body else 0}\r\n\r\n")
-        return "".join(lines).encode("latin-1")
+        if extra:
+            merged = {**self._fixed, **{name.lower(): value for name, value in extra.items()}}
+            headers = "".join(f"{name}: {value}\r\n" for name, value in merged.items())
+        else:
+            headers = self._fixed_head
+        length = len(body) if body else 0
+        return f"{method} {path} HTTP/1.1\r\n{headers}content-length: {length}\r\n\r\n".encode("latin-1")
 
     async def _exchange(self, head: bytes, body: bytes | None) -> tuple[int, dict[str, str], bytes]:
         async with self._slots:
