@@ -60,6 +60,9 @@ def test_answers_and_status_errors_from_the_node(settings: Settings) -> None:
             # the 404 answer was whole: the same socket serves the next request
             assert (await client.cluster.health())["status"] in ("green", "yellow")
             assert _connection(client).open_sockets == 1
+            # a HEAD's answer has a length but no body: it must not wait for one
+            assert await client.indices.exists(index="tenure-keepalive-no-such-index") is False
+            assert await client.ping() is True
             # a request's own header replaces the default of that name, whatever its case (the
             # node refuses a request with two Content-Type headers)
             ndjson = '{"index":"tenure-*"}\n{"size":0}\n'

@@ -44,6 +44,7 @@ class _Exchange(asyncio.Protocol):
         self.body: list[bytes] = []
         self.lost = False
         self.reusable = False
+        self.head_only = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -66,6 +67,14 @@ class _Exchange(asyncio.Protocol):
         key, text = name.decode("latin-1").lower(), value.decode("latin-1")
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
 
+    def on_headers_complete(self) -> None:
+        # the answer to a HEAD has a length but no body: it is whole now. The parser would wait
+        # for that body, so the socket is not reused.
+        if self.head_only:
+            answer, self.answer = self.answer, None
+            if answer is not None and not answer.done():
+                answer.set_result((self.parser.get_status_code(), self.headers, b""))
+
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
 
@@ -80,10 +89,12 @@ class _Exchange(asyncio.Protocol):
         if answer is not None and not answer.done():
             answer.set_exception(exc)
 
-    def send(self, head: bytes, body: bytes | None) -> asyncio.Future[tuple[int, dict[str, str], bytes]]:
+    def send(
+        self, head: bytes, body: bytes | None, *, head_only: bool = False
+    ) -> asyncio.Future[tuple[int, dict[str, str], bytes]]:
         assert self.transport is not None
         self.answer = asyncio.get_running_loop().create_future()
-        self.headers, self.body, self.reusable = {}, [], False
+        self.headers, self.body, self.reusable, self.head_only = {}, [], False, head_only
         self.transport.writelines((head, body) if body else (head,))
         return self.answer
 
@@ -156,7 +167,7 @@ class KeepAliveConnection(AsyncConnection):
         start = loop.time()
         try:
             async with asyncio.timeout(timeout if timeout is not None else self.timeout):
-                status, answer_headers, raw = await self._exchange(head, body)
+                status, answer_headers, raw = await self._exchange(head, body, head_only=method == "HEAD")
         except TimeoutError as exc:
             self.log_request_fail(method, self.host + path, path, orig_body, loop.time() - start, exception=exc)
             raise ConnectionTimeout("TIMEOUT", f"no answer within the request timeout: {exc}", exc) from exc
@@ -189,12 +200,12 @@ class KeepAliveConnection(AsyncConnection):
         length = len(body) if body else 0
         return f"{method} {path} HTTP/1.1\r\n{headers}content-length: {length}\r\n\r\n".encode("latin-1")
 
-    async def _exchange(self, head: bytes, body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+    async def _exchange(self, head: bytes, body: bytes | None, *, head_only: bool) -> tuple[int, dict[str, str], bytes]:
         async with self._slots:
             exchange = self._take_idle() or await self._connect()
             done = False
             try:
-                answer = await exchange.send(head, body)
+                answer = await exchange.send(head, body, head_only=head_only)
                 done = True
                 return answer
             finally:
