@@ -116,6 +116,12 @@ def test_a_socket_the_node_closed_while_idle_is_replaced_without_an_error() -> N
             await asyncio.sleep(0.2)
             assert await client.transport.perform_request("GET", "/") == {"ok": True}
             assert connections == 2
+            # closing, with connection_lost not yet run (a write to it would fail): not taken
+            idle = _connection(client)._idle
+            assert len(idle) == 1 and idle[0].transport is not None
+            idle[0].transport.close()
+            assert await client.transport.perform_request("GET", "/") == {"ok": True}
+            assert connections == 3
         finally:
             await client.close()
             server.close()

@@ -93,10 +93,20 @@ class _Exchange(asyncio.Protocol):
         self, head: bytes, body: bytes | None, *, head_only: bool = False
     ) -> asyncio.Future[tuple[int, dict[str, str], bytes]]:
         assert self.transport is not None
+        if self.closing:  # closed before connection_lost ran: uvloop raises on a write to it
+            raise OSError("the kept-alive socket was closed by OpenSearch")
         self.answer = asyncio.get_running_loop().create_future()
         self.headers, self.body, self.reusable, self.head_only = {}, [], False, head_only
-        self.transport.writelines((head, body) if body else (head,))
+        try:
+            self.transport.writelines((head, body) if body else (head,))
+        except RuntimeError as exc:  # uvloop: the handle closed under the write
+            raise OSError(f"could not write to OpenSearch: {exc}") from exc
         return self.answer
+
+    @property
+    def closing(self) -> bool:
+        """Closed, or closing with ``connection_lost`` not yet run."""
+        return self.lost or self.transport is None or self.transport.is_closing()
 
     def close(self) -> None:
         self.reusable = False
@@ -181,8 +191,8 @@ class KeepAliveConnection(AsyncConnection):
         if answer_headers.get("content-encoding") == "gzip":
             raw = gzip.decompress(raw)
         data = raw.decode("utf-8", "surrogatepass")
-        if "warning" in answer_headers:
-            self._raise_warnings(answer_headers["warning"].split(", "))
+        if "warning" in answer_headers:  # repeated ones joined: opensearch-py splits them itself
+            self._raise_warnings([answer_headers["warning"]])
         if not (200 <= status < 300) and status not in ignore:
             self.log_request_fail(
                 method, self.host + path, path, orig_body, duration, status_code=status, response=data
@@ -211,7 +221,7 @@ class KeepAliveConnection(AsyncConnection):
             finally:
                 # reuse only a socket whose answer came whole and may be kept alive: after a
                 # timeout, a cancellation or a failure its state is unknown
-                if done and exchange.reusable and not exchange.lost and not self.closed:
+                if done and exchange.reusable and not exchange.closing and not self.closed:
                     self._idle.append(exchange)
                 else:
                     exchange.close()
@@ -221,8 +231,9 @@ class KeepAliveConnection(AsyncConnection):
         """The most recently used idle socket; one the node closed meanwhile is dropped."""
         while self._idle:
             exchange = self._idle.pop()
-            if not exchange.lost:
+            if not exchange.closing:
                 return exchange
+            exchange.close()
             self._open.discard(exchange)
         return None
 
