@@ -20,7 +20,7 @@ import asyncio
 import gzip
 import ssl
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, cast
 from urllib.parse import urlencode
 
@@ -58,7 +58,6 @@ class _Exchange(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        self.reusable = False
         self._fail(exc or OSError("OpenSearch closed the connection before answering"))
 
     # httptools callbacks
@@ -71,23 +70,25 @@ class _Exchange(asyncio.Protocol):
         # the answer to a HEAD has a length but no body: it is whole now. The parser would wait
         # for that body, so the socket is not reused.
         if self.head_only:
-            answer, self.answer = self.answer, None
-            if answer is not None and not answer.done():
-                answer.set_result((self.parser.get_status_code(), self.headers, b""))
+            self._settle(lambda answer: answer.set_result((self.parser.get_status_code(), self.headers, b"")))
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
 
     def on_message_complete(self) -> None:
-        answer, self.answer = self.answer, None
         self.reusable = self.parser.should_keep_alive()
-        if answer is not None and not answer.done():
-            answer.set_result((self.parser.get_status_code(), self.headers, b"".join(self.body)))
+        body = b"".join(self.body)
+        self._settle(lambda answer: answer.set_result((self.parser.get_status_code(), self.headers, body)))
 
     def _fail(self, exc: Exception) -> None:
+        self._settle(lambda answer: answer.set_exception(exc))
+
+    def _settle(self, outcome: Callable[[asyncio.Future[tuple[int, dict[str, str], bytes]]], None]) -> None:
+        """Resolve the pending answer once: a later callback (an error after a whole answer, or
+        the parser completing a HEAD's message) finds none."""
         answer, self.answer = self.answer, None
         if answer is not None and not answer.done():
-            answer.set_exception(exc)
+            outcome(answer)
 
     def send(
         self, head: bytes, body: bytes | None, *, head_only: bool = False
@@ -109,7 +110,6 @@ class _Exchange(asyncio.Protocol):
         return self.lost or self.transport is None or self.transport.is_closing()
 
     def close(self) -> None:
-        self.reusable = False
         if self.transport is not None:
             self.transport.close()
 
