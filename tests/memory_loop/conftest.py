@@ -210,11 +210,16 @@ def worker(
 
 
 def wait_turn(api: TestClient, headers: dict[str, str], turn_id: str, timeout: float = 30.0) -> dict[str, Any]:
-    """Poll a turn until its extraction is final (done / skipped / failed)."""
+    """Poll a turn until its extraction is final (done / skipped / failed). The proxy records the
+    turn after its answer went out (off the latency path), so a first poll may find none yet."""
     deadline = time.monotonic() + timeout
     body: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        body = ok(api.get(f"/v1/turns/{turn_id}", headers=headers))
+        response = api.get(f"/v1/turns/{turn_id}", headers=headers)
+        if response.status_code == 404:
+            time.sleep(0.05)
+            continue
+        body = ok(response)
         if body["extraction_status"] in ("done", "skipped", "failed"):
             return body
         time.sleep(0.05)
