@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
-import ssl
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,6 +61,7 @@ from benchmarks.recall_bench import Query, Spec, draw_queries, draw_sessions, lo
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
 from deploy.localstack import celery_beat_args, celery_worker_args
 from loadtest.__main__ import CpuMeter
+from loadtest.http import make_client
 from loadtest.stats import latency_block
 from service import redis_keys
 from service.api.http_protocol import uvicorn_http_option
@@ -348,34 +350,13 @@ class AsyncCallers:
         await client.recall_json(q.message, scopes=q.scopes)
 
 
-class Lanes:
-    """``n`` keep-alive connections to the API, each its own one-connection httpx client, handed out
-    one request at a time (:meth:`take`, :meth:`give_back`). httpx's pool scans every connection
-    it holds several times per request (httpcore's ``_assign_requests_to_connections``: ~3,600
-    ``is_idle`` calls per request with 64 connections): the paced run's one 64-connection client
-    spent ~6 ms of CPU per recall and fell behind at 150/s, so a run measured its own client. A
-    one-connection pool has nothing to scan."""
-
-    def __init__(self, url: str, n: int):
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        # one TLS context for all (each client would load the CA store again: ~25 ms apiece)
-        tls = ssl.create_default_context()
-        self.http = [httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S, limits=limits, verify=tls) for _ in range(n)]
-        self.callers = [AsyncCallers(url, http) for http in self.http]
-        self.free = list(range(n))
-
-    async def __aenter__(self) -> Lanes:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await asyncio.gather(*(http.aclose() for http in self.http))
-
-    def take(self) -> int | None:
-        """A free connection (its index in :attr:`callers`), or None when all ``n`` are busy."""
-        return self.free.pop() if self.free else None
-
-    def give_back(self, lane: int) -> None:
-        self.free.append(lane)
+@contextlib.asynccontextmanager
+async def lanes_to(api: Api, connections: int) -> AsyncIterator[AsyncCallers]:
+    """Callers over ``connections`` keep-alive connections to the API, one request on each at a
+    time (loadtest's :class:`~loadtest.http.LaneTransport`: one httpx pool of that many
+    connections would scan them all per request and cost the client more CPU than the server)."""
+    async with make_client(TIMEOUT_S, connections) as http:
+        yield AsyncCallers(api.url, http)
 
 
 def cause_of(error: TenureError) -> str:
@@ -446,25 +427,27 @@ async def paced(api: Api, queries: list[Query], rate: float, seconds: float, gra
     due while ``MAX_IN_FLIGHT`` are still unanswered is not sent and counts as an error (``shed``):
     queued inside httpx's pool instead, thousands of waiting requests cost the client more CPU than
     the server (its queue is scanned per request), and the client, not the server, became the
-    bottleneck. The requests in flight go over :class:`Lanes`, one connection each, for the same
-    reason."""
+    bottleneck. The requests in flight go over one connection each (:func:`lanes_to`), for the
+    same reason."""
     total = int(rate * seconds)
     timings: list[float] = []
     causes: dict[str, int] = {}
-    async with Lanes(api.url, MAX_IN_FLIGHT) as lanes:
+    in_flight = 0
+    async with lanes_to(api, MAX_IN_FLIGHT) as callers:
         start = time.perf_counter() + 0.2
 
         async def one(k: int) -> None:
+            nonlocal in_flight
             due = start + k / rate
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            lane = lanes.take()
-            if lane is None:
+            if in_flight >= MAX_IN_FLIGHT:
                 causes["shed"] = causes.get("shed", 0) + 1
                 return
+            in_flight += 1
             try:
-                cause = await post(lanes.callers[lane], queries[k % len(queries)])
+                cause = await post(callers, queries[k % len(queries)])
             finally:
-                lanes.give_back(lane)
+                in_flight -= 1
             if cause is None:
                 timings.append((time.perf_counter() - due) * 1000)
             else:
@@ -497,12 +480,12 @@ async def prime(api: Api, spec: Spec, connections: int) -> dict[str, Any]:
     tenants = [f"t{t:04d}" for t in range(spec.tenants)]
     t0 = time.perf_counter()
     causes: dict[str, int] = {}
-    async with Lanes(api.url, connections) as lanes:
+    async with lanes_to(api, connections) as callers:
 
         async def connection(c: int) -> None:
             for tenant in tenants[c:] + tenants[:c]:
                 principal = Principal(tenant_id=tenant, user_id="u0")
-                cause = await post(lanes.callers[c], Query("prime", principal, ["domain:code"], "hello there"))
+                cause = await post(callers, Query("prime", principal, ["domain:code"], "hello there"))
                 if cause is not None:
                     causes[cause] = causes.get(cause, 0) + 1
 
@@ -513,7 +496,7 @@ async def prime(api: Api, spec: Spec, connections: int) -> dict[str, Any]:
 async def ceiling(api: Api, queries: list[Query], clients: int, seconds: float) -> dict[str, Any]:
     timings: list[float] = []
     causes: dict[str, int] = {}
-    async with Lanes(api.url, clients) as lanes:  # one connection per closed-loop client
+    async with lanes_to(api, clients) as callers:  # one connection per closed-loop client
         stop = time.perf_counter() + seconds
 
         async def client(c: int) -> None:
@@ -522,7 +505,7 @@ async def ceiling(api: Api, queries: list[Query], clients: int, seconds: float) 
                 q = queries[k % len(queries)]
                 k += clients
                 t0 = time.perf_counter()
-                cause = await post(lanes.callers[c], q)
+                cause = await post(callers, q)
                 if cause is None:
                     timings.append((time.perf_counter() - t0) * 1000)
                 else:

@@ -4,12 +4,15 @@ Calls the SDK covers (recall, beliefs, admin, turns) go through ``tenure_client.
 (:class:`Api`, :func:`sdk_call`) with its retries off, so a 429 or 503 is counted as the answer it
 is; the proxy's chat completions (the SDK only points an OpenAI client at them) are sent as plain
 httpx requests (:func:`call`). Both time the request from when it was due to when its answer is
-read, on one shared keep-alive pool."""
+read, on one shared set of keep-alive connections (:class:`LaneTransport`)."""
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 import time
-from collections.abc import Awaitable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,12 +47,93 @@ def error_kind(exc: BaseException | None) -> str:
     return "other"
 
 
+class LaneTransport(httpx.AsyncBaseTransport):
+    """``lanes`` keep-alive connections, each its own one-connection httpx transport; a request
+    takes a free lane (or waits, first come first served, for one to be given back) and holds it
+    until its answer is closed.
+
+    Why not one httpx pool of ``lanes`` connections: httpcore's pool scans every connection it
+    holds several times per request (``AsyncConnectionPool._assign_requests_to_connections``,
+    encode/httpcore#1035). With 64 connections the benchmark's paced client made ~3,600
+    ``is_idle`` calls per request, spent ~6 ms of CPU per recall and fell behind at 150/s on this
+    2-core machine: a run measured its own client. A one-connection pool has nothing to scan."""
+
+    def __init__(self, lanes: int):
+        if lanes < 1:
+            raise ValueError("a lane transport needs at least one lane")
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        tls = ssl.create_default_context()  # one for all: each transport would load the CA store (~25 ms)
+        self.lanes = [httpx.AsyncHTTPTransport(limits=limits, verify=tls) for _ in range(lanes)]
+        self._free = list(self.lanes)
+        self._waiting: deque[asyncio.Future[httpx.AsyncHTTPTransport]] = deque()
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    async def _take(self, request: httpx.Request) -> httpx.AsyncHTTPTransport:
+        """A free lane; else the next one given back, within the request's pool timeout."""
+        if self._free:
+            return self._free.pop()
+        turn: asyncio.Future[httpx.AsyncHTTPTransport] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        try:
+            async with asyncio.timeout((request.extensions.get("timeout") or {}).get("pool")):
+                return await turn
+        except (asyncio.CancelledError, TimeoutError) as exc:
+            if turn.done() and not turn.cancelled():
+                self._give_back(turn.result())  # handed over as the wait ended: pass it on
+            if isinstance(exc, TimeoutError):
+                raise httpx.PoolTimeout("no free connection within the pool timeout", request=request) from exc
+            raise
+
+    def _give_back(self, lane: httpx.AsyncHTTPTransport) -> None:
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(lane)
+                return
+        self._free.append(lane)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        lane = await self._take(request)
+        try:
+            answer = await lane.handle_async_request(request)
+        except BaseException:
+            self._give_back(lane)
+            raise
+        stream = _LaneStream(answer.stream, lambda: self._give_back(lane))
+        return httpx.Response(answer.status_code, headers=answer.headers, stream=stream, extensions=answer.extensions)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(lane.aclose() for lane in self.lanes))
+
+
+class _LaneStream(httpx.AsyncByteStream):
+    """An answer's body; closing it (httpx does once the body is read) gives its lane back, once."""
+
+    def __init__(self, inner: httpx.AsyncByteStream | httpx.SyncByteStream, release: Callable[[], None]):
+        assert isinstance(inner, httpx.AsyncByteStream)  # an async transport's answer
+        self._inner = inner
+        self._release: Callable[[], None] | None = release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            release, self._release = self._release, None
+            if release is not None:
+                release()
+
+
 def make_client(timeout_s: float, connections: int) -> httpx.AsyncClient:
-    """A shared keep-alive pool: one connection per simulated in-flight request at most."""
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout_s),
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-    )
+    """A shared keep-alive client: one connection per simulated in-flight request at most, over
+    :class:`LaneTransport` (not one httpx pool of ``connections``: see there)."""
+    return httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), transport=LaneTransport(connections))
 
 
 class Api:

@@ -63,25 +63,3 @@ def test_no_phase_of_a_run_resends_a_call_of_an_earlier_phase() -> None:
             keys = {(q.principal.tenant_id, q.principal.user_id, q.message) for q in part}
             assert not keys & seen
             seen |= keys
-
-
-def test_lanes_hand_out_each_connection_once_until_given_back() -> None:
-    # the paced run's requests in flight: one single-connection client each (a shared httpx pool
-    # scans all of its connections per request), and a request finding none free is shed
-    import asyncio
-
-    from benchmarks.fastpath_bench import Lanes
-
-    async def run() -> None:
-        async with Lanes("http://127.0.0.1:9", 2) as lanes:
-            first, second = lanes.take(), lanes.take()
-            assert {first, second} == {0, 1}
-            assert lanes.take() is None
-            assert first is not None
-            lanes.give_back(first)
-            assert lanes.take() == first
-            assert all(http._transport._pool._max_connections == 1 for http in lanes.http)  # type: ignore[attr-defined]
-            assert lanes.callers[0].http is lanes.http[0]
-        assert all(http.is_closed for http in lanes.http)
-
-    asyncio.run(run())
