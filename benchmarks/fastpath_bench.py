@@ -46,7 +46,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -419,7 +419,12 @@ async def post(callers: AsyncCallers, q: Query) -> str | None:
     return None
 
 
-async def paced(api: Api, queries: list[Query], rate: float, seconds: float, grace_s: float) -> dict[str, Any]:
+Connect = Callable[[Api, int], contextlib.AbstractAsyncContextManager[AsyncCallers]]
+
+
+async def paced(
+    api: Api, queries: list[Query], rate: float, seconds: float, grace_s: float, *, connect: Connect | None = None
+) -> dict[str, Any]:
     """Open loop: request k is due at start + k/rate whatever the answers do; its latency counts
     from that due time, so a stalled server shows as queueing instead of a slower sender. A
     request still unanswered ``grace_s`` after the last one was due counts as an error
@@ -428,12 +433,12 @@ async def paced(api: Api, queries: list[Query], rate: float, seconds: float, gra
     queued inside httpx's pool instead, thousands of waiting requests cost the client more CPU than
     the server (its queue is scanned per request), and the client, not the server, became the
     bottleneck. The requests in flight go over one connection each (:func:`lanes_to`), for the
-    same reason."""
+    same reason (``connect``: another way to reach the API, ``benchmarks/paced_client_ab.py``)."""
     total = int(rate * seconds)
     timings: list[float] = []
     causes: dict[str, int] = {}
     in_flight = 0
-    async with lanes_to(api, MAX_IN_FLIGHT) as callers:
+    async with (connect or lanes_to)(api, MAX_IN_FLIGHT) as callers:
         start = time.perf_counter() + 0.2
 
         async def one(k: int) -> None:

@@ -47,6 +47,7 @@ from deploy.localstack import LocalStack, StackConfig
 from loadtest.__main__ import CpuMeter
 from loadtest.arguments import add_corpus_arguments, add_recall_arguments, add_stack_arguments
 from loadtest.arguments import sizes as corpus_sizes
+from loadtest.http import make_client
 from loadtest.stats import latency_block
 from service.domain.belief import Belief, BeliefType, EpistemicStatus
 from service.storage.client import build_client
@@ -386,8 +387,8 @@ async def sustained_recall(
     """``clients`` concurrent asyncio clients doing recalls only, for ``duration_s`` seconds."""
     timings: list[float] = []
     errors: Counter[str] = Counter()
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+    # one connection per client, without a shared httpx pool scanning them all per request
+    async with make_client(60, clients) as client:
         deadline = time.perf_counter() + duration_s
         sdks: dict[str, AsyncTenure] = {}
 
