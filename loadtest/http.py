@@ -48,33 +48,68 @@ def error_kind(exc: BaseException | None) -> str:
 
 
 class LaneTransport(httpx.AsyncBaseTransport):
-    """``lanes`` keep-alive connections, each its own one-connection httpx transport; a request
-    takes a free lane (or waits, first come first served, for one to be given back) and holds it
-    until its answer is closed.
+    """Up to ``lanes`` keep-alive connections per origin (scheme, host, port), each its own
+    one-connection httpx transport; a request takes a free lane of its origin (or waits, first come
+    first served, for one to be given back) and holds it until its answer is closed. A lane
+    connects on its first request, so no more connections open than requests were in flight.
 
     Why not one httpx pool of ``lanes`` connections: httpcore's pool scans every connection it
     holds several times per request (``AsyncConnectionPool._assign_requests_to_connections``,
     encode/httpcore#1035). With 64 connections the benchmark's paced client made ~3,600
     ``is_idle`` calls per request, spent ~6 ms of CPU per recall and fell behind at 150/s on this
-    2-core machine: a run measured its own client. A one-connection pool has nothing to scan."""
+    2-core machine: a run measured its own client. A one-connection pool has nothing to scan. Per
+    origin, so a run against several API servers in turn does not reconnect on every request."""
 
     def __init__(self, lanes: int):
         if lanes < 1:
             raise ValueError("a lane transport needs at least one lane")
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        tls = ssl.create_default_context()  # one for all: each transport would load the CA store (~25 ms)
-        self.lanes = [httpx.AsyncHTTPTransport(limits=limits, verify=tls) for _ in range(lanes)]
-        self._free = list(self.lanes)
-        self._waiting: deque[asyncio.Future[httpx.AsyncHTTPTransport]] = deque()
+        self.lanes_per_origin = lanes
+        self._tls = ssl.create_default_context()  # one for all: each transport would load the CA store (~25 ms)
+        self._origins: dict[tuple[bytes, bytes, int | None], _Lanes] = {}
 
     @property
     def free(self) -> int:
-        return len(self._free)
+        """Free lanes over the origins reached so far."""
+        return sum(len(lanes.free) for lanes in self._origins.values())
 
-    async def _take(self, request: httpx.Request) -> httpx.AsyncHTTPTransport:
+    def _lanes_of(self, url: httpx.URL) -> _Lanes:
+        origin = (url.raw_scheme, url.raw_host, url.port)
+        lanes = self._origins.get(origin)
+        if lanes is None:
+            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            lanes = _Lanes(
+                [httpx.AsyncHTTPTransport(limits=limits, verify=self._tls) for _ in range(self.lanes_per_origin)]
+            )
+            self._origins[origin] = lanes
+        return lanes
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        lanes = self._lanes_of(request.url)
+        lane = await lanes.take(request)
+        try:
+            answer = await lane.handle_async_request(request)
+        except BaseException:
+            lanes.give_back(lane)
+            raise
+        stream = _LaneStream(answer.stream, lambda: lanes.give_back(lane))
+        return httpx.Response(answer.status_code, headers=answer.headers, stream=stream, extensions=answer.extensions)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(lane.aclose() for lanes in self._origins.values() for lane in lanes.all))
+
+
+class _Lanes:
+    """One origin's lanes: the free ones, and the requests waiting for one in arrival order."""
+
+    def __init__(self, lanes: list[httpx.AsyncHTTPTransport]):
+        self.all = lanes
+        self.free = list(lanes)
+        self._waiting: deque[asyncio.Future[httpx.AsyncHTTPTransport]] = deque()
+
+    async def take(self, request: httpx.Request) -> httpx.AsyncHTTPTransport:
         """A free lane; else the next one given back, within the request's pool timeout."""
-        if self._free:
-            return self._free.pop()
+        if self.free:
+            return self.free.pop()
         turn: asyncio.Future[httpx.AsyncHTTPTransport] = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
         try:
@@ -82,31 +117,18 @@ class LaneTransport(httpx.AsyncBaseTransport):
                 return await turn
         except (asyncio.CancelledError, TimeoutError) as exc:
             if turn.done() and not turn.cancelled():
-                self._give_back(turn.result())  # handed over as the wait ended: pass it on
+                self.give_back(turn.result())  # handed over as the wait ended: pass it on
             if isinstance(exc, TimeoutError):
                 raise httpx.PoolTimeout("no free connection within the pool timeout", request=request) from exc
             raise
 
-    def _give_back(self, lane: httpx.AsyncHTTPTransport) -> None:
+    def give_back(self, lane: httpx.AsyncHTTPTransport) -> None:
         while self._waiting:
             turn = self._waiting.popleft()
             if not turn.done():
                 turn.set_result(lane)
                 return
-        self._free.append(lane)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        lane = await self._take(request)
-        try:
-            answer = await lane.handle_async_request(request)
-        except BaseException:
-            self._give_back(lane)
-            raise
-        stream = _LaneStream(answer.stream, lambda: self._give_back(lane))
-        return httpx.Response(answer.status_code, headers=answer.headers, stream=stream, extensions=answer.extensions)
-
-    async def aclose(self) -> None:
-        await asyncio.gather(*(lane.aclose() for lane in self.lanes))
+        self.free.append(lane)
 
 
 class _LaneStream(httpx.AsyncByteStream):

@@ -110,6 +110,20 @@ def test_a_cancelled_wait_and_a_failed_request_give_no_lane_away() -> None:
     _run(scenario)
 
 
+def test_each_origin_keeps_its_own_connections() -> None:
+    # a load test against several API servers sends to them in turn: no reconnect per request
+    async def scenario() -> None:
+        async with Server() as first, Server() as second, make_client(5.0, 2) as http:
+            for _ in range(5):
+                assert (await http.get(f"{first.url}/x")).json() == {"ok": True}
+                assert (await http.get(f"{second.url}/x")).json() == {"ok": True}
+            assert (first.connections, second.connections) == (1, 1)
+            transport = http._transport
+            assert isinstance(transport, LaneTransport) and transport.free == 4
+
+    _run(scenario)
+
+
 def test_a_lane_transport_needs_a_lane() -> None:
     with pytest.raises(ValueError, match="at least one lane"):
         LaneTransport(0)
