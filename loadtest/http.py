@@ -9,7 +9,6 @@ read, on one shared set of keep-alive connections (:class:`LaneTransport`)."""
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -64,7 +63,9 @@ class LaneTransport(httpx.AsyncBaseTransport):
         if lanes < 1:
             raise ValueError("a lane transport needs at least one lane")
         self.lanes_per_origin = lanes
-        self._tls = ssl.create_default_context()  # one for all: each transport would load the CA store (~25 ms)
+        # httpx's own default trust (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), loaded once for all:
+        # each transport would load the CA store again (~25 ms apiece)
+        self._tls = httpx.create_ssl_context()
         self._origins: dict[tuple[bytes, bytes, int | None], _Lanes] = {}
 
     @property
