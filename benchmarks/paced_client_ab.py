@@ -19,7 +19,6 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -37,12 +36,6 @@ async def shared_pool_to(api: fb.Api, connections: int) -> AsyncIterator[fb.Asyn
 
 
 CLIENTS: dict[str, fb.Connect] = {"shared-pool": shared_pool_to, "lanes": fb.lanes_to}
-
-
-def per_served(used: dict[str, Any], served: int) -> dict[str, float]:
-    cpu = {name: round(s * 1000 / max(served, 1), 2) for name, s in used["cpu_s"].items()}
-    cpu["client"] = cpu.pop("loadgen")
-    return cpu
 
 
 def main() -> None:
@@ -84,7 +77,7 @@ def main() -> None:
                     "p50_ms": result.get("p50_ms"),
                     "p99_ms": result.get("p99_ms"),
                     "errors": result["error_causes"],
-                    "cpu_ms_per_served": per_served(used, result["n"]),
+                    "cpu_ms_per_served": fb.cpu_per_recall(used, max(result["n"], 1)),
                 }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
