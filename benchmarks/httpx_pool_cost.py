@@ -1,4 +1,5 @@
-"""CPU per request of an httpx client with N requests in flight: one httpx pool against
+"""CPU per request of an httpx client with N requests in flight: one httpx pool, one httpx2 pool
+(the maintained fork whose pool assigns requests in one pass: pydantic/httpx2#974 and #1075) and
 :class:`~loadtest.http.LaneTransport`.
 
 A loopback HTTP/1.1 server answers each request after ``--answer-ms`` (a slow upstream, as the
@@ -18,6 +19,7 @@ import contextlib
 import time
 
 import httpx
+import httpx2
 
 from loadtest.http import LaneTransport
 
@@ -31,9 +33,14 @@ async def _answer_slowly(delay_s: float, reader: asyncio.StreamReader, writer: a
     writer.close()
 
 
-def _client(kind: str) -> httpx.AsyncClient:
+KINDS = ("pool", "httpx2", "lanes")
+
+
+def _client(kind: str) -> httpx.AsyncClient | httpx2.AsyncClient:
     if kind == "pool":
         return httpx.AsyncClient(limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+    if kind == "httpx2":
+        return httpx2.AsyncClient(limits=httpx2.Limits(max_connections=200, max_keepalive_connections=50))
     return httpx.AsyncClient(transport=LaneTransport(200))
 
 
@@ -61,13 +68,13 @@ def main() -> None:
     parser.add_argument("--answer-ms", type=float, default=200.0)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    print("| in flight | round | one httpx pool (200, 50 kept alive) | LaneTransport |")
-    print("|---|---|---|---|")
+    print("| in flight | round | httpx pool (200, 50 kept alive) | httpx2 pool (the same limits) | LaneTransport |")
+    print("|---|---|---|---|---|")
     for n in (int(x) for x in args.in_flight.split(",")):
         for r in range(args.rounds):
-            kinds = ["pool", "lanes"] if r % 2 == 0 else ["lanes", "pool"]
+            kinds = KINDS if r % 2 == 0 else KINDS[::-1]  # alternating order: no kind always first
             ms = {k: asyncio.run(cpu_per_request_ms(k, n, args.requests, args.answer_ms / 1000)) for k in kinds}
-            print(f"| {n} | {r + 1} | {ms['pool']:.2f} ms | {ms['lanes']:.2f} ms |", flush=True)
+            print(f"| {n} | {r + 1} | " + " | ".join(f"{ms[k]:.2f} ms" for k in KINDS) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ extraction throughput of one Celery worker.
 - Streaming: time to first content token, proxy vs direct.
 - Extraction: sidecars merged per second by one worker (prefork, concurrency 1) draining a queue
   of recorded turns, each sidecar with a new belief, an entity update and a reinforcement.
+- With ``--in-flight N``: N chats in flight at once against an upstream that answers after
+  ``--delay-ms`` (a model's time), over N keep-alive connections: the app process's CPU per chat
+  (from ``/proc``) and the added p50/p99 over the delay. What the proxy's upstream client costs
+  grows with the calls it holds (httpx's pool scanned them all per request; httpx2's does not).
+  ``--app-source DIR`` runs the app (and the upstream) from another checkout, for a before/after.
 
 Real OpenSearch and Redis (started fresh unless URLs are given), the real app served by uvicorn
 and the scripted OpenAI-compatible upstream (loadtest/scripted_llm.py) each in their own process on
@@ -22,6 +27,7 @@ This is a benchmark, not a test: it prints figures (and writes them as JSON with
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import subprocess
@@ -43,6 +49,8 @@ from deploy.devstack import free_port, start_opensearch, start_redis
 from deploy.localstack import celery_worker_args
 from evals.cases import paper_case_set
 from evals.runner import load_corpus
+from loadtest.__main__ import _cpu_s
+from loadtest.http import make_client
 from loadtest.stats import percentile
 from service.api.http_protocol import uvicorn_http_option
 from service.api.state import Services
@@ -139,14 +147,32 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
 
 @contextmanager
 def processes(
-    settings: Settings, upstream_port: int, app_port: int, tmp: Path, app_env: dict[str, str] | None = None
-) -> Iterator[None]:
-    """The scripted upstream and the app (uvicorn), each in its own process, as deployed;
-    ``app_env``: settings for the app only (``--app-env``)."""
+    settings: Settings,
+    upstream_port: int,
+    app_port: int,
+    tmp: Path,
+    app_env: dict[str, str] | None = None,
+    *,
+    source: Path = REPO,
+    delay_ms: float = 0.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The scripted upstream and the app (uvicorn), each in its own process, as deployed; yields
+    the app's. ``app_env``: settings for the app only (``--app-env``); ``source``: the checkout the
+    app runs from (the upstream is always this one's); ``delay_ms``: the upstream's time per answer."""
     reply = tmp / "reply.txt"
     reply.write_text(ANSWER + sidecar(0))
     upstream = subprocess.Popen(
-        [sys.executable, "-m", "loadtest.scripted_llm", "--port", str(upstream_port), "--content-file", str(reply)],
+        [
+            sys.executable,
+            "-m",
+            "loadtest.scripted_llm",
+            "--port",
+            str(upstream_port),
+            "--content-file",
+            str(reply),
+            "--delay-ms",
+            str(delay_ms),
+        ],
         cwd=REPO,
         env=env_for(settings),
     )
@@ -167,12 +193,12 @@ def processes(
             "--http",
             uvicorn_http_option(),
         ],
-        cwd=REPO,
-        env={**env_for(settings), **(app_env or {})},
+        cwd=source,
+        env={**env_for(settings), "PYTHONPATH": str(source), **(app_env or {})},
     )
     try:
         wait_http(f"http://127.0.0.1:{app_port}/readyz", timeout=180)  # start-up takes a minute on a busy box
-        yield
+        yield app
     finally:
         for proc in (app, upstream):
             proc.terminate()
@@ -193,8 +219,7 @@ def first_token_s(client: httpx.Client, url: str, body: dict[str, Any], headers:
 
 
 def latency(args: argparse.Namespace, upstream: str, base: str, key: str) -> dict[str, Any]:
-    cases = paper_case_set()
-    messages = [t.user_message for s in cases.sessions for t in s.turns] + [c.query for c in cases.static if c.query]
+    messages = chat_messages()
     headers = {"Authorization": f"Bearer {key}"}
     direct_h = {"Authorization": "Bearer sk-upstream"}
     out: dict[str, Any] = {}
@@ -238,6 +263,58 @@ def latency(args: argparse.Namespace, upstream: str, base: str, key: str) -> dic
             "added_mean_ms": (statistics.mean(p) - statistics.mean(d)) * ms,
         }
     return out
+
+
+def chat_messages() -> list[str]:
+    """The paper's user messages and static queries: what the chats send, in turn."""
+    cases = paper_case_set()
+    return [t.user_message for s in cases.sessions for t in s.turns] + [c.query for c in cases.static if c.query]
+
+
+def concurrent(args: argparse.Namespace, base: str, key: str, app_pid: int) -> dict[str, Any]:
+    """``--in-flight`` chats at once, each worker sending ``--per-worker`` in turn over its own
+    keep-alive connection (after one untimed round that opens them): the app's CPU per chat and
+    the time each took beyond the upstream's ``--delay-ms``."""
+    messages = chat_messages()
+    headers = {"Authorization": f"Bearer {key}"}
+    timings: list[float] = []
+    errors: list[int] = []
+
+    async def worker(http: httpx.AsyncClient, worker_id: int, count: int, timed: bool) -> None:
+        for i in range(count):
+            body = {
+                "model": "gpt-4o",
+                "messages": [{"role": "user", "content": messages[(worker_id * count + i) % len(messages)]}],
+                "metadata": {"session_id": f"bench-{worker_id}", "scope": "domain:code"},
+            }
+            started = time.perf_counter()
+            response = await http.post(f"{base}/v1/chat/completions", json=body, headers=headers)
+            if response.status_code != 200:
+                errors.append(response.status_code)
+            elif timed:
+                timings.append(time.perf_counter() - started)
+
+    async def run() -> tuple[float, float]:
+        async with make_client(120.0, args.in_flight) as http:
+            await asyncio.gather(*(worker(http, w, 1, False) for w in range(args.in_flight)))
+            cpu0, wall0 = _cpu_s(app_pid), time.monotonic()
+            await asyncio.gather(*(worker(http, w, args.per_worker, True) for w in range(args.in_flight)))
+            return _cpu_s(app_pid) - cpu0, time.monotonic() - wall0
+
+    cpu_s, wall_s = asyncio.run(run())
+    chats = args.in_flight * args.per_worker
+    delay_s = args.delay_ms / 1000
+    return {
+        "in_flight": args.in_flight,
+        "delay_ms": args.delay_ms,
+        "chats": chats,
+        "errors": len(errors),
+        "error_statuses": {str(status): errors.count(status) for status in sorted(set(errors))},
+        "chats_per_s": round(chats / wall_s, 1),
+        "added_p50_ms": round((percentile(timings, 50) - delay_s) * 1000, 2) if timings else None,
+        "added_p99_ms": round((percentile(timings, 99) - delay_s) * 1000, 2) if timings else None,
+        "app_cpu_ms_per_chat": round(cpu_s * 1000 / chats, 2),
+    }
 
 
 def throughput(args: argparse.Namespace, settings: Settings, tenant: str) -> dict[str, Any]:
@@ -319,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         metavar="VAR=value",
         help="a setting for the app process (repeatable), e.g. TENURE_RECALL_TIER_CACHE_ENTRIES=0",
     )
+    parser.add_argument("--in-flight", type=int, default=0, help="run the concurrent phase only, with N chats at once")
+    parser.add_argument("--per-worker", type=int, default=20, help="chats per in-flight worker (--in-flight)")
+    parser.add_argument("--delay-ms", type=float, default=200.0, help="the upstream's time per answer (--in-flight)")
+    parser.add_argument("--app-source", type=Path, default=REPO, help="the checkout the app runs from")
     args = parser.parse_args(argv)
     app_env = dict(item.split("=", 1) for item in args.app_env)
     ns = f"bench-{uuid.uuid4().hex[:8]}"
@@ -336,7 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         client = build_client(settings)
         rds: redis.Redis[bytes] = redis.Redis.from_url(redis_url)
         try:
-            with processes(settings, upstream_port, app_port, Path(tmp), app_env):
+            delay_ms = args.delay_ms if args.in_flight else 0.0
+            source = args.app_source.resolve()
+            with processes(
+                settings, upstream_port, app_port, Path(tmp), app_env, source=source, delay_ms=delay_ms
+            ) as app:
                 services = Services.build(settings, client, rds)
                 operator = services.provisioning.bootstrap().plaintext
                 base = f"http://127.0.0.1:{app_port}"
@@ -346,13 +431,23 @@ def main(argv: list[str] | None = None) -> int:
                     op.admin.create_user(tenant, "test-user")
                     key = op.admin.issue_key(tenant, "test-user", name="b").key
                 load_corpus(services.store, tenant, paper_case_set())
-                figures: dict[str, Any] = {"app_env": app_env, "latency": latency(args, upstream, base, key)}
-            figures["extraction"] = throughput(args, settings, tenant)
+                figures: dict[str, Any] = {"app_env": app_env, "app_source": str(source)}
+                if args.in_flight:
+                    figures["concurrent"] = concurrent(args, base, key, app.pid)
+                else:
+                    figures["latency"] = latency(args, upstream, base, key)
+            if not args.in_flight:
+                figures["extraction"] = throughput(args, settings, tenant)
         finally:
             drop_namespace(client, ns, FAMILIES)
             client.close()
             rds.delete(f"{ns}.heavy", f"{ns}.cheap")
             rds.close()
+    if args.in_flight:
+        print(json.dumps(figures["concurrent"]))
+        if args.out:
+            args.out.write_text(json.dumps(figures, indent=2))
+        return 0
     for name, row in figures["latency"].items():
         print(
             f"{name:15s} n={row['n']:4d}  direct p50 {row['direct_p50_ms']:6.2f} ms "

@@ -25,6 +25,12 @@ from typing import Any
 from service.extraction.sidecar import BEGIN, END
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's backlog is 5: a proxy opening 50 connections at once (a load test, compose)
+    # would see refused or delayed connects that a real model provider never causes
+    request_queue_size = 128
+
+
 @dataclass
 class Reply:
     content: str = "ok"
@@ -175,7 +181,7 @@ class ScriptedLLM:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = _Server((host, port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
@@ -326,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=["fixed", "load"], default="fixed")
     parser.add_argument("--content-file", help="the fixed reply (--mode fixed)")
     parser.add_argument("--chunk", type=int, default=8)
+    parser.add_argument(
+        "--delay-ms", type=float, default=0.0, help="answer each request after this long (a model's time)"
+    )
     args = parser.parse_args(argv)
     server = ScriptedLLM()
     if args.mode == "load":
@@ -335,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--mode fixed needs --content-file")
         with open(args.content_file, encoding="utf-8") as fh:
             content = fh.read()
-        server.responder = lambda _request: Reply(content=content, chunk_sizes=[args.chunk])
+        delay_s = args.delay_ms / 1000
+        server.responder = lambda _request: Reply(content=content, chunk_sizes=[args.chunk], delay_s=delay_s)
     server.start(port=args.port, host=args.host)
     try:
         while True:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import httpx
+import httpx2
 
 from service.config import MemoryLoopSettings
 from service.proxy.upstream import Upstream, UpstreamFailure
@@ -40,7 +40,7 @@ async def _from_upstream(upstream: Upstream, tenant_id: str) -> list[dict[str, A
             f"{target.base_url}/models", headers=target.headers, timeout=LIST_TIMEOUT_S
         )
         body = response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError) as exc:
+    except (httpx2.HTTPError, ValueError) as exc:
         log.info("upstream model list unavailable for %s: %s", tenant_id, exc)
         return []
     items = body.get("data") if isinstance(body, dict) else None

@@ -1,6 +1,13 @@
-"""The upstream models: one pooled async httpx client per process, for the OpenAI-compatible
+"""The upstream models: one pooled async client per process, for the OpenAI-compatible
 upstream (``/chat/completions``, bearer key) and the Anthropic-compatible one (``/messages``,
 ``x-api-key`` and ``anthropic-version``).
+
+The client is httpx2's, not httpx's: httpx's pool (httpcore 1.0) scans every connection it holds
+several times per request (encode/httpcore#1035), which with 100 chats in flight cost ~1.3 ms of
+the event loop's CPU per model call against ~0.55 ms for httpx2's one-pass assignment
+(pydantic/httpx2#974 and #1075), the same loop that serves recalls (``benchmarks/httpx_pool_cost.py``,
+docs/benchmarks.md). Its pool keeps httpx's bounds: at most 200 connections in all, 50 kept idle,
+idle ones closed after the keep-alive expiry.
 
 The target (base URL and key) is per tenant or global (settings). Failures become
 :class:`UpstreamFailure` with a stable code and the status the proxy answers with; nothing here
@@ -14,11 +21,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-from httpx_sse import EventSource
+import httpx2
 
 from service.config import MemoryLoopSettings
 from service.errors import ErrorCode, TenureError
+from service.telemetry.tracing import client_span, record_status
 
 
 class UpstreamFailure(TenureError):
@@ -35,7 +42,7 @@ class Target:
     headers: dict[str, str]  # the upstream's credentials and API version
 
 
-def _message_of(response: httpx.Response) -> str:
+def _message_of(response: httpx2.Response) -> str:
     try:
         body = response.json()
         err = body.get("error") if isinstance(body, dict) else None
@@ -46,7 +53,7 @@ def _message_of(response: httpx.Response) -> str:
     return response.text[:300] or response.reason_phrase
 
 
-def failure_for(response: httpx.Response) -> UpstreamFailure:
+def failure_for(response: httpx2.Response) -> UpstreamFailure:
     """Map an upstream error status: the caller's own mistakes (400/404/413/422) and rate limits
     keep their status; credentials and server failures are the gateway's problem (502)."""
     status = response.status_code
@@ -70,9 +77,9 @@ def not_configured(setting: str, tenant_field: str, kind: str) -> UpstreamFailur
 class Upstream:
     def __init__(self, policy: MemoryLoopSettings):
         self.policy = policy
-        timeout = httpx.Timeout(policy.upstream_timeout_s, connect=policy.upstream_connect_timeout_s)
-        self.client = httpx.AsyncClient(
-            timeout=timeout, limits=httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        timeout = httpx2.Timeout(policy.upstream_timeout_s, connect=policy.upstream_connect_timeout_s)
+        self.client = httpx2.AsyncClient(
+            timeout=timeout, limits=httpx2.Limits(max_connections=200, max_keepalive_connections=50)
         )
 
     def target(self, tenant_id: str) -> Target:
@@ -111,12 +118,7 @@ class Upstream:
 
     async def post_json(self, target: Target, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``target`` + ``path`` and return the JSON object it answers."""
-        try:
-            response = await self.client.post(f"{target.base_url}{path}", json=body, headers=target.headers)
-        except httpx.TimeoutException as exc:
-            raise UpstreamFailure("the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT) from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamFailure(f"the upstream model is unreachable: {type(exc).__name__}", status=502) from exc
+        response = await self._send(target, path, body, stream=False)
         if response.status_code >= 400:
             raise failure_for(response)
         try:
@@ -127,34 +129,47 @@ class Upstream:
             raise UpstreamFailure("the upstream answer is not a JSON object", status=502)
         return data
 
-    async def open_stream(self, tenant_id: str, body: dict[str, Any]) -> httpx.Response:
+    async def open_stream(self, tenant_id: str, body: dict[str, Any]) -> httpx2.Response:
         return await self.open_stream_at(self.target(tenant_id), "/chat/completions", body)
 
-    async def open_stream_at(self, target: Target, path: str, body: dict[str, Any]) -> httpx.Response:
+    async def open_stream_at(self, target: Target, path: str, body: dict[str, Any]) -> httpx2.Response:
         """Send a streaming request and return the open response once its status is known (so
         an error can still be answered as a plain JSON error). The caller must close it."""
-        request = self.client.build_request("POST", f"{target.base_url}{path}", json=body, headers=target.headers)
-        try:
-            response = await self.client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise UpstreamFailure("the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT) from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamFailure(f"the upstream model is unreachable: {type(exc).__name__}", status=502) from exc
+        response = await self._send(target, path, body, stream=True)
         if response.status_code >= 400:
             await response.aread()
             await response.aclose()
             raise failure_for(response)
         return response
 
+    async def _send(self, target: Target, path: str, body: dict[str, Any], *, stream: bool) -> httpx2.Response:
+        """POST ``body``; the answer once its status is known (transport failures become
+        :class:`UpstreamFailure`). With tracing on, a client span covers it and the upstream gets
+        the trace context (OpenTelemetry instruments httpx, not httpx2)."""
+        url = f"{target.base_url}{path}"
+        headers = dict(target.headers)
+        with client_span("POST", url, headers) as span:
+            request = self.client.build_request("POST", url, json=body, headers=headers)
+            try:
+                response = await self.client.send(request, stream=stream)
+            except httpx2.TimeoutException as exc:
+                raise UpstreamFailure(
+                    "the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT
+                ) from exc
+            except httpx2.HTTPError as exc:
+                raise UpstreamFailure(f"the upstream model is unreachable: {type(exc).__name__}", status=502) from exc
+            record_status(span, response.status_code)
+        return response
+
     @staticmethod
-    async def events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    async def events(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
         """The JSON ``data`` of each server-sent event, until ``[DONE]`` (OpenAI) or the stream's
         end; events whose data is not a JSON object (keep-alives, comments) are skipped. An
         Anthropic event's name is also its data's ``type``, so the ``event:`` field is not needed.
-        httpx-sse parses the stream (fields, multi-line data, CR/LF variants); a 200 answer that is
-        not ``text/event-stream`` raises its ``SSEError``, which the relay reports as a broken
-        upstream stream."""
-        async for sse in EventSource(response).aiter_sse():
+        httpx2's parser reads the stream (fields, multi-line data, CR/LF variants, events of at most
+        1 MB); a 200 answer that is not ``text/event-stream`` raises its ``SSEError``, which the
+        relay reports as a broken upstream stream."""
+        async for sse in httpx2.EventSource(response):
             data = sse.data.strip()
             if data == "[DONE]":
                 return

@@ -97,5 +97,5 @@ def configure_logging(fmt: str = "json", level: str = "INFO", stream: TextIO | N
     access.propagate = False
     access.disabled = True
     # client libraries log every request at INFO/DEBUG: their failures surface as our errors
-    for name in ("opensearch", "urllib3", "httpx", "httpcore"):
+    for name in ("opensearch", "urllib3", "httpx", "httpcore", "httpx2", "httpcore2"):
         logging.getLogger(name).setLevel(logging.WARNING)

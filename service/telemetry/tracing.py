@@ -1,9 +1,10 @@
 """Optional OpenTelemetry traces: off unless ``TENURE_OBSERVABILITY_TRACING_ENABLED=true``.
 
-Needs the ``tracing`` extra (``pip install 'tenure-service[tracing]'``). Spans of FastAPI, httpx
-(the proxy's upstream calls), Celery, Redis and opensearch-py (through urllib3, its transport) go
-to an OTLP/HTTP exporter configured by the standard ``OTEL_*`` variables
-(``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``...). The
+Needs the ``tracing`` extra (``pip install 'tenure-service[tracing]'``). Spans of FastAPI, httpx,
+Celery, Redis and opensearch-py (through urllib3, its transport), and of the proxy's upstream calls
+(httpx2, which OpenTelemetry does not instrument: :func:`client_span`), go to an OTLP/HTTP
+exporter configured by the standard ``OTEL_*`` variables (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``...). The
 packages are imported only when tracing is switched on, so a deployment without the extra pays
 nothing; switched on without it, start-up fails with a message naming the extra.
 """
@@ -11,6 +12,8 @@ nothing; switched on without it, start-up fails with a message naming the extra.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
 from typing import Any
 
 _PACKAGES = (
@@ -23,6 +26,8 @@ _PACKAGES = (
     "opentelemetry.instrumentation.urllib3",
 )
 _configured = False
+# The provider configure_tracing installed (None: tracing is off in this process).
+_provider: Any = None
 
 
 class TracingUnavailable(RuntimeError):
@@ -48,7 +53,7 @@ def _absent(name: str) -> bool:
 def configure_tracing(service_name: str, exporter: Any = None) -> None:
     """Install the tracer provider and instrument the client libraries (once per process).
     ``exporter`` replaces the OTLP exporter (tests pass an in-memory one)."""
-    global _configured
+    global _configured, _provider
     if _configured:
         return
     _require()
@@ -69,6 +74,7 @@ def configure_tracing(service_name: str, exporter: Any = None) -> None:
     else:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    _provider = provider
     HTTPXClientInstrumentor().instrument()
     RedisInstrumentor().instrument()
     URLLib3Instrumentor().instrument()
@@ -81,3 +87,33 @@ def instrument_app(app: Any) -> None:
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
     FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
+
+
+@contextmanager
+def client_span(method: str, url: str, headers: MutableMapping[str, str]) -> Iterator[Any]:
+    """A client span around one outgoing request sent by a library OpenTelemetry does not
+    instrument (the proxy's upstream client, httpx2), with the trace context added to ``headers``
+    so the upstream can join the trace. Yields the span (set its status with
+    :func:`record_status`), or None when tracing is off: then nothing is imported or added."""
+    if _provider is None:
+        yield None
+        return
+    from opentelemetry import propagate
+    from opentelemetry.trace import SpanKind
+
+    tracer = _provider.get_tracer("tenure.upstream")
+    attributes = {"http.request.method": method, "url.full": url}
+    with tracer.start_as_current_span(method, kind=SpanKind.CLIENT, attributes=attributes) as span:
+        propagate.inject(headers)
+        yield span
+
+
+def record_status(span: Any, status: int) -> None:
+    """The answer's status on a :func:`client_span` span (an error status marks the span failed)."""
+    if span is None:
+        return
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_attribute("http.response.status_code", status)
+    if status >= 500:
+        span.set_status(Status(StatusCode.ERROR))

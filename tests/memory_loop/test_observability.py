@@ -164,6 +164,21 @@ def test_every_log_line_carries_request_id_tenant_and_latency(api: TestClient, c
     assert not [line for line in lines if line.get("route") == "/healthz"]
 
 
+def test_a_chat_logs_its_access_line_and_no_client_library_line(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    # the upstream client (httpx2) logs every request at INFO unless told not to: one more line
+    # per model call, on the loop that serves recalls, repeating what the access line says
+    stream = io.StringIO()
+    configure_logging("json", "INFO", stream=stream)
+    try:
+        llm.script(Reply(content="Noted." + sidecar()))
+        assert chat(api, crew, "which eviction policy for redis?").status_code == 200
+    finally:
+        configure_logging("json", "INFO")
+    loggers = {json.loads(line)["logger"] for line in stream.getvalue().splitlines() if line.strip()}
+    assert "tenure.access" in loggers
+    assert not loggers & {"httpx", "httpcore", "httpx2", "httpcore2", "opensearch", "urllib3"}
+
+
 # ------------------------------------------------- a worker and beat of their own
 
 

@@ -1,19 +1,23 @@
-"""The upstream's server-sent events as the proxy reads them (httpx-sse underneath)."""
+"""The upstream's server-sent events as the proxy reads them (httpx2's parser underneath)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
-from httpx_sse import SSEError
 
 from service.proxy.upstream import Upstream
 
 
 def _events(body: bytes, content_type: str = "text/event-stream; charset=utf-8") -> list[dict[str, Any]]:
-    response = httpx.Response(200, headers={"content-type": content_type}, stream=httpx.ByteStream(body))
+    response = httpx2.Response(
+        200,
+        headers={"content-type": content_type},
+        stream=httpx2.ByteStream(body),
+        request=httpx2.Request("POST", "http://upstream.test/chat/completions"),  # as a real answer has
+    )
 
     async def read() -> list[dict[str, Any]]:
         return [event async for event in Upstream.events(response)]
@@ -42,5 +46,13 @@ def test_an_event_split_over_data_lines_is_joined() -> None:
 
 
 def test_a_stream_that_is_not_server_sent_events_is_refused() -> None:
-    with pytest.raises(SSEError):
+    with pytest.raises(httpx2.SSEError):
         _events(b'{"choices": []}', content_type="application/json")
+
+
+def test_an_endless_event_is_refused_before_it_fills_memory() -> None:
+    # one event's data lines are held until its blank line: an upstream that never sends one
+    # would grow that buffer without end; the parser stops it at 1 MB (relayed as a broken stream)
+    line = b"data: " + b"x" * 60_000 + b"\n"
+    with pytest.raises(httpx2.SSEError, match="byte limit"):
+        _events(line * 20 + b"\n")
