@@ -11,7 +11,8 @@ extraction throughput of one Celery worker.
   ``--delay-ms`` (a model's time), over N keep-alive connections: the app process's CPU per chat
   (from ``/proc``) and the added p50/p99 over the delay. What the proxy's upstream client costs
   grows with the calls it holds (httpx's pool scanned them all per request; httpx2's does not).
-  ``--app-source DIR`` runs the app (and the upstream) from another checkout, for a before/after.
+  ``--app-source DIR`` runs the app from another checkout (the upstream and the load stay this
+  one's), for a before/after.
 
 Real OpenSearch and Redis (started fresh unless URLs are given), the real app served by uvicorn
 and the scripted OpenAI-compatible upstream (loadtest/scripted_llm.py) each in their own process on
@@ -49,7 +50,7 @@ from deploy.devstack import free_port, start_opensearch, start_redis
 from deploy.localstack import celery_worker_args
 from evals.cases import paper_case_set
 from evals.runner import load_corpus
-from loadtest.__main__ import _cpu_s
+from loadtest.__main__ import process_cpu_s
 from loadtest.http import make_client
 from loadtest.stats import percentile
 from service.api.http_protocol import uvicorn_http_option
@@ -297,9 +298,9 @@ def concurrent(args: argparse.Namespace, base: str, key: str, app_pid: int) -> d
     async def run() -> tuple[float, float]:
         async with make_client(120.0, args.in_flight) as http:
             await asyncio.gather(*(worker(http, w, 1, False) for w in range(args.in_flight)))
-            cpu0, wall0 = _cpu_s(app_pid), time.monotonic()
+            cpu0, wall0 = process_cpu_s(app_pid), time.monotonic()
             await asyncio.gather(*(worker(http, w, args.per_worker, True) for w in range(args.in_flight)))
-            return _cpu_s(app_pid) - cpu0, time.monotonic() - wall0
+            return process_cpu_s(app_pid) - cpu0, time.monotonic() - wall0
 
     cpu_s, wall_s = asyncio.run(run())
     chats = args.in_flight * args.per_worker

@@ -148,7 +148,7 @@ class RssSampler:
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_s(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
     """user + system CPU seconds of one live process (0 when it is gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -177,8 +177,8 @@ class CpuMeter:
         self.wall_start = 0.0
 
     def snapshot(self) -> dict[str, float]:
-        usage = {name: sum(_cpu_s(pid) for pid in pids) for name, pids in self.pids().items()}
-        usage["loadgen"] = _cpu_s(os.getpid())
+        usage = {name: sum(process_cpu_s(pid) for pid in pids) for name, pids in self.pids().items()}
+        usage["loadgen"] = process_cpu_s(os.getpid())
         return usage
 
     def begin(self) -> None:

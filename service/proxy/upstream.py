@@ -3,11 +3,12 @@ upstream (``/chat/completions``, bearer key) and the Anthropic-compatible one (`
 ``x-api-key`` and ``anthropic-version``).
 
 The client is httpx2's, not httpx's: httpx's pool (httpcore 1.0) scans every connection it holds
-several times per request (encode/httpcore#1035), which with 100 chats in flight cost ~1.3 ms of
-the event loop's CPU per model call against ~0.55 ms for httpx2's one-pass assignment
-(pydantic/httpx2#974 and #1075), the same loop that serves recalls (``benchmarks/httpx_pool_cost.py``,
-docs/benchmarks.md). Its pool keeps httpx's bounds: at most 200 connections in all, 50 kept idle,
-idle ones closed after the keep-alive expiry.
+several times per request and miscounts idle ones (encode/httpcore#1035); httpx2's assigns
+requests in one pass (pydantic/httpx2#974 and #1075). With 100 chats in flight the API spent
+13.3-15.6 ms of CPU per chat with httpx and 4.9-5.2 ms with httpx2, on the event loop that also
+serves recalls (``benchmarks/proxy_bench.py --in-flight``, docs/benchmarks.md). Its pool keeps the
+same bounds: at most 200 connections in all, 50 kept idle, idle ones closed after the keep-alive
+expiry.
 
 The target (base URL and key) is per tenant or global (settings). Failures become
 :class:`UpstreamFailure` with a stable code and the status the proxy answers with; nothing here
