@@ -4,9 +4,9 @@ Needs the ``tracing`` extra (``pip install 'tenure-service[tracing]'``). Spans o
 Celery, Redis and opensearch-py (through urllib3, its transport), and of the proxy's upstream calls
 (httpx2, which OpenTelemetry does not instrument: :func:`client_span`), go to an OTLP/HTTP
 exporter configured by the standard ``OTEL_*`` variables (``OTEL_EXPORTER_OTLP_ENDPOINT``,
-``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``...). The
-packages are imported only when tracing is switched on, so a deployment without the extra pays
-nothing; switched on without it, start-up fails with a message naming the extra.
+``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``...). The packages are imported only when tracing is
+switched on, so a deployment without the extra pays nothing; switched on without it, start-up fails
+with a message naming the extra.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ _PACKAGES = (
     "opentelemetry.instrumentation.redis",
     "opentelemetry.instrumentation.urllib3",
 )
-_configured = False
 # The provider configure_tracing installed (None: tracing is off in this process).
 _provider: Any = None
 
@@ -53,8 +52,8 @@ def _absent(name: str) -> bool:
 def configure_tracing(service_name: str, exporter: Any = None) -> None:
     """Install the tracer provider and instrument the client libraries (once per process).
     ``exporter`` replaces the OTLP exporter (tests pass an in-memory one)."""
-    global _configured, _provider
-    if _configured:
+    global _provider
+    if _provider is not None:
         return
     _require()
     from opentelemetry import trace
@@ -74,12 +73,11 @@ def configure_tracing(service_name: str, exporter: Any = None) -> None:
     else:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    _provider = provider
     HTTPXClientInstrumentor().instrument()
     RedisInstrumentor().instrument()
     URLLib3Instrumentor().instrument()
     CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
-    _configured = True
+    _provider = provider  # last: configured only once everything is instrumented
 
 
 def instrument_app(app: Any) -> None:
