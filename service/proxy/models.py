@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import httpx2
-
 from service.config import MemoryLoopSettings
 from service.proxy.upstream import Upstream, UpstreamFailure
 
@@ -36,11 +34,9 @@ async def _from_upstream(upstream: Upstream, tenant_id: str) -> list[dict[str, A
     except UpstreamFailure:
         return []  # no upstream for this tenant: the configured list
     try:
-        response = await upstream.client.get(
-            f"{target.base_url}/models", headers=target.headers, timeout=LIST_TIMEOUT_S
-        )
+        response = await upstream.get(target, "/models", timeout_s=LIST_TIMEOUT_S)
         body = response.json() if response.status_code == 200 else None
-    except (httpx2.HTTPError, ValueError) as exc:
+    except (UpstreamFailure, ValueError) as exc:
         log.info("upstream model list unavailable for %s: %s", tenant_id, exc)
         return []
     items = body.get("data") if isinstance(body, dict) else None

@@ -119,7 +119,7 @@ class Upstream:
 
     async def post_json(self, target: Target, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``target`` + ``path`` and return the JSON object it answers."""
-        response = await self._send(target, path, body, stream=False)
+        response = await self._send("POST", target, path, body, stream=False)
         if response.status_code >= 400:
             raise failure_for(response)
         try:
@@ -136,21 +136,39 @@ class Upstream:
     async def open_stream_at(self, target: Target, path: str, body: dict[str, Any]) -> httpx2.Response:
         """Send a streaming request and return the open response once its status is known (so
         an error can still be answered as a plain JSON error). The caller must close it."""
-        response = await self._send(target, path, body, stream=True)
+        response = await self._send("POST", target, path, body, stream=True)
         if response.status_code >= 400:
             await response.aread()
             await response.aclose()
             raise failure_for(response)
         return response
 
-    async def _send(self, target: Target, path: str, body: dict[str, Any], *, stream: bool) -> httpx2.Response:
-        """POST ``body``; the answer once its status is known (transport failures become
+    async def get(self, target: Target, path: str, *, timeout_s: float) -> httpx2.Response:
+        """GET ``target`` + ``path`` (the model list), traced like the chats; the caller reads the
+        status (transport failures become :class:`UpstreamFailure`)."""
+        return await self._send("GET", target, path, None, stream=False, timeout_s=timeout_s)
+
+    async def _send(
+        self,
+        method: str,
+        target: Target,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        stream: bool,
+        timeout_s: float | None = None,
+    ) -> httpx2.Response:
+        """Send ``body`` (if any); the answer once its status is known (transport failures become
         :class:`UpstreamFailure`). With tracing on, a client span covers it and the upstream gets
-        the trace context (OpenTelemetry instruments httpx, not httpx2)."""
+        the trace context (OpenTelemetry instruments httpx, not httpx2). ``timeout_s``: instead of
+        the client's own timeouts."""
         url = f"{target.base_url}{path}"
         headers = dict(target.headers)
-        with client_span("POST", url, headers) as span:
-            request = self.client.build_request("POST", url, json=body, headers=headers)
+        with client_span(method, url, headers) as span:
+            options: dict[str, Any] = {"json": body} if body is not None else {}
+            if timeout_s is not None:
+                options["timeout"] = timeout_s
+            request = self.client.build_request(method, url, headers=headers, **options)
             try:
                 response = await self.client.send(request, stream=stream)
             except httpx2.TimeoutException as exc:

@@ -4,7 +4,7 @@ upstream client opens its own client span and passes the trace context on."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -30,6 +30,11 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
 def _post(status: int, body: bytes) -> tuple[dict[str, str], Any]:
     """POST through the upstream client to a loopback server answering ``status`` and ``body``;
     the request headers the server saw, and the result (or the failure raised)."""
+    return _call(status, body, lambda upstream, target: upstream.post_json(target, "/chat/completions", {"model": "m"}))
+
+
+def _call(status: int, body: bytes, call: Callable[[Upstream, Target], Awaitable[Any]]) -> tuple[dict[str, str], Any]:
+    """``call`` the upstream client against a loopback server answering ``status`` and ``body``."""
     seen: dict[str, str] = {}
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -49,7 +54,7 @@ def _post(status: int, body: bytes) -> tuple[dict[str, str], Any]:
         upstream = Upstream(MemoryLoopSettings())
         target = Target(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", {"Authorization": "Bearer k"})
         try:
-            return await upstream.post_json(target, "/chat/completions", {"model": "m"})
+            return await call(upstream, target)
         except UpstreamFailure as exc:
             return exc
         finally:
@@ -79,6 +84,19 @@ def test_an_upstream_failure_marks_the_span(spans: InMemorySpanExporter) -> None
     (span,) = spans.get_finished_spans()
     assert span.attributes is not None and span.attributes["http.response.status_code"] == 503
     assert not span.status.is_ok
+
+
+def test_the_model_list_is_traced_too(spans: InMemorySpanExporter) -> None:
+    async def models(upstream: Upstream, target: Target) -> Any:
+        return (await upstream.get(target, "/models", timeout_s=5)).json()
+
+    seen, result = _call(200, b'{"data": [{"id": "m"}]}', models)
+    assert result == {"data": [{"id": "m"}]}
+    (span,) = spans.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes["http.request.method"] == "GET"
+    assert str(span.attributes["url.full"]).endswith("/models")
+    assert seen["traceparent"].split("-")[1] == format(span.context.trace_id, "032x")
 
 
 def test_without_tracing_nothing_is_added() -> None:
