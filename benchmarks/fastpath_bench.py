@@ -640,6 +640,17 @@ def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
         )
 
 
+def running_node_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments of a script that runs source trees (``--variant``) against a node already
+    serving the loaded corpus (``--load-only``): ``sequential_ab``, ``recall_cost_split``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--opensearch-url", required=True)
+    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--variant", action="append", required=True, help="name=path[:VAR=value,...]")
+    parser.add_argument("--size", type=int, default=1_000_000, help="the loaded corpus (its namespace)")
+    return parser
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="10000,100000,1000000", help="corpus sizes, in the order to measure")

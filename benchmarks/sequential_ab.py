@@ -24,11 +24,7 @@ from benchmarks.recall_bench import Spec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--opensearch-url", required=True)
-    parser.add_argument("--redis-url", required=True)
-    parser.add_argument("--variant", action="append", required=True, help="name=path[:VAR=value,...]")
-    parser.add_argument("--size", type=int, default=1_000_000, help="the loaded corpus (its namespace)")
+    parser = fb.running_node_parser(__doc__)
     parser.add_argument("--traffic", choices=("sessions", "random"), default="sessions")
     parser.add_argument("--warmup", type=int, default=3000)
     parser.add_argument("--queries", type=int, default=3000)

@@ -1,0 +1,172 @@
+"""Where a recall's API time goes: the API's CPU per request by kind of request, for one or more
+source trees at once.
+
+``fastpath_bench`` gives a recall's CPU over all processes; this splits the API's share by what the
+request asks, over the loaded corpus (``fastpath_bench --load-only``), one uvicorn worker per
+variant:
+
+- ``healthz``: ``GET /healthz``, no work behind it: uvicorn, the middleware and the router;
+- ``empty``: a recall with an empty message: authentication, the rate limit and write version
+  (one Redis round trip), the filter tiers (from the tier cache once warm), the block, the receipt
+  (one Redis round trip) and the response;
+- ``short`` / ``long``: a sessions recall whose message has fewer than 20 / at least 60 words: all
+  of the above plus relevance (the analysis round trip, vocabulary matching, the search, decoding
+  the hits).
+
+Every ``--variant`` (``fastpath_bench``'s ``name=path[:VAR=value,...]``) runs at the same time in
+its own API process, primed (every tenant's vocabulary built) and warmed; then blocks of each kind
+go to each variant in turn, the order reversed every block, over one keep-alive ``http.client``
+connection per variant (no client library in the API's figures). A variant's CPU is read from
+``/proc`` before and after each of its blocks, so the machine's drift (its speed varies by tens of
+percent within minutes) falls on every variant and kind alike.
+
+    .venv/bin/python -m benchmarks.recall_cost_split --opensearch-url $OS --redis-url $REDIS \\
+        --variant main=. [--variant other=/path/to/tree:VAR=value]
+
+This is a benchmark, not a test: it prints figures (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from benchmarks import fastpath_bench as fb
+from benchmarks.recall_bench import Query, Spec, draw_sessions
+from loadtest.__main__ import process_cpu_s
+
+SHORT_WORDS, LONG_WORDS = 20, 60
+KINDS = ("healthz", "empty", "short", "long")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = fb.running_node_parser(__doc__)
+    parser.add_argument("--warmup", type=int, default=3000, help="untimed sessions recalls per variant")
+    parser.add_argument("--blocks", type=int, default=6, help="blocks of each kind per variant")
+    parser.add_argument("--block", type=int, default=500, help="requests per block")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--log-dir", type=Path, default=Path("/tmp/tenure-fastpath"))  # noqa: S108
+    return parser.parse_args(argv)
+
+
+@dataclass
+class Measured:
+    """One variant's timings and API CPU, per kind."""
+
+    latencies_ms: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    cpu_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
+
+    def row(self, kind: str) -> dict[str, float | int]:
+        timings = sorted(self.latencies_ms[kind])
+        n = len(timings)
+        return {
+            "n": n,
+            "p50_ms": round(timings[n // 2], 2),
+            "p99_ms": round(timings[min(n - 1, int(n * 0.99))], 2),
+            "api_cpu_ms": round(self.cpu_s[kind] * 1000 / n, 2),
+        }
+
+
+class Caller:
+    """One keep-alive connection to one variant's API."""
+
+    def __init__(self, api: fb.Api):
+        host, port = api.url.removeprefix("http://").split(":")
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        self.connection.connect()
+        assert self.connection.sock is not None
+        self.connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.worker = (fb._children(api.process.pid) or [api.process.pid])[0]
+
+    def send(self, method: str, path: str, body: bytes | None = None, key: str | None = None) -> None:
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self.connection.request(method, path, body=body, headers=headers)
+        response = self.connection.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{method} {path}: {response.status} {data[:300]!r}")
+
+    def recall(self, query: Query, message: str) -> None:
+        body = orjson.dumps({"scopes": query.scopes, "query": message})
+        self.send("POST", "/v1/recall", body, fb.key_of(query.principal.tenant_id, query.principal.user_id)[1])
+
+
+def requests_of(kind: str, caller: Caller) -> Callable[[Query], None]:
+    if kind == "healthz":
+        return lambda _query: caller.send("GET", "/healthz")
+    if kind == "empty":
+        return lambda query: caller.recall(query, "")
+    return lambda query: caller.recall(query, query.message)
+
+
+def blocks_of(queries: list[Query], args: argparse.Namespace) -> dict[str, list[list[Query]]]:
+    """Each kind's blocks: every kind but ``long`` over the same queries; ``short`` and ``long``
+    from their messages' lengths (cycled when there are too few)."""
+    short = [q for q in queries if len(q.message.split()) < SHORT_WORDS]
+    long = [q for q in queries if len(q.message.split()) >= LONG_WORDS]
+
+    def cut(pool: list[Query]) -> list[list[Query]]:
+        repeated = pool * (args.blocks * args.block // max(1, len(pool)) + 1)
+        return [repeated[b * args.block : (b + 1) * args.block] for b in range(args.blocks)]
+
+    return {"healthz": cut(queries), "empty": cut(queries), "short": cut(short), "long": cut(long)}
+
+
+@contextmanager
+def apis(args: argparse.Namespace) -> Iterator[dict[str, fb.Api]]:
+    with ExitStack() as stack:
+        started: dict[str, fb.Api] = {}
+        for text in args.variant:
+            variant = fb.Variant.parse(text)
+            log = args.log_dir / f"cost-split-{variant.name}.log"
+            api = fb.Api(variant, args.opensearch_url, args.redis_url, fb.namespace_of(args.size), 1, log)
+            stack.callback(api.stop)
+            started[variant.name] = api
+        yield started
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    spec = Spec(tenants=1000, users_per_tenant=5)  # fastpath_bench's corpus
+    queries = draw_sessions(args.warmup + 6 * args.blocks * args.block, args.size, spec, fb.NOW, seed=args.seed,
+                            length=10, active=64)  # fmt: skip
+    warmup, rest = queries[: args.warmup], queries[args.warmup :]
+    blocks = blocks_of(rest, args)
+    with apis(args) as started:
+        callers: dict[str, Caller] = {}
+        for name, api in started.items():
+            asyncio.run(fb.prime(api, spec, 1))
+            fb.sequential(api, warmup, 0, None)
+            callers[name] = Caller(api)
+        measured = {name: Measured() for name in started}
+        for b in range(args.blocks):
+            for kind in KINDS if b % 2 == 0 else KINDS[::-1]:
+                for name in list(callers) if b % 2 == 0 else list(callers)[::-1]:
+                    caller, into = callers[name], measured[name]
+                    send = requests_of(kind, caller)
+                    cpu0 = process_cpu_s(caller.worker)
+                    for query in blocks[kind][b]:
+                        t0 = time.perf_counter()
+                        send(query)
+                        into.latencies_ms[kind].append((time.perf_counter() - t0) * 1000)
+                    into.cpu_s[kind] += process_cpu_s(caller.worker) - cpu0
+    for name, into in measured.items():
+        for kind in KINDS:
+            print(json.dumps({"variant": name, "kind": kind, **into.row(kind)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
