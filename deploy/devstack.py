@@ -103,10 +103,18 @@ def _put_json(url: str, body: dict[str, object]) -> None:
 
 
 def start_opensearch(
-    home: Path, port: int | None = None, heap: str = "1g", timeout_s: float = 180.0, *, fresh: bool = True
+    home: Path,
+    port: int | None = None,
+    heap: str = "1g",
+    timeout_s: float = 180.0,
+    *,
+    fresh: bool = True,
+    java: str | None = None,
+    jvm_flags: list[str] | None = None,
 ) -> Service:
     """Start one embedded OpenSearch node under ``home``; wait until green-ish. ``fresh`` wipes the
-    home first; ``fresh=False`` restarts on the existing data dir (crash tests restart a killed node)."""
+    home first; ``fresh=False`` restarts on the existing data dir (crash tests restart a killed node).
+    ``java`` / ``jvm_flags`` replace ``JAVA`` / ``JVM_FLAGS`` (benchmarks/node_jvm_ab.py compares JVMs)."""
     build_opensearch()
     port = port or free_port()
     transport = free_port()
@@ -133,11 +141,11 @@ def start_opensearch(
     shutil.copy(OS_DIR / "log4j2.properties", home / "config" / "log4j2.properties")
     log = open(home / "server.log", "wb" if fresh else "ab")  # noqa: SIM115 - handed to the child process
     cmd = [
-        JAVA,
+        java or JAVA,
         f"-Xms{heap}",
         f"-Xmx{heap}",
         f"-Djava.io.tmpdir={home / 'tmp'}",
-        *JVM_FLAGS,
+        *(JVM_FLAGS if jvm_flags is None else jvm_flags),
         "-cp",
         f"{OS_DIR / 'classes'}:{OS_DIR / 'lib'}/*",
         "DevOpenSearch",
