@@ -253,6 +253,11 @@ class Api:
     def pids(self) -> list[int]:
         return [self.process.pid, *_children(self.process.pid)]
 
+    def first_worker(self) -> int:
+        """The pid of uvicorn's first worker process (the one of a one-worker API), or uvicorn's own
+        when it serves in process: whose CPU is the API's."""
+        return (_children(self.process.pid) or [self.process.pid])[0]
+
     def stop(self) -> None:
         self.drain.stop()
         _terminate(self.process)

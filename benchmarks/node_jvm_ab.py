@@ -118,7 +118,7 @@ def stack_of(args: argparse.Namespace) -> Iterator[dict[str, tuple[devstack.Serv
 
 
 def block(node: devstack.Service, api: fb.Api, queries: list[Query]) -> dict[str, Any]:
-    worker = (fb._children(api.process.pid) or [api.process.pid])[0]
+    worker = api.first_worker()
     node0, api0 = process_cpu_s(node.process.pid), process_cpu_s(worker)
     figures, sent = fb.sequential(api, queries, 0, None)
     node1, api1 = process_cpu_s(node.process.pid), process_cpu_s(worker)

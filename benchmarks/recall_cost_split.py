@@ -86,7 +86,7 @@ class Caller:
         self.connection.connect()
         assert self.connection.sock is not None
         self.connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.worker = (fb._children(api.process.pid) or [api.process.pid])[0]
+        self.worker = api.first_worker()
 
     def send(self, method: str, path: str, body: bytes | None = None, key: str | None = None) -> None:
         headers = {"Content-Type": "application/json"}
