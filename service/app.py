@@ -51,7 +51,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         app.state.indices_ready = ensure_indices(services)
         anyio.to_thread.current_default_thread_limiter().total_tokens = config.api.thread_pool_size
         # after start-up: the long-lived heap leaves the cyclic GC's scans
-        freeze_startup_heap(config.gc_thaw_interval_s, config.gc_young_threshold)
+        freeze_startup_heap(config.gc_thaw_interval_s, config.gc_young_threshold, config.gc_collect_interval_s)
         try:
             async with mcp_server.session_manager.run():
                 yield

@@ -15,12 +15,25 @@ collection, so the next one walks only what was kept since (42 collections: 0.4 
 56 ms). A frozen object is still freed by reference counting when a cache drops it; only a
 reference *cycle* that becomes garbage while frozen would wait, so every ``thaw_interval_s`` one
 generation-2 collection runs over everything first (one longer pause then, none in between).
+
+CPython starts a collection when its generation-0 *count* passes the threshold, and that count is
+allocations minus deallocations of tracked objects, whichever generation they die in. The recall
+caches churn: every recall adds decoded beliefs, tier entries and vocabularies and evicts old,
+frozen ones, so the count hovers under the threshold while the new entries pile up in generation
+0: 200,000 objects and more, until one "young" collection walks them all (measured at 1M, paced
+200 recalls/s: 120-190 ms of CPU each, about every 10-20 s per API worker, each a burst of
+hundreds of ms of latency). :class:`PacedCollector` bounds that: one full collection every
+``interval_s`` (a thread per process), whose survivors the freezer then freezes, so no collection
+walks more than one interval's worth of new objects (20-26 ms at most over the same run, at
+about the same total CPU).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
+import threading
 import time
 from typing import Any
 
@@ -28,6 +41,8 @@ log = logging.getLogger(__name__)
 
 # How often a generation-2 collection walks the frozen objects too (reference cycles among them).
 THAW_INTERVAL_S = 1800.0
+# How often the paced collector runs a full collection (what it keeps is then frozen).
+COLLECT_INTERVAL_S = 1.0
 
 
 class SurvivorFreezer:
@@ -64,10 +79,52 @@ class SurvivorFreezer:
             gc.callbacks.remove(self)
 
 
+class PacedCollector:
+    """A daemon thread that runs one full collection every ``interval_s``. With
+    :class:`SurvivorFreezer` installed, what survives is frozen at once, so the unfrozen heap never
+    holds more than one interval's new objects, whatever CPython's allocation count says. The
+    collection takes the GIL like any other; from this thread it pauses the process no longer than
+    it would from the thread that allocated."""
+
+    def __init__(self, interval_s: float = COLLECT_INTERVAL_S):
+        self.interval_s = interval_s
+        self.collections = 0
+        self.pid = os.getpid()  # a forked child has no thread: it starts its own
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="paced-gc", daemon=True)
+
+    def start(self) -> PacedCollector:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            gc.collect()
+            self.collections += 1
+
+
 _freezer: SurvivorFreezer | None = None
+_collector: PacedCollector | None = None
 
 
-def freeze_startup_heap(thaw_interval_s: float = THAW_INTERVAL_S, young_threshold: int = 0) -> int:
+def start_paced_collector(interval_s: float) -> PacedCollector | None:
+    """Once per process (again in a forked child, whose copy of the parent's has no thread); not
+    with ``interval_s`` 0."""
+    global _collector
+    if interval_s <= 0:
+        return None
+    if _collector is None or _collector.pid != os.getpid():
+        _collector = PacedCollector(interval_s).start()
+    return _collector
+
+
+def freeze_startup_heap(
+    thaw_interval_s: float = THAW_INTERVAL_S, young_threshold: int = 0, collect_interval_s: float = 0.0
+) -> int:
     """Collect once, then freeze every surviving object, and from then on the survivors of each
     generation-2 collection (:class:`SurvivorFreezer`, installed once per process; not with
     ``thaw_interval_s`` 0, ``TENURE_GC_THAW_INTERVAL_S``); returns how many objects are frozen.
@@ -77,7 +134,11 @@ def freeze_startup_heap(thaw_interval_s: float = THAW_INTERVAL_S, young_threshol
     thousands of small dicts and lists (a long message's analysis: ~16 KB, ~3,000 containers) that
     all die young: at 700 the collector runs several times per recall for nothing. Measured at 1M
     (docs/benchmarks.md): 20,000 takes 4-10 % off the API's CPU per recall; every collection is
-    rarer, generation 2 included, and each young one walks at most that many objects."""
+    rarer, generation 2 included.
+
+    ``collect_interval_s`` (``TENURE_GC_COLLECT_INTERVAL_S``; 0: none) starts the
+    :class:`PacedCollector`, which keeps the young generations from piling up between two of
+    CPython's own collections."""
     global _freezer
     if young_threshold > 0:
         gc.set_threshold(young_threshold, *gc.get_threshold()[1:])
@@ -85,6 +146,7 @@ def freeze_startup_heap(thaw_interval_s: float = THAW_INTERVAL_S, young_threshol
     gc.freeze()
     if _freezer is None and thaw_interval_s > 0:
         _freezer = SurvivorFreezer(thaw_interval_s).install()
+    start_paced_collector(collect_interval_s)
     frozen = gc.get_freeze_count()
     log.info("start-up heap frozen: %d objects out of the cyclic collector's reach", frozen)
     return frozen

@@ -106,7 +106,8 @@ def _on_process_init(**_: object) -> None:
 
     get(app.conf.tenure_settings)
     # each prefork child, once its resources exist (service/process.py)
-    freeze_startup_heap(app.conf.tenure_settings.gc_thaw_interval_s, app.conf.tenure_settings.gc_young_threshold)
+    settings = app.conf.tenure_settings
+    freeze_startup_heap(settings.gc_thaw_interval_s, settings.gc_young_threshold, settings.gc_collect_interval_s)
 
 
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]
