@@ -1,15 +1,20 @@
-"""The API's CPU per recall under two generation-0 GC thresholds, in one process (the figures
-behind ``TENURE_GC_YOUNG_THRESHOLD``, service/process.py).
+"""The API's CPU per recall under two generation-0 GC thresholds, or without and with the paced
+collector, in one process (the figures behind ``TENURE_GC_YOUNG_THRESHOLD`` and
+``TENURE_GC_COLLECT_INTERVAL_S``, service/process.py).
 
 Over HTTP a few percent of the API's CPU is inside this machine's drift between runs, so the A/B
 runs in process: the real app (its lifespan, every cache as deployed) is called through httpx's
 ASGI transport, every tenant primed, ``--warmup`` session recalls untimed, then ``--blocks``
 blocks of ``--block`` recalls, each block under one threshold in ABBA order (so drift and the
-blocks' contents fall on both). Process CPU covers the app and the in-process client; OpenSearch
+blocks' contents fall on both). With ``--collect-interval-s``, A is CPython's collections alone
+and B adds a :class:`~service.process.PacedCollector` at that interval for the block (its
+thread's CPU is the process's too). Process CPU covers the app and the in-process client; OpenSearch
 and Redis run elsewhere. The corpus must already be loaded (``fastpath_bench --load-only``).
 
     .venv/bin/python -m benchmarks.gc_threshold_ab --opensearch-url $OS --redis-url $REDIS \\
         --thresholds 700,20000
+    .venv/bin/python -m benchmarks.gc_threshold_ab --opensearch-url $OS --redis-url $REDIS \\
+        --collect-interval-s 1 --block 1000 --blocks 16
 
 This is a benchmark, not a test: it prints figures (benchmarks/README.md).
 """
@@ -29,6 +34,7 @@ from benchmarks import fastpath_bench as fb
 from benchmarks.recall_bench import Query, Spec
 from benchmarks.recall_floor import app_environment
 from service.domain.principal import Principal
+from service.process import PacedCollector
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--block", type=int, default=250)
     parser.add_argument("--blocks", type=int, default=24)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--collect-interval-s", type=float, default=0.0,
+                        help="compare without (A) and with (B) the paced collector instead of thresholds")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -48,7 +56,9 @@ def _configure(args: argparse.Namespace) -> None:
     os.environ.update(
         {
             **app_environment(args),  # recall_floor's in-process app: same corpus, same accounts
-            "TENURE_GC_YOUNG_THRESHOLD": "0",  # the blocks set it themselves
+            # the blocks set the threshold, or start the paced collector (at the deployed threshold)
+            **({} if args.collect_interval_s > 0 else {"TENURE_GC_YOUNG_THRESHOLD": "0"}),
+            "TENURE_GC_COLLECT_INTERVAL_S": "0",
         }
     )
 
@@ -76,18 +86,25 @@ async def _measure(args: argparse.Namespace, thresholds: tuple[int, int]) -> dic
                 await callers.recall(query)
             for block in range(args.blocks):
                 threshold = thresholds[(block + block // 2) % 2]  # A B B A A B B A ...
-                gc.set_threshold(threshold, *gc.get_threshold()[1:])
+                collector = None
+                if args.collect_interval_s > 0:
+                    if threshold == thresholds[1]:
+                        collector = PacedCollector(args.collect_interval_s).start()
+                else:
+                    gc.set_threshold(threshold, *gc.get_threshold()[1:])
                 start = args.warmup + block * args.block
                 t0 = time.process_time()
                 for query in queries[start : start + args.block]:
                     await callers.recall(query)
                 cpu[threshold].append((time.process_time() - t0) / args.block * 1000)
+                if collector is not None:
+                    collector.stop()
     return cpu
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    a, b = (int(t) for t in args.thresholds.split(","))
+    a, b = (0, 1) if args.collect_interval_s > 0 else (int(t) for t in args.thresholds.split(","))
     _configure(args)
     cpu = asyncio.run(_measure(args, (a, b)))
     summary: dict[str, Any] = {
