@@ -10,6 +10,7 @@ Run it with ``uvicorn service.app:create_app --factory``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -24,10 +25,15 @@ from service.api.state import AsyncClients, Services, ensure_indices
 from service.config import Settings, get_settings
 from service.console import install_console
 from service.mcp.server import mount as mount_mcp
-from service.process import freeze_startup_heap
+from service.process import collect_every, freeze_startup_heap
 from service.storage.client import build_async_client, build_client, close_client
 from service.telemetry.logs import configure_logging
 from service.telemetry.tracing import configure_tracing
+
+
+def paced_collections(interval_s: float) -> asyncio.Task[None] | None:
+    """The API worker's paced full collection, a task on the running loop; none at 0."""
+    return asyncio.create_task(collect_every(interval_s), name="paced-gc") if interval_s > 0 else None
 
 
 def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIRouter] = ()) -> FastAPI:
@@ -50,12 +56,16 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
         anyio.to_thread.current_default_thread_limiter().total_tokens = config.api.thread_pool_size
-        # after start-up: the long-lived heap leaves the cyclic GC's scans
-        freeze_startup_heap(config.gc_thaw_interval_s, config.gc_young_threshold, config.gc_collect_interval_s)
+        # after start-up: the long-lived heap leaves the cyclic GC's scans, and the paced full
+        # collection runs on this loop (its finalizers with it; service/process.py)
+        freeze_startup_heap(config.gc_thaw_interval_s, config.gc_young_threshold)
+        collections = paced_collections(config.gc_collect_interval_s)
         try:
             async with mcp_server.session_manager.run():
                 yield
         finally:
+            if collections is not None:
+                collections.cancel()
             await services.aclose()
             close_client(client)
             redis_client.close()

@@ -386,9 +386,10 @@ class Settings(BaseSettings):
     # default is 700; 0 keeps it). Recall's short-lived JSON makes the default collect several
     # times per request (service/process.py).
     gc_young_threshold: int = Field(20_000, ge=0, le=1_000_000)
-    # One full collection every this many seconds in those processes (0: only CPython's own). The
-    # recall caches' churn keeps CPython's count low while new objects pile up, and one young
-    # collection then walked 200,000 of them (120-190 ms pauses; service/process.py).
+    # One full collection every this many seconds in those processes (0: only CPython's own), on
+    # the API worker's event loop, on a thread in a Celery worker. The recall caches' churn keeps
+    # CPython's count low while new objects pile up, and one young collection then walked 200,000
+    # of them (120-230 ms pauses; service/process.py).
     gc_collect_interval_s: float = Field(1.0, ge=0.0, le=3600.0)
 
     # One node's URL, or a cluster's nodes comma-separated ("http://a:9200,http://b:9200").

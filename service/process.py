@@ -22,14 +22,17 @@ caches churn: every recall adds decoded beliefs, tier entries and vocabularies a
 frozen ones, so the count hovers under the threshold while the new entries pile up in generation
 0: 200,000 objects and more, until one "young" collection walks them all (measured at 1M, paced
 200 recalls/s: 120-190 ms of CPU each, about every 10-20 s per API worker, each a burst of
-hundreds of ms of latency). :class:`PacedCollector` bounds that: one full collection every
-``interval_s`` (a thread per process), whose survivors the freezer then freezes, so no collection
-walks more than one interval's worth of new objects (20-26 ms at most over the same run, at
-about the same total CPU).
+hundreds of ms of latency). A paced full collection bounds that: one every ``interval_s``, whose
+survivors the freezer then freezes, so no collection walks more than one interval's worth of new
+objects (12-25 ms at most over the same runs). In an API worker it runs on the event loop
+(:func:`collect_every`), so the finalizers of what it frees (asyncio transports, streams, async
+generators) run on the loop's thread as they would in CPython's own collections; a Celery worker
+has no loop and runs it on a thread (:class:`PacedCollector`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -79,12 +82,20 @@ class SurvivorFreezer:
             gc.callbacks.remove(self)
 
 
+async def collect_every(interval_s: float) -> None:
+    """One full collection every ``interval_s`` on the running event loop, until cancelled (the
+    API's lifespan runs it as a task). With :class:`SurvivorFreezer` installed, what survives is
+    frozen at once, so the unfrozen heap never holds more than one interval's new objects, whatever
+    CPython's allocation count says."""
+    while True:
+        await asyncio.sleep(interval_s)
+        gc.collect()
+
+
 class PacedCollector:
-    """A daemon thread that runs one full collection every ``interval_s``. With
-    :class:`SurvivorFreezer` installed, what survives is frozen at once, so the unfrozen heap never
-    holds more than one interval's new objects, whatever CPython's allocation count says. The
-    collection takes the GIL like any other; from this thread it pauses the process no longer than
-    it would from the thread that allocated."""
+    """:func:`collect_every` for a process without an event loop (a Celery worker): a daemon
+    thread. The collection takes the GIL like any other; from this thread it pauses the process no
+    longer than it would from the thread that allocated."""
 
     def __init__(self, interval_s: float = COLLECT_INTERVAL_S):
         self.interval_s = interval_s
@@ -137,8 +148,9 @@ def freeze_startup_heap(
     rarer, generation 2 included.
 
     ``collect_interval_s`` (``TENURE_GC_COLLECT_INTERVAL_S``; 0: none) starts the
-    :class:`PacedCollector`, which keeps the young generations from piling up between two of
-    CPython's own collections."""
+    :class:`PacedCollector` thread, which keeps the young generations from piling up between two of
+    CPython's own collections: for a process without an event loop; the API runs
+    :func:`collect_every` on its loop instead."""
     global _freezer
     if young_threshold > 0:
         gc.set_threshold(young_threshold, *gc.get_threshold()[1:])

@@ -4,7 +4,9 @@ the next thaw; the paced collector collects on its own clock, once per process."
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -12,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from service import process
-from service.process import PacedCollector, SurvivorFreezer, freeze_startup_heap, start_paced_collector
+from service.app import paced_collections
+from service.process import PacedCollector, SurvivorFreezer, collect_every, freeze_startup_heap, start_paced_collector
 
 
 class _Node:
@@ -117,3 +120,55 @@ def test_one_paced_collector_per_process_and_none_at_interval_0() -> None:
     second = start_paced_collector(60)
     assert second is not None and second is not first
     first.stop()
+
+
+class _Finalized(_Node):
+    """A node that notes the thread its finalizer ran on."""
+
+    threads: list[int] = []  # noqa: RUF012 - the test's record
+
+    def __del__(self) -> None:
+        _Finalized.threads.append(threading.get_ident())
+
+
+def test_on_the_loop_a_dropped_cycle_is_collected_and_finalized_on_the_loop_s_thread() -> None:
+    async def scenario() -> None:
+        a, b = _Finalized(), _Finalized()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        task = paced_collections(0.02)
+        assert task is not None
+        try:
+            deadline = time.monotonic() + 10
+            while gone() is not None and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert gone() is None
+        finally:
+            task.cancel()
+
+    _Finalized.threads.clear()
+    gc.disable()  # only the paced collection can find the cycle now
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.enable()
+    assert _Finalized.threads and set(_Finalized.threads) == {threading.get_ident()}
+
+
+def test_no_paced_collection_on_the_loop_at_interval_0() -> None:
+    async def scenario() -> None:
+        assert paced_collections(0) is None
+
+    asyncio.run(scenario())
+
+
+def test_collect_every_stops_when_cancelled() -> None:
+    async def scenario() -> None:
+        task = asyncio.create_task(collect_every(0.01))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
