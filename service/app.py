@@ -25,7 +25,7 @@ from service.api.state import AsyncClients, Services, ensure_indices
 from service.config import Settings, get_settings
 from service.console import install_console
 from service.mcp.server import mount as mount_mcp
-from service.process import collect_every, freeze_startup_heap
+from service.process import collect_every, freeze_startup_heap, paced_interval
 from service.storage.client import build_async_client, build_client, close_client
 from service.telemetry.logs import configure_logging
 from service.telemetry.tracing import configure_tracing
@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         # after start-up: the long-lived heap leaves the cyclic GC's scans, and the paced full
         # collection runs on this loop (its finalizers with it; service/process.py)
         freeze_startup_heap(config.gc_thaw_interval_s, config.gc_young_threshold)
-        collections = paced_collections(config.gc_collect_interval_s)
+        collections = paced_collections(paced_interval(config.gc_collect_interval_s, config.gc_thaw_interval_s))
         try:
             async with mcp_server.session_manager.run():
                 yield

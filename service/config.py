@@ -389,7 +389,8 @@ class Settings(BaseSettings):
     # One full collection every this many seconds in those processes (0: only CPython's own), on
     # the API worker's event loop, on a thread in a Celery worker. The recall caches' churn keeps
     # CPython's count low while new objects pile up, and one young collection then walked 200,000
-    # of them (120-230 ms pauses; service/process.py).
+    # of them (120-230 ms pauses; service/process.py). Only with gc_thaw_interval_s > 0: without
+    # the freezer each collection would walk everything kept since start-up.
     gc_collect_interval_s: float = Field(1.0, ge=0.0, le=3600.0)
 
     # One node's URL, or a cluster's nodes comma-separated ("http://a:9200,http://b:9200").

@@ -21,7 +21,7 @@ allocations minus deallocations of tracked objects, whichever generation they di
 caches churn: every recall adds decoded beliefs, tier entries and vocabularies and evicts old,
 frozen ones, so the count hovers under the threshold while the new entries pile up in generation
 0: 200,000 objects and more, until one "young" collection walks them all (measured at 1M, paced
-200 recalls/s: 120-190 ms of CPU each, about every 10-20 s per API worker, each a burst of
+200 recalls/s: 120-230 ms of CPU each, about every 10-20 s per API worker, each a burst of
 hundreds of ms of latency). A paced full collection bounds that: one every ``interval_s``, whose
 survivors the freezer then freezes, so no collection walks more than one interval's worth of new
 objects (12-25 ms at most over the same runs). In an API worker it runs on the event loop
@@ -122,6 +122,13 @@ _freezer: SurvivorFreezer | None = None
 _collector: PacedCollector | None = None
 
 
+def paced_interval(collect_interval_s: float, thaw_interval_s: float) -> float:
+    """The paced collection's interval: 0 (none) unless survivors are frozen. Without the freezer
+    (``thaw_interval_s`` 0) every full collection would walk everything kept since start-up, the
+    caches included: a long pause every interval instead of a short one."""
+    return collect_interval_s if thaw_interval_s > 0 else 0.0
+
+
 def start_paced_collector(interval_s: float) -> PacedCollector | None:
     """Once per process (again in a forked child, whose copy of the parent's has no thread); not
     with ``interval_s`` 0."""
@@ -149,8 +156,8 @@ def freeze_startup_heap(
 
     ``collect_interval_s`` (``TENURE_GC_COLLECT_INTERVAL_S``; 0: none) starts the
     :class:`PacedCollector` thread, which keeps the young generations from piling up between two of
-    CPython's own collections: for a process without an event loop; the API runs
-    :func:`collect_every` on its loop instead."""
+    CPython's own collections (only with the freezer: :func:`paced_interval`): for a process without
+    an event loop; the API runs :func:`collect_every` on its loop instead."""
     global _freezer
     if young_threshold > 0:
         gc.set_threshold(young_threshold, *gc.get_threshold()[1:])
@@ -158,7 +165,7 @@ def freeze_startup_heap(
     gc.freeze()
     if _freezer is None and thaw_interval_s > 0:
         _freezer = SurvivorFreezer(thaw_interval_s).install()
-    start_paced_collector(collect_interval_s)
+    start_paced_collector(paced_interval(collect_interval_s, thaw_interval_s))
     frozen = gc.get_freeze_count()
     log.info("start-up heap frozen: %d objects out of the cyclic collector's reach", frozen)
     return frozen

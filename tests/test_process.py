@@ -15,7 +15,14 @@ import pytest
 
 from service import process
 from service.app import paced_collections
-from service.process import PacedCollector, SurvivorFreezer, collect_every, freeze_startup_heap, start_paced_collector
+from service.process import (
+    PacedCollector,
+    SurvivorFreezer,
+    collect_every,
+    freeze_startup_heap,
+    paced_interval,
+    start_paced_collector,
+)
 
 
 class _Node:
@@ -108,6 +115,17 @@ def no_process_collector() -> Iterator[None]:
         if process._collector is not None:
             process._collector.stop()
         process._collector = before
+
+
+@pytest.mark.usefixtures("no_process_collector")
+def test_no_paced_collection_without_the_freezer() -> None:
+    assert paced_interval(1.0, thaw_interval_s=1800) == 1.0
+    assert paced_interval(1.0, thaw_interval_s=0) == 0.0
+    try:
+        freeze_startup_heap(thaw_interval_s=0, collect_interval_s=1.0)
+        assert process._collector is None
+    finally:
+        gc.unfreeze()
 
 
 @pytest.mark.usefixtures("no_process_collector")
