@@ -47,7 +47,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -441,45 +441,68 @@ async def paced(
     bottleneck. The requests in flight go over one connection each (:func:`lanes_to`), for the
     same reason (``connect``: another way to reach the API, ``benchmarks/paced_client_ab.py``)."""
     total = int(rate * seconds)
-    timings: list[float] = []
-    causes: dict[str, int] = {}
-    in_flight = 0
+    tally = Tally()
     async with (connect or lanes_to)(api, MAX_IN_FLIGHT) as callers:
-        start = time.perf_counter() + 0.2
-
-        async def one(k: int) -> None:
-            nonlocal in_flight
-            due = start + k / rate
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            if in_flight >= MAX_IN_FLIGHT:
-                causes["shed"] = causes.get("shed", 0) + 1
-                return
-            in_flight += 1
-            try:
-                cause = await post(callers, queries[k % len(queries)])
-            finally:
-                in_flight -= 1
-            if cause is None:
-                timings.append((time.perf_counter() - due) * 1000)
-            else:
-                causes[cause] = causes.get(cause, 0) + 1
-
-        tasks = [asyncio.ensure_future(one(k)) for k in range(total)]
-        _, pending = await asyncio.wait(tasks, timeout=0.2 + seconds + grace_s)
-        for task in pending:
-            task.cancel()
-        if pending:
-            causes["unanswered"] = len(pending)
-            await asyncio.gather(*pending, return_exceptions=True)
-        wall = time.perf_counter() - start
-    errors = sum(causes.values())
+        unanswered, wall = await open_loop(
+            rate, total, seconds + grace_s, lambda k, due: tally.send(callers, queries[k % len(queries)], due)
+        )
+    if unanswered:
+        tally.causes["unanswered"] = len(unanswered)
     return {
-        **latency_block(timings),
-        "errors": errors,
-        "error_causes": causes,
+        **latency_block(tally.timings),
+        "errors": sum(tally.causes.values()),
+        "error_causes": tally.causes,
         "sent": total,
-        "achieved_per_s": round(len(timings) / wall, 1),
+        "achieved_per_s": round(len(tally.timings) / wall, 1),
     }
+
+
+@dataclass
+class Tally:
+    """What the paced requests to one API got: each answer's latency from its due time, and why
+    the others failed. At most ``MAX_IN_FLIGHT`` in flight; a request due beyond is ``shed``."""
+
+    timings: list[float] = field(default_factory=list)
+    causes: dict[str, int] = field(default_factory=dict)
+    in_flight: int = 0
+
+    def fail(self, cause: str) -> None:
+        self.causes[cause] = self.causes.get(cause, 0) + 1
+
+    async def send(self, callers: AsyncCallers, q: Query, due: float) -> None:
+        if self.in_flight >= MAX_IN_FLIGHT:
+            self.fail("shed")
+            return
+        self.in_flight += 1
+        try:
+            cause = await post(callers, q)
+        finally:
+            self.in_flight -= 1
+        if cause is None:
+            self.timings.append((time.perf_counter() - due) * 1000)
+        else:
+            self.fail(cause)
+
+
+async def open_loop(
+    rate: float, total: int, deadline_s: float, request: Callable[[int, float], Awaitable[None]]
+) -> tuple[list[int], float]:
+    """Open loop: ``request(k, due)`` at its due time, start + k/rate, whatever the answers do. After
+    ``deadline_s`` the requests still running are cancelled. Returns their indices and the wall
+    time from the start."""
+    start = time.perf_counter() + 0.2
+
+    async def one(k: int) -> None:
+        due = start + k / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        await request(k, due)
+
+    tasks = [asyncio.ensure_future(one(k)) for k in range(total)]
+    _, pending = await asyncio.wait(tasks, timeout=0.2 + deadline_s)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return [k for k, task in enumerate(tasks) if task in pending], time.perf_counter() - start
 
 
 async def prime(api: Api, spec: Spec, connections: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import contextlib
 import json
 import tempfile
 import time
+from collections.abc import Awaitable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -68,8 +69,7 @@ class Side:
 
     api: fb.Api
     monitor_dir: Path
-    latencies_ms: list[float] = field(default_factory=list)
-    causes: dict[str, int] = field(default_factory=dict)
+    tally: fb.Tally = field(default_factory=fb.Tally)
     cpu_s: float = 0.0
 
     def api_cpu_s(self) -> float:
@@ -79,38 +79,15 @@ class Side:
 async def interleaved(sides: list[Side], queries: list[Query], rate: float, seconds: float, grace_s: float) -> None:
     """Request k is due at start + k/rate and goes to side k mod n; each side over its own
     ``fb.MAX_IN_FLIGHT`` connections, shedding beyond them like ``fastpath_bench``'s paced pass."""
-    total = int(rate * seconds)
     async with contextlib.AsyncExitStack() as stack:
         callers = [await stack.enter_async_context(fb.lanes_to(s.api, fb.MAX_IN_FLIGHT)) for s in sides]
-        in_flight = [0] * len(sides)
-        start = time.perf_counter() + 0.2
 
-        async def one(k: int) -> None:
-            n = k % len(sides)
-            side, due = sides[n], start + k / rate
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            if in_flight[n] >= fb.MAX_IN_FLIGHT:
-                side.causes["shed"] = side.causes.get("shed", 0) + 1
-                return
-            in_flight[n] += 1
-            try:
-                cause = await fb.post(callers[n], queries[k % len(queries)])
-            finally:
-                in_flight[n] -= 1
-            if cause is None:
-                side.latencies_ms.append((time.perf_counter() - due) * 1000)
-            else:
-                side.causes[cause] = side.causes.get(cause, 0) + 1
+        def request(k: int, due: float) -> Awaitable[None]:
+            return sides[k % len(sides)].tally.send(callers[k % len(sides)], queries[k % len(queries)], due)
 
-        tasks = [asyncio.ensure_future(one(k)) for k in range(total)]
-        _, pending = await asyncio.wait(tasks, timeout=0.2 + seconds + grace_s)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for k, task in enumerate(tasks):
-            if task in pending:
-                causes = sides[k % len(sides)].causes
-                causes["unanswered"] = causes.get("unanswered", 0) + 1
+        unanswered, _ = await fb.open_loop(rate, int(rate * seconds), seconds + grace_s, request)
+    for k in unanswered:
+        sides[k % len(sides)].tally.fail("unanswered")
 
 
 def timeline(path: Path, since: float, until: float) -> list[list[Any]]:
@@ -136,12 +113,13 @@ def worker_figures(events: list[list[Any]]) -> dict[str, Any]:
 
 
 def row(name: str, side: Side, since: float, until: float, node_cpu_ms: float | None) -> dict[str, Any]:
-    answered = len(side.latencies_ms)
+    tally = side.tally
+    answered = len(tally.timings)
     workers = {p.stem: worker_figures(timeline(p, since, until)) for p in sorted(side.monitor_dir.glob("*.jsonl"))}
     busy = {pid: w for pid, w in workers.items() if w["collections_cpu_ms"] > 0}  # uvicorn's own process idles
     return {
         "variant": name,
-        "paced": {**latency_block(side.latencies_ms), "errors": sum(side.causes.values()), "causes": side.causes},
+        "paced": {**latency_block(tally.timings), "errors": sum(tally.causes.values()), "causes": tally.causes},
         "api_cpu_ms_per_recall": round(side.cpu_s * 1000 / max(answered, 1), 3),
         "node_cpu_ms_per_recall_all_variants": node_cpu_ms,
         "longest_collection_cpu_ms": max((w["longest_collection_cpu_ms"] for w in busy.values()), default=0.0),
@@ -179,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         until = time.time()
         for name, side in sides.items():
             side.cpu_s = side.api_cpu_s() - cpu0[name]
-        answered = sum(len(s.latencies_ms) for s in sides.values())
+        answered = sum(len(s.tally.timings) for s in sides.values())
         node_cpu_ms = None
         if args.opensearch_pid:
             node_cpu_ms = round((process_cpu_s(args.opensearch_pid) - node0) * 1000 / max(answered, 1), 3)

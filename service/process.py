@@ -44,8 +44,6 @@ log = logging.getLogger(__name__)
 
 # How often a generation-2 collection walks the frozen objects too (reference cycles among them).
 THAW_INTERVAL_S = 1800.0
-# How often the paced collector runs a full collection (what it keeps is then frozen).
-COLLECT_INTERVAL_S = 1.0
 
 
 class SurvivorFreezer:
@@ -97,7 +95,7 @@ class PacedCollector:
     thread. The collection takes the GIL like any other; from this thread it pauses the process no
     longer than it would from the thread that allocated."""
 
-    def __init__(self, interval_s: float = COLLECT_INTERVAL_S):
+    def __init__(self, interval_s: float):
         self.interval_s = interval_s
         self.collections = 0
         self.pid = os.getpid()  # a forked child has no thread: it starts its own
