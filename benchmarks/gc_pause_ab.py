@@ -27,6 +27,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import tempfile
 import time
 from collections.abc import Awaitable
@@ -95,8 +97,24 @@ def timeline(path: Path, since: float, until: float) -> list[list[Any]]:
     return [r for r in rows if since <= r[1] <= until]
 
 
-def worker_figures(events: list[list[Any]]) -> dict[str, Any]:
-    """What one process's timeline says about the measured window."""
+def ask_frozen_counts(monitor_dir: Path) -> None:
+    """Ask every monitored process of ``monitor_dir`` for its frozen objects (``SIGUSR1``: a walk
+    of the permanent generation that holds the GIL, so only after the measured window)."""
+    for path in monitor_dir.glob("*.jsonl"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(path.stem), signal.SIGUSR1)
+
+
+def frozen_after(path: Path, until: float) -> int | None:
+    """The frozen objects a process reported after the window (:func:`ask_frozen_counts`)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    answers = [r[2] for r in rows if r[0] == "frozen" and r[1] >= until]
+    return answers[-1] if answers else None
+
+
+def worker_figures(events: list[list[Any]], frozen: int | None = None) -> dict[str, Any]:
+    """What one process's timeline says about the measured window (``frozen``: its frozen objects
+    just after it)."""
     collections = [e for e in events if e[0] == "gc" and e[3] > 2]
     stalls = [e[2] for e in events if e[0] == "lag" and e[2] > 30]
     heap = [e for e in events if e[0] == "heap"]
@@ -107,26 +125,31 @@ def worker_figures(events: list[list[Any]]) -> dict[str, Any]:
         "collections_cpu_ms": round(sum(e[4] for e in events if e[0] == "gc"), 1),
         "stalls_over_30ms": len(stalls),
         "longest_stall_ms": round(max(stalls, default=0.0), 1),
-        "frozen_objects": heap[-1][2] if heap else None,
-        "rss_mb": round(heap[-1][3] / 1024, 1) if heap else None,
+        "frozen_objects": frozen,
+        "rss_mb": round(heap[-1][2] / 1024, 1) if heap else None,
     }
 
 
 def row(name: str, side: Side, since: float, until: float, node_cpu_ms: float | None) -> dict[str, Any]:
     tally = side.tally
     answered = len(tally.timings)
-    workers = {p.stem: worker_figures(timeline(p, since, until)) for p in sorted(side.monitor_dir.glob("*.jsonl"))}
-    busy = {pid: w for pid, w in workers.items() if w["collections_cpu_ms"] > 0}  # uvicorn's own process idles
+    workers = {
+        p.stem: worker_figures(timeline(p, since, until), frozen_after(p, until))
+        for p in sorted(side.monitor_dir.glob("*.jsonl"))
+    }
+    # uvicorn's own process only supervises; a worker counts even when no collection ran in the
+    # window (a lazy worker may have none in 90 s), its stalls included
+    api_workers = {pid: w for pid, w in workers.items() if int(pid) != side.api.process.pid}
     return {
         "variant": name,
         "paced": {**latency_block(tally.timings), "errors": sum(tally.causes.values()), "causes": tally.causes},
         "api_cpu_ms_per_recall": round(side.cpu_s * 1000 / max(answered, 1), 3),
         "node_cpu_ms_per_recall_all_variants": node_cpu_ms,
-        "longest_collection_cpu_ms": max((w["longest_collection_cpu_ms"] for w in busy.values()), default=0.0),
-        "collections_cpu_ms": round(sum(w["collections_cpu_ms"] for w in busy.values()), 1),
-        "stalls_over_30ms": sum(w["stalls_over_30ms"] for w in busy.values()),
-        "longest_stall_ms": max((w["longest_stall_ms"] for w in busy.values()), default=0.0),
-        "workers": busy,
+        "longest_collection_cpu_ms": max((w["longest_collection_cpu_ms"] for w in api_workers.values()), default=0.0),
+        "collections_cpu_ms": round(sum(w["collections_cpu_ms"] for w in api_workers.values()), 1),
+        "stalls_over_30ms": sum(w["stalls_over_30ms"] for w in api_workers.values()),
+        "longest_stall_ms": max((w["longest_stall_ms"] for w in api_workers.values()), default=0.0),
+        "workers": api_workers,
     }
 
 
@@ -161,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         node_cpu_ms = None
         if args.opensearch_pid:
             node_cpu_ms = round((process_cpu_s(args.opensearch_pid) - node0) * 1000 / max(answered, 1), 3)
+        for side in sides.values():
+            ask_frozen_counts(side.monitor_dir)
         time.sleep(1.5)  # the monitors' last flush
         rows = [row(name, side, since, until, node_cpu_ms) for name, side in sides.items()]
     for r in rows:

@@ -7,7 +7,12 @@ workers; not Celery's) appends a timeline to ``<dir>/<pid>.jsonl``:
   that was merely descheduled shows as wall >> cpu);
 - ``["lag", start, ms]`` when a thread that sleeps 2 ms at a time woke more than 10 ms late: the
   process held the GIL (a collection, a long C call) or had no CPU;
-- ``["heap", time, frozen, rss_kb]`` once a second.
+- ``["heap", time, rss_kb]`` once a second;
+- ``["frozen", time, objects]`` when the process gets ``SIGUSR1`` (the benchmark asks after its
+  measured window). Not once a second: ``gc.get_freeze_count()`` walks the whole permanent
+  generation holding the GIL, ~90-140 ms for 380,000 frozen objects here, so a monitor that asked
+  every second stalled the process it watched and charged it that CPU, in proportion to how much
+  it had frozen (docs/benchmarks.md, 2026-12-03 09:30).
 
 ``benchmarks/gc_pause_ab.py`` reads them. Python imports ``sitecustomize`` by itself at start-up."""
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -51,14 +57,20 @@ def _watch(out: Path) -> None:
             _events.append(["lag", t0, late_ms])
         if t0 - flushed >= 1:
             flushed = t0
-            _events.append(["heap", t0, gc.get_freeze_count(), _rss_kb()])
+            _events.append(["heap", t0, _rss_kb()])
             taken = _events[:]
             del _events[: len(taken)]
             with out.open("a") as f:
                 f.writelines(json.dumps(e) + "\n" for e in taken)
 
 
+def _on_usr1(*_: object) -> None:
+    # on the main thread, between two bytecodes; the watch thread writes it out within a second
+    _events.append(["frozen", time.time(), gc.get_freeze_count()])
+
+
 if _DIR and "celery" not in " ".join(sys.argv):
     gc.callbacks.append(_on_gc)
+    signal.signal(signal.SIGUSR1, _on_usr1)
     _out = Path(_DIR) / f"{os.getpid()}.jsonl"
     threading.Thread(target=_watch, args=(_out,), name="bench-monitor", daemon=True).start()

@@ -7,10 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from benchmarks.fastpath_bench import Variant
-from benchmarks.gc_pause_ab import MONITOR, monitored, timeline, worker_figures
+from benchmarks.gc_pause_ab import MONITOR, ask_frozen_counts, frozen_after, monitored, timeline, worker_figures
 
 # A process that keeps ~2M tracked objects and collects them all: one long generation-2
 # collection, during which the monitor's own thread cannot run (a stall), then a second for the flush.
@@ -30,7 +31,34 @@ def test_a_monitored_process_records_its_long_collection_and_the_stall(tmp_path:
     collections = [e for e in events if e[0] == "gc" and e[2] == 2]
     assert collections and max(e[3] for e in collections) > 20  # walking 2M objects takes tens of ms
     assert any(e[0] == "lag" and e[2] > 10 for e in events)
-    assert any(e[0] == "heap" and e[3] > 0 for e in events)
+    assert any(e[0] == "heap" and e[2] > 0 for e in events)
+    assert not any(e[0] == "frozen" for e in events)  # only when asked: the count walks every frozen object
+
+
+# Freezes what it keeps, says it is ready, then waits to be asked.
+FROZEN_ON_ASK = """
+import gc, sys, time
+kept = [[i] for i in range(50_000)]
+gc.freeze()
+print("ready", flush=True)
+time.sleep(4)
+"""
+
+
+def test_a_monitored_process_reports_its_frozen_objects_when_asked(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(MONITOR), "TENURE_BENCH_MONITOR_DIR": str(tmp_path)}
+    with subprocess.Popen([sys.executable, "-c", FROZEN_ON_ASK], env=env, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob("*.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the monitor names its file at its first flush, within a second
+        asked = time.time()
+        ask_frozen_counts(tmp_path)
+        assert child.wait(timeout=60) == 0
+    [out] = tmp_path.glob("*.jsonl")
+    frozen = frozen_after(out, asked)
+    assert frozen is not None and frozen >= 50_000
+    assert frozen_after(out, time.time()) is None  # nothing reported after the process ended
 
 
 def test_an_unmonitored_process_writes_nothing(tmp_path: Path) -> None:
@@ -47,9 +75,9 @@ def test_the_figures_of_one_process() -> None:
         ["gc", 12.0, 0, 5.0, 4.0, 2],
         ["lag", 11.0, 149.0],
         ["lag", 13.0, 12.0],
-        ["heap", 14.0, 5000, 204800],
+        ["heap", 14.0, 204800],
     ]
-    figures = worker_figures(events)
+    figures = worker_figures(events, 5000)
     assert figures["collections_over_2ms"] == 2
     assert figures["longest_collection_cpu_ms"] == 140.0
     assert figures["longest_collection_wall_ms"] == 150.0
