@@ -31,6 +31,7 @@ from tenure_client import (
     models,
 )
 from tenure_client._codegen import render
+from tenure_client.keepalive import KeepAliveTransport
 
 from service.app import create_app
 from service.config import Settings
@@ -242,3 +243,35 @@ def test_async_iterators_follow_cursors_within_the_callers_walls(
     # a second app on the same indices and Redis (one app's MCP session manager starts only once)
     with serve(create_app(api_settings)) as url:
         asyncio.run(scenario(url))
+
+
+def test_the_keep_alive_transport_answers_as_httpx_s_own(
+    api_settings: Settings, client: TestClient, team: Team, other_team: Team
+) -> None:
+    """``tenure_client.keepalive.KeepAliveTransport`` over real HTTP (uvicorn): the same recall
+    (injected ids and block), beliefs and errors as httpx's default transport, over one socket;
+    another tenant's member recalls nothing through it either."""
+    name = f"lean_{uuid.uuid4().hex[:6]}"
+    created = _sdk(client, team.keys["alice"]).beliefs.create(**belief_body(name, "project:pay"))
+
+    async def recall_twice(url: str, transport: httpx.AsyncBaseTransport | None) -> list[Any]:
+        alice = AsyncTenure(url, team.keys["alice"], max_retries=0, transport=transport)
+        outsider = AsyncTenure(url, other_team.keys["alice"], max_retries=0, transport=transport)
+        async with alice, outsider:
+            seen: list[Any] = []
+            for _ in range(2):
+                recalled = await alice.recall(name.replace("_", " "), scopes=["project:pay"])
+                seen.append((recalled.injected_ids, recalled.injection.text))
+            seen.append((await alice.beliefs.get(created.id or "")).canonical_name)
+            seen.append((await outsider.recall(name.replace("_", " "))).injected_ids)
+            with pytest.raises(NotFound) as missing:
+                await alice.beliefs.get("b-nope")
+            seen.append((missing.value.code, missing.value.status, bool(missing.value.request_id)))
+            return seen
+
+    lean = KeepAliveTransport()
+    with serve(create_app(api_settings)) as url:
+        by_default = asyncio.run(recall_twice(url, None))
+        by_lean = asyncio.run(recall_twice(url, lean))
+    assert by_lean == by_default
+    assert by_lean[0][0] == [created.id] and by_lean[3] == [] and by_lean[4] == ("not_found", 404, True)

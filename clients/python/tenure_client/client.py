@@ -11,6 +11,7 @@ idempotent methods. Every failure is a :class:`~tenure_client.errors.TenureError
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
@@ -75,8 +76,8 @@ class _Base:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def _url(self, http: httpx.Client | httpx.AsyncClient, path: str) -> str:
-        return str(http.base_url.join(path)) if str(http.base_url) else f"{self.base_url}{path}"
+    def _url(self, http: httpx.Client | httpx.AsyncClient, path: str) -> httpx.URL:
+        return _joined(http.base_url, self.base_url, path)
 
     def _connection_error(self, http: httpx.Client | httpx.AsyncClient, exc: httpx.HTTPError) -> ConnectionFailed:
         base = str(http.base_url) or self.base_url
@@ -144,6 +145,14 @@ async def _afollow(fetch: Callable[[str | None], Awaitable[_Page[Item]]]) -> Asy
         if not page.next_cursor:
             return
         cursor = page.next_cursor
+
+
+@functools.lru_cache(maxsize=1024)
+def _joined(http_base: httpx.URL, base_url: str, path: str) -> httpx.URL:
+    """The absolute URL of ``path``, parsed once: httpx parses a string URL on every request and
+    again to merge it with its base (~40 µs a request; an absolute ``httpx.URL`` is used as is).
+    Paths are few (a route and an id), so the cache stays small."""
+    return http_base.join(path) if str(http_base) else httpx.URL(f"{base_url}{path}")
 
 
 def _decode(response: httpx.Response) -> Any:

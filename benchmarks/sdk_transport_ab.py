@@ -1,0 +1,140 @@
+"""The SDK's cost per recall over its transports, against the real API at the loaded corpus:
+the synchronous client, the async client over httpx's default transport, and the async client
+over ``tenure_client.keepalive.KeepAliveTransport``.
+
+One API (``--api-workers``, the source tree of the one ``--variant``) against the corpus ``fastpath_bench --load-only``
+loaded; every tenant primed; then ``--blocks`` blocks of ``--block`` sequential session recalls,
+the three clients taking turns block by block (so the machine's drift falls on all three), each
+caller with its own API key as in ``fastpath_bench``. Per client: the client process's CPU per
+recall (it runs only the client, the API and the node run elsewhere) and the latency p50 / p99.
+
+    .venv/bin/python -m benchmarks.sdk_transport_ab --opensearch-url $OS --redis-url $REDIS --variant main=.
+
+This is a benchmark, not a test: it prints figures (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tenure_client import AsyncTenure, Tenure
+from tenure_client.keepalive import KeepAliveTransport
+
+from benchmarks import fastpath_bench as fb
+from benchmarks.recall_bench import Query, Spec
+from loadtest.stats import latency_block
+
+CLIENTS = ("sync", "async-httpx", "async-keepalive")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = fb.running_node_parser(__doc__)
+    parser.add_argument("--api-workers", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=1500)
+    parser.add_argument("--block", type=int, default=300)
+    parser.add_argument("--blocks", type=int, default=12, help="blocks per client")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    args = parser.parse_args(argv)
+    if len(args.variant) != 1:
+        parser.error("one --variant: the API the three clients call")
+    return args
+
+
+class _Turns:
+    """The three clients, each with one SDK client per (tenant, user) over its own connection."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.sync_http = httpx.Client(base_url=url, timeout=fb.TIMEOUT_S)
+        self.async_http = httpx.AsyncClient(base_url=url, timeout=fb.TIMEOUT_S)
+        self.lean_http = httpx.AsyncClient(base_url=url, timeout=fb.TIMEOUT_S, transport=KeepAliveTransport())
+        self.sdk: dict[tuple[str, str, str], Any] = {}
+
+    def _client(self, kind: str, q: Query) -> Any:
+        who = (kind, q.principal.tenant_id, q.principal.user_id)
+        if who not in self.sdk:
+            key = fb.key_of(q.principal.tenant_id, q.principal.user_id)[1]
+            if kind == "sync":
+                self.sdk[who] = Tenure(self.url, key, http_client=self.sync_http, max_retries=0)
+            else:
+                http = self.async_http if kind == "async-httpx" else self.lean_http
+                self.sdk[who] = AsyncTenure(self.url, key, http_client=http, max_retries=0)
+        return self.sdk[who]
+
+    async def block(self, kind: str, queries: list[Query]) -> tuple[float, list[float]]:
+        """CPU seconds and latencies (ms) of ``queries`` sent one after the other by ``kind``."""
+        timings: list[float] = []
+        cpu0 = time.process_time()
+        for q in queries:
+            client = self._client(kind, q)
+            t0 = time.perf_counter()
+            if kind == "sync":
+                client.recall_json(q.message, scopes=q.scopes)
+            else:
+                await client.recall_json(q.message, scopes=q.scopes)
+            timings.append((time.perf_counter() - t0) * 1000)
+        return time.process_time() - cpu0, timings
+
+    async def aclose(self) -> None:
+        self.sync_http.close()
+        await self.async_http.aclose()
+        await self.lean_http.aclose()
+
+
+async def _measure(turns: _Turns, args: argparse.Namespace, queries: list[Query]) -> dict[str, Any]:
+    cpu = dict.fromkeys(CLIENTS, 0.0)
+    timings: dict[str, list[float]] = {kind: [] for kind in CLIENTS}
+    warmup, measured = queries[: args.warmup], queries[args.warmup :]
+    for i, kind in enumerate(CLIENTS * (args.warmup // (3 * args.block) + 1)):
+        await turns.block(kind, warmup[i * args.block : (i + 1) * args.block])
+    for b in range(args.blocks * len(CLIENTS)):
+        kind = CLIENTS[(b + b // len(CLIENTS)) % len(CLIENTS)]  # rotating order: no client always first
+        spent, took = await turns.block(kind, measured[b * args.block : (b + 1) * args.block])
+        cpu[kind] += spent
+        timings[kind].extend(took)
+    return {
+        kind: {"client_cpu_ms_per_recall": round(cpu[kind] * 1000 / len(took), 3), **latency_block(took)}
+        for kind, took in timings.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    spec = Spec(tenants=1000, users_per_tenant=5)  # fastpath_bench's corpus
+    calls = fb.parse_args(["--queries", str(args.block * args.blocks * len(CLIENTS)), "--warmup", str(args.warmup),
+                           "--seed", str(args.seed)])  # fmt: skip
+    queries = fb.traffic(calls, "sessions", args.size, spec)
+    variant = fb.Variant.parse(args.variant[0])
+    log = Path(tempfile.gettempdir()) / "sdk-transport-ab.log"
+    api = fb.Api(variant, args.opensearch_url, args.redis_url, fb.namespace_of(args.size), args.api_workers, log)
+    try:
+        asyncio.run(fb.prime(api, spec, 4))
+
+        async def run() -> dict[str, Any]:
+            turns = _Turns(api.url)
+            try:
+                return await _measure(turns, args, queries)
+            finally:
+                await turns.aclose()
+
+        figures = asyncio.run(run())
+    finally:
+        api.stop()
+    for kind, row in figures.items():
+        print(json.dumps({"client": kind, **row}), flush=True)
+    if args.out:
+        run = {"args": {k: str(v) for k, v in vars(args).items()}, "figures": figures}
+        args.out.write_text(json.dumps(run, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""A lean HTTP/1.1 keep-alive transport for :class:`~tenure_client.AsyncTenure` (opt-in).
+
+httpx's default transport (httpcore, h11, anyio) spends ~450 µs of CPU per request on this
+machine before httpx's own ~120 µs; a recall answer parsed by ``httptools`` (uvicorn's C parser)
+off a kept-alive asyncio socket spends ~50 µs, and the request costs as much less in latency
+(``benchmarks/sdk_transport_ab.py``, docs/benchmarks.md). An agent that recalls on every turn
+pays it every turn::
+
+    from tenure_client import AsyncTenure
+    from tenure_client.keepalive import KeepAliveTransport
+
+    async with AsyncTenure(url, api_key, transport=KeepAliveTransport()) as tenure:
+        ...
+
+What it does: HTTP/1.1 over TCP or TLS (the default verifying context, or ``ssl_context``),
+requests with a ``Content-Length`` body, answers with a length or chunked (as uvicorn sends), read
+whole (no streaming: the async client has no streamed call); at most ``max_connections``
+sockets per origin, a request waiting for a free one within httpx's pool timeout; httpx's
+connect, read and pool timeouts, raised as httpx's exceptions, so the client's retries and
+errors work unchanged. A socket is reused only after a complete answer that allows keep-alive,
+and not after ``keepalive_expiry`` seconds idle (below uvicorn's 5 s, so the server never closes
+one under a request). One that timed out, broke, or whose request was cancelled is closed, never
+reused. Not supported: proxies (``HTTP_PROXY`` is not read), HTTP/2, ``Expect: 100-continue``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections import deque
+from typing import cast
+
+import httptools
+import httpx
+
+_CRLF = b"\r\n"
+_Origin = tuple[str, str, int]
+
+
+class _Exchange(asyncio.Protocol):
+    """One socket: writes a request, parses its answer, and can be reused for the next."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.answer: asyncio.Future[tuple[int, list[tuple[bytes, bytes]], bytes]] | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.lost = False
+        self.reusable = False
+        self.head_only = False
+        self.idle_since = time.monotonic()
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(httpx.RemoteProtocolError(f"malformed HTTP answer: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._fail(httpx.ReadError(str(exc) if exc else "the server closed the connection before answering"))
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        # the answer to a HEAD states a length but has no body: it is whole now. The parser
+        # would wait for that body, so the socket is not reused.
+        if self.head_only:
+            self._settle()
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.reusable = self.parser.should_keep_alive() and not self.head_only
+        self._settle()
+
+    def _settle(self) -> None:
+        answer, status, headers, body = self.answer, self.parser.get_status_code(), self.headers, b"".join(self.body)
+        self.answer, self.headers, self.body = None, [], []
+        if answer is not None and not answer.done():
+            answer.set_result((status, headers, body))
+
+    # the transport's side
+    def send(self, data: bytes, *, head_only: bool) -> asyncio.Future[tuple[int, list[tuple[bytes, bytes]], bytes]]:
+        assert self.transport is not None
+        self.answer = asyncio.get_running_loop().create_future()
+        self.reusable, self.head_only = False, head_only
+        self.transport.write(data)
+        return self.answer
+
+    def usable(self, now: float, expiry: float) -> bool:
+        return (
+            not self.lost
+            and self.transport is not None
+            and not self.transport.is_closing()
+            and (now - self.idle_since < expiry)
+        )
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, exc: Exception) -> None:
+        answer, self.answer = self.answer, None
+        if answer is not None and not answer.done():
+            answer.set_exception(exc)
+        self.close()
+
+
+class _Pool:
+    """The sockets of one origin: idle ones (last used first) and a bound on how many exist."""
+
+    def __init__(self, max_connections: int):
+        self.idle: deque[_Exchange] = deque()
+        self.slots = asyncio.Semaphore(max_connections)
+
+
+class KeepAliveTransport(httpx.AsyncBaseTransport):
+    """An ``httpx.AsyncBaseTransport`` over kept-alive asyncio sockets (see the module's notes)."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 16,
+        keepalive_expiry: float = 4.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self.max_connections = max_connections
+        self.keepalive_expiry = keepalive_expiry
+        self._ssl_context = ssl_context
+        self._pools: dict[_Origin, _Pool] = {}
+        self._closed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the transport is closed")
+        origin = _origin(request.url)
+        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+        pool = self._pools.get(origin) or self._pools.setdefault(origin, _Pool(self.max_connections))
+        try:
+            async with asyncio.timeout(timeouts.get("pool")):
+                await pool.slots.acquire()
+        except TimeoutError:
+            raise httpx.PoolTimeout("no free connection within the pool timeout", request=request) from None
+        exchange: _Exchange | None = None
+        try:
+            exchange = await self._idle_or_new(pool, origin, timeouts.get("connect"), request)
+            data = _encode(request, await request.aread())
+            try:
+                async with asyncio.timeout(timeouts.get("read")):
+                    status, headers, body = await exchange.send(data, head_only=request.method == "HEAD")
+            except TimeoutError:
+                raise httpx.ReadTimeout("no answer within the read timeout", request=request) from None
+            except httpx.TransportError as exc:
+                exc.request = request
+                raise
+            if exchange.reusable and not exchange.lost:
+                exchange.idle_since = time.monotonic()
+                pool.idle.append(exchange)
+                exchange = None
+            return httpx.Response(
+                status,
+                headers=headers,
+                stream=httpx.ByteStream(body),
+                extensions={"http_version": b"HTTP/1.1"},
+                request=request,
+            )
+        finally:
+            if exchange is not None:
+                exchange.close()  # broken, timed out, cancelled or not to be kept
+            pool.slots.release()
+
+    async def _idle_or_new(
+        self, pool: _Pool, origin: _Origin, connect_timeout: float | None, request: httpx.Request
+    ) -> _Exchange:
+        now = time.monotonic()
+        while pool.idle:
+            exchange = pool.idle.pop()
+            if exchange.usable(now, self.keepalive_expiry):
+                return exchange
+            exchange.close()
+        scheme, host, port = origin
+        tls = (self._ssl_context or ssl.create_default_context()) if scheme == "https" else None
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(connect_timeout):
+                _, exchange = await loop.create_connection(
+                    _Exchange, host, port, ssl=tls, server_hostname=host if tls else None
+                )
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"could not connect to {host}:{port} in time", request=request) from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"could not connect to {host}:{port}: {exc}", request=request) from exc
+        return exchange
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for pool in self._pools.values():
+            while pool.idle:
+                pool.idle.pop().close()
+        self._pools.clear()
+
+
+def _origin(url: httpx.URL) -> _Origin:
+    if url.scheme not in ("http", "https"):
+        raise httpx.UnsupportedProtocol(f"{url.scheme!r} is not http or https")
+    return url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80)
+
+
+def _encode(request: httpx.Request, body: bytes) -> bytes:
+    """The request line, headers and body; the body's length stated (never chunked: it is read)."""
+    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), request.url.raw_path)]
+    for name, value in request.headers.raw:
+        if name.lower() not in (b"content-length", b"transfer-encoding"):
+            lines.append(name + b": " + value)
+    if body or request.method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+        lines.append(b"Content-Length: %d" % len(body))
+    return _CRLF.join(lines) + _CRLF + _CRLF + body
