@@ -57,6 +57,7 @@ import httpx
 import redis
 from opensearchpy import OpenSearch, helpers
 from tenure_client import AsyncTenure, ConnectionFailed, Tenure, TenureError
+from tenure_client.keepalive import KeepAliveTransport
 
 from benchmarks.recall_bench import Query, Spec, draw_queries, draw_sessions, load_range, loadavg, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
@@ -365,6 +366,16 @@ async def lanes_to(api: Api, connections: int) -> AsyncIterator[AsyncCallers]:
         yield AsyncCallers(api.url, http)
 
 
+@contextlib.asynccontextmanager
+async def keepalive_to(api: Api, connections: int) -> AsyncIterator[AsyncCallers]:
+    """Callers over the SDK's lean transport (``tenure_client.keepalive``), at most ``connections``
+    sockets, one request on each at a time like :func:`lanes_to`, at about half the client's CPU
+    per request (``benchmarks/sdk_transport_ab.py``)."""
+    transport = KeepAliveTransport(max_connections=connections)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S), transport=transport) as http:
+        yield AsyncCallers(api.url, http)
+
+
 def cause_of(error: TenureError) -> str:
     """Why a recall failed, as the JSON's ``error_causes`` name it: ``HTTP 429`` for an answer,
     httpx's exception name (``ReadTimeout``, ``ConnectError``, ...) when none came."""
@@ -426,6 +437,10 @@ async def post(callers: AsyncCallers, q: Query) -> str | None:
 
 
 Connect = Callable[[Api, int], contextlib.AbstractAsyncContextManager[AsyncCallers]]
+
+# How the paced and ceiling passes reach the API (``--load-client``); the sequential pass is the
+# synchronous SDK either way.
+CONNECTS: dict[str, Connect] = {"lanes": lanes_to, "keepalive": keepalive_to}
 
 
 async def paced(
@@ -527,10 +542,12 @@ async def prime(api: Api, spec: Spec, connections: int) -> dict[str, Any]:
     return {"recalls": len(tenants) * connections, "seconds": round(time.perf_counter() - t0, 1), "errors": causes}
 
 
-async def ceiling(api: Api, queries: list[Query], clients: int, seconds: float) -> dict[str, Any]:
+async def ceiling(
+    api: Api, queries: list[Query], clients: int, seconds: float, *, connect: Connect | None = None
+) -> dict[str, Any]:
     timings: list[float] = []
     causes: dict[str, int] = {}
-    async with lanes_to(api, clients) as callers:  # one connection per closed-loop client
+    async with (connect or lanes_to)(api, clients) as callers:  # one connection per closed-loop client
         stop = time.perf_counter() + seconds
 
         async def client(c: int) -> None:
@@ -658,11 +675,14 @@ def measure_traffic(
     receipts: dict[str, Any] = {"backlog_before": backlog, "pending_after": {"sequential": api.drain.pending()}}
     result: dict[str, Any] = {"sequential": seq, "cpu_ms_per_recall": cpu, "loadavg_before": load_before}
     result["receipt_outbox"] = receipts
-    result["paced"] = asyncio.run(paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s))
+    connect = CONNECTS[args.load_client]
+    result["paced"] = asyncio.run(
+        paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s, connect=connect)
+    )
     result["paced"]["drain_s"] = drain(api, phases.paced[0])
     receipts["pending_after"]["paced"] = api.drain.pending()
     meter.begin()
-    result["ceiling"] = asyncio.run(ceiling(api, phases.ceiling, args.clients, args.ceiling_s))
+    result["ceiling"] = asyncio.run(ceiling(api, phases.ceiling, args.clients, args.ceiling_s, connect=connect))
     used = meter.finish()
     receipts["pending_after"]["ceiling"] = api.drain.pending()
     calls = result["ceiling"]["n"] + result["ceiling"]["errors"]
@@ -722,6 +742,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--client-gc", choices=("frozen", "default"), default="frozen",
                         help="the load generator's heap while measuring (client_heap)")  # fmt: skip
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--load-client", choices=tuple(CONNECTS), default="keepalive",
+                        help="how the paced and ceiling passes reach the API (lanes: before 2026-12-03)")  # fmt: skip
     parser.add_argument("--ceiling-s", type=float, default=20.0)
     parser.add_argument(
         "--ceiling-calls", type=int, default=20_000, help="calls drawn for the ceiling (reused if it outlasts them)"

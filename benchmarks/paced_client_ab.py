@@ -1,14 +1,14 @@
-"""What the paced run's client costs: one httpx pool of 64 connections against
-:class:`~loadtest.http.LaneTransport`, alternating on one API over the 1M corpus.
+"""What the paced run's client costs: one httpx pool of 64 connections, :class:`~loadtest.http.LaneTransport`
+and the SDK's ``KeepAliveTransport``, alternating on one API over the 1M corpus.
 
 ``fastpath_bench``'s paced phase (open loop, at most 64 in flight) is run several times at one
-rate, the two clients taking turns on the same API processes, each round on calls no round sent
+rate, the clients (``--clients``) taking turns on the same API processes, each round on calls no round sent
 before. For each run: what was served, latency from the due time, the requests shed, and the CPU
 per served recall of the API, OpenSearch and the client itself (``/proc``). Needs a running node
 and Redis holding ``fastpath_bench``'s 1M corpus (``--load-only``).
 
     python -m benchmarks.paced_client_ab --opensearch-url $OS --redis-url $REDIS \\
-        --opensearch-pid $OS_PID --rate 150 --rounds 3
+        --opensearch-pid $OS_PID --rate 150 --rounds 3 --clients lanes,keepalive
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ async def shared_pool_to(api: fb.Api, connections: int) -> AsyncIterator[fb.Asyn
         yield fb.AsyncCallers(api.url, http)
 
 
-CLIENTS: dict[str, fb.Connect] = {"shared-pool": shared_pool_to, "lanes": fb.lanes_to}
+CLIENTS: dict[str, fb.Connect] = {"shared-pool": shared_pool_to, "lanes": fb.lanes_to, "keepalive": fb.keepalive_to}
 
 
 def main() -> None:
@@ -46,11 +46,15 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=150.0)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", default="shared-pool,lanes", help=f"which to compare, of {', '.join(CLIENTS)}")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    clients = args.clients.split(",")
+    if unknown := set(clients) - set(CLIENTS):
+        parser.error(f"unknown clients: {', '.join(sorted(unknown))}")
     spec = Spec(tenants=1000, users_per_tenant=5)
     calls_per_run = int(args.rate * args.seconds)
-    runs = 2 * args.rounds
+    runs = len(clients) * args.rounds
     calls = draw_sessions(3000 + runs * calls_per_run, 1_000_000, spec, fb.NOW, seed=21, length=10, active=64)
     log = Path("/tmp/tenure-paced-client-ab.log")  # noqa: S108
     api = fb.Api(fb.Variant.parse("main=."), args.opensearch_url, args.redis_url, fb.namespace_of(1_000_000), 2, log)
@@ -61,7 +65,7 @@ def main() -> None:
         fb.sequential(api, calls[:3000], 0, None)
         start = 3000
         for r in range(args.rounds):
-            order = list(CLIENTS) if r % 2 == 0 else list(reversed(CLIENTS))
+            order = clients if r % 2 == 0 else list(reversed(clients))
             for name in order:
                 batch = calls[start : start + calls_per_run]
                 start += calls_per_run

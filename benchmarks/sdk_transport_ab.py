@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind, row in figures.items():
         print(json.dumps({"client": kind, **row}), flush=True)
     if args.out:
-        run = {"args": {k: str(v) for k, v in vars(args).items()}, "figures": figures}
-        args.out.write_text(json.dumps(run, indent=1))
+        record = {"args": {k: str(v) for k, v in vars(args).items()}, "figures": figures}
+        args.out.write_text(json.dumps(record, indent=1))
     return 0
 
 

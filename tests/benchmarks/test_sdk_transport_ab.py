@@ -1,4 +1,5 @@
-"""benchmarks/sdk_transport_ab.py: the three clients it compares and the one API it calls."""
+"""benchmarks/sdk_transport_ab.py: the three clients it compares and the one API it calls; and
+fastpath_bench's load client (the SDK's lean transport by default)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,11 @@ def test_one_variant_is_the_api_the_clients_call() -> None:
 
 def test_the_three_clients() -> None:
     assert CLIENTS == ("sync", "async-httpx", "async-keepalive")
+
+
+def test_fastpath_bench_loads_over_the_lean_transport_unless_told_otherwise() -> None:
+    from benchmarks import fastpath_bench as fb
+
+    assert fb.parse_args([]).load_client == "keepalive"
+    assert fb.parse_args(["--load-client", "lanes"]).load_client == "lanes"
+    assert {"lanes": fb.lanes_to, "keepalive": fb.keepalive_to} == fb.CONNECTS
