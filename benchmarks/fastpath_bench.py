@@ -384,32 +384,79 @@ def cause_of(error: TenureError) -> str:
     return f"HTTP {error.status}" if error.status else error.code
 
 
+class _Sequence:
+    """The bookkeeping of a sequential pass: the deadline, the timed recalls, the errors."""
+
+    def __init__(self, warmup: int, max_s: float | None):
+        self.warmup = warmup
+        self.deadline = time.monotonic() + max_s if max_s else None
+        self.timings: list[float] = []
+        self.errors = 0
+        self.sent = 0
+
+    def over(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def done(self, i: int, t0: float, failed: bool) -> None:
+        self.sent += 1
+        if failed:
+            self.errors += 1
+        elif i >= self.warmup:
+            self.timings.append((time.perf_counter() - t0) * 1000)
+
+    def figures(self, total: int) -> tuple[dict[str, Any], int]:
+        capped = self.sent < total
+        return {
+            **latency_block(self.timings),
+            "errors": self.errors,
+            "sent": self.sent,
+            "stopped_at_max_s": capped,
+        }, self.sent
+
+
 def sequential(api: Api, queries: list[Query], warmup: int, max_s: float | None) -> tuple[dict[str, Any], int]:
-    """One keep-alive client, one recall after the other; the first ``warmup`` are not timed.
-    ``max_s``: stop sending after that many seconds (a variant at seconds per recall would
-    otherwise hold the run for an hour); the result says how many were sent. Returns the figures
-    and the number of recalls sent."""
-    timings: list[float] = []
-    errors = 0
-    sent = 0
-    deadline = time.monotonic() + max_s if max_s else None
+    """One keep-alive client (the synchronous SDK), one recall after the other; the first
+    ``warmup`` are not timed. ``max_s``: stop sending after that many seconds (a variant at
+    seconds per recall would otherwise hold the run for an hour); the result says how many were
+    sent. Returns the figures and the number of recalls sent."""
+    run = _Sequence(warmup, max_s)
     with httpx.Client(base_url=api.url, timeout=TIMEOUT_S) as http:
         callers = Callers(api.url, http)
         for i, q in enumerate(queries):
-            if deadline is not None and time.monotonic() > deadline:
+            if run.over():
                 break
-            t0 = time.perf_counter()
+            t0, failed = time.perf_counter(), False
             try:
                 callers.recall(q)
             except TenureError:
-                errors += 1
-                continue
-            finally:
-                sent += 1
-            if i >= warmup:
-                timings.append((time.perf_counter() - t0) * 1000)
-    capped = sent < len(queries)
-    return {**latency_block(timings), "errors": errors, "sent": sent, "stopped_at_max_s": capped}, sent
+                failed = True
+            run.done(i, t0, failed)
+    return run.figures(len(queries))
+
+
+async def sequential_lean(
+    api: Api, queries: list[Query], warmup: int, max_s: float | None
+) -> tuple[dict[str, Any], int]:
+    """:func:`sequential` over the async SDK and its lean transport (``--seq-client keepalive``)."""
+    run = _Sequence(warmup, max_s)
+    async with keepalive_to(api, 1) as callers:
+        for i, q in enumerate(queries):
+            if run.over():
+                break
+            t0, failed = time.perf_counter(), False
+            try:
+                await callers.recall(q)
+            except TenureError:
+                failed = True
+            run.done(i, t0, failed)
+    return run.figures(len(queries))
+
+
+def sequential_by(client: str) -> Callable[[Api, list[Query], int, float | None], tuple[dict[str, Any], int]]:
+    """The sequential pass of ``--seq-client``."""
+    if client == "sync":
+        return sequential
+    return lambda api, queries, warmup, max_s: asyncio.run(sequential_lean(api, queries, warmup, max_s))
 
 
 def drain(api: Api, probe: Query) -> float:
@@ -666,11 +713,12 @@ def measure_traffic(
 ) -> dict[str, Any]:
     phases = Phases.split(queries, args)
     backlog = {"pending": api.drain.pending(), "drained_in_s": api.drain.wait_empty()}
-    sequential(api, phases.warmup, 0, args.seq_max_s)  # warm the caches of every process
+    sequential_pass = sequential_by(args.seq_client)
+    sequential_pass(api, phases.warmup, 0, args.seq_max_s)  # warm the caches of every process
     meter = CpuMeter(lambda: {**pids, "api": api.pids(), "drain": api.drain.pids()})
     load_before = loadavg()
     meter.begin()
-    seq, sent = sequential(api, phases.timed, 0, args.seq_max_s)
+    seq, sent = sequential_pass(api, phases.timed, 0, args.seq_max_s)
     cpu = cpu_per_recall(meter.finish(), max(sent, 1))
     receipts: dict[str, Any] = {"backlog_before": backlog, "pending_after": {"sequential": api.drain.pending()}}
     result: dict[str, Any] = {"sequential": seq, "cpu_ms_per_recall": cpu, "loadavg_before": load_before}
@@ -742,6 +790,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--client-gc", choices=("frozen", "default"), default="frozen",
                         help="the load generator's heap while measuring (client_heap)")  # fmt: skip
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seq-client", choices=("sync", "keepalive"), default="sync",
+                        help="the sequential pass's SDK: sync, or async over KeepAliveTransport")  # fmt: skip
     parser.add_argument("--load-client", choices=tuple(CONNECTS), default="keepalive",
                         help="how the paced and ceiling passes reach the API (lanes: before 2026-12-03)")  # fmt: skip
     parser.add_argument("--ceiling-s", type=float, default=20.0)

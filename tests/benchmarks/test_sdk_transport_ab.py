@@ -26,3 +26,27 @@ def test_fastpath_bench_loads_over_the_lean_transport_unless_told_otherwise() ->
     assert fb.parse_args([]).load_client == "keepalive"
     assert fb.parse_args(["--load-client", "lanes"]).load_client == "lanes"
     assert {"lanes": fb.lanes_to, "keepalive": fb.keepalive_to} == fb.CONNECTS
+
+
+def test_the_sequential_pass_is_the_sync_sdk_unless_told_otherwise() -> None:
+    from benchmarks import fastpath_bench as fb
+
+    assert fb.parse_args([]).seq_client == "sync"
+    assert fb.sequential_by("sync") is fb.sequential
+    assert fb.sequential_by("keepalive") is not fb.sequential
+
+
+def test_a_sequential_pass_times_only_answered_recalls_past_the_warmup() -> None:
+    import time
+
+    from benchmarks.fastpath_bench import _Sequence
+
+    run = _Sequence(warmup=2, max_s=None)
+    for i, failed in enumerate([False, False, True, False, False]):
+        run.done(i, time.perf_counter(), failed)
+    figures, sent = run.figures(total=6)
+    assert sent == 5 and figures["errors"] == 1 and figures["n"] == 2 and figures["stopped_at_max_s"] is True
+    assert not run.over()  # no max_s: never over
+    late = _Sequence(0, 0.001)
+    time.sleep(0.01)
+    assert late.over()
