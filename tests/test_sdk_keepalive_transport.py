@@ -9,12 +9,20 @@ server) come from a few lines of asyncio server on loopback that answer as HTTP/
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from tenure_client import AsyncTenure, ConnectionFailed
 from tenure_client.keepalive import KeepAliveTransport
 
@@ -267,3 +275,55 @@ def test_only_http_and_https() -> None:
     _run(scenario())
     with pytest.raises(ValueError, match="at least 1"):
         KeepAliveTransport(max_connections=0)
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by itself."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert, key_file
+
+
+def test_tls_verifies_the_server_and_reuses_the_socket(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    trusting = ssl.create_default_context(cafile=str(cert))
+
+    async def scenario() -> None:
+        server = _Server(_ok)
+        server.server = await asyncio.start_server(server._handle, "127.0.0.1", 0, ssl=served)
+        url = f"https://127.0.0.1:{server.server.sockets[0].getsockname()[1]}"
+        try:
+            transport = KeepAliveTransport(ssl_context=trusting)
+            async with httpx.AsyncClient(base_url=url, transport=transport) as http:
+                assert (await http.get("/one")).json() == {"ok": True}
+                assert (await http.get("/two")).json() == {"ok": True}
+            assert server.connections == 1
+            # the default context does not trust a self-signed certificate: no request is sent
+            async with httpx.AsyncClient(base_url=url, transport=KeepAliveTransport()) as http:
+                with pytest.raises(httpx.ConnectError, match="certificate verify failed"):
+                    await http.get("/three")
+            assert len(server.requests) == 2
+        finally:
+            server.server.close()
+
+    _run(scenario())

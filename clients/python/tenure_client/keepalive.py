@@ -192,7 +192,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                 return exchange
             exchange.close()
         scheme, host, port = origin
-        tls = (self._ssl_context or ssl.create_default_context()) if scheme == "https" else None
+        tls = self._tls() if scheme == "https" else None
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(connect_timeout):
@@ -204,6 +204,12 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         except OSError as exc:
             raise httpx.ConnectError(f"could not connect to {host}:{port}: {exc}", request=request) from exc
         return exchange
+
+    def _tls(self) -> ssl.SSLContext:
+        # made once: building the default context reads the system's CA bundle
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context()
+        return self._ssl_context
 
     async def aclose(self) -> None:
         self._closed = True
