@@ -485,8 +485,8 @@ async def post(callers: AsyncCallers, q: Query) -> str | None:
 
 Connect = Callable[[Api, int], contextlib.AbstractAsyncContextManager[AsyncCallers]]
 
-# How the paced and ceiling passes reach the API (``--load-client``); the sequential pass is the
-# synchronous SDK either way.
+# How the paced and ceiling passes reach the API (``--load-client``); the sequential pass has its
+# own choice (``--seq-client``, :func:`sequential_by`).
 CONNECTS: dict[str, Connect] = {"lanes": lanes_to, "keepalive": keepalive_to}
 
 
@@ -500,7 +500,8 @@ async def paced(
     due while ``MAX_IN_FLIGHT`` are still unanswered is not sent and counts as an error (``shed``):
     queued inside httpx's pool instead, thousands of waiting requests cost the client more CPU than
     the server (its queue is scanned per request), and the client, not the server, became the
-    bottleneck. The requests in flight go over one connection each (:func:`lanes_to`), for the
+    bottleneck. The requests in flight go over one connection each (:func:`lanes_to` unless
+    ``connect`` says otherwise; the command line's default is :func:`keepalive_to`), for the
     same reason (``connect``: another way to reach the API, ``benchmarks/paced_client_ab.py``)."""
     total = int(rate * seconds)
     tally = Tally()
