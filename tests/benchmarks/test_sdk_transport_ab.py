@@ -50,3 +50,30 @@ def test_a_sequential_pass_times_only_answered_recalls_past_the_warmup() -> None
     late = _Sequence(0, 0.001)
     time.sleep(0.01)
     assert late.over()
+
+
+def test_answers_are_json_unless_typed_is_asked() -> None:
+    node = ["--opensearch-url", "http://os", "--redis-url", "redis://r/0", "--variant", "main=."]
+    assert parse_args(node).answers == "json"
+    assert parse_args([*node, "--answers", "typed"]).answers == "typed"
+
+
+def test_the_decoding_comparison_checks_every_reading_gives_the_same() -> None:
+    import json
+
+    from pydantic import ValidationError
+
+    from benchmarks.sdk_transport_ab import decode_costs
+    from tests.test_sdk_parsing import _recall_answer
+
+    answer = json.dumps(_recall_answer()).encode()
+    figures = decode_costs([answer, answer], rounds=2)
+    assert figures["answers"] == 2 and figures["bytes_max"] == len(answer)
+    assert set(figures["us_per_answer"]) == {
+        "json: stdlib json.loads",
+        "json: Parser (pydantic_core.from_json)",
+        "typed: stdlib json.loads + model_validate",
+        "typed: Parser (model_validate_json)",
+    }
+    with pytest.raises(ValidationError, match="scopes"):  # what is not a recall's answer fails, not timed
+        decode_costs([b'{"scopes": "not a list"}'], rounds=1)

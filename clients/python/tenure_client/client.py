@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import httpx
+from pydantic_core import from_json
 
 from tenure_client import _calls as calls
 from tenure_client import models
@@ -155,10 +156,14 @@ def _joined(http_base: httpx.URL, base_url: str, path: str) -> httpx.URL:
     return http_base.join(path) if str(http_base) else httpx.URL(f"{base_url}{path}")
 
 
-def _decode(response: httpx.Response) -> Any:
+def _parsed(call: calls.Call[T], response: httpx.Response) -> T:
+    """A successful answer read by its call: an empty one as ``None``, a :class:`calls.Parser`
+    from the bytes, any other parser from the decoded JSON."""
     if response.status_code == 204 or not response.content:
-        return None
-    return response.json()
+        return call.parse(None)
+    if isinstance(call.parse, calls.Parser):
+        return call.parse.from_bytes(response.content)
+    return call.parse(from_json(response.content))
 
 
 class Tenure(_Base):
@@ -209,7 +214,7 @@ class Tenure(_Base):
                     headers=self._headers(call),
                 )
                 if response.status_code < 400:
-                    return call.parse(_decode(response))
+                    return _parsed(call, response)
                 error: TenureError = from_response(response)
             except httpx.HTTPError as exc:
                 error = self._connection_error(self.http, exc)
@@ -470,7 +475,7 @@ class AsyncTenure(_Base):
                     headers=self._headers(call),
                 )
                 if response.status_code < 400:
-                    return call.parse(_decode(response))
+                    return _parsed(call, response)
                 error: TenureError = from_response(response)
             except httpx.HTTPError as exc:
                 error = self._connection_error(self.http, exc)
