@@ -68,6 +68,21 @@ class Sent:
     def kind(self) -> str:
         return self.path.split("?", 1)[0].rsplit("/", 1)[-1]
 
+    def tier_searches(self) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
+        """The recall tiers' searches this request carries, as (header, body) pairs (the header
+        names the index and the routing): each item of an ``_msearch``, or the one tier searched
+        alone as a plain ``_search`` (its body has a ``min_score``: the relevant tier; the
+        relation hop's read by id has none). None for any other request."""
+        if self.kind == "_msearch":
+            lines = [json.loads(line) for line in (self.body or b"").split(b"\n") if line.strip()]
+            return list(zip(lines[0::2], lines[1::2], strict=True))
+        if self.kind == "_search" and b'"min_score"' in (self.body or b""):
+            path, _, query = self.path.partition("?")
+            header = {"index": path.strip("/").split("/")[0], **dict(urllib.parse.parse_qsl(query))}
+            header.pop("filter_path", None)
+            return [(header, json.loads(self.body or b"{}"))]
+        return None
+
 
 @dataclass
 class Recorded:

@@ -42,20 +42,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def filtered(sent: Sent) -> Sent:
-    """The same ``_msearch`` with the source filter recall's tiers used to send."""
-    lines = (sent.body or b"").decode().strip().split("\n")
-    queries = [{**json.loads(line), "_source": {"excludes": SOURCE_EXCLUDES}} for line in lines[1::2]]
-    body = "".join(f"{header}\n{json.dumps(query)}\n" for header, query in zip(lines[0::2], queries, strict=True))
+    """The same tier searches (an ``_msearch``, or a tier searched alone) with the source filter
+    recall's tiers used to send."""
+    tiers = sent.tier_searches() or []
+    queries = [{**body, "_source": {"excludes": SOURCE_EXCLUDES}} for _, body in tiers]
+    if sent.kind != "_msearch":
+        return Sent(sent.method, sent.path, json.dumps(queries[0]).encode())
+    body = "".join(
+        f"{json.dumps(header)}\n{json.dumps(query)}\n" for (header, _), query in zip(tiers, queries, strict=True)
+    )
     return Sent(sent.method, sent.path, body.encode())
 
 
 def tiers_in(sent: Sent) -> int:
-    return (sent.body or b"").count(b"\n") // 2
+    return len(sent.tier_searches() or [])
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    searches = [s for s in index_order_ab.recorded_searches(args) if s.kind == "_msearch"]
+    searches = [s for s in index_order_ab.recorded_searches(args) if tiers_in(s)]
     groups = {
         "with_filter_tiers": [s for s in searches if tiers_in(s) > 1],
         "relevant_tier_only": [s for s in searches if tiers_in(s) == 1],

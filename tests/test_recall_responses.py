@@ -3,20 +3,26 @@
 the whole stored source (a ``_source`` filter cost OpenSearch more than its bytes saved), which no
 longer holds the change log, and the by-id read leaves out the derived fields; an item without hits
 or with an error keeps its place; the beliefs read are the stored ones, change log aside, also from
-a document that still keeps its log inline (written before the log moved out)."""
+a document that still keeps its log inline (written before the log moved out). A tier searched
+alone is a plain ``_search``, filtered the same, and fails as its ``_msearch`` item would."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
 
 from service.config import Settings
 from service.domain.belief import Belief, ChangeLogEntry
-from service.storage import queries
+from service.errors import StoreUnavailable, ValidationFailed
+from service.recall.tier_cache import TierCache
+from service.storage import calls, queries
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore
+from service.storage.calls import Call
 from tests.conftest import principal, recall_builder
 from tests.factories import make_belief, put_all
 
@@ -40,12 +46,9 @@ def _world(tenant: str) -> list[Belief]:
     ]
 
 
-def test_recall_reads_lean_answers_and_the_same_beliefs(
-    store: BeliefStore, os_client: OpenSearch, settings: Settings, tenant: str
-) -> None:
-    world = _world(tenant)
-    put_all(store, *world)
-    ana = principal(tenant, "ana")
+def _sent_by(os_client: OpenSearch) -> tuple[list[tuple[str, dict[str, Any], Any]], Any]:
+    """A list that will hold (url, params, answer) of each request, and the recording replacement
+    for the client's ``perform_request`` that fills it."""
     answers: list[tuple[str, dict[str, Any], Any]] = []
     real = os_client.transport.perform_request
 
@@ -54,6 +57,16 @@ def test_recall_reads_lean_answers_and_the_same_beliefs(
         answers.append((url, kwargs.get("params") or {}, answer))
         return answer
 
+    return answers, recording
+
+
+def test_recall_reads_lean_answers_and_the_same_beliefs(
+    store: BeliefStore, os_client: OpenSearch, settings: Settings, tenant: str
+) -> None:
+    world = _world(tenant)
+    put_all(store, *world)
+    ana = principal(tenant, "ana")
+    answers, recording = _sent_by(os_client)
     os_client.transport.perform_request = recording  # type: ignore[method-assign]
     try:
         result = recall_builder(store, settings, "lucene").build(ana, ["domain:code"], "cache relation")
@@ -133,3 +146,49 @@ def test_a_document_with_its_log_inline_is_recalled_without_it(
         assert {e.belief.id for e in result.relevant} == {"redis", "kafka"}, relevance
         assert all(e.belief.change_log == [] for e in [*result.pinned, *result.relevant])
         assert result.pinned[0].belief == world[1].model_copy(update={"change_log": []})
+
+
+def test_a_tier_searched_alone_is_a_lean_search_with_the_same_hits(
+    store: BeliefStore, os_client: OpenSearch, tenant: str
+) -> None:
+    """The filter tiers cached, the relevant tier goes alone as a routed ``_search`` (not a
+    one-item ``_msearch``): filtered as the ``_msearch`` items are, and the same scored beliefs."""
+    put_all(store, *_world(tenant))
+    ana = principal(tenant, "ana")
+    view = ScopeView.session(["domain:code"])
+    limits: dict[str, Any] = {"max_relevant": 20, "max_pinned": 10, "max_questions": 5, "min_score": 3.0}
+    memo = TierCache(max_entries=100, max_age_s=60).bind(tenant, 1)
+    answers, recording = _sent_by(os_client)
+    os_client.transport.perform_request = recording  # type: ignore[method-assign]
+    try:
+        both = store.recall_candidates(ana, view, "cache relation", **limits, memo=memo)
+        alone = store.recall_candidates(ana, view, "cache relation", **limits, memo=memo)
+    finally:
+        del os_client.transport.perform_request
+    kinds = [(url.rsplit("/", 1)[-1], _text(params.get("filter_path"))) for url, params, _ in answers]
+    assert kinds[0] == ("_msearch", queries.MSEARCH_FILTER_PATH)  # the four tiers, the first time
+    searched = [i for i, (kind, path) in enumerate(kinds) if path == queries.SEARCH_FILTER_PATH]
+    assert len(searched) == 1 and kinds[searched[0]][0] == "_search" and searched[0] > 0
+    lean = answers[searched[0]][2]
+    assert "_shards" not in lean and "timed_out" not in lean and "took" not in lean
+    assert all("_routing" not in hit for hit in queries.found_hits(lean))
+    assert [(h.belief, h.score, h.clauses) for h in alone.relevant] == [
+        (h.belief, h.score, h.clauses) for h in both.relevant
+    ]
+    assert {h.belief.id for h in alone.relevant} == {"rel"} and alone.pinned == both.pinned
+
+
+def test_a_lone_search_fails_as_its_msearch_item_would(os_client: OpenSearch) -> None:
+    """A 404 (no such index) of a search standing in for an ``_msearch`` item is the store's
+    failure (503), as the item's was (``client.item_error``); a 400 stays the caller's."""
+
+    def reads(body: dict[str, Any], as_item: bool) -> Any:
+        params = {"index": "tenure-no-such-index", "body": body}
+        return (yield Call("search", params, "recall beliefs", as_msearch_item=as_item))
+
+    with pytest.raises(StoreUnavailable, match=r"could not recall beliefs \(404\)"):
+        calls.run(os_client, reads({"size": 1}, True))
+    with pytest.raises(os_exc.NotFoundError):  # any other read keeps translate_errors' mapping
+        calls.run(os_client, reads({"size": 1}, False))
+    with pytest.raises(ValidationFailed):
+        calls.run(os_client, reads({"size": "many"}, True))

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from opensearchpy import AsyncOpenSearch, OpenSearch
+from opensearchpy import exceptions as os_exc
 
-from service.errors import TenureError
+from service.errors import StoreUnavailable, TenureError
 from service.storage.client import translate_errors
 
 T = TypeVar("T")
@@ -35,6 +36,10 @@ class Call:
     params: dict[str, Any] = field(default_factory=dict)
     action: str = "read from OpenSearch"
     on_missing: str | None = None
+    # Map every failure :func:`translate_errors` leaves untranslated (a missing index, a 500) to
+    # the store's, as a failed ``_msearch`` item is (``client.item_error``): for a search that
+    # stands in for one (``BeliefStore._tiers_call``), so its caller sees the same errors.
+    as_msearch_item: bool = False
 
 
 # A read that yields Calls, is sent their responses, and returns a T.
@@ -75,6 +80,10 @@ class _Stepper:
                 yield
         except TenureError as exc:
             self.error = exc
+        except os_exc.TransportError as exc:
+            if not call.as_msearch_item:
+                raise
+            self.error = StoreUnavailable(f"OpenSearch could not {call.action} ({exc.status_code})")
 
 
 def run(client: OpenSearch, reads: Reads[T]) -> T:

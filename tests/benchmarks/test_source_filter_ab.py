@@ -32,3 +32,13 @@ def test_each_query_gets_the_old_source_filter_and_nothing_else_changes() -> Non
 def test_searches_are_told_apart_by_their_tiers() -> None:
     assert tiers_in(_msearch({"size": 20})) == 1
     assert tiers_in(_msearch({"size": 80}, {"size": 10}, {"size": 5}, {"size": 20})) == 4
+
+
+def test_a_tier_searched_alone_is_filtered_in_place() -> None:
+    query = {"size": 20, "min_score": 3.0, "_source": True}
+    lone = Sent("POST", "/ns-beliefs/_search?routing=t1", json.dumps(query).encode())
+    assert tiers_in(lone) == 1
+    assert tiers_in(Sent("POST", "/ns-beliefs/_search?routing=t1", b'{"size": 2}')) == 0  # a read by id
+    sent = filtered(lone)
+    assert sent.path == lone.path
+    assert json.loads(sent.body or b"") == {**query, "_source": {"excludes": SOURCE_EXCLUDES}}
