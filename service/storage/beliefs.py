@@ -674,8 +674,8 @@ class BeliefStore:
         """The tiers' searches in one request. One tier alone (the relevant tier of most session
         recalls: the filter tiers come from the tier cache) is a plain routed ``_search``, whose
         answer is read as a one-item ``_msearch`` answer: the node skips the multi-search's
-        coordination, ~0.2 ms of its CPU per search at 1M beliefs
-        (``benchmarks/relevant_query_cost.py``, docs/benchmarks.md). A failure is mapped as the
+        coordination, 0.06-0.21 ms of its CPU per search at 1M beliefs in three of four
+        interleaved runs (``benchmarks/relevant_query_cost.py``, docs/benchmarks.md). A failure is mapped as the
         failed item's would be (a 400 the caller's, anything else the store's)."""
         if len(bodies) == 1:
             params = {"index": self.alias, "routing": routing, "body": bodies[0][1]}

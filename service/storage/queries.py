@@ -83,7 +83,7 @@ MSEARCH_FILTER_PATH = ",".join(
         "-responses.hits.hits._routing",
     ]
 )
-# The same exclusions for a tier searched alone (a plain ``_search``: BeliefStore._run_tiers).
+# The same exclusions for a tier searched alone (a plain ``_search``: BeliefStore._tiers_call).
 SEARCH_FILTER_PATH = "-took,-_shards,-timed_out,-hits.max_score,-hits.hits._routing"
 # What a read of beliefs by id uses of a search answer (no hits: no ``hits`` key).
 BY_IDS_FILTER_PATH = "hits.hits._id,hits.hits._source"

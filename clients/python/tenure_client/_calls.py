@@ -30,7 +30,8 @@ class Parser(Generic[T]):
     hand passes) and straight from the answer's bytes (what the clients use). ``from_bytes`` reads
     with pydantic's own JSON parser: a model is validated from the bytes without building the
     answer as Python dicts and lists first, and raw JSON decodes faster than with the stdlib
-    ``json`` (answers of recall are 5-35 KB; docs/benchmarks.md, "the SDK's decoding")."""
+    ``json`` (answers of recall are 5-35 KB; docs/benchmarks.md, "The SDK reads answers straight
+    from their bytes")."""
 
     from_data: Callable[[Any], T]
     from_bytes: Callable[[bytes], T]
