@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import statistics
 import sys
 import time
@@ -43,6 +42,7 @@ from typing import Any
 from benchmarks import fastpath_bench as fb
 from benchmarks import recall_floor as rf
 from benchmarks.recall_bench import Spec
+from loadtest.__main__ import process_cpu_s
 from service.storage.queries import MSEARCH_FILTER_PATH
 
 SHAPES = ("msearch", "search", "no_names", "no_source", "score_sort", "no_seqno", "bare", "floor")
@@ -114,9 +114,7 @@ class Node:
         return elapsed, data
 
     def cpu_s(self) -> float:
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(self.pid)
 
 
 def _ids(answer: bytes, multi: bool) -> list[str]:
