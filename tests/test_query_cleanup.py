@@ -1,5 +1,13 @@
 from __future__ import annotations
 
+import random
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.recall import query
 from service.recall.query import clean_query
 
 
@@ -44,3 +52,134 @@ def test_clamping_never_splits_a_grapheme() -> None:
     message = "テスト" + "か\u3099" * 600  # kana + combining voiced sound mark: one grapheme each
     text = clean_query(message, max_chars=1000).text
     assert len(text) == 999 and text.endswith("か\u3099")
+
+
+# ---------------------------------------------------------------- the fast clean-up is the same
+
+# The clean-up as it was before its fast paths (every pattern tried on every message, the
+# original forms of the three rewritten ones): the reference the fast one must equal.
+_SEG = r"[A-Za-z0-9_.@\-\u00c0-\u024f]"
+_REFERENCE = (
+    (re.compile(r"(```|~~~)[\s\S]*?(\1|$)"), " "),
+    (re.compile(r"^(?: {4,}|\t).*$", re.MULTILINE), " "),
+    (
+        re.compile(
+            r"[\[<][^\]>\n]*\.(?:ts|tsx|js|jsx|py|json|toml|yaml|yml|md|txt|csv|pdf|png|jpg|jpeg|svg)[\]>]",
+            re.IGNORECASE,
+        ),
+        " ",
+    ),
+    (re.compile(r"^\s+at\s.*$", re.MULTILINE), " "),
+    (re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+", re.IGNORECASE), " "),
+    (re.compile(r"`[^`\n]*`"), " "),
+    (
+        re.compile(
+            rf"(?<!\S)(?:(?:~|\.{{1,2}})?/{_SEG}+(?:/{_SEG}*)*|{_SEG}+(?:/{_SEG}+){{2,}}|{_SEG}+/{_SEG}+\.[a-z]{{1,5}})(?=[?!.,;:]*(?:\s|$))"
+        ),
+        " ",
+    ),
+    (re.compile(r"</?[a-zA-Z][^>\n]*>"), " "),
+    (re.compile(r"^\s{0,3}#{1,6}\s*", re.MULTILINE), " "),
+    (re.compile(r"\*{1,3}|(?<!\w)_{1,3}|_{1,3}(?!\w)"), ""),
+    (re.compile(r"\b(?:0x)?[0-9a-fA-F]{8,}\b"), " "),
+    (re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])"), " "),
+    (re.compile(r"[?!.,;:]+(?=\s|$)"), ""),
+)
+
+
+def _reference_text(message: str) -> str:
+    text = message.strip()
+    if len(text) < query.MIN_RAW_CHARS:
+        return text
+    for pattern, replacement in _REFERENCE:
+        text = pattern.sub(replacement, text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+# Characters the patterns care about, look-alikes re folds under IGNORECASE (long s, dotless and
+# dotted i, Kelvin), other white space, digits of other scripts, Latin and CJK letters.
+_ALPHABET = (
+    "aAbfFhHiIsStTwWxX0123456789 _*.,;:?!/~@-`#<>[]()\"'\t\n\r\x0b\x0c"
+    "\u00a0\u2028\u3000\u017f\u0130\u0131\u212a\u00e9\u0663\uff11数据库缓存"
+)
+_TOKENS = (
+    "https://",
+    "HTTP://",
+    "ftp://",
+    "file://",
+    "www.",
+    "WWW.",
+    "0x",
+    "0X",
+    "```",
+    "~~~",
+    "    ",
+    "\tat ",
+    " at ",
+    "__",
+    "***",
+    "deadbeef",
+    "DeadBeef00",
+    "12.5",
+    "1,000",
+    "src/app/x.py",
+    "/var/log",
+    "~/x",
+    "../y",
+    "a/b/c",
+    "[x.md]",
+    "<a.TS>",
+    "<b>",
+    "</i>",
+    "# ",
+    "### ",
+    "redis_cache",
+    "_x_",
+    "snake_case_",
+)
+_messages = st.lists(st.one_of(st.text(alphabet=_ALPHABET, max_size=6), st.sampled_from(_TOKENS)), max_size=40).map(
+    "".join
+)
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_messages)
+def test_the_fast_clean_up_equals_the_reference(message: str) -> None:
+    assert clean_query(message, max_chars=10_000).text == _reference_text(message)
+
+
+@pytest.mark.parametrize(
+    ("fast", "reference"),
+    [(query._EMPHASIS, _REFERENCE[9][0]), (query._HEX, _REFERENCE[10][0]), (query._INTEGER, _REFERENCE[11][0])],
+    ids=["emphasis", "hex", "integer"],
+)
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.one_of(st.text(alphabet=_ALPHABET, max_size=8), st.sampled_from(_TOKENS)), max_size=30).map("".join))
+def test_each_rewritten_pattern_matches_where_its_original_did(
+    fast: re.Pattern[str], reference: re.Pattern[str], text: str
+) -> None:
+    assert [m.span() for m in fast.finditer(text)] == [m.span() for m in reference.finditer(text)]
+
+
+def test_the_generated_benchmark_messages_clean_up_as_before() -> None:
+    # real shapes: the long rambling messages with code, URLs and paths of the recall benchmarks
+    rng = random.Random(7)
+    words = [
+        "redis",
+        "kafka_topic",
+        "see",
+        "https://example.com/issues/7541",
+        "/srv/app/config.yaml",
+        "0xdeadbeefcafe",
+        "**bold**",
+        "`code()`",
+        "src/app/cache.py",
+        "12.5",
+        "v1.2.3",
+        "```python\nimport os\n```",
+        "#",
+        "__init__",
+    ]
+    for _ in range(500):
+        message = " ".join(rng.choice(words) for _ in range(rng.randint(1, 140)))
+        assert clean_query(message, max_chars=10_000).text == _reference_text(message)

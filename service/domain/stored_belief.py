@@ -94,12 +94,11 @@ def decode_stored(source: dict[str, Any]) -> Belief:
 
 
 def _construct(source: dict[str, Any]) -> Belief:
-    data = {k: v for k, v in source.items() if k not in _DERIVED_FIELDS}
-    keys = data.keys()
-    if not (_REQUIRED <= keys <= _FIELDS) or data.get("change_log"):
+    keys = source.keys() - _DERIVED_FIELDS  # a new set: the belief's fields_set
+    if not (_REQUIRED <= keys <= _FIELDS) or source.get("change_log"):
         raise _NeedsValidation  # unknown keys, a missing one, or a change log: full validation
-    values = {key: _CHECKS[key](data[key]) if key in data else default() for key, default in _DEFAULTS.items()}
-    belief = _unvalidated(Belief, values, set(keys))
+    values = {name: check(source[name]) if name in keys else default() for name, check, default in _FIELD_RULES}
+    belief = _unvalidated(Belief, values, keys)
     belief.raise_if_inconsistent()  # the model's cross-field rules, on the constructed values
     return belief
 
@@ -279,3 +278,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
 }
 if missing := _FIELDS - _CHECKS.keys():  # a new field needs its check here
     raise TypeError(f"stored_belief has no check for the Belief fields {sorted(missing)}")
+
+# Each field's check and default in the model's order, looked up once here instead of per field
+# of every decoded document.
+_FIELD_RULES = tuple((name, _CHECKS[name], default) for name, default in _DEFAULTS.items())
