@@ -7,6 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks import cleanup_ab
+from benchmarks.cleanup_ab import REFERENCE_EMPHASIS, REFERENCE_HEX, REFERENCE_INTEGER, reference_text, time_both
 from service.recall import query
 from service.recall.query import clean_query
 
@@ -56,44 +58,8 @@ def test_clamping_never_splits_a_grapheme() -> None:
 
 # ---------------------------------------------------------------- the fast clean-up is the same
 
-# The clean-up as it was before its fast paths (every pattern tried on every message, the
-# original forms of the three rewritten ones): the reference the fast one must equal.
-_SEG = r"[A-Za-z0-9_.@\-\u00c0-\u024f]"
-_REFERENCE = (
-    (re.compile(r"(```|~~~)[\s\S]*?(\1|$)"), " "),
-    (re.compile(r"^(?: {4,}|\t).*$", re.MULTILINE), " "),
-    (
-        re.compile(
-            r"[\[<][^\]>\n]*\.(?:ts|tsx|js|jsx|py|json|toml|yaml|yml|md|txt|csv|pdf|png|jpg|jpeg|svg)[\]>]",
-            re.IGNORECASE,
-        ),
-        " ",
-    ),
-    (re.compile(r"^\s+at\s.*$", re.MULTILINE), " "),
-    (re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+", re.IGNORECASE), " "),
-    (re.compile(r"`[^`\n]*`"), " "),
-    (
-        re.compile(
-            rf"(?<!\S)(?:(?:~|\.{{1,2}})?/{_SEG}+(?:/{_SEG}*)*|{_SEG}+(?:/{_SEG}+){{2,}}|{_SEG}+/{_SEG}+\.[a-z]{{1,5}})(?=[?!.,;:]*(?:\s|$))"
-        ),
-        " ",
-    ),
-    (re.compile(r"</?[a-zA-Z][^>\n]*>"), " "),
-    (re.compile(r"^\s{0,3}#{1,6}\s*", re.MULTILINE), " "),
-    (re.compile(r"\*{1,3}|(?<!\w)_{1,3}|_{1,3}(?!\w)"), ""),
-    (re.compile(r"\b(?:0x)?[0-9a-fA-F]{8,}\b"), " "),
-    (re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])"), " "),
-    (re.compile(r"[?!.,;:]+(?=\s|$)"), ""),
-)
-
-
-def _reference_text(message: str) -> str:
-    text = message.strip()
-    if len(text) < query.MIN_RAW_CHARS:
-        return text
-    for pattern, replacement in _REFERENCE:
-        text = pattern.sub(replacement, text)
-    return re.sub(r"\s+", " ", text).strip()
+# The plain clean-up (every pattern tried on every message, the original spelling of the three
+# rewritten ones) lives beside its benchmark, benchmarks/cleanup_ab.py: the fast one must equal it.
 
 
 # Characters the patterns care about, look-alikes re folds under IGNORECASE (long s, dotless and
@@ -145,12 +111,12 @@ _messages = st.lists(st.one_of(st.text(alphabet=_ALPHABET, max_size=6), st.sampl
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_messages)
 def test_the_fast_clean_up_equals_the_reference(message: str) -> None:
-    assert clean_query(message, max_chars=10_000).text == _reference_text(message)
+    assert clean_query(message, max_chars=10_000).text == reference_text(message)
 
 
 @pytest.mark.parametrize(
     ("fast", "reference"),
-    [(query._EMPHASIS, _REFERENCE[9][0]), (query._HEX, _REFERENCE[10][0]), (query._INTEGER, _REFERENCE[11][0])],
+    [(query._EMPHASIS, REFERENCE_EMPHASIS), (query._HEX, REFERENCE_HEX), (query._INTEGER, REFERENCE_INTEGER)],
     ids=["emphasis", "hex", "integer"],
 )
 @settings(max_examples=2000, deadline=None)
@@ -182,4 +148,14 @@ def test_the_generated_benchmark_messages_clean_up_as_before() -> None:
     ]
     for _ in range(500):
         message = " ".join(rng.choice(words) for _ in range(rng.randint(1, 140)))
-        assert clean_query(message, max_chars=10_000).text == _reference_text(message)
+        assert clean_query(message, max_chars=10_000).text == reference_text(message)
+
+
+def test_the_benchmark_times_both_forms_and_refuses_a_difference(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = ["see https://example.com/x and **bold** 0xdeadbeefcafe in src/app/x.py", "a short one, v1.2"]
+    figures = time_both(messages, 2)
+    assert figures["messages"] == 2 and figures["rounds"] == 2 and 0 <= figures["fast_faster_rounds"] <= 2
+    assert figures["fast_us"] > 0 and figures["reference_us"] > 0
+    monkeypatch.setattr(cleanup_ab, "_fast_text", lambda message: message)
+    with pytest.raises(RuntimeError, match="differs"):
+        time_both(messages, 1)
