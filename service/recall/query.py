@@ -33,7 +33,8 @@ _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _HEADER = re.compile(r"^\s{0,3}#{1,6}\s*", re.MULTILINE)
 # Three patterns below start with the character every match starts with, and check what comes
 # before it once it is consumed (``_(?<!\w_)`` is ``(?<!\w)_``): re then scans for that character
-# at C speed instead of trying each position (4-7x faster on a long message). Same matches as
+# at C speed instead of trying each position (on a long message: emphasis ~7x, hex ids and numbers
+# ~1.7x faster). Same matches as
 # ``\*{1,3}|(?<!\w)_{1,3}|_{1,3}(?!\w)``, ``\b(?:0x)?[0-9a-fA-F]{8,}\b`` and
 # ``(?<![\w.])\d+(?:[.,]\d+)*(?![\w])`` (tests/test_query_cleanup.py compares them).
 _EMPHASIS = re.compile(r"\*\*{0,2}|_(?<!\w_)_{0,2}|__{0,2}(?!\w)")
@@ -45,10 +46,10 @@ _DIGIT = re.compile(r"\d")  # what _INTEGER needs at least once
 
 
 def _holds(*literals: str) -> Callable[[str], bool]:
-    """False only if ``text`` holds none of ``literals``: then a pattern that cannot match without
-    one of them is skipped (its ``sub`` would return the text unchanged). Scanning for a literal is
-    C speed; a pattern tried at every position of a long message is not (a long message's clean-up
-    was ~0.3 ms, most of it in patterns that found nothing)."""
+    """A check that is False only when the text holds none of ``literals``: then a pattern that
+    cannot match without one of them is skipped (its ``sub`` would return the text unchanged).
+    Scanning for a literal is C speed; a pattern tried at every position of a long message is not
+    (a long message's clean-up was ~0.3 ms, most of it in patterns that found nothing)."""
     return lambda text: any(literal in text for literal in literals)
 
 
