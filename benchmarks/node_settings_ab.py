@@ -12,7 +12,7 @@ This script asks whether turning them off makes the node cheaper per request:
 2. The recorded requests are replayed raw over one keep-alive ``http.client`` connection in
    ``--rounds`` rounds, each round once with the node's defaults ("A") and once with the
    ``--setting name=value`` pairs applied as transient cluster settings ("B"), the order
-   alternating by round. The defaults are put back after every B block and at the end, also on
+   alternating by round. The defaults are set again before every A block and at the end, also on
    failure.
 
 Per variant: the node's CPU per request (``/proc/<pid>/stat`` of ``--opensearch-pid``) and the wall
