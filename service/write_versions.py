@@ -20,7 +20,7 @@ versions are read in the one Redis round trip of a request, the rate limit's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -31,9 +31,18 @@ from service.errors import StoreUnavailable
 
 
 class TenantWriteVersions:
-    def __init__(self, client: redis.Redis[bytes], namespace: str):
+    def __init__(
+        self,
+        client: redis.Redis[bytes],
+        namespace: str,
+        *,
+        on_bump: Callable[[Sequence[str]], None] | None = None,
+    ):
         self.client = client
         self.namespace = namespace
+        # told the tenants of every bump that Redis accepted (a worker's vocabulary prebuild:
+        # service/recall/prebuild.py)
+        self.on_bump = on_bump
 
     def key(self, tenant_id: str) -> str:
         return redis_keys.tenant_write_version(self.namespace, tenant_id)
@@ -60,6 +69,8 @@ class TenantWriteVersions:
                 pipe.execute()
         except redis.RedisError as exc:
             raise StoreUnavailable("Redis is unreachable while recording a belief write") from exc
+        if self.on_bump is not None:
+            self.on_bump(tenants)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 
 import redis
-from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from celery.signals import task_postrun, worker_init, worker_process_init, worker_process_shutdown
 from opensearchpy import OpenSearch
 
 from service.beliefs.lifecycle import BeliefLifecycle
@@ -18,6 +18,7 @@ from service.extraction.parked_turns import ParkedTurns
 from service.extraction.pipeline import ExtractionPipeline
 from service.extraction.queue import TaskQueue
 from service.process import freeze_startup_heap
+from service.recall.prebuild import VocabularyPrebuilder
 from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
@@ -38,6 +39,8 @@ class Resources:
     queue: TaskQueue
     receipts: ReceiptOutbox
     parked_turns: ParkedTurns
+    # builds the vocabularies of the tenants a task wrote, after the task (None: turned off)
+    prebuilder: VocabularyPrebuilder | None = None
 
     def close(self) -> None:
         close_client(self.client)
@@ -53,7 +56,11 @@ def build(settings: Settings) -> Resources:
     client = build_client(settings)
     ns = settings.opensearch_namespace
     rds = redis.Redis.from_url(settings.redis_url)
-    beliefs = BeliefStore(client, ns, TenantWriteVersions(rds, ns))  # the API's vocabularies see these writes
+    versions = TenantWriteVersions(rds, ns)
+    beliefs = BeliefStore(client, ns, versions)  # the API's vocabularies see these writes
+    prebuilder = VocabularyPrebuilder.for_store(beliefs, settings.recall)
+    if prebuilder is not None:
+        versions.on_bump = prebuilder.note  # every task's belief writes, whatever the task
     reviews = ReviewStore(client, ns)
     turns = TurnStore(client, ns)
     audit_store = AuditStore(client, ns)
@@ -73,6 +80,7 @@ def build(settings: Settings) -> Resources:
         queue=queue,
         receipts=ReceiptOutbox.from_settings(settings, rds, audit_store),
         parked_turns=ParkedTurns(rds, turns, queue, settings),
+        prebuilder=prebuilder,
     )
 
 
@@ -108,6 +116,15 @@ def _on_process_init(**_: object) -> None:
     # each prefork child, once its resources exist (service/process.py)
     settings = app.conf.tenure_settings
     freeze_startup_heap(settings.gc_thaw_interval_s, settings.gc_young_threshold, settings.gc_collect_interval_s)
+
+
+@task_postrun.connect  # type: ignore[untyped-decorator]
+def _on_task_postrun(**_: object) -> None:
+    # after the task returned or raised (its writes stand either way) and before a late ack: the
+    # vocabularies of the tenants it wrote, so their next recall restores instead of building
+    res = _current
+    if res is not None and res.prebuilder is not None:
+        res.prebuilder.run_pending()
 
 
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]

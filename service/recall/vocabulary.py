@@ -422,22 +422,21 @@ class TenantVocabulary:
         return cls(tenant_id, version, fields, documents, took_ms, _fields_bytes(fields), legacy, fingerprint)
 
     @staticmethod
+    def is_encoded_for(encoded: bytes, *, tenant_id: str, version: int, fingerprint: bytes) -> bool:
+        """Whether ``encoded`` is ``tenant_id``'s vocabulary at ``version`` under the mapping with
+        ``fingerprint`` (its header alone: no field is restored)."""
+        try:
+            _, _, header = _opened(encoded)
+        except ValueError:
+            return False
+        return _stamp(header) == (tenant_id, version, fingerprint.hex())
+
+    @staticmethod
     def _decoded_fields(
         encoded: bytes, *, tenant_id: str, version: int, fingerprint: bytes
     ) -> tuple[dict[str, FieldVocabulary], dict[str, Any]]:
-        if not encoded.startswith(_ENCODING):
-            raise ValueError("not an encoded vocabulary of this format")
-        try:
-            raw = zlib.decompress(encoded[len(_ENCODING) :])
-            size = int.from_bytes(raw[:4], "little")
-            header = orjson.loads(raw[4 : 4 + size])
-        except (zlib.error, orjson.JSONDecodeError) as exc:
-            raise ValueError(f"unreadable encoded vocabulary: {exc}") from exc
-        if (header.get("tenant"), header.get("version"), header.get("fingerprint")) != (
-            tenant_id,
-            version,
-            fingerprint.hex(),
-        ):
+        raw, size, header = _opened(encoded)
+        if _stamp(header) != (tenant_id, version, fingerprint.hex()):
             raise ValueError("an entry of another tenant, version or index mapping")
         groups: list[FieldVocabulary] = []
         at = 4 + size
@@ -462,6 +461,26 @@ class TenantVocabulary:
 _ENCODING = b"tenure-vocabulary/1\n"
 if array("I").itemsize != 4:  # pragma: no cover - every platform CPython supports here
     raise ImportError("the vocabulary needs 4-byte array('I') offsets")
+
+
+def _opened(encoded: bytes) -> tuple[bytes, int, dict[str, Any]]:
+    """An encoded vocabulary decompressed: the raw bytes, its header's size and the header."""
+    if not encoded.startswith(_ENCODING):
+        raise ValueError("not an encoded vocabulary of this format")
+    try:
+        raw = zlib.decompress(encoded[len(_ENCODING) :])
+        size = int.from_bytes(raw[:4], "little")
+        header = orjson.loads(raw[4 : 4 + size])
+    except (zlib.error, orjson.JSONDecodeError) as exc:
+        raise ValueError(f"unreadable encoded vocabulary: {exc}") from exc
+    if not isinstance(header, dict):
+        raise ValueError("an encoded vocabulary's header is an object")
+    return raw, size, header
+
+
+def _stamp(header: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Whose entry it is: (tenant, write version, mapping fingerprint in hex)."""
+    return header.get("tenant"), header.get("version"), header.get("fingerprint")
 
 
 def _offsets_bytes(offsets: array[int]) -> bytes:

@@ -58,6 +58,14 @@ SHARED_VOCABULARY = Counter(
     "not answer, built without it)",
     ["outcome"],
 )
+VOCABULARY_PREBUILD = Counter(
+    "tenure_vocabulary_prebuild_total",
+    "Tenant vocabularies built by a worker after its task wrote beliefs, by outcome (built: stored "
+    "for the API processes to load; fresh: the shared entry already held the version; outdated: "
+    "the tenant wrote again during the build, not stored; failed: a store did not answer, the next "
+    "recall builds)",
+    ["outcome"],
+)
 RATE_LIMITED = Counter(
     "tenure_rate_limit_refusals_total",
     "Requests refused with 429, by bucket (credential, tenant, failed_auth)",
