@@ -10,10 +10,13 @@ import random
 import uuid
 
 from service.recall.vocabulary import (
+    KO_FIELDS,
     VOCABULARY_FIELDS,
     FieldVocabulary,
     VocabularyCache,
+    VocabularyMatcher,
     _order,
+    _pre_filter,
     _range_key,
 )
 from service.storage import calls
@@ -92,6 +95,43 @@ def test_memory_counts_the_filter() -> None:
     ranged = FieldVocabulary.build(terms, ranges=True)
     assert len(ranged.pre_filter) > len(plain.pre_filter) >= len(set(terms)) * 10 // 8
     assert ranged.approx_bytes() > len(ranged.joined) + len(ranged.pre_filter)
+
+
+def test_the_filter_is_computed_on_first_use_only_and_is_the_same_filter() -> None:
+    terms = _terms(random.Random(4), 500)
+    for ranges in (False, True):
+        built = FieldVocabulary.build(terms, ranges=ranges)
+        restored = FieldVocabulary.restore(built.joined, built.offsets, ranges=ranges)
+        for vocabulary in (built, restored):
+            assert "pre_filter" not in vocabulary.__dict__  # nothing computed by building or restoring
+            estimated = vocabulary.approx_bytes()
+            assert "pre_filter" not in vocabulary.__dict__  # ... nor by weighing it
+            assert estimated >= len(vocabulary.joined) + len(vocabulary.pre_filter)
+        assert restored.pre_filter == built.pre_filter == _pre_filter(sorted(set(terms), key=_order), ranges)
+        assert restored.pre_filter is restored.pre_filter  # held once computed
+
+
+def test_an_english_message_computes_no_korean_filter(store: BeliefStore) -> None:
+    """A vocabulary restored for an English recall pays for the groups that recall reaches only."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    # a snake_case name: the word fields hold its joined form too (rediscache), the Korean ones not,
+    # so the Korean fields get a vocabulary of their own
+    put_all(store, make_belief(tenant, "ann", "redis_cache", aliases=["RedisCache", "sticky sessions"]))
+    me = principal(tenant, "ann")
+    assert store.versions is not None
+    version = store.versions.current(tenant)
+    cache = VocabularyCache(store.vocabulary, store.versions)
+    vocabulary = cache.get(me, version)
+    assert not any("pre_filter" in f.__dict__ for f in vocabulary.fields.values())
+    matcher = VocabularyMatcher(store.vocabulary, cache)
+    assert matcher.clauses(me, "how do sticky sessions work with redis caches?", version=version)
+    assert cache.get(me, version) is vocabulary and cache.stats.builds == 1
+    computed = {name for name, f in vocabulary.fields.items() if "pre_filter" in f.__dict__}
+    assert {"aliases", "canonical_name"} <= computed
+    others = {id(f) for name, f in vocabulary.fields.items() if name not in KO_FIELDS}
+    korean_only = [f for name, f in vocabulary.fields.items() if name in KO_FIELDS and id(f) not in others]
+    assert korean_only, "the Korean fields must have a vocabulary of their own, or this proves nothing"
+    assert not any("pre_filter" in f.__dict__ for f in korean_only)
 
 
 def test_every_unit_opensearch_stores_passes_the_filter(store: BeliefStore) -> None:

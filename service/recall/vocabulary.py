@@ -174,8 +174,13 @@ def _pre_filter(ordered: list[str], ranges: bool) -> bytes:
     return _filter_of(keys)
 
 
+def _filter_bytes(keys: int) -> int:
+    """The size of the pre-filter of this many keys (at least 8 bytes)."""
+    return max(8, -(-keys * _FILTER_BITS_PER_KEY // 8))
+
+
 def _filter_of(keys: Sequence[int]) -> bytes:
-    bits = max(64, -(-len(keys) * _FILTER_BITS_PER_KEY // 8) * 8)
+    bits = _filter_bytes(len(keys)) * 8
     held = bytearray(bits // 8)
     for key in keys:
         low = (key & _LOW32) % bits
@@ -196,12 +201,21 @@ class FieldVocabulary:
     no unit, and are rejected by a few bit tests instead of a binary search. It never rejects a
     term it holds (a filter only has false positives, which the search then answers), so results
     are those of the searches alone. Python's string hash is per interpreter: the filter is valid
-    only in the process that built it (vocabularies never leave the process's cache)."""
+    only in the process that computed it, so it never travels (:meth:`TenantVocabulary.encode`).
+    It is computed on first use: a vocabulary built or restored for one recall pays only for the
+    field groups that recall's message reaches (an English message never reaches the Korean
+    ones), and a worker that builds one for the API (:mod:`service.recall.prebuild`) for none."""
 
     joined: str = ""
     offsets: array[int] = field(default_factory=lambda: array("I", [0]))
-    pre_filter: bytes = bytes(8)
     ranges: bool = False
+
+    @functools.cached_property
+    def pre_filter(self) -> bytes:
+        """The Bloom filter (see the class docstring), computed on first use and then held (a
+        plain attribute from then on: ``cached_property`` stores it in the instance)."""
+        ordered = [self.joined[start:end] for start, end in pairwise(self.offsets)]
+        return _pre_filter(ordered, self.ranges)
 
     @classmethod
     def build(cls, terms: Iterable[str], *, ranges: bool = False) -> FieldVocabulary:
@@ -212,19 +226,18 @@ class FieldVocabulary:
         ordered.sort(key=len)
         ordered.sort(key=_PREFIX)
         offsets = array("I", accumulate(map(len, ordered), initial=0))
-        return cls("".join(ordered), offsets, _pre_filter(ordered, ranges), ranges)
+        return cls("".join(ordered), offsets, ranges)
 
     @classmethod
     def restore(cls, joined: str, offsets: array[int], *, ranges: bool) -> FieldVocabulary:
         """The vocabulary another process built (``joined`` and ``offsets`` as it held them, in
-        :func:`_order`). The pre-filter is rebuilt here: its keys are this interpreter's string
-        hashes. Raises ValueError if the offsets do not cut ``joined`` into terms. (Their order
-        is the encoder's: checking it would double the restore's cost, and the encoded entry's
-        integrity is zlib's checksum.)"""
+        :func:`_order`). Its pre-filter is computed here on first use: its keys are this
+        interpreter's string hashes. Raises ValueError if the offsets do not cut ``joined`` into
+        terms. (Their order is the encoder's: checking it would double the restore's cost, and the
+        encoded entry's integrity is zlib's checksum.)"""
         if offsets[0] != 0 or offsets[-1] != len(joined) or not all(map(le, offsets, offsets[1:])):
             raise ValueError("offsets do not cut the joined terms")
-        ordered = [joined[start:end] for start, end in pairwise(offsets)]
-        return cls(joined, offsets, _pre_filter(ordered, ranges), ranges)
+        return cls(joined, offsets, ranges)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -338,7 +351,10 @@ class FieldVocabulary:
         return tuple(ranked[: queries.MAX_FUZZY_EXPANSIONS])
 
     def approx_bytes(self) -> int:
-        return sys.getsizeof(self.joined) + sys.getsizeof(self.offsets) + sys.getsizeof(self.pre_filter) + 64
+        """Its size with the pre-filter, computed or not (not computed here): the filter's bytes
+        for as many keys as it can have (each term, and with ``ranges`` at most one range each)."""
+        keys = len(self) * (2 if self.ranges else 1)
+        return sys.getsizeof(self.joined) + sys.getsizeof(self.offsets) + _filter_bytes(keys) + 33 + 64
 
 
 _EMPTY = FieldVocabulary()
