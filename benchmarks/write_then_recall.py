@@ -15,7 +15,8 @@ uvicorn worker, so every request of a variant meets the same process), its own C
 step each, each on tenants of its own (alternate tenants of one shuffled list); a step is:
 
 1. a recall of the tenant (untimed: its vocabulary at the current version is in the process),
-2. a turn posted with a sidecar that adds one belief (``POST /v1/turns``),
+2. a turn posted with a sidecar that adds one belief (``POST /v1/turns``), or with ``--write rest``
+   the belief itself (``POST /v1/beliefs``: the API writes, and asks a worker for the prebuild),
 3. waiting for the turn's extraction (``GET /v1/turns/{id}``), then ``--think-s`` (the user typing),
 4. ``first``: a recall naming the new belief's alias (timed; it must recall the belief),
 5. ``second``: another message naming it, at the same version (timed: the steady state; not the
@@ -61,6 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = fb.running_node_parser(__doc__)
     parser.add_argument("--steps", type=int, default=60, help="steps per variant")
     parser.add_argument("--think-s", type=float, default=1.0, help="from the extraction to the next recall")
+    parser.add_argument(
+        "--write", choices=("turn", "rest"), default="turn",
+        help="turn: a turn whose sidecar a worker extracts; rest: POST /v1/beliefs (the API writes)",
+    )  # fmt: skip
     parser.add_argument("--tenants", type=int, default=1000, help="the corpus's tenants (t0000 ...)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/tenure-fastpath"))  # noqa: S108
@@ -83,7 +88,7 @@ class Caller:
         self.connection.request(method, path, body=orjson.dumps(body) if body is not None else None, headers=headers)
         response = self.connection.getresponse()
         data = response.read()
-        if response.status not in (200, 202):
+        if response.status not in (200, 201, 202):
             raise RuntimeError(f"{method} {path}: {response.status} {data[:300]!r}")
         answer: dict[str, Any] = orjson.loads(data)
         return answer
@@ -104,6 +109,7 @@ class Side:
     worker: subprocess.Popen[bytes]
     caller: Caller
     tenants: list[str]
+    write: str = "turn"
     latencies_ms: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     extraction_s: list[float] = field(default_factory=list)
     missed: int = 0  # recalls that did not recall the new belief
@@ -112,8 +118,12 @@ class Side:
         tenant = self.tenants[index % len(self.tenants)]
         self.caller.recall(tenant, "what did we settle about the release?")  # the current version, held
         name, alias = _new_name()
-        turn = self.caller.call("POST", "/v1/turns", tenant, _turn(name, alias))
-        extraction_s = self._wait_extracted(tenant, turn["turn_id"])
+        if self.write == "turn":
+            turn = self.caller.call("POST", "/v1/turns", tenant, _turn(name, alias))
+            extraction_s = self._wait_extracted(tenant, turn["turn_id"])
+        else:  # the belief itself, through the REST API (stored when the call returns)
+            self.caller.call("POST", "/v1/beliefs", tenant, _belief(name, alias))
+            extraction_s = 0.0
         time.sleep(think_s)
         # two different messages: the second is no repeat (a repeat is answered from the caches)
         messages = (f"how should we configure {alias} for the next release?", f"does {alias} need a migration first?")
@@ -153,11 +163,16 @@ def _new_name() -> tuple[str, str]:
     return f"wtr_{tag}_pipeline", f"wtr{tag}"
 
 
+def _belief(name: str, alias: str) -> dict[str, Any]:
+    return {
+        "type": "decision", "canonical_name": name, "content": f"The {alias} pipeline ships behind a flag.",
+        "why_it_matters": f"Gate {alias} changes.", "scope": SCOPES, "aliases": [alias],
+    }  # fmt: skip
+
+
 def _turn(name: str, alias: str) -> dict[str, Any]:
     belief = {
-        "type": "decision", "subtype": None, "canonical_name": name,
-        "content": f"The {alias} pipeline ships behind a flag.", "why_it_matters": f"Gate {alias} changes.",
-        "scope": SCOPES, "confidence": 0.8, "epistemic_status": "active", "aliases": [alias],
+        **_belief(name, alias), "subtype": None, "confidence": 0.8, "epistemic_status": "active",
         "resolves_open_question": None,
     }  # fmt: skip
     sidecar = {
@@ -202,7 +217,7 @@ def sides(args: argparse.Namespace) -> Iterator[list[Side]]:
             stack.callback(api.stop)
             worker = _worker(variant, args, variant.env["TENURE_CELERY_QUEUE_PREFIX"], log)
             stack.callback(fb._terminate, worker)
-            started.append(Side(variant.name, api, worker, Caller(api.url), tenants[k :: len(variants)]))
+            started.append(Side(variant.name, api, worker, Caller(api.url), tenants[k :: len(variants)], args.write))
         yield started
 
 

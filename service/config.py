@@ -42,10 +42,11 @@ class RecallDefaults(BaseSettings):
     # others load it. An entry lives this long after it was stored (an idle tenant's leaves Redis);
     # ~40 KB compressed per tenant of 1,000 beliefs (docs/operations.md "Recall caches"). 0: off.
     vocabulary_shared_ttl_s: float = Field(21_600.0, ge=0.0, le=30 * 86_400.0)
-    # Workers build a tenant's vocabulary right after a task of theirs wrote its beliefs and store
-    # it in the shared entry above (service/recall/prebuild.py), so the tenant's next recall in
-    # every API process restores it (~5-15 ms at 1,000 beliefs) instead of the first one building
-    # it (~30-65 ms). Needs vocabulary_matching and vocabulary_shared_ttl_s > 0.
+    # Workers build a tenant's vocabulary right after a belief write (after their own tasks, and on
+    # a `vocabulary.prebuild` task the API sends after its writes) and store it in the shared entry
+    # above (service/recall/prebuild.py), so the tenant's next recall in every API process restores
+    # it (~5 ms at 1,000 beliefs) instead of the first one building it (~30-65 ms). Needs
+    # vocabulary_matching and vocabulary_shared_ttl_s > 0.
     vocabulary_prebuild: bool = True
     # The filter tiers (persona, pinned, questions) of recent recalls, kept per API process and
     # reused until the tenant writes (service/recall/tier_cache.py); 0 entries turns it off. The

@@ -31,6 +31,7 @@ TASK_MODULES = [
     "workers.tasks.audit",
     "workers.tasks.maintenance",
     "workers.tasks.retention",
+    "workers.tasks.vocabulary",
 ]
 
 

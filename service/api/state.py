@@ -25,6 +25,7 @@ from service.proxy.service import MemoryLoop
 from service.recall.audit_trail import AuditTrail
 from service.recall.cache import RenderCache
 from service.recall.context import ContextBuilder
+from service.recall.prebuild import prebuild_enabled
 from service.recall.receipts import ReceiptOutbox
 from service.recall.service import RecallService
 from service.recall.tier_cache import TierCache
@@ -102,6 +103,8 @@ class Services:
         render_cache = RenderCache(redis_client, ns)
         receipts = ReceiptOutbox.from_settings(settings, redis_client, audit, aredis)
         loop = MemoryLoop(settings, client, redis_client)
+        if prebuild_enabled(settings.recall):  # a worker builds what the API's writes change
+            versions.on_bump = loop.queue.prebuild_vocabularies
         return cls(
             settings=settings,
             opensearch=client,

@@ -7,6 +7,7 @@ Every send carries ``expires`` and goes to an explicit queue; arguments are ids 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -35,6 +36,14 @@ TASK_DRAIN_PARKED_TURNS = "turns.drain_parked"
 TASK_MERGE_SEGMENTS = "beliefs.merge_segments"
 TASK_APPLY_RETENTION = "retention.apply"
 TASK_SWEEP_CHANGE_LOGS = "beliefs.sweep_change_logs"
+TASK_PREBUILD_VOCABULARY = "vocabulary.prebuild"
+
+# A prebuild is sent this long after the API's write, so that a burst of writes (an import's
+# chunks, a console edit session) is built once, at the version it ends with.
+PREBUILD_DELAY_S = 0.5
+# How long a prebuild's waiting marker may outlive a lost message: that long without prebuilds
+# for the tenant (its next recall then builds, as without them).
+PREBUILD_MARKER_TTL_S = 60
 
 
 def queue_names(settings: Settings) -> tuple[str, str]:
@@ -47,6 +56,10 @@ def extraction_task_id(tenant_id: str, turn_id: str) -> str:
     """The one Celery task id of a turn's extraction: every send of it (the API, parked turns,
     the sweep) carries this id, so its waiting marker can be found from the turn alone."""
     return f"{TASK_EXTRACT}:{tenant_id}:{turn_id}"
+
+
+def _prebuild_task_id(tenant_id: str) -> str:
+    return f"{TASK_PREBUILD_VOCABULARY}:{tenant_id}"
 
 
 def broker_client(settings: Settings) -> Celery:
@@ -161,6 +174,41 @@ class TaskQueue:
         if self._broker is None:
             self._broker = redis.Redis.from_url(self.settings.broker_url, socket_timeout=10, socket_connect_timeout=2)
         return self._broker
+
+    # ------------------------------------------------------------ vocabulary prebuilds
+
+    def prebuild_vocabularies(self, tenant_ids: Sequence[str]) -> None:
+        """After a belief write through the API: ask a worker to build the tenants' recall
+        vocabularies at their new version (service/recall/prebuild.py). At most one message waits
+        per tenant (SET NX on its marker, which the task clears before it reads the version, so
+        a write after that sends a new one). Never raises: the write stands, and without a
+        prebuild the tenant's next recall builds."""
+        for tenant_id in tenant_ids:
+            marker = self._marker(_prebuild_task_id(tenant_id))
+            broker = None
+            try:
+                broker = self._marker_store()
+                if broker is not None and not broker.set(marker, b"1", nx=True, ex=PREBUILD_MARKER_TTL_S):
+                    continue  # one waits, and it reads the version after this write
+                self._send(TASK_PREBUILD_VOCABULARY, [tenant_id], self.cheap, countdown=PREBUILD_DELAY_S)
+            except Exception as exc:  # the broker is down: an optimisation is lost, not the write
+                log.warning("vocabulary prebuild of %s not requested: %s", tenant_id, exc)
+                self._clear(broker, marker)
+
+    def prebuild_taken(self, tenant_id: str) -> None:
+        """A worker took a tenant's prebuild: a write from now on requests another."""
+        broker = self._marker_store()
+        if broker is not None:
+            self._clear(broker, self._marker(_prebuild_task_id(tenant_id)))
+
+    @staticmethod
+    def _clear(broker: redis.Redis[bytes] | None, marker: str) -> None:
+        if broker is None:
+            return
+        try:
+            broker.delete(marker)
+        except redis.RedisError as exc:  # it expires: PREBUILD_MARKER_TTL_S without prebuilds at most
+            log.warning("prebuild marker %s not cleared: %s", marker, exc)
 
     def enrich_aliases(self, tenant_id: str, turn_id: str) -> None:
         self._send(TASK_ENRICH_ALIASES, [tenant_id, turn_id], self.cheap)

@@ -8,9 +8,11 @@ routed search over the tenant's stored units and ~30-65 ms of Python at 1,000 be
 session whose last turn was just extracted. The other API processes then load the build from
 Redis (:mod:`service.recall.shared_vocabulary`), a restore of ~5-15 ms.
 
-Here the process that wrote builds the vocabulary as soon as its task is over (a worker's
-extraction, enrichment, compaction or retention task: ``workers/resources.py`` runs
-:meth:`VocabularyPrebuilder.run_pending` after each task), and stores it in the shared entry with
+Here a worker builds the vocabulary as soon as the write is over: after each of its own tasks
+that wrote (extraction, enrichment, compaction, retention: ``workers/resources.py`` runs
+:meth:`VocabularyPrebuilder.run_pending` after each task), and for a write through the API after a
+``vocabulary.prebuild`` task the API sent (:meth:`service.extraction.queue.TaskQueue.prebuild_vocabularies`,
+one waiting per tenant at most). It stores it in the shared entry with
 the same check-and-set as an API build: stored only while the tenant's version is still the one
 it was built at, so a build that raced a newer write never lands. Every API process then restores
 instead of building. Nothing else changes: an API process that finds no entry (the worker is
@@ -49,6 +51,12 @@ PREBUILD_USER = "system:vocabulary-prebuild"
 Outcome = Literal["built", "fresh", "outdated", "failed"]
 
 
+def prebuild_enabled(defaults: RecallDefaults) -> bool:
+    """Whether a prebuilt vocabulary could be used: recall matches from vocabularies, they are
+    shared through Redis, and prebuilding is on."""
+    return defaults.vocabulary_matching and defaults.vocabulary_prebuild and defaults.vocabulary_shared_ttl_s > 0
+
+
 class VocabularyPrebuilder:
     """Builds and shares the vocabularies of the tenants a process wrote (see the module
     docstring). :meth:`note` is called with the tenants of every write-version bump;
@@ -67,12 +75,7 @@ class VocabularyPrebuilder:
         recall does not match from vocabularies, or they are not shared, or the store has no
         write versions (an entry is only ever trusted for one version)."""
         versions = beliefs.versions
-        if (
-            versions is None
-            or not defaults.vocabulary_matching
-            or not defaults.vocabulary_prebuild
-            or defaults.vocabulary_shared_ttl_s <= 0
-        ):
+        if versions is None or not prebuild_enabled(defaults):
             return None
         shared = SharedVocabularies(versions.client, versions.namespace, ttl_s=defaults.vocabulary_shared_ttl_s)
         return cls(beliefs.vocabulary, versions, shared)

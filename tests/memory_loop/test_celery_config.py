@@ -10,6 +10,7 @@ from service.extraction.queue import (
     TASK_ENRICH_ALIASES,
     TASK_EXTRACT,
     TASK_PLAN_COMPACTION,
+    TASK_PREBUILD_VOCABULARY,
     TASK_SWEEP_CHANGE_LOGS,
     TASK_SWEEP_TURNS,
 )
@@ -17,6 +18,7 @@ from workers.celery_app import app, create_celery
 from workers.tasks import compaction as _compaction_tasks  # noqa: F401  (registers the tasks)
 from workers.tasks import extraction as _extraction_tasks  # noqa: F401
 from workers.tasks import maintenance as _maintenance_tasks  # noqa: F401
+from workers.tasks import vocabulary as _vocabulary_tasks  # noqa: F401
 from workers.tasks.base import MissingTenant, TenantTask
 
 
@@ -49,12 +51,14 @@ def test_tasks_are_tenant_tasks_with_limits() -> None:
         (TASK_PLAN_COMPACTION, "heavy"),
         (TASK_SWEEP_TURNS, "cheap"),
         (TASK_SWEEP_CHANGE_LOGS, "heavy"),
+        (TASK_PREBUILD_VOCABULARY, "cheap"),
     ):
         task = app.tasks[name]
         assert isinstance(task, TenantTask), name
         assert task.acks_late and task.soft_time_limit and task.time_limit > task.soft_time_limit, name
         assert queue_kind in ("heavy", "cheap")
     assert not app.tasks[TASK_EXTRACT].tenant_optional
+    assert not app.tasks[TASK_PREBUILD_VOCABULARY].tenant_optional
     assert app.tasks[TASK_SWEEP_TURNS].tenant_optional
     assert app.tasks[TASK_SWEEP_CHANGE_LOGS].tenant_optional
 
