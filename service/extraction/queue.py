@@ -181,8 +181,9 @@ class TaskQueue:
         """After a belief write through the API: ask a worker to build the tenants' recall
         vocabularies at their new version (service/recall/prebuild.py). At most one message waits
         per tenant (SET NX on its marker, which the task clears before it reads the version, so
-        a write after that sends a new one). Never raises: the write stands, and without a
-        prebuild the tenant's next recall builds."""
+        a write after that sends a new one; a broker other than Redis has no marker, and every
+        write sends one). Never raises: the write stands, and without a prebuild the tenant's next
+        recall builds."""
         for tenant_id in tenant_ids:
             marker = self._marker(_prebuild_task_id(tenant_id))
             broker = None
