@@ -32,11 +32,9 @@ This is a benchmark, not a test: it prints figures (benchmarks/README.md).
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import time
 import uuid
@@ -46,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
+import httpx
+from tenure_client import Tenure
 
 from benchmarks import fastpath_bench as fb
 from deploy.localstack import celery_worker_args
@@ -74,28 +73,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class Caller:
-    """One keep-alive connection to one variant's API."""
+    """One variant's API through the SDK: a client per tenant (its ``u0``'s key) on one shared
+    connection pool, no retries (an error is an error)."""
 
     def __init__(self, url: str):
-        host, port = url.removeprefix("http://").split(":")
-        self.connection = http.client.HTTPConnection(host, int(port), timeout=60)
-        self.connection.connect()
-        assert self.connection.sock is not None
-        self.connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.url = url
+        self.http = httpx.Client(base_url=url, timeout=60)
+        self.clients: dict[str, Tenure] = {}
 
-    def call(self, method: str, path: str, tenant: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {fb.key_of(tenant, 'u0')[1]}"}
-        self.connection.request(method, path, body=orjson.dumps(body) if body is not None else None, headers=headers)
-        response = self.connection.getresponse()
-        data = response.read()
-        if response.status not in (200, 201, 202):
-            raise RuntimeError(f"{method} {path}: {response.status} {data[:300]!r}")
-        answer: dict[str, Any] = orjson.loads(data)
-        return answer
+    def client(self, tenant: str) -> Tenure:
+        if tenant not in self.clients:
+            self.clients[tenant] = Tenure(self.url, fb.key_of(tenant, "u0")[1], http_client=self.http, max_retries=0)
+        return self.clients[tenant]
 
     def recall(self, tenant: str, message: str) -> tuple[float, list[str]]:
         started = time.perf_counter()
-        answer = self.call("POST", "/v1/recall", tenant, {"scopes": SCOPES, "query": message})
+        answer = self.client(tenant).recall_json(message, scopes=SCOPES)
         took_ms = (time.perf_counter() - started) * 1000
         return took_ms, [b["canonical_name"] for b in answer["tiers"]["relevant"]]
 
@@ -118,11 +111,12 @@ class Side:
         tenant = self.tenants[index % len(self.tenants)]
         self.caller.recall(tenant, "what did we settle about the release?")  # the current version, held
         name, alias = _new_name()
+        client = self.caller.client(tenant)
         if self.write == "turn":
-            turn = self.caller.call("POST", "/v1/turns", tenant, _turn(name, alias))
-            extraction_s = self._wait_extracted(tenant, turn["turn_id"])
+            turn = client.post_turn(**_turn(name, alias))
+            extraction_s = self._wait_extracted(tenant, turn.turn_id)
         else:  # the belief itself, through the REST API (stored when the call returns)
-            self.caller.call("POST", "/v1/beliefs", tenant, _belief(name, alias))
+            client.beliefs.create(**_belief(name, alias))
             extraction_s = 0.0
         time.sleep(think_s)
         # two different messages: the second is no repeat (a repeat is answered from the caches)
@@ -138,12 +132,12 @@ class Side:
     def _wait_extracted(self, tenant: str, turn_id: str) -> float:
         started = time.monotonic()
         while time.monotonic() - started < 60:
-            turn = self.caller.call("GET", f"/v1/turns/{turn_id}", tenant)
-            if turn["extraction_status"] in FINAL:
-                if turn["extraction_status"] != "done":
-                    raise RuntimeError(f"turn {turn_id} of {tenant}: {turn['extraction_status']}")
+            status = str(self.caller.client(tenant).get_turn(turn_id).extraction_status)
+            if status in FINAL:
+                if status != "done":
+                    raise RuntimeError(f"turn {turn_id} of {tenant}: {status}")
                 return time.monotonic() - started
-            time.sleep(0.02)
+            time.sleep(0.1)  # under the per-key rate limit (20/s), however long the first extraction takes
         raise RuntimeError(f"turn {turn_id} of {tenant} not extracted in 60 s (is the {self.name} worker up?)")
 
     def row(self) -> dict[str, Any]:
