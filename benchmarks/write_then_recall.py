@@ -132,7 +132,7 @@ class Side:
     def _wait_extracted(self, tenant: str, turn_id: str) -> float:
         started = time.monotonic()
         while time.monotonic() - started < 60:
-            status = str(self.caller.client(tenant).get_turn(turn_id).extraction_status)
+            status = self.caller.client(tenant).get_turn(turn_id).extraction_status
             if status in FINAL:
                 if status != "done":
                     raise RuntimeError(f"turn {turn_id} of {tenant}: {status}")
@@ -211,7 +211,9 @@ def sides(args: argparse.Namespace) -> Iterator[list[Side]]:
             stack.callback(api.stop)
             worker = _worker(variant, args, variant.env["TENURE_CELERY_QUEUE_PREFIX"], log)
             stack.callback(fb._terminate, worker)
-            started.append(Side(variant.name, api, worker, Caller(api.url), tenants[k :: len(variants)], args.write))
+            caller = Caller(api.url)
+            stack.callback(caller.http.close)
+            started.append(Side(variant.name, api, worker, caller, tenants[k :: len(variants)], args.write))
         yield started
 
 

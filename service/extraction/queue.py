@@ -135,14 +135,7 @@ class TaskQueue:
     def taken(self, tenant_id: str, turn_id: str) -> None:
         """A worker took the turn's message: it no longer waits. From here a crash is the
         sweep's to recover (the turn goes stale and nothing marks it as waiting)."""
-        broker = self._marker_store()
-        if broker is None:
-            return
-        try:
-            broker.delete(self._marker(extraction_task_id(tenant_id, turn_id)))
-        except redis.RedisError as exc:
-            # best effort: a marker left behind only delays a re-send until it expires
-            log.warning("waiting marker of turn %s not cleared: %s", turn_id, exc)
+        self._clear(self._marker_store(), self._marker(extraction_task_id(tenant_id, turn_id)))
 
     def _send_extraction(self, tenant_id: str, turn_id: str, task_id: str) -> None:
         try:
@@ -198,9 +191,7 @@ class TaskQueue:
 
     def prebuild_taken(self, tenant_id: str) -> None:
         """A worker took a tenant's prebuild: a write from now on requests another."""
-        broker = self._marker_store()
-        if broker is not None:
-            self._clear(broker, self._marker(_prebuild_task_id(tenant_id)))
+        self._clear(self._marker_store(), self._marker(_prebuild_task_id(tenant_id)))
 
     @staticmethod
     def _clear(broker: redis.Redis[bytes] | None, marker: str) -> None:
@@ -208,8 +199,10 @@ class TaskQueue:
             return
         try:
             broker.delete(marker)
-        except redis.RedisError as exc:  # it expires: PREBUILD_MARKER_TTL_S without prebuilds at most
-            log.warning("prebuild marker %s not cleared: %s", marker, exc)
+        except redis.RedisError as exc:
+            # best effort: a marker left behind expires (the extraction's: a re-send by the sweep
+            # waits until then; a prebuild's: PREBUILD_MARKER_TTL_S without prebuilds at most)
+            log.warning("waiting marker %s not cleared: %s", marker, exc)
 
     def enrich_aliases(self, tenant_id: str, turn_id: str) -> None:
         self._send(TASK_ENRICH_ALIASES, [tenant_id, turn_id], self.cheap)
