@@ -71,11 +71,6 @@ class RecallDefaults(BaseSettings):
     # age, so the recent messages are the ones that count. The age also bounds how long a message's
     # words stay in memory when the tenant does not write (every belief write or erase of the
     # tenant drops its entries). docs/operations.md "Recall caches".
-    # POST /v1/recall sends the message's analysis while the caller's rate limit is charged (the
-    # two round trips overlap) when the credential was verified earlier in the process and the
-    # analysis is not cached; the recall then takes its answer (service/api/deps.py, recall_caller).
-    # A credential the limiter refused within its wait sends nothing ahead. docs/operations.md.
-    analysis_ahead: bool = True
     analysis_cache_entries: int = Field(16_384, ge=0, le=1_000_000)
     analysis_cache_mb: int = Field(16, ge=0, le=65_536)
     analysis_cache_max_age_s: float = Field(60.0, ge=0.0, le=86_400.0)

@@ -11,8 +11,6 @@ for the audit trail. A route without one of them is public, and that is visible 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated
 
 import anyio.to_thread
@@ -30,10 +28,8 @@ from service.domain.principal import Principal
 from service.errors import Forbidden, StoreUnavailable, Unauthenticated, ValidationFailed
 from service.provisioning.service import ProvisioningService
 from service.recall.audit_trail import AuditTrail
-from service.recall.query import MAX_MESSAGE_CHARS
 from service.recall.service import RecallService
 from service.storage.beliefs import BeliefStore
-from service.storage.calls import Ahead
 from service.telemetry import context as work_context
 
 bearer_scheme = HTTPBearer(
@@ -118,7 +114,6 @@ async def authenticate(
     credentials: HTTPAuthorizationCredentials | None,
     *,
     read_only: bool,
-    on_cached: Callable[[Identity], object] | None = None,
 ) -> Identity:
     """The one authentication path of every route (API, proxy, console, MCP over HTTP): verify the
     bearer credential, keep the identity on the request, charge the credential's token bucket
@@ -130,17 +125,11 @@ async def authenticate(
     change bumps it once the change is visible), so a request that starts after a revoke, a
     disable or a grant change has returned is checked against the new records, in every process
     (``service/auth/authenticator.py``). Only a credential that needs the store or Redis to be
-    verified (a first use, a JWT, a changed tenant, a refusal to count) goes to a worker thread.
-
-    ``on_cached``: called with a credential verified earlier in this process, before the round
-    trip, to start work the request will need whatever the round trip says (recall sends its
-    message's analysis): it must not disclose anything, as the credential is not confirmed yet."""
+    verified (a first use, a JWT, a changed tenant, a refusal to count) goes to a worker thread."""
     if credentials is None or not credentials.credentials:
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
     token, client, guard = credentials.credentials, client_address(request), services.guard
     verified, loaded = guard.cached(token, client), False
-    if verified is not None and on_cached is not None:
-        on_cached(verified.identity)
     if verified is None:
         verified, loaded = await anyio.to_thread.run_sync(guard.verify, token, client), True
     work_context.set_tenant(verified.identity.principal.tenant_id)  # every later log line names the tenant
@@ -238,55 +227,3 @@ async def reading_actor(
 
 CurrentActor = Annotated[Actor, Depends(current_actor)]
 ReadingActor = Annotated[Actor, Depends(reading_actor)]
-
-
-@dataclass(frozen=True)
-class RecallCaller:
-    """``POST /v1/recall``'s caller (charged as a read, as :func:`reading_actor`) and its message's
-    analysis when it was sent during the charge."""
-
-    actor: Actor
-    ahead: Ahead | None
-
-
-async def recall_caller(
-    request: Request,
-    services: ServicesDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
-) -> RecallCaller:
-    """:func:`reading_actor`, and, for a credential verified earlier in this process that the
-    limiter is not refusing, the message's analysis sent to OpenSearch while the rate limit is
-    charged (the two round trips overlap; ``TENURE_RECALL_ANALYSIS_AHEAD``). The body is the one
-    FastAPI has read and parsed before any dependency runs; it is validated as the route's
-    ``RecallIn`` after them, and a body that will not pass (``budget`` set, a query that is not a
-    string of ``RecallIn``'s length) sends nothing ahead. What is sent is the caller's own text,
-    analysed with no stored document involved: nothing is read before the credential is confirmed."""
-    session_id = _session(session)
-    message = await _recall_message(request)
-    sent: list[Ahead] = []
-
-    def send_ahead(identity: Identity) -> None:
-        if message is not None and not services.limiter.refusing(identity):
-            ahead = services.recall.send_analysis_ahead(identity.principal, message)
-            sent.extend([ahead] if ahead is not None else [])
-
-    identity = await authenticate(request, services, credentials, read_only=True, on_cached=send_ahead)
-    return RecallCaller(actor_of(request, identity, session_id), sent[0] if sent else None)
-
-
-async def _recall_message(request: Request) -> str | None:
-    """The ``query`` of a recall body that may be sent ahead (the default budget), else None."""
-    if "json" not in request.headers.get("content-type", ""):
-        return None
-    try:
-        body = await request.json()  # parsed by FastAPI already (Starlette keeps it)
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or body.get("budget") is not None:
-        return None
-    query = body.get("query")
-    return query if isinstance(query, str) and 0 < len(query) <= MAX_MESSAGE_CHARS else None
-
-
-RecallCallerDep = Annotated[RecallCaller, Depends(recall_caller)]

@@ -33,7 +33,6 @@ from service import redis_keys, write_versions
 from service.auth.authenticator import Identity
 from service.errors import RateLimited, StoreUnavailable
 from service.loops import LoopBound, on_loop
-from service.lru import BoundedLru
 from service.write_versions import UNKNOWN, TenantVersions
 
 log = logging.getLogger(__name__)
@@ -86,7 +85,6 @@ return {allowed, wait_ms, refused}
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _OUTAGE_LOG_INTERVAL_S = 10.0
-_REFUSALS_KEPT = 4096  # buckets remembered as refusing, per process (LRU)
 
 
 class RateLimiter:
@@ -114,8 +112,6 @@ class RateLimiter:
         # Redis names a script by its SHA-1 (EVALSHA); not a security use of SHA-1
         self._sha = hashlib.sha1(BUCKET_SCRIPT.encode(), usedforsecurity=False).hexdigest()
         self._last_outage_log = 0.0
-        # bucket key -> monotonic time until which this process saw it refuse (refusing())
-        self._refused_until: BoundedLru[str, float] = BoundedLru(_REFUSALS_KEPT)
 
     @property
     def enabled(self) -> bool:
@@ -134,18 +130,6 @@ class RateLimiter:
         tenant = hashlib.sha256(identity.principal.tenant_id.encode()).hexdigest()[:32]
         return redis_keys.rate_limit_tenant(self.namespace, tenant)
 
-    def refusing(self, identity: Identity) -> bool:
-        """Whether this process saw the credential's or its tenant's bucket refuse a request less
-        than the wait it announced ago: a request sure to be charged costs nothing ahead of the
-        charge (recall's analysis is not sent ahead, ``service/api/deps.py``)."""
-        if not self.enabled:
-            return False
-        now = time.monotonic()
-        return any(
-            (until := self._refused_until.peek(key)) is not None and now < until
-            for key in (self.bucket(identity), self.tenant_bucket(identity))
-        )
-
     def charge(self, identity: Identity, *, read_only: bool) -> TenantVersions:
         """Take one token from the credential's bucket and its tenant's, or raise :class:`RateLimited`.
 
@@ -161,7 +145,7 @@ class RateLimiter:
         except redis.RedisError as exc:
             self._unanswered(exc, read_only)
             return UNKNOWN
-        return self._verdict(results, keys)
+        return self._verdict(results)
 
     async def acharge(self, identity: Identity, *, read_only: bool) -> TenantVersions:
         """:meth:`charge` through the event loop's Redis client (no thread-pool hop); the same
@@ -181,7 +165,7 @@ class RateLimiter:
         except redis.RedisError as exc:
             self._unanswered(exc, read_only)
             return UNKNOWN
-        return self._verdict(results, keys)
+        return self._verdict(results)
 
     def _buckets(self, identity: Identity) -> tuple[list[str], list[float]]:
         keys: list[str] = []
@@ -199,13 +183,12 @@ class RateLimiter:
         if self.enabled:
             self._outage(exc, read_only)
 
-    def _verdict(self, results: list[Any], keys: list[str]) -> TenantVersions:
+    def _verdict(self, results: list[Any]) -> TenantVersions:
         versions = write_versions.parse_versions(results)
         if not self.enabled:
             return versions
         allowed, wait_ms, refused = results[0]
         if not allowed:
-            self._refused_until.put(keys[max(0, int(refused) - 1)], time.monotonic() + int(wait_ms) / 1000)
             retry_after = max(1, math.ceil(int(wait_ms) / 1000))
             whose, per_s, burst = (
                 ("this credential", self.per_s, self.burst)

@@ -86,11 +86,6 @@ class AnalysisCache(TenantVersionedCache[Analysis]):
             return None
         return BoundAnalysisCache(self, tenant_id, user_id, version, fingerprint)
 
-    def holds_text(self, tenant_id: str, user_id: str, fingerprint: bytes, text: str) -> bool:
-        """Whether the user's recall of ``text`` at the tenant's newest version seen here would
-        find its analysis (a peek: then it is not sent ahead)."""
-        return self.enabled and super().holds(tenant_id, text_key(fingerprint, user_id, text))
-
 
 @dataclass(frozen=True)
 class BoundAnalysisCache:

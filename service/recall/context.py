@@ -162,24 +162,11 @@ class ContextBuilder:
         scopes: list[str],
         message: str,
         budget: RecallBudget | None = None,
-        *,
-        ahead: calls.Ahead | None = None,
         **options: Any,
     ) -> RecallResult:
         """:meth:`build_reads` run with the asynchronous client (the API and the proxy, on the
-        event loop): the same requests, the same result. ``ahead``: the message's analysis, sent
-        before (:meth:`analysis_ahead`)."""
-        return await calls.arun(client, self.build_reads(principal, scopes, message, budget, **options), ahead)
-
-    def analysis_ahead(self, principal: Principal, message: str) -> calls.Call | None:
-        """The analysis request :meth:`build_reads` will make for ``message`` with the default
-        budget, when it can be known before the tenant's write version is (no I/O; None: nothing
-        to send ahead). The same cleaned text and the same request, made by the same code."""
-        limits = RecallBudget().resolve(self.defaults)
-        if self.matcher is None or limits.max_beliefs <= 0:
-            return None
-        text = clean_query(message, max_chars=limits.max_query_chars).text
-        return self.matcher.analysis_ahead(principal, text) if text else None
+        event loop): the same requests, the same result."""
+        return await calls.arun(client, self.build_reads(principal, scopes, message, budget, **options))
 
     def build_reads(
         self,

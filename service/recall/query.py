@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from service.domain.text import clip, has_unspaced_script
 
 MIN_RAW_CHARS = 16
-MAX_MESSAGE_CHARS = 20_000  # the longest message a recall request may send (cleaned to max_query_chars)
 
 _FENCED = re.compile(r"(```|~~~)[\s\S]*?(\1|$)")
 _INDENTED_CODE = re.compile(r"^(?: {4,}|\t).*$", re.MULTILINE)

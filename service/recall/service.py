@@ -20,7 +20,6 @@ from service.loops import LoopBound, on_loop
 from service.recall.context import ContextBuilder, RecallBudget, RecallResult
 from service.recall.receipts import ReceiptOutbox
 from service.recall.render import InjectionBlock, render_injection
-from service.storage import calls
 from service.storage.audit import AuditEvent
 from service.telemetry import metrics
 
@@ -62,24 +61,9 @@ class RecallService:
     ) -> Recall:
         return self._run(actor, actor.principal, scopes, query, budget=budget, explain=explain)
 
-    def send_analysis_ahead(self, principal: Principal, query: str) -> calls.Ahead | None:
-        """Send the analysis of ``query`` now, before the caller's rate limit and the tenant's
-        write version are known (``service/api/deps.py``: a credential verified earlier in this
-        process), so the two round trips overlap; :meth:`arecall` with ``ahead=`` uses its answer.
-        None (nothing sent): off, no event-loop client, or the request is not known yet without
-        I/O (see :meth:`ContextBuilder.analysis_ahead`)."""
-        client = on_loop(self.async_client)
-        if client is None or not self.builder.defaults.analysis_ahead:
-            return None
-        call = self.builder.analysis_ahead(principal, query)
-        if call is None:
-            return None
-        metrics.ANALYSIS_AHEAD.labels("sent").inc()
-        return calls.Ahead(client, call)
-
     async def arecall(self, actor: Actor, scopes: list[str], query: str, **options: Any) -> Recall:
-        """:meth:`recall` on the event loop (``POST /v1/recall``; ``budget``, ``explain``,
-        ``ahead``): the same tiers, block and receipt."""
+        """:meth:`recall` on the event loop (``POST /v1/recall``; ``budget``, ``explain``): the
+        same tiers, block and receipt."""
         built = await self.abuild(actor.principal, scopes, query, write_version=actor.write_version, **options)
         event = self._receipt(actor, built.result)
         await self.receipts.arecord(event)
@@ -124,19 +108,13 @@ class RecallService:
 
     async def abuild(self, principal: Principal, scopes: list[str], query: str, **options: Any) -> Built:
         """:meth:`build` on the event loop (the API's recall, the proxy; the same keywords): the
-        same requests through the asynchronous client; ``ahead``: the message's analysis, sent
-        before (:meth:`send_analysis_ahead`)."""
-        ahead: calls.Ahead | None = options.pop("ahead", None)
+        same requests through the asynchronous client."""
         client = on_loop(self.async_client)
         if client is None:
             return await anyio.to_thread.run_sync(functools.partial(self.build, principal, scopes, query, **options))
         started = time.perf_counter()
         budget, explain = options.pop("budget", None), options.pop("explain", False)
-        result = await self.builder.abuild(
-            client, principal, scopes, query, budget, explain=explain, ahead=ahead, **options
-        )
-        if ahead is not None and ahead.used:
-            metrics.ANALYSIS_AHEAD.labels("used").inc()
+        result = await self.builder.abuild(client, principal, scopes, query, budget, explain=explain, **options)
         return self._built(principal, scopes, result, started, budget=budget, explain=explain)
 
     def _built(

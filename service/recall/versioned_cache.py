@@ -91,17 +91,6 @@ class TenantVersionedCache(Generic[V]):
             self.hits += 1
             return entry.value
 
-    def holds(self, tenant_id: str, key: bytes) -> bool:
-        """Whether :meth:`lookup` at the newest version seen of the tenant would find ``key``: a
-        peek (no hit or miss counted, no recency, no version observed)."""
-        with self._lock:
-            entry = self._entries.peek((tenant_id, key))
-            return (
-                entry is not None
-                and entry.version == self._versions.get(tenant_id)
-                and time.monotonic() - entry.stored_at <= self.max_age_s
-            )
-
     def store(self, tenant_id: str, version: int, key: bytes, value: V) -> None:
         """Keep ``value``, computed at ``version``, unless a newer version of the tenant was seen
         meanwhile or it is larger than the whole cache."""

@@ -53,7 +53,7 @@ from service.recall.analysis_cache import Analysis, AnalysisCache, BoundAnalysis
 from service.recall.shared_vocabulary import SharedVocabularies
 from service.storage import calls, queries
 from service.storage.beliefs import BeliefStore
-from service.storage.calls import Call, Reads
+from service.storage.calls import Reads
 from service.storage.queries import TermWeights, WeightedClause
 from service.storage.vocabulary import AnalysisRequest, Positions, VocabularyStore
 from service.telemetry import metrics
@@ -721,20 +721,6 @@ class VocabularyMatcher:
         vocabulary is built for this recall and not cached."""
         many = yield from self._clauses_reads(principal, [text], version)
         return many[0]
-
-    def analysis_ahead(self, principal: Principal, text: str) -> Call | None:
-        """The analysis request :meth:`clauses_reads` will send for ``text``, when it is known
-        without any I/O: the mapping is held, and this process holds no analysis of the text for
-        the user at the tenant's newest version it has seen (a repeat is answered from the cache).
-        None: nothing to send ahead."""
-        mapping = self.store.held_mapping()
-        if mapping is None:
-            return None
-        if self.analyses is not None and self.analyses.holds_text(
-            principal.tenant_id, principal.user_id, mapping.fingerprint, text
-        ):
-            return None
-        return self.store.analysis_call(principal, self._plan(text, mapping.search_analyzers).requests)
 
     def clauses_many(
         self, principal: Principal, texts: Sequence[str], *, version: int | None = None

@@ -13,7 +13,6 @@ point of its request, so a read can catch :class:`~service.errors.NotFound` like
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -96,40 +95,12 @@ def run(client: OpenSearch, reads: Reads[T]) -> T:
     return step.value  # type: ignore[no-any-return]
 
 
-class Ahead:
-    """A request sent before the read that needs it has asked for it: recall's message analysis,
-    sent while the caller's rate limit is charged (``service/api/deps.py``), so the two round trips
-    overlap. :func:`arun` answers the read's first :class:`Call` equal to :attr:`call` with this
-    response (or its failure, translated at that point as if sent then) instead of sending it
-    again; a read that never asks for it leaves it unused (its answer is dropped, a failure
-    included: nothing is logged as unretrieved)."""
-
-    def __init__(self, client: AsyncOpenSearch, call: Call):
-        self.call = call
-        self.used = False
-        self._response: asyncio.Future[Any] = asyncio.ensure_future(_bound(client, call.method)(**call.params))
-        self._response.add_done_callback(_retrieve)
-
-    async def take(self) -> Any:
-        self.used = True
-        return await self._response
-
-
-def _retrieve(response: asyncio.Future[Any]) -> None:
-    if not response.cancelled():
-        response.exception()  # marks a failure retrieved: an unused one is dropped silently
-
-
-async def arun(client: AsyncOpenSearch, reads: Reads[T], ahead: Ahead | None = None) -> T:
-    """Run ``reads`` with the asynchronous client (the same requests, awaited); ``ahead``: a
-    request already sent, answering the first equal one the read makes."""
+async def arun(client: AsyncOpenSearch, reads: Reads[T]) -> T:
+    """Run ``reads`` with the asynchronous client (the same requests, awaited)."""
     step = _Stepper(reads)
     while (call := step.next()) is not None:
         with step.answering(call):
-            if ahead is not None and not ahead.used and call == ahead.call:
-                step.response = await ahead.take()
-            else:
-                step.response = await _bound(client, call.method)(**call.params)
+            step.response = await _bound(client, call.method)(**call.params)
     return step.value  # type: ignore[no-any-return]
 
 

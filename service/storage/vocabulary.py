@@ -171,19 +171,11 @@ class VocabularyStore:
     def mapping(self) -> NameMapping:
         return calls.run(self.client, self.mapping_reads())
 
-    def held_mapping(self) -> NameMapping | None:
-        """The mapping :meth:`mapping_reads` would answer without a request (None: it would read
-        it first)."""
-        mapping = self._mapping
-        if mapping is None or time.monotonic() - self._mapping_read_at > _MAPPING_TTL_S:
-            return None
-        return mapping
-
     def mapping_reads(self) -> Reads[NameMapping]:
         """The mapping, read once a minute at most (a reindex moves the alias to an index whose
         mapping may differ: stores units where the old one did not)."""
-        mapping = self.held_mapping()
-        if mapping is None:
+        mapping = self._mapping
+        if mapping is None or time.monotonic() - self._mapping_read_at > _MAPPING_TTL_S:
             mappings = yield Call("indices.get_mapping", {"index": self.alias}, "read the beliefs mapping")
             # Behind the alias there is one index, or two during a reindex: the write index is the
             # newest generation (the last name), and only if every index stores units do reads rely
@@ -392,9 +384,10 @@ class VocabularyStore:
 
     # --------------------------------------------------------------- query analysis
 
-    def analysis_call(self, principal: Principal, requests: Sequence[AnalysisRequest]) -> Call | None:
-        """The one ``_mtermvectors`` request of :meth:`analyze` (None: no field to analyse), also
-        sent ahead by the API while the caller's rate limit is charged (``calls.Ahead``)."""
+    def analyze(self, principal: Principal, requests: Sequence[AnalysisRequest]) -> Reads[list[dict[str, Positions]]]:
+        """Each request's tokens per field, grouped by position, in one round trip (a request
+        with no field to analyse answers ``{}`` without being sent)."""
+        sent = [r for r in requests if r.analyzers]
         docs = [
             {
                 "doc": dict(request.doc),
@@ -407,24 +400,15 @@ class VocabularyStore:
                 "field_statistics": False,
                 "routing": access.routing(principal),
             }
-            for request in requests
-            if request.analyzers
+            for request in sent
         ]
-        if not docs:
-            return None
-        return Call(
-            "mtermvectors",
-            {"index": self.alias, "body": {"docs": docs}, "filter_path": ANALYSIS_FILTER_PATH},
-            "analyse the recall query",
-        )
-
-    def analyze(self, principal: Principal, requests: Sequence[AnalysisRequest]) -> Reads[list[dict[str, Positions]]]:
-        """Each request's tokens per field, grouped by position, in one round trip (a request
-        with no field to analyse answers ``{}`` without being sent)."""
-        call = self.analysis_call(principal, requests)
         answers: list[dict[str, Positions]] = []
-        if call is not None:
-            response = yield call
+        if docs:
+            response = yield Call(
+                "mtermvectors",
+                {"index": self.alias, "body": {"docs": docs}, "filter_path": ANALYSIS_FILTER_PATH},
+                "analyse the recall query",
+            )
             for doc in response["docs"]:
                 if "error" in doc:
                     raise item_error(doc.get("status"), doc["error"], "analyse the recall query")

@@ -66,13 +66,6 @@ VOCABULARY_PREBUILD = Counter(
     "recall builds)",
     ["outcome"],
 )
-ANALYSIS_AHEAD = Counter(
-    "tenure_recall_analysis_ahead_total",
-    "Recall messages analysed while the caller's rate limit was charged: sent, and used by the "
-    "recall (sent minus used: requests refused at the charge, or whose recall needed another "
-    "analysis, e.g. after a write of the tenant made the cached one current, and analysed as usual)",
-    ["outcome"],
-)
 RATE_LIMITED = Counter(
     "tenure_rate_limit_refusals_total",
     "Requests refused with 429, by bucket (credential, tenant, failed_auth)",

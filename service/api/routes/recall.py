@@ -9,11 +9,10 @@ import orjson
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from service.api.deps import RecallCallerDep, RecallDep
+from service.api.deps import ReadingActor, RecallDep
 from service.domain import scopes as scope_rules
 from service.domain.belief import BeliefType, EpistemicStatus
 from service.recall.context import RecallBudget, TierEntry
-from service.recall.query import MAX_MESSAGE_CHARS
 from service.recall.render import InjectionBlock
 from service.recall.service import Recall
 from service.recall.tiers import Tier
@@ -29,7 +28,7 @@ class RecallIn(BaseModel):
         max_length=scope_rules.MAX_SCOPES,
         description="The session's scope labels",
     )
-    query: str = Field("", max_length=MAX_MESSAGE_CHARS, description="The user's message (or any text to recall for)")
+    query: str = Field("", max_length=20_000, description="The user's message (or any text to recall for)")
     session_id: str | None = Field(None, min_length=1, max_length=200)
     budget: RecallBudget | None = None
     explain: bool = Field(False, description="Add per-clause scores and why beliefs were filtered")
@@ -160,15 +159,11 @@ def recall_body(done: Recall, *, explain: bool, injection_parts: bool) -> dict[s
 
 
 @router.post("/recall", response_model=RecallOut, summary="Recall the four tiers and the injection block")
-async def recall(body: RecallIn, caller: RecallCallerDep, service: RecallDep) -> Response:
+async def recall(body: RecallIn, actor: ReadingActor, service: RecallDep) -> Response:
     # async end to end: authentication, the rate limit, the OpenSearch requests and the receipt
-    # are awaited on the event loop (no thread-pool hop on the hot path, issue 16); the message's
-    # analysis may already be on its way (deps.recall_caller)
-    actor = caller.actor
+    # are awaited on the event loop (no thread-pool hop on the hot path, issue 16)
     if body.session_id:
         actor = replace(actor, session_id=body.session_id)
-    done = await service.arecall(
-        actor, body.scopes, body.query, budget=body.budget, explain=body.explain, ahead=caller.ahead
-    )
+    done = await service.arecall(actor, body.scopes, body.query, budget=body.budget, explain=body.explain)
     payload = recall_body(done, explain=body.explain, injection_parts=body.injection_parts)
     return Response(orjson.dumps(payload), media_type="application/json")
