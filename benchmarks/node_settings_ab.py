@@ -29,14 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 from benchmarks import recall_floor as rf
 from benchmarks.index_order_ab import recorded_requests, request_headers
 from benchmarks.recall_floor import Sent
-from benchmarks.relevant_query_cost import Node
+from benchmarks.relevant_query_cost import Node, keep_result
 
 # One recorded request as Node.send takes it: method, path, body, content type.
 Request = tuple[str, str, bytes | None, str]
@@ -113,9 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     node = Node(args.opensearch_url, args.opensearch_pid)
     figures = measure(node, requests, dict(args.setting), args.rounds)
     print(json.dumps(figures), flush=True)
-    if args.out:
-        command = "python -m benchmarks.node_settings_ab " + " ".join(sys.argv[1:] if argv is None else argv)
-        args.out.write_text(json.dumps({"command": command, **figures}, indent=1))
+    keep_result(args.out, "node_settings_ab", argv, figures)
     return 0
 
 

@@ -117,6 +117,13 @@ class Node:
         return process_cpu_s(self.pid)
 
 
+def keep_result(out: Path | None, module: str, argv: list[str] | None, result: dict[str, Any]) -> None:
+    """Write ``result`` to ``out`` (if given) as JSON, headed by the command that made it."""
+    if out is not None:
+        command = f"python -m benchmarks.{module} " + " ".join(sys.argv[1:] if argv is None else argv)
+        out.write_text(json.dumps({"command": command, **result}, indent=1))
+
+
 def _ids(answer: bytes, multi: bool) -> list[str]:
     data = json.loads(answer)
     result = data["responses"][0] if multi else data
@@ -157,9 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = measure(Node(args.opensearch_url, args.opensearch_pid), requests, args.rounds)
     for shape, row in figures.items():
         print(json.dumps({"shape": shape, "requests": len(requests), **row}), flush=True)
-    if args.out:
-        command = "python -m benchmarks.relevant_query_cost " + " ".join(sys.argv[1:] if argv is None else argv)
-        args.out.write_text(json.dumps({"command": command, "requests": len(requests), "figures": figures}, indent=1))
+    keep_result(args.out, "relevant_query_cost", argv, {"requests": len(requests), "figures": figures})
     return 0
 
 
