@@ -11,6 +11,7 @@ for the audit trail. A route without one of them is public, and that is visible 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Annotated
 
 import anyio.to_thread
@@ -155,19 +156,7 @@ async def current_identity(
     return await authenticate(request, services, credentials, read_only=request.method in SAFE_METHODS)
 
 
-async def reading_identity(
-    request: Request,
-    services: ServicesDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-) -> Identity:
-    """For a POST that only reads (recall takes a body, changes no belief, and its receipt falls
-    back to a direct audit write when Redis is down): charged as a read, so a limiter outage does
-    not stop it. The route says so in its signature instead of a list of URL paths."""
-    return await authenticate(request, services, credentials, read_only=True)
-
-
 CurrentIdentity = Annotated[Identity, Depends(current_identity)]
-ReadingIdentity = Annotated[Identity, Depends(reading_identity)]
 
 
 async def current_principal(identity: CurrentIdentity) -> Principal:
@@ -217,13 +206,33 @@ async def current_actor(
     return actor_of(request, identity, _session(session))
 
 
-async def reading_actor(
-    request: Request,
-    identity: ReadingIdentity,
-    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
-) -> Actor:
-    return actor_of(request, identity, _session(session))
-
-
 CurrentActor = Annotated[Actor, Depends(current_actor)]
-ReadingActor = Annotated[Actor, Depends(reading_actor)]
+
+
+@dataclass(frozen=True)
+class RecallCaller:
+    """``POST /v1/recall``'s caller and the recall service."""
+
+    actor: Actor
+    recall: RecallService
+
+
+async def recall_caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
+) -> RecallCaller:
+    """For a POST that only reads (recall takes a body, changes no belief, and its receipt falls
+    back to a direct audit write when Redis is down): charged as a read, so a limiter outage does
+    not stop it. The route says so in its signature instead of a list of URL paths.
+
+    One dependency where a reading actor and the recall service took six (services, bearer
+    scheme, identity, actor, session header, recall service): recall is the hot route, and
+    FastAPI's resolution costs ~25 µs of CPU per dependency per request (docs/benchmarks.md,
+    issue 16)."""
+    services = await get_services(request)
+    identity = await authenticate(request, services, credentials, read_only=True)
+    return RecallCaller(actor_of(request, identity, _session(session)), services.recall)
+
+
+RecallCallerDep = Annotated[RecallCaller, Depends(recall_caller)]

@@ -9,7 +9,7 @@ import orjson
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from service.api.deps import ReadingActor, RecallDep
+from service.api.deps import RecallCallerDep
 from service.domain import scopes as scope_rules
 from service.domain.belief import BeliefType, EpistemicStatus
 from service.recall.context import RecallBudget, TierEntry
@@ -159,11 +159,12 @@ def recall_body(done: Recall, *, explain: bool, injection_parts: bool) -> dict[s
 
 
 @router.post("/recall", response_model=RecallOut, summary="Recall the four tiers and the injection block")
-async def recall(body: RecallIn, actor: ReadingActor, service: RecallDep) -> Response:
+async def recall(body: RecallIn, caller: RecallCallerDep) -> Response:
     # async end to end: authentication, the rate limit, the OpenSearch requests and the receipt
     # are awaited on the event loop (no thread-pool hop on the hot path, issue 16)
+    actor = caller.actor
     if body.session_id:
         actor = replace(actor, session_id=body.session_id)
-    done = await service.arecall(actor, body.scopes, body.query, budget=body.budget, explain=body.explain)
+    done = await caller.recall.arecall(actor, body.scopes, body.query, budget=body.budget, explain=body.explain)
     payload = recall_body(done, explain=body.explain, injection_parts=body.injection_parts)
     return Response(orjson.dumps(payload), media_type="application/json")
