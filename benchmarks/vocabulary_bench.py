@@ -12,7 +12,8 @@ baseline tree (``--baseline``, e.g. ``git archive main service | tar -x -C /tmp/
 recorded message analyses and the same units per tenant, each tree's own ``FieldVocabulary`` and
 ``VocabularyMatcher._render``, alternating rounds; also the Python side of a vocabulary read
 (``tenant_units``: this process's CPU per aggregation, the node's time excluded) and of the
-structure's build, and bytes per tenant. Every rendered clause list is compared with the
+structure's build, a restored structure's pre-filters (the first recall after a write), and
+bytes per tenant. Every rendered clause list is compared with the
 baseline's (byte-identical JSON), every read's units too.
 
     .venv/bin/python -m benchmarks.vocabulary_bench --matching --baseline /tmp/before --start-node \
@@ -59,7 +60,9 @@ from service.recall.context import ContextBuilder
 from service.recall.query import clean_query
 from service.recall.vocabulary import (
     FUZZY_FIELDS,
+    SPACED_PHRASE_FIELDS,
     VOCABULARY_FIELDS,
+    WORD_FIELDS,
     FieldVocabulary,
     VocabularyCache,
     VocabularyMatcher,
@@ -227,6 +230,30 @@ def _build_costs(
     return out
 
 
+def _restore_costs(
+    classes: dict[str, Any], vocabularies: dict[str, dict[str, dict[str, Any]]], rounds: int
+) -> dict[str, Any]:
+    """What a restored vocabulary costs the first recall after a write: each distinct structure
+    restored from its terms and offsets (what ``TenantVocabulary.decode`` does once the entry is
+    decompressed) and its pre-filter computed, per tenant, for every group and for the groups an
+    English message reaches (the word and spaced-phrase fields; the CJK and Korean groups wait for
+    a message in those scripts)."""
+    english = set(WORD_FIELDS + SPACED_PHRASE_FIELDS)
+    out: dict[str, Any] = {}
+    for side, field_class in classes.items():
+        per_reach: dict[str, list[Callable[[], Any]]] = {"all_groups": [], "english_groups": []}
+        for fields in vocabularies[side].values():
+            for reach, names in (("all_groups", set(fields)), ("english_groups", english)):
+                distinct = list({id(f): f for n, f in fields.items() if n in names}.values())
+                per_reach[reach].append(
+                    lambda d=distinct, fc=field_class: [
+                        fc.restore(f.joined, f.offsets, ranges=f.ranges).pre_filter for f in d
+                    ]
+                )
+        out[side] = {reach: _stats_us([t for _ in range(rounds) for t in _timed(c)]) for reach, c in per_reach.items()}
+    return out
+
+
 def _read_costs(
     readers: dict[str, Any], principals: dict[str, Principal], units: dict[str, TenantUnits], rounds: int
 ) -> tuple[dict[str, Any], bool]:
@@ -310,6 +337,8 @@ def matching(args: argparse.Namespace, argv: list[str] | None) -> int:
         classes = {"before": before_vocab.FieldVocabulary, "after": FieldVocabulary}
         report["structure_build"] = _build_costs(classes, vocabularies, groups, units, args.rounds)
         print(f"  structure build: {json.dumps(report['structure_build'])}", flush=True)
+        report["restore"] = _restore_costs(classes, vocabularies, args.rounds)
+        print(f"  restore with pre-filters: {json.dumps(report['restore'])}", flush=True)
         report["read"], same = _read_costs({"before": before_store, "after": store}, principals, units, args.rounds)
         report["read_units_identical"] = same
         print(f"  read: {json.dumps(report['read'])}, identical {same}", flush=True)

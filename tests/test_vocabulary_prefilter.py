@@ -89,6 +89,36 @@ def test_the_filter_rejects_most_absent_terms() -> None:
     assert passed < 0.06 * len(absent)
 
 
+def test_ranges_of_very_long_terms_pass_the_filter() -> None:
+    """Range keys spread lengths from a table up to 1,024 and by multiplication beyond: a word at
+    either side of that boundary still reaches the terms one edit from it."""
+    terms = ["ab" + "c" * n for n in range(1018, 1026)]
+    vocab = FieldVocabulary.build(terms, ranges=True)
+    for term in terms:
+        assert vocab.may_hold(_range_key(term[:2], len(term))), len(term)
+        assert (term, 1.0) in vocab.fuzzy(term), len(term)
+        assert vocab.fuzzy(term + "d"), len(term)  # one insertion away: a range one longer
+
+
+def test_the_vectorised_filter_sets_exactly_the_bits_of_the_rule() -> None:
+    """``_pre_filter`` (numpy) against the rule in plain Python: each term's key and each distinct
+    (prefix, length) range key set bits ``k mod bits`` of their low and high 32 bits, bit ``i``
+    being bit ``i & 7`` of byte ``i >> 3``, in a filter of 10 bits per key (at least 8 bytes)."""
+    rng = random.Random(77)
+    for size in (0, 1, 5, 64, 3000):
+        ordered = sorted(set(_terms(rng, size)), key=_order)
+        for ranges in (False, True):
+            keys = [hash(term) for term in ordered]
+            if ranges:
+                keys += list(dict.fromkeys(_range_key(term[:2], len(term)) for term in ordered))
+            bits = max(8, -(-len(keys) * 10 // 8)) * 8
+            expected = bytearray(bits // 8)
+            for key in keys:
+                for half in (key & 0xFFFFFFFF, (key >> 32) & 0xFFFFFFFF):
+                    expected[(half % bits) >> 3] |= 1 << ((half % bits) & 7)
+            assert _pre_filter(ordered, ranges) == bytes(expected), (size, ranges)
+
+
 def test_memory_counts_the_filter() -> None:
     terms = _terms(random.Random(3), 2000)
     plain = FieldVocabulary.build(terms)
