@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import accumulate, pairwise
-from operator import itemgetter, le
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -169,6 +169,7 @@ _LENGTH_SPREAD = 0x9E3779B97F4A7C15
 _LOW64 = (1 << 64) - 1
 _SPREAD_LENGTHS = 1024
 _SPREADS = tuple((length * _LENGTH_SPREAD) & _LOW64 for length in range(_SPREAD_LENGTHS))
+_NO_POINT = 0x110000  # above every code point
 
 
 def _range_key(prefix: str, length: int) -> int:
@@ -179,20 +180,48 @@ def _range_key(prefix: str, length: int) -> int:
     return hash(prefix) ^ spread
 
 
-def _pre_filter(ordered: list[str], ranges: bool) -> bytes:
-    """The pre-filter of these terms (in :func:`_order`), with their one-edit ranges if
-    ``ranges``. Vectorised: a restored vocabulary computes it on a recall's path (the first
-    recall of a tenant after a write), and a bit loop in Python cost ~0.35 us per key."""
-    keys = np.array(list(map(hash, ordered)), np.int64).view(np.uint64)
-    if ranges and ordered:
-        prefixes = np.array(list(map(hash, map(_PREFIX, ordered))), np.int64).view(np.uint64)
-        lengths = np.fromiter(map(len, ordered), np.uint64, len(ordered))
-        range_keys = prefixes ^ (lengths * np.uint64(_LENGTH_SPREAD))
-        # each (prefix, length) once: in _order a range's terms are contiguous
-        first = np.ones(len(range_keys), np.bool_)
-        first[1:] = range_keys[1:] != range_keys[:-1]
-        keys = np.concatenate((keys, range_keys[first]))
+def _pre_filter(joined: str, offsets: array[int], ranges: bool) -> bytes:
+    """The pre-filter of a vocabulary's terms (``joined`` cut by ``offsets``, in :func:`_order`),
+    with their one-edit ranges if ``ranges``. Vectorised where it can be: a restored vocabulary
+    computes it on a recall's path (the first recall of a tenant after a write), and a bit loop in
+    Python cost ~0.35 us per key. Only the terms' own hashes need a str per term."""
+    bounds = offsets.tolist()
+    keys = np.array([hash(joined[a:b]) for a, b in pairwise(bounds)], np.int64).view(np.uint64)
+    if ranges and len(bounds) > 1:
+        keys = np.concatenate((keys, _range_keys(joined, offsets)))
     return _filter_of(keys)
+
+
+def _cuts(offsets: array[int]) -> npt.NDArray[np.int64]:
+    """The offsets as a numpy array (no copy of the array's buffer until the widening)."""
+    return np.frombuffer(offsets, np.dtype(f"u{offsets.itemsize}")).astype(np.int64)
+
+
+def _range_keys(joined: str, offsets: array[int]) -> npt.NDArray[np.uint64]:
+    """Each distinct (prefix, length) range's :func:`_range_key`, from the terms' code points:
+    in :func:`_order` the terms of one prefix, and of one range, are contiguous runs, so only the
+    first term of each prefix is sliced and hashed in Python."""
+    cuts = _cuts(offsets)
+    starts, lengths = cuts[:-1], np.diff(cuts)
+    # surrogatepass: a lone surrogate a stored alias may hold is one code point, as in the str
+    points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
+    new_prefix = np.zeros(len(starts), np.bool_)
+    new_prefix[0] = True
+    for k in range(queries.PREFIX_LENGTH):
+        # the k-th character, or a value no code point has for a term shorter than k + 1
+        present = lengths > k
+        point = np.full(len(starts), _NO_POINT, np.uint32)
+        point[present] = points[starts[present] + k]
+        new_prefix[1:] |= point[1:] != point[:-1]
+    firsts = np.flatnonzero(new_prefix)
+    guard = queries.PREFIX_LENGTH
+    heads = zip(starts[firsts].tolist(), lengths[firsts].tolist(), strict=True)
+    hashed = [hash(joined[a : a + min(n, guard)]) for a, n in heads]
+    prefixes = np.repeat(np.array(hashed, np.int64), np.diff(np.append(firsts, len(starts)))).view(np.uint64)
+    spread = lengths.astype(np.uint64) * np.uint64(_LENGTH_SPREAD)  # wraps mod 2**64, as _SPREADS
+    new_range = new_prefix.copy()
+    new_range[1:] |= lengths[1:] != lengths[:-1]
+    return (prefixes ^ spread)[new_range]
 
 
 def _filter_bytes(keys: int) -> int:
@@ -234,8 +263,7 @@ class FieldVocabulary:
     def pre_filter(self) -> bytes:
         """The Bloom filter (see the class docstring), computed on first use and then held (a
         plain attribute from then on: ``cached_property`` stores it in the instance)."""
-        ordered = [self.joined[start:end] for start, end in pairwise(self.offsets)]
-        return _pre_filter(ordered, self.ranges)
+        return _pre_filter(self.joined, self.offsets, self.ranges)
 
     @classmethod
     def build(cls, terms: Iterable[str], *, ranges: bool = False) -> FieldVocabulary:
@@ -255,7 +283,7 @@ class FieldVocabulary:
         interpreter's string hashes. Raises ValueError if the offsets do not cut ``joined`` into
         terms. (Their order is the encoder's: checking it would double the restore's cost, and the
         encoded entry's integrity is zlib's checksum.)"""
-        if offsets[0] != 0 or offsets[-1] != len(joined) or not all(map(le, offsets, offsets[1:])):
+        if offsets[0] != 0 or offsets[-1] != len(joined) or bool((np.diff(_cuts(offsets)) < 0).any()):
             raise ValueError("offsets do not cut the joined terms")
         return cls(joined, offsets, ranges)
 
