@@ -26,6 +26,7 @@ from service.config import Settings, get_settings
 from service.console import install_console
 from service.mcp.server import mount as mount_mcp
 from service.process import collect_every, freeze_startup_heap, paced_interval
+from service.recall.vocabulary_warmer import VocabularyWarmer
 from service.storage.client import build_async_client, build_client, close_client
 from service.telemetry.logs import configure_logging
 from service.telemetry.tracing import configure_tracing
@@ -34,6 +35,17 @@ from service.telemetry.tracing import configure_tracing
 def paced_collections(interval_s: float) -> asyncio.Task[None] | None:
     """The API worker's paced full collection, a task on the running loop; none at 0."""
     return asyncio.create_task(collect_every(interval_s), name="paced-gc") if interval_s > 0 else None
+
+
+def vocabulary_refreshes(settings: Settings, services: Services) -> VocabularyWarmer | None:
+    """The listener that restores announced vocabularies of this process's active tenants before
+    their next recall (service/recall/vocabulary_warmer.py); none when recall does not share
+    vocabularies through Redis or the setting is off."""
+    matcher = services.recall.builder.matcher
+    shared = matcher.cache.shared if matcher is not None else None
+    if matcher is None or shared is None or not settings.recall.vocabulary_refresh:
+        return None
+    return VocabularyWarmer(matcher.cache, settings.redis_url, shared.channel)
 
 
 def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIRouter] = ()) -> FastAPI:
@@ -60,12 +72,15 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         # collection runs on this loop (its finalizers with it; service/process.py)
         freeze_startup_heap(config.gc_thaw_interval_s, config.gc_young_threshold)
         collections = paced_collections(paced_interval(config.gc_collect_interval_s, config.gc_thaw_interval_s))
+        warmer = app.state.vocabulary_warmer = vocabulary_refreshes(config, services)
+        refreshes = asyncio.create_task(warmer.run(), name="vocabulary-refresh") if warmer is not None else None
         try:
             async with mcp_server.session_manager.run():
                 yield
         finally:
-            if collections is not None:
-                collections.cancel()
+            for task in (collections, refreshes):
+                if task is not None:
+                    task.cancel()
             await services.aclose()
             close_client(client)
             redis_client.close()

@@ -76,13 +76,18 @@ class BoundedLru(Generic[K, V]):
                 return key, value
             return None
 
-    def put(self, key: K, value: V, weight: int = 0) -> None:
+    def put(self, key: K, value: V, weight: int = 0, *, keep_place: bool = False) -> None:
         """Store ``value`` (replacing any under ``key``) as the most recently used, then evict the
         least recently used until both bounds hold. Heavier than ``max_weight``: ``key`` is
-        dropped and nothing else changes."""
+        dropped and nothing else changes. ``keep_place``: a value replacing one under ``key``
+        keeps that one's recency (a refresh that is not a use)."""
         with self._lock:
-            self._remove(key)
+            if keep_place and key in self._entries:
+                self._weight -= self._weights.pop(key, 0)  # OrderedDict assignment keeps the place
+            else:
+                self._remove(key)
             if self.max_weight is not None and weight > self.max_weight:
+                self._remove(key)
                 return
             self._entries[key] = value
             if weight:

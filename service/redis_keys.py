@@ -43,6 +43,13 @@ def shared_vocabulary(namespace: str, tenant_id: str) -> str:
     return f"{render_cache(namespace, tenant_id)}vocabulary"
 
 
+def shared_vocabulary_stored(namespace: str) -> str:
+    """The pub/sub channel (not a key: nothing is stored under it) on which a stored shared
+    vocabulary is announced as ``[tenant, version]``, so API processes that hold the tenant can
+    restore it before its next recall (:mod:`service.recall.vocabulary_warmer`)."""
+    return f"{namespace}:vocabulary:stored"
+
+
 def compaction_cooldown(namespace: str, bucket: str) -> str:
     """Set while a compacted bucket cools down."""
     return f"{namespace}:compaction:cooldown:{bucket}"

@@ -19,9 +19,10 @@ from opensearchpy import OpenSearch
 
 from deploy.devstack import Service, start_opensearch, start_redis
 from evals.runner import ContextBackend, RunResult
-from service.config import Settings
+from service.config import RecallDefaults, Settings
 from service.domain.principal import Principal
 from service.recall.context import ContextBuilder
+from service.recall.prebuild import VocabularyPrebuilder
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client
@@ -90,6 +91,22 @@ def store(os_client: OpenSearch, settings: Settings) -> Iterator[BeliefStore]:
         yield BeliefStore(
             os_client, settings.opensearch_namespace, TenantWriteVersions(client, settings.opensearch_namespace)
         )
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def vocabulary_writer(os_client: OpenSearch, settings: Settings) -> Iterator[tuple[BeliefStore, VocabularyPrebuilder]]:
+    """A store wired like a worker's (workers/resources.py): its write-version bumps note the
+    tenants its prebuilder then builds and shares (service/recall/prebuild.py)."""
+    client: redis.Redis[bytes] = redis.Redis.from_url(settings.redis_url)
+    versions = TenantWriteVersions(client, settings.opensearch_namespace)
+    store = BeliefStore(os_client, settings.opensearch_namespace, versions)
+    prebuilder = VocabularyPrebuilder.for_store(store, RecallDefaults())
+    assert prebuilder is not None
+    versions.on_bump = prebuilder.note
+    try:
+        yield store, prebuilder
     finally:
         client.close()
 

@@ -140,3 +140,17 @@ def test_concurrent_use_keeps_the_bounds_and_the_weight() -> None:
     assert 0 < len(items) <= 50 and len(items) == len(lru)
     assert lru.weight == sum(1 + v % 13 for _, v in items) <= 400
     assert lru.evictions == len(evicted) > 0
+
+
+def test_lru_put_can_keep_an_entrys_place() -> None:
+    lru: BoundedLru[str, int] = BoundedLru(2, max_weight=10)
+    lru.put("a", 1, 3)
+    lru.put("b", 2, 3)
+    lru.put("a", 10, 4, keep_place=True)
+    assert lru.items() == [("a", 10), ("b", 2)] and lru.weight == 7
+    lru.put("c", 3, 3)  # "a" is still the least recently used: evicted
+    assert lru.items() == [("b", 2), ("c", 3)]
+    lru.put("b", 20, 11, keep_place=True)  # heavier than the whole budget: dropped
+    assert lru.items() == [("c", 3)] and lru.weight == 3
+    lru.put("d", 4, keep_place=True)  # not held: stored as the most recently used
+    assert lru.items() == [("c", 3), ("d", 4)]

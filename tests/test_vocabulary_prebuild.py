@@ -5,7 +5,6 @@ version only; a build that raced a newer write never lands; a failure never reac
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,21 +28,6 @@ def _tenant() -> str:
     return f"t-{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture
-def writer(os_client: OpenSearch, settings: Settings) -> Iterator[tuple[BeliefStore, VocabularyPrebuilder]]:
-    """A store wired like a worker's (workers/resources.py): its bumps note the tenants."""
-    client: redis.Redis[bytes] = redis.Redis.from_url(settings.redis_url)
-    versions = TenantWriteVersions(client, settings.opensearch_namespace)
-    store = BeliefStore(os_client, settings.opensearch_namespace, versions)
-    prebuilder = VocabularyPrebuilder.for_store(store, RecallDefaults())
-    assert prebuilder is not None
-    versions.on_bump = prebuilder.note
-    try:
-        yield store, prebuilder
-    finally:
-        client.close()
-
-
 def _api_cache(store: BeliefStore) -> VocabularyCache:
     """An API process's cache (a fresh one: nothing of this tenant held yet)."""
     assert store.versions is not None
@@ -64,9 +48,9 @@ def _seed(store: BeliefStore, tenant: str) -> None:
 
 
 def test_the_api_loads_what_the_writer_prebuilt_and_matches_the_same(
-    writer: tuple[BeliefStore, VocabularyPrebuilder],
+    vocabulary_writer: tuple[BeliefStore, VocabularyPrebuilder],
 ) -> None:
-    store, prebuilder = writer
+    store, prebuilder = vocabulary_writer
     tenant = _tenant()
     _seed(store, tenant)
     assert prebuilder.run_pending() == {tenant: "built"}
@@ -81,9 +65,9 @@ def test_the_api_loads_what_the_writer_prebuilt_and_matches_the_same(
 
 
 def test_a_later_write_is_prebuilt_again_and_the_old_entry_never_served(
-    writer: tuple[BeliefStore, VocabularyPrebuilder],
+    vocabulary_writer: tuple[BeliefStore, VocabularyPrebuilder],
 ) -> None:
-    store, prebuilder = writer
+    store, prebuilder = vocabulary_writer
     tenant = _tenant()
     _seed(store, tenant)
     prebuilder.run_pending()
@@ -100,9 +84,9 @@ def test_a_later_write_is_prebuilt_again_and_the_old_entry_never_served(
 
 
 def test_a_prebuild_that_raced_a_write_is_not_stored(
-    writer: tuple[BeliefStore, VocabularyPrebuilder], store: BeliefStore, monkeypatch: pytest.MonkeyPatch
+    vocabulary_writer: tuple[BeliefStore, VocabularyPrebuilder], store: BeliefStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ours, prebuilder = writer
+    ours, prebuilder = vocabulary_writer
     tenant = _tenant()
     _seed(ours, tenant)
     prebuilder.run_pending()
@@ -123,9 +107,9 @@ def test_a_prebuild_that_raced_a_write_is_not_stored(
 
 
 def test_each_tenant_gets_its_own_entry_with_its_own_terms_only(
-    writer: tuple[BeliefStore, VocabularyPrebuilder],
+    vocabulary_writer: tuple[BeliefStore, VocabularyPrebuilder],
 ) -> None:
-    store, prebuilder = writer
+    store, prebuilder = vocabulary_writer
     mine, theirs = _tenant(), _tenant()
     put_all(store, make_belief(mine, "ann", "build_tool", aliases=["gradle"]))
     put_all(store, make_belief(theirs, "bob", "event_bus", aliases=["kafka"]))

@@ -20,7 +20,12 @@ What is stored and when it is trusted:
   check-and-set against the version counter): a build that raced a write, an erase included,
   never lands after the write's bump, and one that landed before it is swept by the erase or
   ignored for its old version;
-- entries expire ``ttl_s`` after they were stored, so an idle tenant's vocabulary leaves Redis.
+- entries expire ``ttl_s`` after they were stored, so an idle tenant's vocabulary leaves Redis;
+- a stored entry is announced on a pub/sub channel (:func:`service.redis_keys.shared_vocabulary_stored`)
+  in the same script, so the API processes that hold an older version of the tenant restore it
+  before the tenant's next recall (:mod:`service.recall.vocabulary_warmer`). The notice carries
+  the tenant and version only, never the entry; a lost notice only means the next recall
+  restores the entry itself.
 
 Failures never fail a recall: an unreachable Redis, a missing or unreadable entry all mean the
 vocabulary is built as before (logged, counted in ``tenure_shared_vocabulary_total``).
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import logging
 
+import orjson
 import redis
 
 from service import redis_keys
@@ -38,12 +44,14 @@ from service.telemetry import metrics
 log = logging.getLogger(__name__)
 
 # KEYS[1]: the tenant's write version counter, KEYS[2]: the shared entry. ARGV: the version the
-# entry was built at, the entry, its TTL in seconds. Stores only while the counter still holds
-# that version (a missing counter is version 0, like TenantWriteVersions.current).
+# entry was built at, the entry, its TTL in seconds, the notice channel and the notice. Stores
+# (and announces) only while the counter still holds that version (a missing counter is version
+# 0, like TenantWriteVersions.current).
 _STORE_IF_CURRENT = """
 local current = redis.call('GET', KEYS[1]) or '0'
 if current ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 """
 
@@ -55,6 +63,7 @@ class SharedVocabularies:
         self.client = client
         self.namespace = namespace
         self.ttl_s = max(1, int(ttl_s))
+        self.channel = redis_keys.shared_vocabulary_stored(namespace)
         self._store_if_current = client.register_script(_STORE_IF_CURRENT)
 
     def key(self, tenant_id: str) -> str:
@@ -72,10 +81,13 @@ class SharedVocabularies:
 
     def store(self, tenant_id: str, version: int, encoded: bytes) -> bool:
         """Store ``encoded`` (built at ``version``) unless the tenant has written since; returns
-        whether it was stored."""
+        whether it was stored (and announced on :attr:`channel`)."""
         keys = [redis_keys.tenant_write_version(self.namespace, tenant_id), self.key(tenant_id)]
+        notice = orjson.dumps([tenant_id, version])
         try:
-            stored = bool(self._store_if_current(keys=keys, args=[str(version), encoded, self.ttl_s]))
+            stored = bool(
+                self._store_if_current(keys=keys, args=[str(version), encoded, self.ttl_s, self.channel, notice])
+            )
         except redis.RedisError as exc:
             log.warning("shared vocabulary of %s not stored (%s)", tenant_id, exc)
             metrics.SHARED_VOCABULARY.labels("unreachable").inc()

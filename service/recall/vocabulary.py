@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import accumulate, pairwise
 from operator import itemgetter
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -572,6 +572,15 @@ def _fields_bytes(fields: Mapping[str, FieldVocabulary]) -> int:
     return 400 + 100 * len(fields) + sum(f.approx_bytes() for f in {id(f): f for f in fields.values()}.values())
 
 
+# What VocabularyCache.refresh did: restored (the shared entry at the announced version is held
+# now), not_held (the tenant is not active in this process), current (this version or a newer one
+# is held), missing (no entry at that version in Redis: the next recall restores or builds).
+RefreshOutcome = Literal["restored", "not_held", "current", "missing"]
+# The user named on a refresh's reads (the vocabulary read is the tenant's whole, as a prebuild's;
+# a refresh reads only the index mapping, usually from this process's memory).
+REFRESH_USER = "system:vocabulary-refresh"
+
+
 @dataclass
 class CacheStats:
     hits: int = 0
@@ -661,12 +670,40 @@ class VocabularyCache:
         log.debug("vocabulary of %s: %d documents, %.1f ms", principal.tenant_id, built.documents, built.build_ms)
         return built
 
-    def _keep(self, vocabulary: TenantVocabulary, version: int) -> None:
+    def refresh(self, tenant_id: str, version: int) -> RefreshOutcome:
+        """Restore the tenant's vocabulary at ``version`` from the shared entry, before any recall
+        asks for it, if this process holds an older version (the tenant is active here): its
+        next recall then finds it ready, pre-filters included, instead of restoring it on the
+        request (:mod:`service.recall.vocabulary_warmer`). Never builds (a tenant whose entry is
+        not there, or no longer at ``version``, is restored or built by its next recall as
+        before), and keeps the tenant's last use, so an idle tenant that keeps writing still
+        leaves the cache. Only the pre-filters the older version had computed are computed: the
+        field groups this process's recalls of the tenant reached."""
+        with self._lock:
+            held = self._entries.peek(tenant_id)
+        if held is None or time.monotonic() - held.used > MAX_IDLE_S:
+            return "not_held"  # an idle tenant is left to leave the cache (_drop_idle)
+        if held.vocabulary.version >= version:
+            return "current"
+        principal = Principal(tenant_id=tenant_id, user_id=REFRESH_USER)
+        loaded = calls.run(self.store.client, self._load_shared(principal, version))
+        if loaded is None:
+            return "missing"
+        for name, old in held.vocabulary.fields.items():
+            if "pre_filter" in vars(old):  # computed (functools.cached_property keeps it there)
+                loaded.field(name).pre_filter  # noqa: B018 - computed now, off the request path
+        self._keep(loaded, version, used=held.used)
+        return "restored"
+
+    def _keep(self, vocabulary: TenantVocabulary, version: int, *, used: float | None = None) -> None:
+        """Hold ``vocabulary`` (unless a newer version is held); ``used``: its last use, now
+        unless given."""
+        held = _Held(vocabulary, time.monotonic() if used is None else used)
         with self._lock:
             current = self._entries.peek(vocabulary.tenant_id)
             if current is None or current.vocabulary.version <= version:
                 # larger than the whole budget: dropped, and used for this request only
-                self._entries.put(vocabulary.tenant_id, _Held(vocabulary, time.monotonic()), vocabulary.approx_bytes)
+                self._entries.put(vocabulary.tenant_id, held, vocabulary.approx_bytes, keep_place=used is not None)
 
     def _load_shared(self, principal: Principal, version: int) -> Reads[TenantVocabulary | None]:
         """The tenant's vocabulary as another process built it at this very version, if stored."""

@@ -66,6 +66,14 @@ VOCABULARY_PREBUILD = Counter(
     "recall builds)",
     ["outcome"],
 )
+VOCABULARY_REFRESH = Counter(
+    "tenure_vocabulary_refresh_total",
+    "Announced tenant vocabularies an API process restored before the tenant's next recall, by "
+    "outcome (restored; not_held: the tenant is not active in the process; current: that version "
+    "or a newer one was held; missing: no entry at that version, the next recall restores or "
+    "builds; failed: a store did not answer)",
+    ["outcome"],
+)
 RATE_LIMITED = Counter(
     "tenure_rate_limit_refusals_total",
     "Requests refused with 429, by bucket (credential, tenant, failed_auth)",
