@@ -37,6 +37,15 @@ def paced_collections(interval_s: float) -> asyncio.Task[None] | None:
     return asyncio.create_task(collect_every(interval_s), name="paced-gc") if interval_s > 0 else None
 
 
+async def stopped(*tasks: asyncio.Task[None] | None) -> None:
+    """Cancel the lifespan's background tasks and wait for them, so each closes what it opened
+    (the listener its Redis connection) before the loop ends."""
+    running = [task for task in tasks if task is not None]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
+
+
 def vocabulary_refreshes(settings: Settings, services: Services) -> VocabularyWarmer | None:
     """The listener that restores announced vocabularies of this process's active tenants before
     their next recall (service/recall/vocabulary_warmer.py); none when recall does not share
@@ -78,9 +87,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
             async with mcp_server.session_manager.run():
                 yield
         finally:
-            for task in (collections, refreshes):
-                if task is not None:
-                    task.cancel()
+            await stopped(collections, refreshes)
             await services.aclose()
             close_client(client)
             redis_client.close()
