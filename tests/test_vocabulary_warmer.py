@@ -242,3 +242,32 @@ def test_the_api_process_listens_unless_turned_off(settings: Settings) -> None:
     off = settings.model_copy(update={"recall": settings.recall.model_copy(update={"vocabulary_refresh": False})})
     with TestClient(create_app(off)) as client:
         assert client.app.state.vocabulary_warmer is None  # type: ignore[attr-defined]
+
+
+def test_the_listener_subscribes_again_after_losing_its_connection(
+    vocabulary_writer: tuple[BeliefStore, VocabularyPrebuilder], settings: Settings
+) -> None:
+    store, prebuilder = vocabulary_writer
+    tenant = _tenant()
+    cache = _cache_holding(store, prebuilder, [tenant])
+    admin = redis.Redis.from_url(settings.redis_url)
+
+    async def scenario() -> None:
+        warmer = VocabularyWarmer(cache, settings.redis_url, _shared(store).channel)
+        task = asyncio.create_task(warmer.run())
+        try:
+            await asyncio.wait_for(warmer.listening.wait(), 10)
+            assert admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub") >= 1  # as a Redis restart would
+            deadline = time.monotonic() + 10
+            while warmer.subscriptions < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert warmer.subscriptions == 2 and warmer.listening.is_set()
+            await asyncio.to_thread(put_all, store, make_belief(tenant, "ann", "stream_processor", aliases=["flink"]))
+            await asyncio.to_thread(prebuilder.run_pending)
+            await _until_current(cache, store, tenant)
+        finally:
+            task.cancel()
+            admin.close()
+
+    asyncio.run(scenario())
+    assert _held_version(cache, tenant) == _version(store, tenant)

@@ -80,23 +80,22 @@ class VocabularyWarmer:
         self.redis_url = redis_url
         self.channel = channel
         self.listening = asyncio.Event()  # set while subscribed (tests wait for it)
+        self.subscriptions = 0  # how many times it subscribed (a reconnection resets the wait)
 
     async def run(self) -> None:
-        """Listen until cancelled, reconnecting after Redis errors."""
+        """Listen until cancelled, subscribing again after a lost connection (or a bug: nothing
+        may end the listening for the process's lifetime), after a wait that doubles while
+        subscribing keeps failing."""
         wait = RETRY_FIRST_S
         while True:
+            subscribed = self.subscriptions
             try:
                 await self._listen()
-            except (RedisError, OSError) as exc:
-                log.warning("vocabulary notices not received (%s); listening again in %.1f s", exc, wait)
-                await asyncio.sleep(wait)
-                wait = min(RETRY_MAX_S, wait * 2)
-            except Exception:  # a bug must not end the listening for the process's lifetime
-                log.exception("vocabulary notices: listener failed; listening again in %.1f s", wait)
-                await asyncio.sleep(wait)
-                wait = min(RETRY_MAX_S, wait * 2)
-            else:  # pragma: no cover - _listen returns only by raising
-                wait = RETRY_FIRST_S
+            except Exception as exc:
+                unexpected = not isinstance(exc, RedisError | OSError)
+                log.warning("vocabulary notices not received (%r); listening again", exc, exc_info=unexpected)
+            wait = RETRY_FIRST_S if self.subscriptions > subscribed else min(RETRY_MAX_S, wait * 2)
+            await asyncio.sleep(wait)
 
     async def _listen(self) -> None:
         # its own connection: a subscribed connection answers nothing else, and its reads block
@@ -106,6 +105,7 @@ class VocabularyWarmer:
         try:
             async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                 await pubsub.subscribe(self.channel)
+                self.subscriptions += 1
                 self.listening.set()
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=LISTEN_TIMEOUT_S)
