@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -36,6 +37,21 @@ def _shared(store: BeliefStore) -> SharedVocabularies:
 def _held_version(cache: VocabularyCache, tenant: str) -> int | None:
     held = {v.tenant_id: v.version for v in cache.entries()}
     return held.get(tenant)
+
+
+@asynccontextmanager
+async def _listening(
+    cache: VocabularyCache, settings: Settings, channel: str
+) -> AsyncIterator[tuple[VocabularyWarmer, asyncio.Task[None]]]:
+    """A running listener (subscribed) over ``cache``; stopped on the way out."""
+    warmer = VocabularyWarmer(cache, settings.redis_url, channel)
+    task = asyncio.create_task(warmer.run())
+    try:
+        await asyncio.wait_for(warmer.listening.wait(), 10)
+        yield warmer, task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def _until_current(cache: VocabularyCache, store: BeliefStore, tenant: str, timeout_s: float = 10) -> None:
@@ -109,15 +125,10 @@ def test_an_announced_vocabulary_is_restored_before_the_next_recall(
     assert reached, "the recall computed the pre-filters of the groups its texts reached"
 
     async def scenario() -> None:
-        warmer = VocabularyWarmer(cache, settings.redis_url, _shared(store).channel)
-        task = asyncio.create_task(warmer.run())
-        try:
-            await asyncio.wait_for(warmer.listening.wait(), 10)
+        async with _listening(cache, settings, _shared(store).channel):
             await asyncio.to_thread(put_all, store, make_belief(tenant, "ann", "stream_processor", aliases=["flink"]))
             assert await asyncio.to_thread(prebuilder.run_pending) == {tenant: "built"}  # the worker's
             await _until_current(cache, store, tenant)
-        finally:
-            task.cancel()
 
     asyncio.run(scenario())
     second = _version(store, tenant)
@@ -212,21 +223,18 @@ def test_the_listener_survives_malformed_notices_and_a_failing_refresh(
     publisher = redis.Redis.from_url(settings.redis_url)
 
     async def scenario() -> None:
-        warmer = VocabularyWarmer(cache, settings.redis_url, channel)
-        task = asyncio.create_task(warmer.run())
-        try:
-            await asyncio.wait_for(warmer.listening.wait(), 10)
+        async with _listening(cache, settings, channel) as (_, task):
             for payload in (b"garbage", orjson.dumps(["t-boom", 1]), b'["x"]'):
                 publisher.publish(channel, payload)
             put_all(store, make_belief(tenant, "ann", "stream_processor", aliases=["flink"]))
             prebuilder.run_pending()
             await _until_current(cache, store, tenant)
             assert not task.done()
-        finally:
-            task.cancel()
-            publisher.close()
 
-    asyncio.run(scenario())
+    try:
+        asyncio.run(scenario())
+    finally:
+        publisher.close()
     assert ("t-boom", 1) in refreshed
     assert _held_version(cache, tenant) == _version(store, tenant)
 
@@ -253,10 +261,7 @@ def test_the_listener_subscribes_again_after_losing_its_connection(
     admin = redis.Redis.from_url(settings.redis_url)
 
     async def scenario() -> None:
-        warmer = VocabularyWarmer(cache, settings.redis_url, _shared(store).channel)
-        task = asyncio.create_task(warmer.run())
-        try:
-            await asyncio.wait_for(warmer.listening.wait(), 10)
+        async with _listening(cache, settings, _shared(store).channel) as (warmer, _):
             assert admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub") >= 1  # as a Redis restart would
             deadline = time.monotonic() + 10
             while warmer.subscriptions < 2 and time.monotonic() < deadline:
@@ -265,9 +270,9 @@ def test_the_listener_subscribes_again_after_losing_its_connection(
             await asyncio.to_thread(put_all, store, make_belief(tenant, "ann", "stream_processor", aliases=["flink"]))
             await asyncio.to_thread(prebuilder.run_pending)
             await _until_current(cache, store, tenant)
-        finally:
-            task.cancel()
-            admin.close()
 
-    asyncio.run(scenario())
+    try:
+        asyncio.run(scenario())
+    finally:
+        admin.close()
     assert _held_version(cache, tenant) == _version(store, tenant)
