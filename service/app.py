@@ -11,6 +11,7 @@ Run it with ``uvicorn service.app:create_app --factory``.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -26,6 +27,7 @@ from service.config import Settings, get_settings
 from service.console import install_console
 from service.mcp.server import mount as mount_mcp
 from service.process import collect_every, freeze_startup_heap, paced_interval
+from service.recall.tier_cache import refresh_filter_tiers
 from service.recall.vocabulary_warmer import VocabularyWarmer
 from service.storage.client import build_async_client, build_client, close_client
 from service.telemetry.logs import configure_logging
@@ -50,11 +52,16 @@ def vocabulary_refreshes(settings: Settings, services: Services) -> VocabularyWa
     """The listener that restores announced vocabularies of this process's active tenants before
     their next recall (service/recall/vocabulary_warmer.py); none when recall does not share
     vocabularies through Redis or the setting is off."""
-    matcher = services.recall.builder.matcher
+    builder = services.recall.builder
+    matcher = builder.matcher
     shared = matcher.cache.shared if matcher is not None else None
     if matcher is None or shared is None or not settings.recall.vocabulary_refresh:
         return None
-    return VocabularyWarmer(matcher.cache, settings.redis_url, shared.channel)
+    tiers = None
+    within_s = settings.recall.tier_refresh_within_s
+    if builder.tier_cache is not None and within_s > 0:
+        tiers = functools.partial(refresh_filter_tiers, builder.tier_cache, builder.store, within_s=within_s)
+    return VocabularyWarmer(matcher.cache, settings.redis_url, shared.channel, tiers=tiers)
 
 
 def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIRouter] = ()) -> FastAPI:

@@ -53,6 +53,12 @@ class RecallDefaults(BaseSettings):
     # their next recall asks (service/recall/vocabulary_warmer.py): the first recall after a
     # write then skips the restore (~2 ms at 1,000 beliefs). Needs vocabulary_shared_ttl_s > 0.
     vocabulary_refresh: bool = True
+    # With vocabulary_refresh: after a tenant write, each API process also searches again the
+    # filter tiers (persona, pinned, questions) of the tenant's recalls it served in the last this
+    # many seconds (at most 4 per tenant), so the next recall of the same caller finds them in the
+    # tier cache below (service/recall/tier_cache.py). Costs one OpenSearch search per such caller
+    # per write and process. 0: off.
+    tier_refresh_within_s: float = Field(60.0, ge=0.0, le=3600.0)
     # The filter tiers (persona, pinned, questions) of recent recalls, kept per API process and
     # reused until the tenant writes (service/recall/tier_cache.py); 0 entries turns it off. The
     # age bounds how long an entry can live if Redis lost its version counters. Only keys used

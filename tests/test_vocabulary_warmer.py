@@ -276,3 +276,21 @@ def test_the_listener_subscribes_again_after_losing_its_connection(
     finally:
         admin.close()
     assert _held_version(cache, tenant) == _version(store, tenant)
+
+
+def test_each_announced_tenant_also_gets_its_filter_tiers_refreshed(
+    vocabulary_writer: tuple[BeliefStore, VocabularyPrebuilder], settings: Settings
+) -> None:
+    store, prebuilder = vocabulary_writer
+    cache = _cache_holding(store, prebuilder, [])
+    asked: list[str] = []
+
+    def tiers(tenant_id: str) -> int:
+        asked.append(tenant_id)
+        if tenant_id == "t-boom":
+            raise RuntimeError("a store that does not answer")
+        return 1
+
+    warmer = VocabularyWarmer(cache, settings.redis_url, _shared(store).channel, tiers=tiers)
+    warmer.refresh_all({"t-boom": 3, "t-fine": 2})  # never raises
+    assert asked == ["t-boom", "t-fine"]

@@ -49,11 +49,15 @@ does not outlive the erase in the cache of a process that keeps serving the tena
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from dataclasses import dataclass
 
 from service.domain.belief import Belief
+from service.lru import BoundedLru
 from service.recall.versioned_cache import TenantVersionedCache
-from service.storage.beliefs import CachedTier, LinkedBeliefs, RelevantTier
+from service.storage import calls
+from service.storage.beliefs import BeliefStore, CachedTier, FilterTierQuery, FilterTiers, LinkedBeliefs, RelevantTier
 
 # Estimated bytes (measured with tracemalloc, docs/operations.md "Recall caches"): an entry's own
 # structures (key digest, tuples, records, LRU and per-tenant index slots), and a decoded belief
@@ -82,9 +86,44 @@ def _belief_bytes(belief: Belief) -> int:
     return BELIEF_BYTES + sum(sys.getsizeof(text) for text in texts)
 
 
+# The filter-tier searches remembered for a refresh: per tenant the most recently used ones, for
+# this many tenants (a few hundred bytes each: routing, bodies, key).
+QUERIES_PER_TENANT = 4
+QUERY_TENANTS = 4096
+
+
 class TierCache(TenantVersionedCache[CachedTier]):
     def __init__(self, *, max_entries: int, max_age_s: float, max_bytes: int | None = None):
         super().__init__(max_entries=max_entries, max_age_s=max_age_s, max_bytes=max_bytes, weigh=estimated_bytes)
+        # tenant -> {key: (the filter tiers' searches, monotonic time of their last use)}
+        self._queries: BoundedLru[str, dict[bytes, tuple[FilterTierQuery, float]]] = BoundedLru(QUERY_TENANTS)
+        self._queries_lock = threading.Lock()
+
+    def remember(self, tenant_id: str, query: FilterTierQuery) -> None:
+        """Note that a recall of the tenant used these filter-tier searches (computed or cached)."""
+        with self._queries_lock:
+            recent = self._queries.get(tenant_id)
+            if recent is None:
+                recent = {}
+                self._queries.put(tenant_id, recent)
+            recent[query.key] = (query, time.monotonic())
+            while len(recent) > QUERIES_PER_TENANT:
+                del recent[min(recent, key=lambda k: recent[k][1])]
+
+    def used(self, tenant_id: str, key: bytes) -> None:
+        """A recall found the filter tiers under ``key``: their searches were used now."""
+        with self._queries_lock:
+            recent = self._queries.peek(tenant_id)
+            held = recent.get(key) if recent is not None else None
+            if recent is not None and held is not None:
+                recent[key] = (held[0], time.monotonic())
+
+    def recent_queries(self, tenant_id: str, within_s: float) -> list[FilterTierQuery]:
+        """The tenant's filter-tier searches used in the last ``within_s`` seconds."""
+        since = time.monotonic() - within_s
+        with self._queries_lock:
+            recent = self._queries.peek(tenant_id) or {}
+            return [query for query, used in recent.values() if used >= since]
 
     def bind(self, tenant_id: str, version: int | None) -> BoundTierCache | None:
         """The cache as seen by one recall of ``tenant_id`` at ``version``; None (no caching) when
@@ -104,7 +143,34 @@ class BoundTierCache:
     version: int
 
     def get(self, key: bytes) -> CachedTier | None:
-        return self.cache.lookup(self.tenant_id, self.version, key)
+        found = self.cache.lookup(self.tenant_id, self.version, key)
+        if isinstance(found, FilterTiers):
+            self.cache.used(self.tenant_id, key)
+        return found
 
-    def put(self, key: bytes, tiers: CachedTier) -> None:
+    def put(self, key: bytes, tiers: CachedTier, query: FilterTierQuery | None = None) -> None:
         self.cache.store(self.tenant_id, self.version, key, tiers)
+        if query is not None:
+            self.cache.remember(self.tenant_id, query)
+
+
+def refresh_filter_tiers(cache: TierCache, store: BeliefStore, tenant_id: str, *, within_s: float) -> int:
+    """Search again the filter tiers of the tenant's recalls of the last ``within_s`` seconds in
+    this process, at the tenant's current write version (read first, as a recall reads it before
+    it searches), and keep them: after a write, the next recall of the same caller finds them
+    instead of searching them. Only what a recall would have stored is stored (the same searches,
+    the same key, the same version rule), so answers are unchanged. Searches already held at the
+    current version are skipped (a notice without a write). Returns how many were searched."""
+    if store.versions is None or not cache.enabled:
+        return 0
+    wanted = cache.recent_queries(tenant_id, within_s)
+    if not wanted:
+        return 0
+    version = store.versions.current(tenant_id)
+    searched = 0
+    for query in wanted:
+        if cache.holds(tenant_id, version, query.key):
+            continue
+        cache.store(tenant_id, version, query.key, calls.run(store.client, store.filter_tiers_reads(query)))
+        searched += 1
+    return searched

@@ -91,6 +91,14 @@ class TenantVersionedCache(Generic[V]):
             self.hits += 1
             return entry.value
 
+    def holds(self, tenant_id: str, version: int, key: bytes) -> bool:
+        """Whether :meth:`lookup` would find ``key`` (not counted as a lookup, recency unchanged)."""
+        with self._lock:
+            entry = self._entries.peek((tenant_id, key))
+            return (
+                entry is not None and entry.version == version and time.monotonic() - entry.stored_at <= self.max_age_s
+            )
+
     def store(self, tenant_id: str, version: int, key: bytes, value: V) -> None:
         """Keep ``value``, computed at ``version``, unless a newer version of the tenant was seen
         meanwhile or it is larger than the whole cache."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -75,8 +76,19 @@ class VocabularyWarmer:
     """Listens on ``channel`` and refreshes ``cache`` (see the module docstring). :meth:`run` is
     the API process's background task; :meth:`refresh_all` is one batch of notices."""
 
-    def __init__(self, cache: VocabularyCache, redis_url: str, channel: str):
+    def __init__(
+        self,
+        cache: VocabularyCache,
+        redis_url: str,
+        channel: str,
+        *,
+        tiers: Callable[[str], int] | None = None,
+    ):
+        """``tiers``: called with each announced tenant after its vocabulary (a write stored a new
+        entry): the filter tiers of its recent recalls searched again
+        (:func:`service.recall.tier_cache.refresh_filter_tiers`), returning how many."""
         self.cache = cache
+        self.tiers = tiers
         self.redis_url = redis_url
         self.channel = channel
         self.listening = asyncio.Event()  # set while subscribed (tests wait for it)
@@ -130,3 +142,15 @@ class VocabularyWarmer:
                 log.warning("vocabulary of %s not refreshed; its next recall restores it", tenant, exc_info=True)
                 outcome = "failed"
             metrics.VOCABULARY_REFRESH.labels(outcome).inc()
+            if self.tiers is not None:
+                self._refresh_tiers(tenant, self.tiers)
+
+    @staticmethod
+    def _refresh_tiers(tenant: str, tiers: Callable[[str], int]) -> None:
+        try:
+            searched = tiers(tenant)
+        except Exception:
+            log.warning("filter tiers of %s not refreshed; its next recall searches them", tenant, exc_info=True)
+            metrics.TIER_REFRESH.labels("failed").inc()
+            return
+        metrics.TIER_REFRESH.labels("searched" if searched else "none").inc(max(1, searched))

@@ -134,6 +134,18 @@ class LinkedBeliefs:
 CachedTier = FilterTiers | RelevantTier | LinkedBeliefs
 
 
+@dataclass(frozen=True)
+class FilterTierQuery:
+    """The filter tiers' searches as a recall sent them (routing and bodies, built by the
+    chokepoint for its principal, scopes and budget) and the memo key their answer was kept under:
+    what a refresh searches again after the tenant writes (service/recall/tier_cache.py), so the
+    next recall of the same caller finds them at the new version."""
+
+    key: bytes
+    routing: str
+    bodies: tuple[tuple[str, dict[str, Any]], ...]
+
+
 class TierMemo(Protocol):
     """Where :meth:`BeliefStore.recall_candidates` may find and leave the filter tiers and the
     relevant tier (and :meth:`BeliefStore.get_many` the relation hop's beliefs), keyed by a digest
@@ -142,7 +154,8 @@ class TierMemo(Protocol):
 
     def get(self, key: bytes) -> CachedTier | None: ...
 
-    def put(self, key: bytes, tiers: CachedTier) -> None: ...
+    def put(self, key: bytes, tiers: CachedTier, query: FilterTierQuery | None = None) -> None:
+        """``query``: the searches that computed ``tiers`` when they are the filter tiers."""
 
 
 @dataclass(frozen=True)
@@ -215,9 +228,9 @@ class _TierLookup(Generic[T]):
         """The bodies still to send: none when the memo held their answer."""
         return [] if self.cached is not None else bodies
 
-    def keep(self, tiers: T) -> None:
+    def keep(self, tiers: T, query: FilterTierQuery | None = None) -> None:
         if self.memo is not None:
-            self.memo.put(self.key, tiers)
+            self.memo.put(self.key, tiers, query)
 
 
 class BeliefStore:
@@ -638,13 +651,19 @@ class BeliefStore:
             hits.questions = list(filter_tiers.cached.questions)
             hits.filter_quarantined = list(filter_tiers.cached.quarantined)
         else:
-            filter_tiers.keep(hits.filter_tiers())
+            filter_tiers.keep(hits.filter_tiers(), FilterTierQuery(filter_tiers.key, routing, tuple(filter_bodies)))
         if relevant_tier.cached is not None:
             hits.relevant = list(relevant_tier.cached.hits)
             hits.relevant_quarantined = list(relevant_tier.cached.quarantined)
         else:
             relevant_tier.keep(hits.relevant_tier())
         return hits
+
+    def filter_tiers_reads(self, query: FilterTierQuery) -> Reads[FilterTiers]:
+        """The filter tiers of ``query`` searched again, exactly as the recall that sent them did
+        (what :func:`service.recall.tier_cache.refresh_filter_tiers` keeps for the next one)."""
+        hits = yield from self._run_tiers(list(query.bodies), query.routing, explain=False)
+        return hits.filter_tiers()
 
     def _run_tiers(self, bodies: list[tuple[str, dict[str, Any]]], routing: str, explain: bool) -> Reads[RecallHits]:
         hits = RecallHits()

@@ -74,6 +74,13 @@ VOCABULARY_REFRESH = Counter(
     "builds; failed: a store did not answer)",
     ["outcome"],
 )
+TIER_REFRESH = Counter(
+    "tenure_tier_refresh_total",
+    "Filter tiers searched again by an API process after a tenant write, before the next recall "
+    "of the same caller (searched: one set of filter-tier searches; none: a notice with no recent "
+    "recall of the tenant in the process, or all already current; failed: a store did not answer)",
+    ["outcome"],
+)
 RATE_LIMITED = Counter(
     "tenure_rate_limit_refusals_total",
     "Requests refused with 429, by bucket (credential, tenant, failed_auth)",

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.api.state import Services
 from service.domain.belief import Belief
-from service.recall.tier_cache import TierCache
+from service.recall.tier_cache import TierCache, refresh_filter_tiers
 from service.storage.beliefs import BeliefStore, FilterTiers
 from tests.api.conftest import Team, belief_body, ok
 
@@ -99,6 +99,44 @@ def test_two_tenants_and_two_users_never_share_entries(client: TestClient, team:
         assert _pinned(_recall(client, other_team, "alice")) == ["b-b"]
         assert _pinned(_recall(client, team, "bob")) == ["b-bob"]
         assert _pinned(_recall(client, team, "alice", ["domain:writing"])) == []
+
+
+def test_after_a_write_a_refresh_gives_the_next_recall_the_new_answer_from_the_cache(
+    client: TestClient, services: Services, team: Team
+) -> None:
+    """What the API's listener does on a write's notice (service/recall/vocabulary_warmer.py):
+    the filter tiers of the tenant's recent callers are searched again at the new version, and
+    their next recall is served from the cache with what it would have searched itself."""
+    cache = _cache(services)
+    assert _pinned(_recall(client, team, "alice")) == []
+    _add(client, team, "bob", "b-new", "project:pay", pinned=True)
+    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 1  # alice's searches
+    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 0  # already current
+    hits = cache.hits
+    assert _pinned(_recall(client, team, "alice")) == ["b-new"]
+    assert cache.hits == hits + 1
+    ok(client.post("/v1/beliefs/b-new/unpin", headers=team.h("bob")))
+    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 1
+    assert _pinned(_recall(client, team, "alice")) == [] and cache.hits == hits + 2
+
+
+def test_a_refresh_searches_only_the_tenants_recent_callers(
+    client: TestClient, services: Services, team: Team, other_team: Team
+) -> None:
+    cache = _cache(services)
+    _add(client, team, "alice", "b-a", "domain:code", pinned=True)
+    _add(client, other_team, "alice", "b-b", "domain:code", pinned=True)
+    assert _pinned(_recall(client, team, "alice")) == ["b-a"]
+    assert _pinned(_recall(client, team, "bob")) == []
+    assert _pinned(_recall(client, other_team, "alice")) == ["b-b"]
+    _add(client, team, "bob", "b-bob", "project:pay", pinned=True)
+    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=0) == 0  # none that recent
+    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 2  # alice's and bob's
+    hits = cache.hits
+    assert sorted(_pinned(_recall(client, team, "alice"))) == ["b-a", "b-bob"]
+    assert _pinned(_recall(client, team, "bob")) == ["b-bob"]
+    assert _pinned(_recall(client, other_team, "alice")) == ["b-b"]  # the other tenant: its own, as before
+    assert cache.hits == hits + 3
 
 
 def test_without_a_write_version_nothing_is_cached(services: Services, team: Team) -> None:
