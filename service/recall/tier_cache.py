@@ -39,6 +39,15 @@ measured when nothing shares them), where the process grows by ~0.6 KB per entry
 cache holds the same beliefs. A relevant entry is estimated the same way, plus its clause names
 (:data:`CLAUSE_BYTES` each). The key is a BLAKE2b-256 digest of the queries (~2 KB of JSON).
 
+After a write, the tenant's next recall would search its filter tiers again; the user who just
+got an answer is usually the one whose next message comes. So each process remembers the
+filter-tier searches of the tenants' recent recalls (at most :data:`QUERIES_PER_TENANT` per tenant,
+the most recently used) and, when the API's listener hears of the write
+(:mod:`service.recall.vocabulary_warmer`), :func:`refresh_filter_tiers` searches again those used
+in the last ``tier_refresh_within_s`` seconds and stores them at the new version, as the recall
+would have: the same searches (built by the chokepoint for that caller), the same key, the same
+version rule. A caller whose grants changed since builds other searches, so another key.
+
 A write whose bump Redis refuses fails the request (the write stands, a retry is safe), so the age
 only matters if Redis loses its data: its counters restart at 0 and could climb back to a version
 an entry was computed at; the age bounds that window. When a process sees a
