@@ -96,9 +96,9 @@ def _belief_bytes(belief: Belief) -> int:
 
 
 # The filter-tier searches remembered for a refresh: per tenant the most recently used ones, for
-# this many tenants (a few hundred bytes each: routing, bodies, key).
+# this many tenants (~2 KB each as JSON: at most ~16 MB, far less for most deployments).
 QUERIES_PER_TENANT = 4
-QUERY_TENANTS = 4096
+QUERY_TENANTS = 2048
 
 
 class TierCache(TenantVersionedCache[CachedTier]):

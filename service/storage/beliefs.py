@@ -136,14 +136,18 @@ CachedTier = FilterTiers | RelevantTier | LinkedBeliefs
 
 @dataclass(frozen=True)
 class FilterTierQuery:
-    """The filter tiers' searches as a recall sent them (routing and bodies, built by the
-    chokepoint for its principal, scopes and budget) and the memo key their answer was kept under:
-    what a refresh searches again after the tenant writes (service/recall/tier_cache.py), so the
-    next recall of the same caller finds them at the new version."""
+    """The filter tiers' searches as a recall sent them (``[index, routing, bodies]``, built by
+    the chokepoint for its principal, scopes and budget, as the JSON the memo key digests: ~2 KB,
+    where the bodies as dicts are ~18 KB) and that key: what a refresh searches again after the
+    tenant writes (service/recall/tier_cache.py), so the next recall of the same caller finds them
+    at the new version."""
 
     key: bytes
-    routing: str
-    bodies: tuple[tuple[str, dict[str, Any]], ...]
+    sent: bytes
+
+    def routed_bodies(self) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+        _index, routing, bodies = orjson.loads(self.sent)
+        return str(routing), [(str(name), body) for name, body in bodies]
 
 
 class TierMemo(Protocol):
@@ -215,14 +219,16 @@ class _TierLookup(Generic[T]):
     memo: TierMemo | None
     key: bytes
     cached: T | None
+    sent: bytes = b""  # the queries as JSON (what the key digests)
 
     @classmethod
     def of(cls, memo: TierMemo | None, queries_sent: list[Any], kind: type[T]) -> _TierLookup[T]:
         if memo is None:
             return cls(None, b"", None)
-        key = hashlib.blake2b(orjson.dumps(queries_sent), digest_size=32).digest()
+        sent = orjson.dumps(queries_sent)
+        key = hashlib.blake2b(sent, digest_size=32).digest()
         found = memo.get(key)
-        return cls(memo, key, found if isinstance(found, kind) else None)
+        return cls(memo, key, found if isinstance(found, kind) else None, sent)
 
     def wanted(self, bodies: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
         """The bodies still to send: none when the memo held their answer."""
@@ -651,7 +657,7 @@ class BeliefStore:
             hits.questions = list(filter_tiers.cached.questions)
             hits.filter_quarantined = list(filter_tiers.cached.quarantined)
         else:
-            filter_tiers.keep(hits.filter_tiers(), FilterTierQuery(filter_tiers.key, routing, tuple(filter_bodies)))
+            filter_tiers.keep(hits.filter_tiers(), FilterTierQuery(filter_tiers.key, filter_tiers.sent))
         if relevant_tier.cached is not None:
             hits.relevant = list(relevant_tier.cached.hits)
             hits.relevant_quarantined = list(relevant_tier.cached.quarantined)
@@ -662,7 +668,8 @@ class BeliefStore:
     def filter_tiers_reads(self, query: FilterTierQuery) -> Reads[FilterTiers]:
         """The filter tiers of ``query`` searched again, exactly as the recall that sent them did
         (what :func:`service.recall.tier_cache.refresh_filter_tiers` keeps for the next one)."""
-        hits = yield from self._run_tiers(list(query.bodies), query.routing, explain=False)
+        routing, bodies = query.routed_bodies()
+        hits = yield from self._run_tiers(bodies, routing, explain=False)
         return hits.filter_tiers()
 
     def _run_tiers(self, bodies: list[tuple[str, dict[str, Any]]], routing: str, explain: bool) -> Reads[RecallHits]:
