@@ -109,7 +109,8 @@ class TierCache(TenantVersionedCache[CachedTier]):
         self._queries_lock = threading.Lock()
 
     def remember(self, tenant_id: str, query: FilterTierQuery) -> None:
-        """Note that a recall of the tenant used these filter-tier searches (computed or cached)."""
+        """Note that a recall of the tenant searched these filter tiers (a cached answer's use is
+        :meth:`used`); the tenant keeps its :data:`QUERIES_PER_TENANT` most recently used."""
         with self._queries_lock:
             recent = self._queries.get(tenant_id)
             if recent is None:

@@ -1,5 +1,5 @@
-"""Tenant vocabularies restored in the API process when a write's vocabulary is stored, before the
-tenant's next recall asks for it.
+"""Tenant vocabularies (and the filter tiers of recent callers) refreshed in the API process when a
+write's vocabulary is stored, before the tenant's next recall asks for them.
 
 In a session, each turn's extraction writes the tenant's beliefs; a worker then builds the
 vocabulary at the new write version and stores it in Redis (:mod:`service.recall.prebuild`,
@@ -14,11 +14,15 @@ tenants it holds at an older version (:meth:`VocabularyCache.refresh`) on a work
 request path; the recall that follows finds the vocabulary ready. A tenant this process does not
 hold (or holds idle) is left alone, so memory and work follow the tenants active here.
 
+On the same notice the filter tiers of the tenant's recent callers in this process are searched
+again at the new write version (``tiers``: :func:`service.recall.tier_cache.refresh_filter_tiers`),
+so the next recall of the author of the extracted turn sends only its relevant tier.
+
 Nothing depends on it: a notice lost (Redis restarted, the listener reconnecting, the process
 busy), late or for an entry already replaced only means the next recall restores the entry itself,
 as before, with the same result (the entry and its checks are the same). Several notices waiting
 at once are merged per tenant, the newest version kept. Outcomes are counted in
-``tenure_vocabulary_refresh_total``.
+``tenure_vocabulary_refresh_total`` and ``tenure_tier_refresh_total``.
 """
 
 from __future__ import annotations
