@@ -201,20 +201,20 @@ def _range_keys(joined: str, offsets: array[int]) -> npt.NDArray[np.uint64]:
     """Each distinct (prefix, length) range's :func:`_range_key`, from the terms' code points:
     in :func:`_order` the terms of one prefix, and of one range, are contiguous runs, so only the
     first term of each prefix is sliced and hashed in Python."""
+    guard = queries.PREFIX_LENGTH
     cuts = _cuts(offsets)
     starts, lengths = cuts[:-1], np.diff(cuts)
     # surrogatepass: a lone surrogate a stored alias may hold is one code point, as in the str
     points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
     new_prefix = np.zeros(len(starts), np.bool_)
     new_prefix[0] = True
-    for k in range(queries.PREFIX_LENGTH):
+    for k in range(guard):
         # the k-th character, or a value no code point has for a term shorter than k + 1
         present = lengths > k
         point = np.full(len(starts), _NO_POINT, np.uint32)
         point[present] = points[starts[present] + k]
         new_prefix[1:] |= point[1:] != point[:-1]
     firsts = np.flatnonzero(new_prefix)
-    guard = queries.PREFIX_LENGTH
     heads = zip(starts[firsts].tolist(), lengths[firsts].tolist(), strict=True)
     hashed = [hash(joined[a : a + min(n, guard)]) for a, n in heads]
     prefixes = np.repeat(np.array(hashed, np.int64), np.diff(np.append(firsts, len(starts)))).view(np.uint64)
