@@ -25,6 +25,7 @@ from service.api.rest import build_rest_app
 from service.api.state import AsyncClients, Services, ensure_indices
 from service.config import Settings, get_settings
 from service.console import install_console
+from service.lean_redis import event_loop_redis
 from service.mcp.server import mount as mount_mcp
 from service.process import collect_every, freeze_startup_heap, paced_interval
 from service.recall.tier_cache import refresh_filter_tiers
@@ -78,7 +79,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         # the event loop's clients: recall and the rate limit run through them without a thread hop
         async_clients = AsyncClients.here(
             build_async_client(config),
-            redis.asyncio.Redis.from_url(config.redis_url, socket_timeout=5, socket_connect_timeout=2),
+            event_loop_redis(config.redis_url, socket_timeout=5, connect_timeout=2),
         )
         services = Services.build(config, client, redis_client, async_clients)
         app.state.services = services

@@ -27,6 +27,7 @@ import redis.asyncio
 from pydantic import BaseModel, ValidationError
 
 from service import redis_keys
+from service.lean_redis import EventLoopRedis
 from service.loops import LoopBound, on_loop
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class RedisOutbox(Generic[M]):
         model: type[M],
         *,
         max_pending: int,
-        async_redis: LoopBound[redis.asyncio.Redis[bytes]] | None = None,
+        async_redis: LoopBound[EventLoopRedis] | None = None,
     ):
         self.redis = rds
         self.key = key

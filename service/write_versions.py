@@ -28,6 +28,7 @@ import redis.asyncio
 
 from service import redis_keys
 from service.errors import StoreUnavailable
+from service.lean_redis import LeanPipeline
 
 
 class TenantWriteVersions:
@@ -86,7 +87,9 @@ UNKNOWN = TenantVersions(None, None)
 
 
 def queue_versions(
-    pipe: redis.client.Pipeline[bytes] | redis.asyncio.client.Pipeline[bytes], namespace: str, tenant_id: str
+    pipe: redis.client.Pipeline[bytes] | redis.asyncio.client.Pipeline[bytes] | LeanPipeline,
+    namespace: str,
+    tenant_id: str,
 ) -> None:
     """Queue the reads of a tenant's write and accounts versions (in that order, the last two
     commands) on someone else's pipeline (the rate limit's), so the request's one Redis round trip

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from opensearchpy import AsyncOpenSearch, OpenSearch
 from redis import Redis
-from redis.asyncio import Redis as AsyncRedis
 
 from service.auth.authenticator import Authenticator
 from service.auth.guard import AuthGuard
@@ -19,6 +18,7 @@ from service.config import Settings
 from service.errors import StoreUnavailable
 from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.reviews import ReviewService
+from service.lean_redis import EventLoopRedis
 from service.loops import LoopBound
 from service.provisioning.service import ProvisioningService
 from service.proxy.service import MemoryLoop
@@ -51,15 +51,15 @@ class AsyncClients:
     recall in the API and the proxy runs through them without a thread-pool hop."""
 
     opensearch: LoopBound[AsyncOpenSearch]
-    redis: LoopBound[AsyncRedis[bytes]]
+    redis: LoopBound[EventLoopRedis]
 
     @classmethod
-    def here(cls, opensearch: AsyncOpenSearch, redis: AsyncRedis[bytes]) -> AsyncClients:
+    def here(cls, opensearch: AsyncOpenSearch, redis: EventLoopRedis) -> AsyncClients:
         return cls(LoopBound.here(opensearch), LoopBound.here(redis))
 
     async def aclose(self) -> None:
         await close_async_client(self.opensearch.client)
-        await self.redis.client.aclose()  # type: ignore[attr-defined]  # redis>=5 (the stubs are 4.x)
+        await self.redis.client.aclose()  # type: ignore[union-attr]  # redis>=5 (the stubs are 4.x)
 
 
 @dataclass

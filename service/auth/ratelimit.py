@@ -32,6 +32,7 @@ import redis.asyncio
 from service import redis_keys, write_versions
 from service.auth.authenticator import Identity
 from service.errors import RateLimited, StoreUnavailable
+from service.lean_redis import EventLoopRedis
 from service.loops import LoopBound, on_loop
 from service.write_versions import UNKNOWN, TenantVersions
 
@@ -100,7 +101,7 @@ class RateLimiter:
         burst: int,
         tenant_per_s: float = 0.0,
         tenant_burst: int = 1,
-        async_redis: LoopBound[redis.asyncio.Redis[bytes]] | None = None,
+        async_redis: LoopBound[EventLoopRedis] | None = None,
     ):
         self.redis = redis_client
         self.async_redis = async_redis  # the event loop's client (acharge); without it acharge hops to a thread

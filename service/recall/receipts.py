@@ -23,6 +23,7 @@ import redis.asyncio
 
 from service import redis_keys
 from service.config import Settings
+from service.lean_redis import EventLoopRedis
 from service.loops import LoopBound
 from service.outbox import RedisOutbox
 from service.storage.audit import AuditEvent, AuditStore
@@ -46,7 +47,7 @@ class ReceiptOutbox:
         *,
         max_pending: int,
         enabled: bool = True,
-        async_redis: LoopBound[redis.asyncio.Redis[bytes]] | None = None,
+        async_redis: LoopBound[EventLoopRedis] | None = None,
     ):
         self.enabled = enabled
         self.audit = audit
@@ -60,7 +61,7 @@ class ReceiptOutbox:
         settings: Settings,
         rds: redis.Redis[bytes],
         audit: AuditStore,
-        async_redis: LoopBound[redis.asyncio.Redis[bytes]] | None = None,
+        async_redis: LoopBound[EventLoopRedis] | None = None,
     ) -> ReceiptOutbox:
         return cls(
             rds,

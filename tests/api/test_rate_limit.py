@@ -28,6 +28,8 @@ from service.auth.ratelimit import RateLimiter
 from service.config import Settings
 from service.domain.principal import Principal, Role
 from service.errors import RateLimited
+from service.lean_redis import LeanRedis, LeanScript, event_loop_redis
+from service.loops import LoopBound
 from service.storage.audit import AuditQuery
 from service.write_versions import TenantVersions
 from tests.api.conftest import Team, auth, belief_body, ok
@@ -212,3 +214,28 @@ def test_one_round_trip_survives_a_flushed_script_cache(services: Services) -> N
     assert limiter.charge(identity, read_only=True) == TenantVersions(0, 0)
     with pytest.raises(RateLimited):
         limiter.charge(identity, read_only=True)
+
+
+def test_the_event_loop_charges_through_the_lean_client_and_survives_a_flushed_script_cache(
+    services: Services,
+) -> None:
+    """The API's loop talks to Redis through ``LeanRedis`` (rate limit and receipts); its charge is
+    the same one round trip, loaded again on NOSCRIPT after a SCRIPT FLUSH, counted once."""
+    assert isinstance(services.limiter.async_redis and services.limiter.async_redis.client, LeanRedis)
+    assert isinstance(services.receipts.outbox._aadd and services.receipts.outbox._aadd.client, LeanScript)
+    namespace = f"rl-{uuid.uuid4().hex[:8]}"
+    identity = Identity(Principal(tenant_id="t-flush-async", user_id="u"), "jwt", None)
+
+    async def charges() -> list[TenantVersions]:
+        client = event_loop_redis(services.settings.redis_url)
+        limiter = RateLimiter(services.redis, namespace, per_s=0.001, burst=2, async_redis=LoopBound.here(client))
+        try:
+            services.redis.script_flush()
+            answers = [await limiter.acharge(identity, read_only=True) for _ in range(2)]
+            with pytest.raises(RateLimited):
+                await limiter.acharge(identity, read_only=True)
+            return answers
+        finally:
+            await client.aclose()  # type: ignore[union-attr]  # redis>=5 (the stubs are 4.x)
+
+    assert asyncio.run(charges()) == [TenantVersions(0, 0), TenantVersions(0, 0)]
