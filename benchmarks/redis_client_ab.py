@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -29,9 +27,8 @@ from typing import Any
 
 import redis
 import redis.asyncio as aredis
-import uvloop
 
-from deploy.devstack import start_redis
+from benchmarks.redis_parser_ab import run_on_redis
 from service.auth.authenticator import Identity
 from service.auth.ratelimit import RateLimiter
 from service.domain.principal import Principal
@@ -133,18 +130,7 @@ async def measure(url: str, rounds: int, calls: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    owned = None if args.redis_url else start_redis(Path(tempfile.mkdtemp(prefix="client-ab-")))
-    try:
-        url = args.redis_url or owned.url  # type: ignore[union-attr]
-        figures = uvloop.run(measure(url, args.rounds, args.calls))
-    finally:
-        if owned is not None:
-            owned.stop()
-    print(json.dumps(figures), flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(figures, indent=1))
-    return 0
+    return run_on_redis(measure, parse_args(argv), "client-ab-")
 
 
 if __name__ == "__main__":

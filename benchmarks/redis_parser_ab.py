@@ -20,6 +20,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +84,17 @@ async def measure(url: str, rounds: int, calls: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    owned = None if args.redis_url else start_redis(Path(tempfile.mkdtemp(prefix="parser-ab-")))
+Measure = Callable[[str, int, int], Coroutine[Any, Any, dict[str, Any]]]
+
+
+def run_on_redis(measure_rounds: Measure, args: argparse.Namespace, prefix: str) -> int:
+    """``measure_rounds(url, rounds, calls)`` on uvloop against ``--redis-url`` or a
+    ``redis-server`` of its own (its directory named ``prefix...``); prints the figures and
+    writes them to ``--out``."""
+    owned = None if args.redis_url else start_redis(Path(tempfile.mkdtemp(prefix=prefix)))
     try:
         url = args.redis_url or owned.url  # type: ignore[union-attr]
-        figures = uvloop.run(measure(url, args.rounds, args.calls))
+        figures: dict[str, Any] = uvloop.run(measure_rounds(url, args.rounds, args.calls))
     finally:
         if owned is not None:
             owned.stop()
@@ -96,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text(json.dumps(figures, indent=1))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_on_redis(measure, parse_args(argv), "parser-ab-")
 
 
 if __name__ == "__main__":
