@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager
 
 import anyio.to_thread
 import redis
-import redis.asyncio
 from fastapi import APIRouter, FastAPI
 
 from service.api.examples import install as install_examples

@@ -23,7 +23,6 @@ from typing import Generic, TypeVar
 
 import orjson
 import redis
-import redis.asyncio
 from pydantic import BaseModel, ValidationError
 
 from service import redis_keys

@@ -27,7 +27,6 @@ from typing import Any
 
 import anyio.to_thread
 import redis
-import redis.asyncio
 
 from service import redis_keys, write_versions
 from service.auth.authenticator import Identity

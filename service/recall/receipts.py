@@ -19,7 +19,6 @@ from functools import partial
 
 import anyio.to_thread
 import redis
-import redis.asyncio
 
 from service import redis_keys
 from service.config import Settings
