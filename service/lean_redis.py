@@ -282,14 +282,20 @@ class LeanRedis:
         if self.closed:
             raise redis.exceptions.ConnectionError("the Redis client was closed")
         loop = asyncio.get_running_loop()
+        connection: _Connection | None = None
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, connection = await loop.create_connection(_Connection, self.host, self.port)
                 replies = await self._greet(connection)
-        except (OSError, TimeoutError) as exc:
-            raise redis.exceptions.ConnectionError(
+        except BaseException as exc:  # timed out, refused or cancelled: a half-open socket is closed
+            failure = redis.exceptions.ConnectionError(
                 f"cannot connect to Redis at {self.host}:{self.port}: {exc or 'timed out'}"
-            ) from exc
+            )
+            if connection is not None:
+                connection.break_off(failure)
+            if isinstance(exc, OSError | TimeoutError):
+                raise failure from exc
+            raise
         for reply in replies:
             if isinstance(reply, hiredis.ReplyError):
                 error = reply_error(reply)

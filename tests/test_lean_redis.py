@@ -298,3 +298,29 @@ def test_only_plain_redis_urls_get_the_lean_client() -> None:
         return type(chosen[0]), type(chosen[1])
 
     assert asyncio.run(pick()) == (LeanRedis, redis.asyncio.Redis)
+
+
+def test_a_server_that_accepts_but_never_greets_back_times_out_and_its_socket_is_closed(run: Runner[Any]) -> None:
+    async def go() -> tuple[float, bool]:
+        closed = asyncio.Event()
+
+        class Silent(asyncio.Protocol):
+            def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002 - asyncio.Protocol
+                closed.set()
+
+        server = await asyncio.get_running_loop().create_server(Silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = lean(f"redis://:secret@127.0.0.1:{port}/0", connect_timeout=0.3)  # AUTH gets no answer
+        started = time.monotonic()
+        try:
+            with pytest.raises(redis.ConnectionError, match="cannot connect to Redis"):
+                await client.execute_command("PING")
+            waited = time.monotonic() - started
+            await asyncio.wait_for(closed.wait(), 2)  # the half-open socket was closed, not leaked
+            return waited, closed.is_set()
+        finally:
+            await client.aclose()
+            server.close()
+
+    waited, closed = run(go())
+    assert 0.25 <= waited < 1.5 and closed
