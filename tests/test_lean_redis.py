@@ -268,6 +268,26 @@ def test_a_server_that_is_down_fails_fast_with_a_connection_error(run: Runner[An
     assert time.monotonic() - started < 1.5
 
 
+def test_a_value_that_looks_like_a_command_is_stored_as_data(
+    run: Runner[Any], redis_url: str, sync_redis: redis.Redis[bytes], prefix: str
+) -> None:
+    """Arguments are length-prefixed (binary safe): text from a request (a tenant id, a receipt's
+    JSON) can never end one command and start another."""
+    hostile = f"x\r\n*2\r\n$3\r\nDEL\r\n${len(prefix) + 6}\r\n{prefix}canary\r\n"
+    sync_redis.set(f"{prefix}canary", "alive")
+
+    async def go() -> Any:
+        client = lean(redis_url)
+        try:
+            await client.pipeline().execute_command("SET", f"{prefix}hostile", hostile).execute()
+            return await client.execute_command("GET", f"{prefix}hostile")
+        finally:
+            await client.aclose()
+
+    assert run(go()) == hostile.encode()
+    assert sync_redis.get(f"{prefix}canary") == b"alive"
+
+
 def test_arguments_are_encoded_as_redis_py_encodes_them() -> None:
     assert packed(("SET", "k", 1.5)) == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\n1.5\r\n"
     assert packed(("EVALSHA", b"\xff", 2)) == b"*3\r\n$7\r\nEVALSHA\r\n$1\r\n\xff\r\n$1\r\n2\r\n"
