@@ -22,13 +22,12 @@ import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import redis
 import redis.asyncio as aredis
 
-from benchmarks.redis_parser_ab import run_on_redis
+from benchmarks.redis_parser_ab import redis_ab_parser, run_on_redis
 from service.auth.authenticator import Identity
 from service.auth.ratelimit import RateLimiter
 from service.domain.principal import Principal
@@ -41,11 +40,7 @@ CLIENTS = ("redis-py", "lean")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--redis-url", help="a running Redis (default: start one)")
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--calls", type=int, default=3000, help="recalls' round-trip pairs per round and client")
-    parser.add_argument("--out", type=Path)
+    parser = redis_ab_parser(__doc__, rounds=8, calls_help="recalls' round-trip pairs per round and client")
     return parser.parse_args(argv)
 
 

@@ -34,13 +34,18 @@ from service.auth.ratelimit import BUCKET_SCRIPT
 PARSERS: dict[str, Any] = {"python": _AsyncRESP2Parser, "hiredis": _AsyncHiredisParser}
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def redis_ab_parser(doc: str | None, *, rounds: int, calls_help: str) -> argparse.ArgumentParser:
+    """The arguments :func:`run_on_redis` reads: ``--redis-url``, ``--rounds``, ``--calls``, ``--out``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--redis-url", help="a running Redis (default: start one)")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--calls", type=int, default=3000, help="pipelines per round and parser")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--calls", type=int, default=3000, help=calls_help)
     parser.add_argument("--out", type=Path)
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return redis_ab_parser(__doc__, rounds=10, calls_help="pipelines per round and parser").parse_args(argv)
 
 
 async def _pipeline(client: aredis.Redis[bytes], sha: str, i: int) -> list[Any]:
