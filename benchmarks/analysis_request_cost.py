@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -105,6 +106,9 @@ def measure(node: Node, messages: list[dict[str, Requests]], rounds: int) -> dic
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # the requests to measure are the node's analyses: the recorded API sends them (without its
+    # in-process analysis, service/storage/local_analysis.py)
+    os.environ["TENURE_RECALL_LOCAL_ANALYSIS"] = "false"
     messages = [
         shapes_of(sent.path, sent.body)
         for sent in recorded_requests(args)

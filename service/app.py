@@ -30,6 +30,7 @@ from service.process import collect_every, freeze_startup_heap, paced_interval
 from service.recall.tier_cache import refresh_filter_tiers
 from service.recall.vocabulary_warmer import VocabularyWarmer
 from service.storage.client import build_async_client, build_client, close_client
+from service.storage.local_analysis import start_local_analysis
 from service.telemetry.logs import configure_logging
 from service.telemetry.tracing import configure_tracing
 
@@ -80,7 +81,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
             build_async_client(config),
             event_loop_redis(config.redis_url, socket_timeout=5, connect_timeout=2),
         )
-        services = Services.build(config, client, redis_client, async_clients)
+        services = Services.build(config, client, redis_client, async_clients, start_local_analysis(config.recall))
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
         anyio.to_thread.current_default_thread_limiter().total_tokens = config.api.thread_pool_size

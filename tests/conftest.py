@@ -26,6 +26,7 @@ from service.recall.prebuild import VocabularyPrebuilder
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client
+from service.storage.local_analysis import LocalAnalysis
 from service.storage.templates import apply_templates, drop_namespace
 from service.write_versions import TenantWriteVersions
 
@@ -93,6 +94,16 @@ def store(os_client: OpenSearch, settings: Settings) -> Iterator[BeliefStore]:
         )
     finally:
         client.close()
+
+
+@pytest.fixture(scope="session")
+def local_analysis(opensearch_url: str) -> LocalAnalysis:
+    """The API's in-process query analysis (one JVM for the test process, as in an API process):
+    it must start here, so the suite runs the recall as the API does. After the node fixture,
+    which builds deploy/opensearch (its jars and the QueryAnalysis class)."""
+    started = LocalAnalysis.start()
+    assert started is not None, "the JVM with the node's analysis code did not start (scripts/setup.sh builds it)"
+    return started
 
 
 @pytest.fixture

@@ -23,10 +23,11 @@ from evals.runner import run_case_set
 from service.config import Settings
 from service.recall.query import clean_query
 from service.recall.vocabulary import VocabularyMatcher
-from service.storage import access, queries
+from service.storage import access, calls, queries
 from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client
+from service.storage.local_analysis import LocalAnalysis
 from service.storage.templates import apply_templates, drop_namespace
 from tests.conftest import SuiteBackend, fingerprint, principal
 
@@ -40,15 +41,16 @@ Alone = Callable[[], BeliefStore]
 
 
 @pytest.fixture
-def alone(os_client: OpenSearch, store: BeliefStore) -> Iterator[Alone]:
-    """Fresh namespaces (their own index, no other tenant on any shard), dropped afterwards."""
+def alone(os_client: OpenSearch, store: BeliefStore, local_analysis: LocalAnalysis) -> Iterator[Alone]:
+    """Fresh namespaces (their own index, no other tenant on any shard), dropped afterwards; the
+    recall query analysed in process, as the API does."""
     made: list[str] = []
 
     def make() -> BeliefStore:
         ns = f"diff-{uuid.uuid4().hex[:8]}"
         apply_templates(os_client, ns)
         made.append(ns)
-        return BeliefStore(os_client, ns, store.versions)
+        return BeliefStore(os_client, ns, store.versions, local_analysis)
 
     yield make
     for ns in made:
@@ -94,14 +96,18 @@ class Generated:
 
 
 @pytest.fixture(scope="module")
-def generated(os_client: OpenSearch, store: BeliefStore, settings: Settings) -> Iterator[Generated]:
-    """The generated corpus of one tenant alone in its own index, and the cleaned messages."""
+def generated(
+    os_client: OpenSearch, store: BeliefStore, settings: Settings, local_analysis: LocalAnalysis
+) -> Iterator[Generated]:
+    """The generated corpus of one tenant alone in its own index, and the cleaned messages; the
+    vocabulary path analyses them in process, as the API does (tests/test_local_analysis.py: the
+    same tokens as the node's)."""
     ns = f"diff-{uuid.uuid4().hex[:8]}"
     apply_templates(os_client, ns)
     # a patient client: 20,000 searches and the corpus load share the box with the rest of CI
     patient = build_client(settings.model_copy(update={"opensearch_timeout_s": 300.0}))
     try:
-        alone = BeliefStore(patient, ns, store.versions)
+        alone = BeliefStore(patient, ns, store.versions, local_analysis)
         beliefs = generated_beliefs(TENANT, "ann", GENERATED_BELIEFS)
         for start in range(0, len(beliefs), 100):
             assert not alone.put_many(beliefs[start : start + 100], refresh="true").failed
@@ -149,3 +155,4 @@ def test_generated_messages_identical_on_both_paths(generated: Generated, settin
     assert answered > len(texts) // 2
     assert fuzzy > len(texts) // 10
     assert long_messages > len(texts) // 10
+    assert calls.run(store.client, store.vocabulary.local_analysis_reads()) is not None  # analysed in process

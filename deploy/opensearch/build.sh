@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export JAVA_HOME="${JAVA_HOME:-/usr/lib/jvm/java-17-openjdk-amd64}"
 
-stamp=$(cat pom.xml DevOpenSearch.java TenureAnalysisPlugin.java build.sh | sha256sum | cut -d' ' -f1)
+stamp=$(cat pom.xml DevOpenSearch.java TenureAnalysisPlugin.java QueryAnalysis.java build.sh | sha256sum | cut -d' ' -f1)
 if [ -f .built ] && [ "$(cat .built)" = "$stamp" ] && [ -f classes/DevOpenSearch.class ]; then
   exit 0
 fi
@@ -26,6 +26,6 @@ unzip -l lib/analysis-common-*.jar 'org/opensearch/analysis/common/CommonAnalysi
 unzip -l lib/transport-netty4-client-*.jar 'org/opensearch/transport/Netty4Plugin.class' >/dev/null
 unzip -l lib/lang-painless-*.jar 'org/opensearch/painless/PainlessPlugin.class' >/dev/null
 
-"$JAVA_HOME/bin/javac" --release 17 -cp "lib/*" -d classes DevOpenSearch.java TenureAnalysisPlugin.java
+"$JAVA_HOME/bin/javac" --release 17 -cp "lib/*" -d classes DevOpenSearch.java TenureAnalysisPlugin.java QueryAnalysis.java
 echo "$stamp" > .built
 echo "opensearch dev node built: $(ls lib | wc -l) jars"

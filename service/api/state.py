@@ -34,6 +34,7 @@ from service.storage.accounts import AccountStore
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.client import close_async_client, translate_errors
+from service.storage.local_analysis import LocalAnalysis
 from service.storage.templates import FAMILIES, apply_templates
 from service.write_versions import TenantAccountsVersions, TenantWriteVersions
 
@@ -89,13 +90,15 @@ class Services:
         client: OpenSearch,
         redis_client: Redis[bytes],
         async_clients: AsyncClients | None = None,
+        local_analysis: LocalAnalysis | None = None,
     ) -> Services:
         """``async_clients``: without them the async paths (recall, the rate limit) run their
-        synchronous twins on a worker thread (scripts, benchmarks that build Services directly)."""
+        synchronous twins on a worker thread (scripts, benchmarks that build Services directly).
+        ``local_analysis``: recall queries analysed in this process (service/storage/local_analysis.py)."""
         aredis = async_clients.redis if async_clients is not None else None
         ns = settings.opensearch_namespace
         versions = TenantWriteVersions(redis_client, ns)
-        store = BeliefStore(client, ns, versions)
+        store = BeliefStore(client, ns, versions, local_analysis)
         audit = AuditStore(client, ns)
         accounts = AccountStore(client, ns, TenantAccountsVersions(redis_client, ns))
         verifier = TokenVerifier(settings.auth)
@@ -174,4 +177,5 @@ def ensure_indices(services: Services) -> bool:
     except StoreUnavailable as exc:
         log.warning("index templates not applied yet: %s", exc.message)
         return False
+    services.store.vocabulary.prepare_local_analysis()
     return True

@@ -36,6 +36,7 @@ from service.storage.client import (
     routed_id,
     translate_errors,
 )
+from service.storage.local_analysis import LocalAnalysis
 from service.storage.templates import BELIEFS
 from service.storage.unreadable import DecodedBeliefs, LoadedBeliefs, document_id, load_belief, load_beliefs
 from service.storage.vocabulary import UNITS_FIELD, VocabularyStore
@@ -240,7 +241,13 @@ class _TierLookup(Generic[T]):
 
 
 class BeliefStore:
-    def __init__(self, client: OpenSearch, namespace: str, versions: TenantWriteVersions | None = None):
+    def __init__(
+        self,
+        client: OpenSearch,
+        namespace: str,
+        versions: TenantWriteVersions | None = None,
+        local_analysis: LocalAnalysis | None = None,
+    ):
         self.client = client
         self.namespace = namespace
         self.alias = BELIEFS.alias(namespace)
@@ -249,8 +256,9 @@ class BeliefStore:
         # Bumped after every write, so per-tenant caches (the recall vocabulary) see it. A store
         # without it (scripts, offline evals) must not be paired with a caching reader.
         self.versions = versions
-        # the index mapping and the analysis of names into stored units (service/storage/vocabulary.py)
-        self.vocabulary = VocabularyStore(client, self.alias)
+        # the index mapping and the analysis of names into stored units (service/storage/vocabulary.py);
+        # the API's recall queries analysed in process when it has the node's analysis code
+        self.vocabulary = VocabularyStore(client, self.alias, local_analysis)
         # the beliefs' change logs, kept out of their documents (service/storage/change_logs.py)
         self.logs = ChangeLogStore(client, namespace)
         # The log ref of each stored version a read-for-update saw, by (tenant, id, _seq_no,

@@ -5,7 +5,9 @@ OpenSearch's analyzers stay the one definition of analysis: a tenant's vocabular
 terms OpenSearch's own index analysis produced for its names and aliases, and a query is split by
 the same search analyzers the Lucene query uses (term vectors of an artificial document with
 per-field analyzers, one round trip for every clause). Nothing here re-implements a tokenizer or
-a filter.
+a filter. A recall query's analysis may run in the API process instead of on the node, by the
+node's own analysis code (``service/storage/local_analysis.py``), only once that code was checked
+against the node's answers for the index.
 
 **Units at write time** (beliefs template v5): every belief write first asks OpenSearch for the
 index analysis of its names and aliases (one ``_mtermvectors`` round trip of artificial documents
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -39,6 +42,13 @@ from service.domain.principal import Principal
 from service.storage import access, calls
 from service.storage.calls import Call, Reads
 from service.storage.client import bulk_item, item_error
+from service.storage.local_analysis import PROBE_TEXTS, IndexAnalysis, LocalAnalysis, Verdict
+from service.storage.queries import WORD_ANALYZER
+from service.telemetry import metrics
+
+log = logging.getLogger(__name__)
+_ANALYSED_IN_PROCESS = metrics.QUERY_ANALYSIS.labels(where="process")
+_ANALYSED_BY_NODE = metrics.QUERY_ANALYSIS.labels(where="node")
 
 # Same-position tokens together (the 2- and 3-word shingles starting at one word), in position order.
 Positions = tuple[tuple[str, ...], ...]
@@ -150,12 +160,15 @@ class TenantUnits:
 
 
 class VocabularyStore:
-    def __init__(self, client: OpenSearch, alias: str):
+    def __init__(self, client: OpenSearch, alias: str, local: LocalAnalysis | None = None):
         self.client = client
         self.alias = alias
         self._mapping_lock = threading.Lock()
         self._mapping: NameMapping | None = None
         self._mapping_read_at = 0.0
+        # the query analysis in this process (the API's), and for which mapping read it was chosen
+        self.local = local
+        self._local_for: tuple[NameMapping, IndexAnalysis | None] | None = None
 
     # ------------------------------------------------------------------ the mapping
 
@@ -385,9 +398,27 @@ class VocabularyStore:
     # --------------------------------------------------------------- query analysis
 
     def analyze(self, principal: Principal, requests: Sequence[AnalysisRequest]) -> Reads[list[dict[str, Positions]]]:
-        """Each request's tokens per field, grouped by position, in one round trip (a request
+        """Each request's tokens per field, grouped by position: in this process when its analysis
+        of the index was checked against the node (no request), else in one round trip (a request
         with no field to analyse answers ``{}`` without being sent)."""
         sent = [r for r in requests if r.analyzers]
+        if not sent:
+            return [{} for _ in requests]
+        local = yield from self.local_analysis_reads()
+        if local is not None and all(IndexAnalysis.accepts(r.doc) for r in sent):
+            try:
+                answered = [local.analyze(r.doc, r.analyzers) if r.analyzers else {} for r in requests]
+            except Exception:  # the JVM failed: the node answers, as it would without it
+                log.exception("the in-process query analysis failed; the node analyses this query")
+            else:
+                _ANALYSED_IN_PROCESS.inc()
+                return answered
+        _ANALYSED_BY_NODE.inc()
+        answers = iter((yield from self.node_analyze(access.routing(principal), sent)))
+        return [next(answers) if r.analyzers else {} for r in requests]
+
+    def node_analyze(self, routing: str, requests: Sequence[AnalysisRequest]) -> Reads[list[dict[str, Positions]]]:
+        """The node's analysis of each request (every one has a field to analyse), one round trip."""
         docs = [
             {
                 "doc": dict(request.doc),
@@ -398,24 +429,83 @@ class VocabularyStore:
                 "payloads": False,
                 "term_statistics": False,
                 "field_statistics": False,
-                "routing": access.routing(principal),
+                "routing": routing,
             }
-            for request in sent
+            for request in requests
         ]
+        response = yield Call(
+            "mtermvectors",
+            {"index": self.alias, "body": {"docs": docs}, "filter_path": ANALYSIS_FILTER_PATH},
+            "analyse the recall query",
+        )
         answers: list[dict[str, Positions]] = []
-        if docs:
-            response = yield Call(
-                "mtermvectors",
-                {"index": self.alias, "body": {"docs": docs}, "filter_path": ANALYSIS_FILTER_PATH},
-                "analyse the recall query",
-            )
-            for doc in response["docs"]:
-                if "error" in doc:
-                    raise item_error(doc.get("status"), doc["error"], "analyse the recall query")
-                vectors = doc.get("term_vectors") or {}
-                answers.append({name: _by_position(v.get("terms", {})) for name, v in vectors.items()})
-        by_request = iter(answers)
-        return [next(by_request) if r.analyzers else {} for r in requests]
+        for doc in response["docs"]:
+            if "error" in doc:
+                raise item_error(doc.get("status"), doc["error"], "analyse the recall query")
+            vectors = doc.get("term_vectors") or {}
+            answers.append({name: _by_position(v.get("terms", {})) for name, v in vectors.items()})
+        return answers
+
+    def local_analysis_reads(self) -> Reads[IndexAnalysis | None]:
+        """The index's analyzers in this process, if they were checked against the node for the
+        index behind the alias (once per mapping read, i.e. once a minute: a reindex moves the
+        alias); None: the node analyses. Never during a reindex (two indices behind the alias)."""
+        local = self.local
+        if local is None or not local.usable:
+            return None
+        mapping = yield from self.mapping_reads()
+        held = self._local_for
+        if held is not None and held[0] is mapping:
+            return held[1]
+        analysis = None
+        if len(mapping.indices) == 1:
+            analysis = yield from self._checked_analysis(local, mapping)
+        self._local_for = (mapping, analysis)
+        return analysis
+
+    def prepare_local_analysis(self) -> None:
+        """Check the in-process analysis against the node now (the API's start-up) rather than on
+        the first recall, which would wait for the analyzers to load (the CJK dictionaries take
+        ~0.2 s) and for the probe. A failure only leaves the check to that first recall."""
+        if self.local is None:
+            return
+        try:
+            calls.run(self.client, self.local_analysis_reads())
+        except Exception as exc:  # the node down or the index missing at start-up
+            log.warning("the in-process query analysis is checked on the first recall instead: %s", exc)
+
+    def _checked_analysis(self, local: LocalAnalysis, mapping: NameMapping) -> Reads[IndexAnalysis | None]:
+        index = mapping.indices[0]
+        settings = yield Call("indices.get_settings", {"index": index}, "read the beliefs index settings")
+        info = yield Call("info", {}, "read the node's version")
+        node_versions = f"{info['version']['number']} {info['version']['lucene_version']}"
+        index_settings = settings[index]["settings"]
+        key = local.verdict_key(index_settings, node_versions)
+        verdict = local.known(key)
+        if verdict is None:
+            verdict = local.build(index_settings, node_versions)
+            if verdict.analysis is not None:
+                difference = yield from self._probe(verdict.analysis, mapping)
+                if difference is not None:
+                    verdict = Verdict(None, difference)
+            verdict = local.remember(key, verdict)
+        return verdict.analysis
+
+    def _probe(self, analysis: IndexAnalysis, mapping: NameMapping) -> Reads[str | None]:
+        """Every analyzer a name field searches with (and the recall's word analyzer) on every
+        probe text, here and on the node (one round trip); the first difference, or None."""
+        names = {a for f, a in mapping.search_analyzers.items() if f.split(".", 1)[0] in SOURCE_FIELDS}
+        requests = [
+            AnalysisRequest({"canonical_name": text}, {"canonical_name": analyzer})
+            for analyzer in sorted(names | {WORD_ANALYZER})
+            for text in PROBE_TEXTS
+        ]
+        answers = yield from self.node_analyze("query-analysis-probe", requests)
+        for request, answer in zip(requests, answers, strict=True):
+            if analysis.analyze(request.doc, request.analyzers) != answer:
+                analyzer, text = request.analyzers["canonical_name"], request.doc["canonical_name"]
+                return f"{analyzer} analyses {text[:40]!r} differently from the node"
+        return None
 
 
 def store_units(client: OpenSearch, index: str) -> int:

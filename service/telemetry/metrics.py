@@ -66,6 +66,12 @@ VOCABULARY_PREBUILD = Counter(
     "recall builds)",
     ["outcome"],
 )
+QUERY_ANALYSIS = Counter(
+    "tenure_recall_query_analysis_total",
+    "Recall queries analysed, by where (process: in the API process by the node's own analysis "
+    "code, checked against the node; node: one _mtermvectors round trip)",
+    ["where"],
+)
 VOCABULARY_REFRESH = Counter(
     "tenure_vocabulary_refresh_total",
     "Announced tenant vocabularies an API process restored before the tenant's next recall, by "

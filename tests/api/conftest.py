@@ -166,3 +166,38 @@ def belief_body(name: str, scope: str = "domain:code", **extra: Any) -> dict[str
         "scope": [scope],
         **extra,
     }
+
+
+class RequestLog:
+    """The (method, url) of every request the app's OpenSearch clients send, sync and async."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    def recall_requests(self) -> list[str]:
+        """The requests recall itself sends: analysis, the tiers, the beliefs index (not the
+        receipt drainer's writes to the audit index)."""
+        return [url for _, url in self.sent if "_mtermvectors" in url or "_msearch" in url or "beliefs" in url]
+
+    def wrap(self, monkeypatch: pytest.MonkeyPatch, transport: Any, *, asynchronous: bool) -> None:
+        original = transport.perform_request
+
+        def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            self.sent.append((method, url))
+            return original(method, url, *args, **kwargs)
+
+        async def acounted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            self.sent.append((method, url))
+            return await original(method, url, *args, **kwargs)
+
+        monkeypatch.setattr(transport, "perform_request", acounted if asynchronous else counted)
+
+
+@pytest.fixture
+def requests_log(services: Services, monkeypatch: pytest.MonkeyPatch) -> RequestLog:
+    log = RequestLog()
+    log.wrap(monkeypatch, services.opensearch.transport, asynchronous=False)
+    bound = services.recall.async_client
+    if bound is not None:
+        log.wrap(monkeypatch, bound.client.transport, asynchronous=True)
+    return log

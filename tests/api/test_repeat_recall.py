@@ -25,47 +25,13 @@ from service.recall.tier_cache import TierCache
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
 from service.storage.vocabulary import NameMapping
-from tests.api.conftest import Team, belief_body, ok
+from service.telemetry import metrics
+from tests.api.conftest import RequestLog, Team, belief_body, ok
 from tests.conftest import principal
 
 SCOPES = ["domain:code", "project:pay"]
 MESSAGE = "how should the ledger_sync job retry after a timeout?"
 CASES = paper_case_set()
-
-
-class RequestLog:
-    """The (method, url) of every request the app's OpenSearch clients send, sync and async."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []
-
-    def recall_requests(self) -> list[str]:
-        """The requests recall itself sends: analysis, the tiers, the beliefs index (not the
-        receipt drainer's writes to the audit index)."""
-        return [url for _, url in self.sent if "_mtermvectors" in url or "_msearch" in url or "beliefs" in url]
-
-    def wrap(self, monkeypatch: pytest.MonkeyPatch, transport: Any, *, asynchronous: bool) -> None:
-        original = transport.perform_request
-
-        def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            self.sent.append((method, url))
-            return original(method, url, *args, **kwargs)
-
-        async def acounted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            self.sent.append((method, url))
-            return await original(method, url, *args, **kwargs)
-
-        monkeypatch.setattr(transport, "perform_request", acounted if asynchronous else counted)
-
-
-@pytest.fixture
-def requests_log(services: Services, monkeypatch: pytest.MonkeyPatch) -> RequestLog:
-    log = RequestLog()
-    log.wrap(monkeypatch, services.opensearch.transport, asynchronous=False)
-    bound = services.recall.async_client
-    if bound is not None:
-        log.wrap(monkeypatch, bound.client.transport, asynchronous=True)
-    return log
 
 
 def _recall(client: TestClient, team: Team, user: str, query: str = MESSAGE, **extra: Any) -> dict[str, Any]:
@@ -100,7 +66,7 @@ def test_a_repeated_recall_sends_nothing_to_opensearch(
     belief_id = _add(client, team, "alice", "ledger_sync")
     first = _recall(client, team, "alice")
     assert _relevant(first) == [belief_id]
-    assert any("_mtermvectors" in url for url in requests_log.recall_requests())
+    assert requests_log.recall_requests() != []
     requests_log.sent.clear()
     for _ in range(3):
         assert _recall(client, team, "alice") == first
@@ -129,10 +95,11 @@ def test_a_repeated_relation_hit_reads_its_participants_from_the_cache(
     assert requests_log.recall_requests() == []
 
 
-def test_with_the_caches_off_a_repeat_costs_two_round_trips(
+def test_with_the_caches_off_a_repeat_costs_its_round_trips(
     client: TestClient, services: Services, team: Team, requests_log: RequestLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The figure the caches remove: analysis and the tiers, on every repeat."""
+    """The figure the caches remove: the tiers on every repeat, and the analysis when the node
+    analyses (without the in-process analysis, service/storage/local_analysis.py)."""
     belief_id = _add(client, team, "alice", "ledger_sync")
     cached = _recall(client, team, "alice")
     tiers = services.recall.builder.tier_cache
@@ -141,6 +108,11 @@ def test_with_the_caches_off_a_repeat_costs_two_round_trips(
     monkeypatch.setattr(_analyses(services), "max_entries", 0)
     requests_log.sent.clear()
     assert _recall(client, team, "alice") == cached and _relevant(cached) == [belief_id]
+    sent = requests_log.recall_requests()
+    assert len(sent) == 1 and "_msearch" in sent[0], sent
+    monkeypatch.setattr(services.store.vocabulary, "local", None)
+    requests_log.sent.clear()
+    assert _recall(client, team, "alice") == cached
     sent = requests_log.recall_requests()
     assert len(sent) == 2 and "_mtermvectors" in sent[0] and "_msearch" in sent[1], sent
 
@@ -228,18 +200,23 @@ def test_tenants_and_users_with_the_same_message_share_nothing(
 ) -> None:
     mine = _add(client, team, "alice", "ledger_sync", scope="domain:code")  # alice's own
     theirs = _add(client, other_team, "alice", "ledger_sync", scope="project:pay")
+    analyses = metrics.QUERY_ANALYSIS.labels(where="process")
     for round_ in range(2):  # the second round is served from the caches
         requests_log.sent.clear()
+        analysed = analyses._value.get()
         assert _relevant(_recall(client, team, "alice")) == [mine]
         assert _relevant(_recall(client, team, "bob")) == []  # never alice's personal belief
         assert _relevant(_recall(client, other_team, "alice")) == [theirs]
         assert _relevant(_recall(client, other_team, "bob")) == [theirs]
         sent = requests_log.recall_requests()
         if round_ == 0:
-            # one analysis and one search per user: nothing shared across tenants or colleagues
-            assert sum("_mtermvectors" in url for url in sent) == 4, sent
+            # one analysis (in the API process) and one search per user: nothing shared across
+            # tenants or colleagues
+            assert analyses._value.get() - analysed == 4
+            assert sum("_mtermvectors" in url for url in sent) == 0, sent
             assert sum("_msearch" in url for url in sent) == 4, sent
         else:
+            assert analyses._value.get() == analysed
             assert sent == []
 
 

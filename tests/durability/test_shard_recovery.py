@@ -54,6 +54,7 @@ def test_recall_during_shard_recovery_is_a_retryable_503(module_node: Service, o
     with stack(settings) as st:
         alice = st.team.h("alice")
         ok(st.api.post("/v1/beliefs", json=belief_body("shard_fact"), headers=alice), 201)
+        ok(st.api.post("/v1/beliefs", json=belief_body("other_fact"), headers=alice), 201)
         query = {"scopes": ["domain:code"], "query": "shard fact"}
         injected = ok(st.api.post("/v1/recall", json=query, headers=alice))["injected_ids"]
         assert injected
@@ -63,8 +64,9 @@ def test_recall_during_shard_recovery_is_a_retryable_503(module_node: Service, o
             # version: identical by construction) without asking OpenSearch ...
             repeat = ok(st.api.post("/v1/recall", json=query, headers=alice))
             assert repeat["injected_ids"] == injected
-            # ... a message that needs the shards is refused, retryably
-            fresh = {**query, "query": "shard fact, again"}
+            # ... a message that needs the shards (other units than the cached search's) is
+            # refused, retryably
+            fresh = {**query, "query": "other fact"}
             refused = st.api.post("/v1/recall", json=fresh, headers=alice)
             assert refused.status_code == 503, refused.text
             assert refused.json()["error"]["code"] == "store_unavailable"
