@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from opensearchpy import OpenSearch
+from opensearchpy.exceptions import SerializationError
 
 from evals.cases import multilingual_case_set, paper_case_set
 from evals.generated import generated_beliefs, generated_messages
@@ -99,12 +100,24 @@ def test_a_recall_query_is_analysed_in_process(vocabulary: VocabularyStore) -> N
 def test_a_text_holding_the_separators_is_analysed_by_the_node(vocabulary: VocabularyStore) -> None:
     me = principal("t-local", "ann")
     _checked(vocabulary)
-    text = "kafka\x1e7\x1fredis tuning"
-    request = AnalysisRequest({"aliases": text}, {"aliases": WORD_ANALYZER})
+    request = AnalysisRequest({"aliases": "kafka\x1e7\x1fredis tuning"}, {"aliases": WORD_ANALYZER})
     by_node = metrics.QUERY_ANALYSIS.labels(where="node")._value.get()
     answer = calls.run(vocabulary.client, vocabulary.analyze(me, [request]))
     assert metrics.QUERY_ANALYSIS.labels(where="node")._value.get() == by_node + 1
     assert answer == calls.run(vocabulary.client, vocabulary.node_analyze("t-local", [request]))
+
+
+def test_an_unpaired_surrogate_never_reaches_the_jvm(vocabulary: VocabularyStore) -> None:
+    """A lone surrogate (a JSON ``\\ud800`` escape decodes to one) cannot cross into the JVM: the
+    text takes the node's path, which fails as it always did (the API refuses such a query with
+    a 422 before recall: tests/api/test_local_analysis_http.py)."""
+    me = principal("t-local", "ann")
+    _checked(vocabulary)
+    assert not IndexAnalysis.accepts({"aliases": "kaf\ud800ka tuning"})
+    assert IndexAnalysis.accepts({"aliases": "kafka tuning", "canonical_name": "サーバー 🙂"})
+    request = AnalysisRequest({"aliases": "kaf\ud800ka tuning"}, {"aliases": WORD_ANALYZER})
+    with pytest.raises(SerializationError):
+        calls.run(vocabulary.client, vocabulary.analyze(me, [request]))
 
 
 def test_another_node_version_is_refused(

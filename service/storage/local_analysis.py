@@ -89,6 +89,18 @@ def _positions(raw: str) -> tuple[tuple[str, ...], ...]:
 _IDENTITY = frozenset({"uuid", "provided_name", "creation_date", "history", "routing", "blocks"})
 
 
+def _analysable(text: str) -> bool:
+    if _TOKEN_END in text or _TERM_AT in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def analysis_settings(index_settings: Mapping[str, Any]) -> dict[str, Any]:
     """What of an index's settings (``GET <index>/_settings``' ``settings``) its analyzers are
     built from: all of them (the analysis section, and index-level limits such as
@@ -132,8 +144,10 @@ class IndexAnalysis:
 
     @staticmethod
     def accepts(doc: Mapping[str, str]) -> bool:
-        """Whether every text can be analysed here (none holds the answer's separators)."""
-        return not any(_TOKEN_END in text or _TERM_AT in text for text in doc.values())
+        """Whether every text can be analysed here: none holds the answer's separators, and each
+        is valid Unicode (an unpaired surrogate, from a JSON ``\\ud800`` escape, cannot cross into
+        the JVM; the node's path handles it as it always did)."""
+        return all(_analysable(text) for text in doc.values())
 
 
 @dataclass(frozen=True)

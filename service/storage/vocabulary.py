@@ -408,8 +408,8 @@ class VocabularyStore:
         if local is not None and all(IndexAnalysis.accepts(r.doc) for r in sent):
             try:
                 answered = [local.analyze(r.doc, r.analyzers) if r.analyzers else {} for r in requests]
-            except Exception:  # the JVM failed: the node answers, as it would without it
-                log.exception("the in-process query analysis failed; the node analyses this query")
+            except Exception as exc:  # the JVM failed: the node answers, as it would without it
+                log.warning("the in-process query analysis failed (%s); the node analyses this query", exc)
             else:
                 _ANALYSED_IN_PROCESS.inc()
                 return answered

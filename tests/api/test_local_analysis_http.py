@@ -56,3 +56,13 @@ def test_a_recall_sends_no_analysis_round_trip(
         relevant = [(item["id"], item["score"]) for item in answer["tiers"]["relevant"]]
         assert relevant, (message, answer["tiers"], answer.get("injected_ids"))
         assert relevant == _node_analysed(services, team, "alice", message)
+
+
+def test_a_query_with_an_unpaired_surrogate_is_a_422(client: TestClient, team: Team) -> None:
+    """A JSON ``\\ud800`` escape in the query decodes to a lone surrogate, which neither the JVM
+    nor the node's JSON can take: the request is refused with a clear error, never a 500."""
+    body = '{"scopes": ["domain:code"], "query": "kafka and kaf\\ud800ka tuning?"}'
+    headers = {**team.h("alice"), "content-type": "application/json"}
+    refused = client.post("/v1/recall", content=body, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["code"] == "validation_error"
