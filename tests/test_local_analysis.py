@@ -7,6 +7,7 @@ analysed by the node. ``tests/test_vocabulary_differential.py`` runs the relevan
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -20,6 +21,7 @@ from service.config import RecallDefaults, Settings
 from service.recall.query import clean_query
 from service.storage import calls
 from service.storage.beliefs import BeliefStore
+from service.storage.client import build_async_client, close_async_client
 from service.storage.local_analysis import PROBE_TEXTS, IndexAnalysis, LocalAnalysis, start_local_analysis
 from service.storage.queries import WORD_ANALYZER
 from service.storage.vocabulary import AnalysisRequest, NameMapping, VocabularyStore
@@ -195,3 +197,21 @@ def test_off_by_setting_and_unusable_after_a_fork(local_analysis: LocalAnalysis)
 
 def test_a_missing_class_leaves_the_analysis_to_the_node(tmp_path: Any) -> None:
     assert LocalAnalysis.start((str(tmp_path / "lib" / "*"), str(tmp_path / "classes"))) is None
+
+
+def test_checked_again_on_the_event_loop_after_the_mapping_is_read_again(
+    vocabulary: VocabularyStore, settings: Settings
+) -> None:
+    """The API's recalls run on the event loop: once a minute the mapping is read again and the
+    check's reads (settings, the node's version) go through the asynchronous client; the verdict
+    is remembered, so nothing is probed again."""
+    first = _checked(vocabulary)
+    vocabulary._mapping_read_at = 0.0  # as a minute later
+    async def check() -> IndexAnalysis | None:
+        client = build_async_client(settings)  # inside the loop, as the app's lifespan makes it
+        try:
+            return await calls.arun(client, vocabulary.local_analysis_reads())
+        finally:
+            await close_async_client(client)
+
+    assert asyncio.run(check()) is first
