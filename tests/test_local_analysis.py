@@ -207,6 +207,7 @@ def test_checked_again_on_the_event_loop_after_the_mapping_is_read_again(
     is remembered, so nothing is probed again."""
     first = _checked(vocabulary)
     vocabulary._mapping_read_at = 0.0  # as a minute later
+
     async def check() -> IndexAnalysis | None:
         client = build_async_client(settings)  # inside the loop, as the app's lifespan makes it
         try:
