@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from service.recall.versioned_cache import TenantVersionedCache
-from service.storage.vocabulary import Positions
+from service.storage.local_analysis import Positions
 
 # One text's analysis: what VocabularyStore.analyze answers for each request of the text's plan.
 Analysis = tuple[dict[str, Positions], ...]

@@ -56,8 +56,9 @@ from service.recall.shared_vocabulary import SharedVocabularies
 from service.storage import calls, queries
 from service.storage.beliefs import BeliefStore
 from service.storage.calls import Reads
+from service.storage.local_analysis import Positions
 from service.storage.queries import TermWeights, WeightedClause
-from service.storage.vocabulary import AnalysisRequest, Positions, VocabularyStore
+from service.storage.vocabulary import AnalysisRequest, VocabularyStore
 from service.telemetry import metrics
 from service.write_versions import TenantWriteVersions
 

@@ -74,14 +74,25 @@ PROBE_TEXTS = (
 )
 
 
-def _positions(raw: str) -> tuple[tuple[str, ...], ...]:
-    """``position\\x1fterm\\x1e...`` -> one group per position (the terms there, sorted), as
-    ``vocabulary._by_position`` reads the node's term vectors."""
+# A text's tokens: one group per position, in position order (tokens stacked at one position are
+# alternatives), the terms of a group sorted.
+Positions = tuple[tuple[str, ...], ...]
+
+
+def grouped(at: dict[int, list[str]]) -> Positions:
+    """The terms found at each position as :data:`Positions`: the one ordering both readers of an
+    analysis use (the node's term vectors, ``vocabulary._by_position``; this module's answer), so
+    equal tokens compare equal."""
+    return tuple(tuple(sorted(at[p])) for p in sorted(at))
+
+
+def _positions(raw: str) -> Positions:
+    """``position\\x1fterm\\x1e...`` -> :data:`Positions`."""
     at: dict[int, list[str]] = {}
     for item in raw.split(_TOKEN_END)[:-1]:
         position, _, term = item.partition(_TERM_AT)
         at.setdefault(int(position), []).append(term)
-    return tuple(tuple(sorted(at[p])) for p in sorted(at))
+    return grouped(at)
 
 
 # Index settings that name one index and change nothing in its analysis (left out of the key a
@@ -125,14 +136,14 @@ class IndexAnalysis:
     def __init__(self, analyzers: Any):
         self._analyzers = analyzers
 
-    def tokens(self, analyzer: str, field: str, text: str) -> tuple[tuple[str, ...], ...]:
+    def tokens(self, analyzer: str, field: str, text: str) -> Positions:
         return _positions(str(self._analyzers.analyse(analyzer, field, text)))
 
-    def analyze(self, doc: Mapping[str, str], analyzers: Mapping[str, str]) -> dict[str, tuple[tuple[str, ...], ...]]:
+    def analyze(self, doc: Mapping[str, str], analyzers: Mapping[str, str]) -> dict[str, Positions]:
         """The node's ``_mtermvectors`` answer for one artificial document, by position: each
         field (``name`` or ``name.sub``, read from the document's ``name``) under its analyzer; a
         field with no text or no token is left out, as the node leaves it out."""
-        out: dict[str, tuple[tuple[str, ...], ...]] = {}
+        out: dict[str, Positions] = {}
         for field, analyzer in analyzers.items():
             text = doc.get(field.split(".", 1)[0])
             if text is None:
@@ -243,7 +254,9 @@ __all__ = [
     "PROBE_TEXTS",
     "IndexAnalysis",
     "LocalAnalysis",
+    "Positions",
     "Verdict",
     "analysis_settings",
+    "grouped",
     "start_local_analysis",
 ]

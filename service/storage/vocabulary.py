@@ -42,7 +42,7 @@ from service.domain.principal import Principal
 from service.storage import access, calls
 from service.storage.calls import Call, Reads
 from service.storage.client import bulk_item, item_error
-from service.storage.local_analysis import PROBE_TEXTS, IndexAnalysis, LocalAnalysis, Verdict
+from service.storage.local_analysis import PROBE_TEXTS, IndexAnalysis, LocalAnalysis, Positions, Verdict, grouped
 from service.storage.queries import WORD_ANALYZER
 from service.telemetry import metrics
 
@@ -50,8 +50,6 @@ log = logging.getLogger(__name__)
 _ANALYSED_IN_PROCESS = metrics.QUERY_ANALYSIS.labels(where="process")
 _ANALYSED_BY_NODE = metrics.QUERY_ANALYSIS.labels(where="node")
 
-# Same-position tokens together (the 2- and 3-word shingles starting at one word), in position order.
-Positions = tuple[tuple[str, ...], ...]
 
 # What the query analysis does not read of an ``_mtermvectors`` answer (exclusions only, like the
 # recall ``_msearch``'s): each item's index, version and timing, and every term's frequency (the
@@ -591,4 +589,4 @@ def _by_position(terms: Mapping[str, Any]) -> Positions:
     for term, info in terms.items():
         for token in info.get("tokens", []):
             at.setdefault(int(token["position"]), []).append(term)
-    return tuple(tuple(sorted(at[p])) for p in sorted(at))
+    return grouped(at)

@@ -17,7 +17,7 @@ from benchmarks.relevant_query_cost import Node
 from service.config import Settings
 from service.recall.vocabulary import VocabularyMatcher
 from service.storage.beliefs import BeliefStore
-from service.storage.vocabulary import Positions
+from service.storage.local_analysis import Positions
 from tests.conftest import principal
 
 MESSAGES = [
