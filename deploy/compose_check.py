@@ -12,7 +12,8 @@
    :class:`HealthChecks` runs each container's own check at its own interval instead;
 3. Caddy's root certificate copied out of the ``tls`` container (README's operator step) and
    ``/readyz`` over HTTPS with it; ``tenure bootstrap`` in the api container, then a tenant, a
-   member, one belief and a recall through the host's ``tenure`` CLI, over TLS;
+   member, one belief and a recall through the host's ``tenure`` CLI, over TLS; that recall's
+   message must have been analysed in the API process (the image's JVM and OpenSearch's jars);
 4. the ``load`` profile through the TLS proxy for ``--load-seconds``; its report must say that no
    acknowledged write or turn was lost;
 5. ``down`` (containers gone, named volumes kept) and ``up -d`` again: the document counts, the
@@ -72,7 +73,17 @@ BASE_PACKAGES = (
 )
 # What deploy/Dockerfile copies into the service image (its cache key).
 SERVICE_INPUTS = ("pyproject.toml", "README.md", "service", "workers", "evals", "index_templates", "clients/python")
-SERVICE_INPUTS_LATE = ("loadtest", "deploy/Dockerfile")
+SERVICE_INPUTS_LATE = (
+    "loadtest",
+    "deploy/Dockerfile",
+    "deploy/requirements.lock",
+    # the query analysis stage: OpenSearch's jars and the classes that drive them
+    "deploy/opensearch/pom.xml",
+    "deploy/opensearch/build.sh",
+    "deploy/opensearch/DevOpenSearch.java",
+    "deploy/opensearch/TenureAnalysisPlugin.java",
+    "deploy/opensearch/QueryAnalysis.java",
+)
 CORE_HEALTHY = ("opensearch", "redis", "api", "worker", "beat", "tls")
 CADDYFILE = REPO / "deploy" / "caddy" / "Caddyfile"
 # Where Caddy keeps its own CA's root (the official image's XDG_DATA_HOME is /data, the caddy-data
@@ -390,6 +401,18 @@ def store_counts(opensearch_url: str, compose: Compose) -> dict[str, int]:
     return counts
 
 
+def query_analysis_counts(api_url: str) -> dict[str, float]:
+    """``tenure_recall_query_analysis_total`` of the API container (its workers' samples merged),
+    by where a recall's message was analysed: ``process`` (the image's JVM running OpenSearch's
+    analysis code, once checked against the node) or ``node`` (an ``_mtermvectors`` round trip)."""
+    counts: dict[str, float] = {}
+    for line in httpx.get(f"{api_url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("tenure_recall_query_analysis_total{"):
+            labels, _, value = line.rpartition(" ")
+            counts[labels.split('where="', 1)[1].split('"', 1)[0]] = float(value)
+    return counts
+
+
 def redis_marker(compose: Compose, value: str | None = None) -> str:
     port = compose.env["REDIS_PORT"]
     if value is not None:
@@ -573,6 +596,9 @@ def check(load: LoadSize, state: Path) -> dict[str, Any]:
             say(f"healthy after {result['up_to_healthy_s']} s; bootstrap, tenant, member, belief over TLS ...")
             marker = write_marker(compose, public_url, tls_root)
             result["marker_recalled_before"] = marker_recalled(public_url, tls_root, marker)
+            # the deployed image analyses a recall's message in the API process (no round trip)
+            result["query_analysis"] = query_analysis_counts(f"http://127.0.0.1:{env['API_PORT']}")
+            say("recall messages analysed: " + json.dumps(result["query_analysis"]))
             redis_marker(compose, project)
             say(f"load profile through the TLS proxy for {load.seconds} s ...")
             t_load = time.monotonic()
@@ -600,6 +626,7 @@ def check(load: LoadSize, state: Path) -> dict[str, Any]:
         result["ok"] = bool(
             result["readyz_over_tls"] == 200
             and result["marker_recalled_before"]
+            and result["query_analysis"].get("process", 0) > 0
             and result["load"]["ok"]
             and all(v for k, v in result["survived"].items() if k not in ("counts_before", "counts_after"))
         )

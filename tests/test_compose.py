@@ -584,3 +584,26 @@ def test_real_certificates_are_one_setting(tmp_path: Path) -> None:
     acme = _caddy_json(tmp_path, **_caddy_env(TLS_CERTIFICATES="ops@example.com", PUBLIC_HOST="t.example"))
     issuers = acme["apps"]["tls"]["automation"]["policies"][0]["issuers"]
     assert {i["module"] for i in issuers} >= {"acme"} and issuers[0]["email"] == "ops@example.com"
+
+
+def test_the_service_image_carries_the_query_analysis_the_dev_node_builds() -> None:
+    """deploy/Dockerfile's analysis stage runs deploy/opensearch/build.sh over every file that
+    script stamps (so the image holds the dev node's jars and classes, at pom.xml's version), the
+    final image points the setting the API reads at what it copied, and the compose check builds
+    the image again when any of those files changes."""
+    from deploy.compose_check import SERVICE_INPUTS, SERVICE_INPUTS_LATE
+
+    stamped = re.search(r"stamp=\$\(cat ([^|]+)\|", (ROOT / "deploy/opensearch/build.sh").read_text())
+    assert stamped is not None
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    analysis_stage = dockerfile.split("AS analysis", 1)[1].split("\nFROM ", 1)[0]
+    for name in stamped.group(1).split():
+        assert f"deploy/opensearch/{name}" in analysis_stage, name
+        assert f"deploy/opensearch/{name}" in (*SERVICE_INPUTS, *SERVICE_INPUTS_LATE), name
+    assert "bash build.sh" in analysis_stage
+    assert "COPY --from=analysis /build/lib /opt/tenure-analysis/lib" in dockerfile
+    assert "COPY --from=analysis /build/classes /opt/tenure-analysis/classes" in dockerfile
+    setting = re.search(r"(TENURE_RECALL_ANALYSIS_CLASSPATH)=(\S+)", dockerfile)
+    assert setting is not None and setting.group(1) in environment_names()
+    assert setting.group(2).split(":") == ["/opt/tenure-analysis/lib/*", "/opt/tenure-analysis/classes"]
+    assert "openjdk-17-jre-headless" in dockerfile.rsplit("\nFROM ", 1)[1]  # the runtime JPype starts
