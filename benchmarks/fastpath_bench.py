@@ -57,7 +57,7 @@ import httpx
 import redis
 from opensearchpy import OpenSearch, helpers
 from tenure_client import AsyncTenure, ConnectionFailed, Tenure, TenureError
-from tenure_client.keepalive import KeepAliveTransport
+from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
 
 from benchmarks.recall_bench import Query, Spec, draw_queries, draw_sessions, load_range, loadavg, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
@@ -414,13 +414,19 @@ class _Sequence:
         }, self.sent
 
 
-def sequential(api: Api, queries: list[Query], warmup: int, max_s: float | None) -> tuple[dict[str, Any], int]:
-    """One keep-alive client (the synchronous SDK), one recall after the other; the first
-    ``warmup`` are not timed. ``max_s``: stop sending after that many seconds (a variant at
-    seconds per recall would otherwise hold the run for an hour); the result says how many were
-    sent. Returns the figures and the number of recalls sent."""
+def sequential(
+    api: Api,
+    queries: list[Query],
+    warmup: int,
+    max_s: float | None,
+    transport: httpx.BaseTransport | None = None,
+) -> tuple[dict[str, Any], int]:
+    """One keep-alive client (the synchronous SDK, over ``transport``: httpx's own by default),
+    one recall after the other; the first ``warmup`` are not timed. ``max_s``: stop sending after
+    that many seconds (a variant at seconds per recall would otherwise hold the run for an hour);
+    the result says how many were sent. Returns the figures and the number of recalls sent."""
     run = _Sequence(warmup, max_s)
-    with httpx.Client(base_url=api.url, timeout=TIMEOUT_S) as http:
+    with httpx.Client(base_url=api.url, timeout=TIMEOUT_S, transport=transport) as http:
         callers = Callers(api.url, http)
         for i, q in enumerate(queries):
             if run.over():
@@ -456,6 +462,8 @@ def sequential_by(client: str) -> Callable[[Api, list[Query], int, float | None]
     """The sequential pass of ``--seq-client``."""
     if client == "sync":
         return sequential
+    if client == "sync-keepalive":
+        return lambda api, queries, warmup, max_s: sequential(api, queries, warmup, max_s, KeepAliveSyncTransport())
     return lambda api, queries, warmup, max_s: asyncio.run(sequential_lean(api, queries, warmup, max_s))
 
 
@@ -791,8 +799,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--client-gc", choices=("frozen", "default"), default="frozen",
                         help="the load generator's heap while measuring (client_heap)")  # fmt: skip
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--seq-client", choices=("sync", "keepalive"), default="sync",
-                        help="the sequential pass's SDK: sync, or async over KeepAliveTransport")  # fmt: skip
+    parser.add_argument("--seq-client", choices=("sync", "sync-keepalive", "keepalive"), default="sync",
+                        help="the sequential pass's SDK: sync (httpx's transport), sync over "
+                             "KeepAliveSyncTransport, or async over KeepAliveTransport")  # fmt: skip
     parser.add_argument("--load-client", choices=tuple(CONNECTS), default="keepalive",
                         help="how the paced and ceiling passes reach the API (lanes: before 2026-12-03)")  # fmt: skip
     parser.add_argument("--ceiling-s", type=float, default=20.0)

@@ -1,10 +1,11 @@
 """The SDK's cost per recall over its transports, against the real API at the loaded corpus:
-the synchronous client, the async client over httpx's default transport, and the async client
-over ``tenure_client.keepalive.KeepAliveTransport``.
+the synchronous client over httpx's default transport and over
+``tenure_client.keepalive.KeepAliveSyncTransport``, the async client over httpx's default
+transport and over ``tenure_client.keepalive.KeepAliveTransport``.
 
 One API (``--api-workers``, the source tree of the one ``--variant``) against the corpus ``fastpath_bench --load-only``
 loaded; every tenant primed; then ``--blocks`` blocks of ``--block`` sequential session recalls,
-the three clients taking turns block by block (so the machine's drift falls on all three), each
+the clients taking turns block by block (so the machine's drift falls on all of them), each
 caller with its own API key as in ``fastpath_bench``. Per client: the client process's CPU per
 recall (it runs only the client, the API and the node run elsewhere) and the latency p50 / p99.
 ``--answers typed`` reads answers into the SDK's models (``recall``) instead of decoded JSON
@@ -35,13 +36,14 @@ from typing import Any
 import httpx
 from tenure_client import AsyncTenure, Tenure
 from tenure_client import _calls as calls
-from tenure_client.keepalive import KeepAliveTransport
+from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
 
 from benchmarks import fastpath_bench as fb
 from benchmarks.recall_bench import Query, Spec
 from loadtest.stats import latency_block
 
-CLIENTS = ("sync", "async-httpx", "async-keepalive")
+CLIENTS = ("sync", "sync-keepalive", "async-httpx", "async-keepalive")
+SYNC = ("sync", "sync-keepalive")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,17 +58,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     if len(args.variant) != 1:
-        parser.error("one --variant: the API the three clients call")
+        parser.error("one --variant: the API the clients call")
     return args
 
 
 class _Turns:
-    """The three clients, each with one SDK client per (tenant, user) over its own connection."""
+    """The clients, each with one SDK client per (tenant, user) over its own connection."""
 
     def __init__(self, url: str, typed: bool = False):
         self.url = url
         self.typed = typed
         self.sync_http = httpx.Client(base_url=url, timeout=fb.TIMEOUT_S)
+        self.sync_lean_http = httpx.Client(base_url=url, timeout=fb.TIMEOUT_S, transport=KeepAliveSyncTransport())
         self.async_http = httpx.AsyncClient(base_url=url, timeout=fb.TIMEOUT_S)
         self.lean_http = httpx.AsyncClient(base_url=url, timeout=fb.TIMEOUT_S, transport=KeepAliveTransport())
         self.sdk: dict[tuple[str, str, str], Any] = {}
@@ -75,8 +78,9 @@ class _Turns:
         who = (kind, q.principal.tenant_id, q.principal.user_id)
         if who not in self.sdk:
             key = fb.key_of(q.principal.tenant_id, q.principal.user_id)[1]
-            if kind == "sync":
-                self.sdk[who] = Tenure(self.url, key, http_client=self.sync_http, max_retries=0)
+            if kind in SYNC:
+                http_client = self.sync_http if kind == "sync" else self.sync_lean_http
+                self.sdk[who] = Tenure(self.url, key, http_client=http_client, max_retries=0)
             else:
                 http = self.async_http if kind == "async-httpx" else self.lean_http
                 self.sdk[who] = AsyncTenure(self.url, key, http_client=http, max_retries=0)
@@ -90,7 +94,7 @@ class _Turns:
             client = self._client(kind, q)
             t0 = time.perf_counter()
             send = client.recall if self.typed else client.recall_json
-            if kind == "sync":
+            if kind in SYNC:
                 send(q.message, scopes=q.scopes)
             else:
                 await send(q.message, scopes=q.scopes)
@@ -99,6 +103,7 @@ class _Turns:
 
     async def aclose(self) -> None:
         self.sync_http.close()
+        self.sync_lean_http.close()
         await self.async_http.aclose()
         await self.lean_http.aclose()
 
@@ -107,7 +112,7 @@ async def _measure(turns: _Turns, args: argparse.Namespace, queries: list[Query]
     cpu = dict.fromkeys(CLIENTS, 0.0)
     timings: dict[str, list[float]] = {kind: [] for kind in CLIENTS}
     warmup, measured = queries[: args.warmup], queries[args.warmup :]
-    for i, kind in enumerate(CLIENTS * (args.warmup // (3 * args.block) + 1)):
+    for i, kind in enumerate(CLIENTS * (args.warmup // (len(CLIENTS) * args.block) + 1)):
         await turns.block(kind, warmup[i * args.block : (i + 1) * args.block])
     for b in range(args.blocks * len(CLIENTS)):
         kind = CLIENTS[(b + b // len(CLIENTS)) % len(CLIENTS)]  # rotating order: no client always first

@@ -79,6 +79,19 @@ class _Server:
         writer.close()
 
 
+class HangsUpWhenIdle(_Server):
+    """Answers one request per connection with keep-alive, then closes it soon after, as uvicorn
+    does after its keep-alive timeout."""
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.requests.append(await _read_request(reader))
+        writer.write(_OK)
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()
+
+
 async def _ok(_: bytes, __: int) -> bytes:
     return _OK
 
@@ -92,6 +105,18 @@ async def _late_first(_: bytes, n: int) -> bytes:
     return _OK
 
 
+def assert_sent_as_httpx_built(server: _Server) -> None:
+    """Five ``POST /v1/recall`` then one ``GET /v1/beliefs`` arrived over one socket, each as
+    httpx built it (headers, the JSON body and its length; a GET without a body states none)."""
+    assert server.connections == 1
+    first = server.requests[0]
+    assert first.startswith(b"POST /v1/recall HTTP/1.1\r\n")
+    assert b"\r\nx-trace: t\r\n" in first.lower() and b"\r\nhost: 127.0.0.1:" in first.lower()
+    assert first.endswith(b'{"query":"q0"}') and b"content-length: 14\r\n" in first.lower()
+    assert server.requests[-1].startswith(b"GET /v1/beliefs?scope=project%3Apay&q=a+b HTTP/1.1\r\n")
+    assert b"content-length" not in server.requests[-1].lower()
+
+
 def test_sequential_requests_share_one_socket_and_send_what_httpx_built() -> None:
     async def scenario() -> None:
         server = _Server(_ok)
@@ -102,13 +127,7 @@ def test_sequential_requests_share_one_socket_and_send_what_httpx_built() -> Non
                 assert answer.http_version == "HTTP/1.1"
             got = await http.get("/v1/beliefs", params={"scope": "project:pay", "q": "a b"})
             assert got.json() == {"ok": True}
-        assert server.connections == 1
-        first = server.requests[0]
-        assert first.startswith(b"POST /v1/recall HTTP/1.1\r\n")
-        assert b"\r\nx-trace: t\r\n" in first.lower() and b"\r\nhost: 127.0.0.1:" in first.lower()
-        assert first.endswith(b'{"query":"q0"}') and b"content-length: 14\r\n" in first.lower()
-        assert server.requests[-1].startswith(b"GET /v1/beliefs?scope=project%3Apay&q=a+b HTTP/1.1\r\n")
-        assert b"content-length" not in server.requests[-1].lower()  # a GET without a body states none
+        assert_sent_as_httpx_built(server)
 
     _run(scenario())
 
@@ -133,18 +152,6 @@ def test_a_chunked_answer_and_a_closing_one() -> None:
 
 
 def test_a_socket_the_server_closed_while_idle_is_not_used() -> None:
-    class HangsUpWhenIdle(_Server):
-        """Answers one request per connection with keep-alive, then closes it soon after, as
-        uvicorn does after its keep-alive timeout."""
-
-        async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.connections += 1
-            self.requests.append(await _read_request(reader))
-            writer.write(_OK)
-            await writer.drain()
-            await asyncio.sleep(0.05)
-            writer.close()
-
     async def scenario() -> None:
         server = HangsUpWhenIdle(_ok)
         async with server as url, httpx.AsyncClient(base_url=url, transport=KeepAliveTransport()) as http:

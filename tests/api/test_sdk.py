@@ -31,7 +31,7 @@ from tenure_client import (
     models,
 )
 from tenure_client._codegen import render
-from tenure_client.keepalive import KeepAliveTransport
+from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
 
 from service.app import create_app
 from service.config import Settings
@@ -275,3 +275,37 @@ def test_the_keep_alive_transport_answers_as_httpx_s_own(
         by_lean = asyncio.run(recall_twice(url, lean))
     assert by_lean == by_default
     assert by_lean[0][0] == [created.id] and by_lean[3] == [] and by_lean[4] == ("not_found", 404, True)
+
+
+def test_the_sync_keep_alive_transport_answers_as_httpx_s_own(
+    api_settings: Settings, client: TestClient, team: Team, other_team: Team
+) -> None:
+    """``tenure_client.keepalive.KeepAliveSyncTransport`` over real HTTP (uvicorn): the same
+    recall (injected ids and block), beliefs, streamed JSONL export and errors as httpx's default
+    transport; another tenant's member recalls and exports nothing of alice's through it either."""
+    name = f"lean_sync_{uuid.uuid4().hex[:6]}"
+    created = _sdk(client, team.keys["alice"]).beliefs.create(**belief_body(name, "project:pay"))
+
+    def recall_twice(url: str, transport: httpx.BaseTransport | None) -> list[Any]:
+        alice = Tenure(url, team.keys["alice"], max_retries=0, transport=transport)
+        outsider = Tenure(url, other_team.keys["alice"], max_retries=0, transport=transport)
+        with alice, outsider:
+            seen: list[Any] = []
+            for _ in range(2):
+                recalled = alice.recall(name.replace("_", " "), scopes=["project:pay"])
+                seen.append((recalled.injected_ids, recalled.injection.text))
+            seen.append(alice.beliefs.get(created.id or "").canonical_name)
+            seen.append(sorted(b.id or "" for b in alice.beliefs.export()))
+            seen.append(outsider.recall(name.replace("_", " ")).injected_ids)
+            seen.append(created.id in {b.id for b in outsider.beliefs.export()})
+            with pytest.raises(NotFound) as missing:
+                alice.beliefs.get("b-nope")
+            seen.append((missing.value.code, missing.value.status, bool(missing.value.request_id)))
+            return seen
+
+    with serve(create_app(api_settings)) as url:
+        by_default = recall_twice(url, None)
+        by_lean = recall_twice(url, KeepAliveSyncTransport())
+    assert by_lean == by_default
+    assert by_lean[0][0] == [created.id] and created.id in by_lean[3]
+    assert by_lean[4] == [] and by_lean[5] is False and by_lean[6] == ("not_found", 404, True)

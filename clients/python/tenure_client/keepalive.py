@@ -21,21 +21,32 @@ errors work unchanged. A socket is reused only after a complete answer that allo
 and not after ``keepalive_expiry`` seconds idle (below uvicorn's 5 s, so the server never closes
 one under a request). One that timed out, broke, or whose request was cancelled is closed, never
 reused. Not supported: proxies (``HTTP_PROXY`` is not read), HTTP/2, ``Expect: 100-continue``.
+
+:class:`KeepAliveSyncTransport` is the same for the synchronous :class:`~tenure_client.Tenure`
+(``Tenure(url, key, transport=KeepAliveSyncTransport())``), over blocking sockets, safe to share
+between threads; its answers stream (a JSONL export is read as it arrives), and a socket goes back
+to the pool once its answer was read whole. An idle socket the server closed is noticed before
+reuse (it reads as ready: end of file) and dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
 import ssl
+import threading
 import time
 from collections import deque
-from typing import cast
+from collections.abc import Iterator
+from typing import Generic, TypeVar, cast
 
 import httptools
 import httpx
 
 _CRLF = b"\r\n"
 _Origin = tuple[str, str, int]
+PoolT = TypeVar("PoolT")
 
 
 class _Exchange(asyncio.Protocol):
@@ -125,8 +136,9 @@ class _Pool:
         self.slots = asyncio.Semaphore(max_connections)
 
 
-class KeepAliveTransport(httpx.AsyncBaseTransport):
-    """An ``httpx.AsyncBaseTransport`` over kept-alive asyncio sockets (see the module's notes)."""
+class _KeepAliveOptions(Generic[PoolT]):
+    """What both transports are configured with: their options, their pools (one per origin)
+    and the TLS context their sockets share."""
 
     def __init__(
         self,
@@ -140,8 +152,19 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         self.max_connections = max_connections
         self.keepalive_expiry = keepalive_expiry
         self._ssl_context = ssl_context
-        self._pools: dict[_Origin, _Pool] = {}
+        self._pools: dict[_Origin, PoolT] = {}
+        self._lock = threading.Lock()  # the synchronous transport's threads share the pools
         self._closed = False
+
+    def _tls(self) -> ssl.SSLContext:
+        # made once: building the default context reads the system's CA bundle
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context()
+        return self._ssl_context
+
+
+class KeepAliveTransport(_KeepAliveOptions[_Pool], httpx.AsyncBaseTransport):
+    """An ``httpx.AsyncBaseTransport`` over kept-alive asyncio sockets (see the module's notes)."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._closed:
@@ -205,18 +228,207 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectError(f"could not connect to {host}:{port}: {exc}", request=request) from exc
         return exchange
 
-    def _tls(self) -> ssl.SSLContext:
-        # made once: building the default context reads the system's CA bundle
-        if self._ssl_context is None:
-            self._ssl_context = ssl.create_default_context()
-        return self._ssl_context
-
     async def aclose(self) -> None:
         self._closed = True
         for pool in self._pools.values():
             while pool.idle:
                 pool.idle.pop().close()
         self._pools.clear()
+
+
+class _SyncExchange:
+    """One blocking socket: writes a request, parses its answer as it is read (the head first,
+    then the body as the caller asks for it), and can be reused for the next once complete."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.chunks: deque[bytes] = deque()
+        self.head_done = self.complete = self.reusable = self.head_only = self.closed = False
+        self.idle_since = time.monotonic()
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.head_done = True
+        self.complete = self.head_only  # the answer to a HEAD has no body (the socket is not reused)
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.reusable = self.parser.should_keep_alive() and not self.head_only
+
+    # the transport's side
+    def start(
+        self, data: bytes, *, head_only: bool, timeouts: dict[str, float | None], request: httpx.Request
+    ) -> tuple[int, list[tuple[bytes, bytes]]]:
+        """Send the request; the answer's status and headers (its body: :meth:`body`)."""
+        self.headers, self.chunks = [], deque()
+        self.head_done = self.complete = self.reusable = False
+        self.head_only = head_only
+        self.sock.settimeout(timeouts.get("write"))
+        try:
+            self.sock.sendall(data)
+        except TimeoutError:
+            raise httpx.WriteTimeout("not sent within the write timeout", request=request) from None
+        except OSError as exc:
+            raise httpx.WriteError(f"could not send the request: {exc}", request=request) from exc
+        self.sock.settimeout(timeouts.get("read"))
+        while not self.head_done:
+            self._read(request)
+        return self.parser.get_status_code(), self.headers
+
+    def body(self, request: httpx.Request) -> Iterator[bytes]:
+        while True:
+            while self.chunks:
+                yield self.chunks.popleft()
+            if self.complete:
+                return
+            self._read(request)
+
+    def _read(self, request: httpx.Request) -> None:
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            raise httpx.ReadTimeout("no answer within the read timeout", request=request) from None
+        except OSError as exc:
+            raise httpx.ReadError(f"could not read the answer: {exc}", request=request) from exc
+        if not data:
+            raise httpx.ReadError("the server closed the connection before answering", request=request)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            raise httpx.RemoteProtocolError(f"malformed HTTP answer: {exc}", request=request) from exc
+
+    def usable(self, now: float, expiry: float) -> bool:
+        """Not closed, not idle too long, and nothing to read: an idle keep-alive socket that
+        reads as ready holds the server's end of file (or bytes no request asked for)."""
+        if self.closed or now - self.idle_since >= expiry:
+            return False
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not ready
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.sock.close()
+
+
+class _SyncPool:
+    """The sockets of one origin: idle ones (last used first) and a bound on how many exist."""
+
+    def __init__(self, max_connections: int):
+        self.idle: deque[_SyncExchange] = deque()
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.lock = threading.Lock()
+
+
+class _Answer(httpx.SyncByteStream):
+    """An answer's body as it is read; closing it hands the socket back (kept if the answer was
+    read whole and allows keep-alive, else closed) and frees its slot, once."""
+
+    def __init__(
+        self, transport: KeepAliveSyncTransport, pool: _SyncPool, exchange: _SyncExchange, request: httpx.Request
+    ):
+        self._transport, self._pool, self._exchange, self._request = transport, pool, exchange, request
+        self._released = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._exchange.body(self._request)
+
+    def close(self) -> None:
+        if not self._released:
+            self._released = True
+            self._transport._release(self._pool, self._exchange)
+
+
+class KeepAliveSyncTransport(_KeepAliveOptions[_SyncPool], httpx.BaseTransport):
+    """An ``httpx.BaseTransport`` over kept-alive blocking sockets (see the module's notes)."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the transport is closed")
+        origin = _origin(request.url)
+        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+        with self._lock:
+            pool = self._pools.get(origin) or self._pools.setdefault(origin, _SyncPool(self.max_connections))
+        if not pool.slots.acquire(timeout=timeouts.get("pool")):
+            raise httpx.PoolTimeout("no free connection within the pool timeout", request=request)
+        exchange: _SyncExchange | None = None
+        try:
+            exchange = self._idle_or_new(pool, origin, timeouts.get("connect"), request)
+            data = _encode(request, request.read())
+            head_only = request.method == "HEAD"
+            status, headers = exchange.start(data, head_only=head_only, timeouts=timeouts, request=request)
+        except BaseException:
+            if exchange is not None:
+                exchange.close()
+            pool.slots.release()
+            raise
+        return httpx.Response(
+            status,
+            headers=headers,
+            stream=_Answer(self, pool, exchange, request),
+            extensions={"http_version": b"HTTP/1.1"},
+            request=request,
+        )
+
+    def _release(self, pool: _SyncPool, exchange: _SyncExchange) -> None:
+        if exchange.complete and exchange.reusable and not exchange.closed and not self._closed:
+            exchange.idle_since = time.monotonic()
+            with pool.lock:
+                pool.idle.append(exchange)
+        else:
+            exchange.close()  # broken, timed out, not read whole, or not to be kept
+        pool.slots.release()
+
+    def _idle_or_new(
+        self, pool: _SyncPool, origin: _Origin, connect_timeout: float | None, request: httpx.Request
+    ) -> _SyncExchange:
+        now = time.monotonic()
+        while True:
+            with pool.lock:
+                exchange = pool.idle.pop() if pool.idle else None
+            if exchange is None:
+                break
+            if exchange.usable(now, self.keepalive_expiry):
+                return exchange
+            exchange.close()
+        scheme, host, port = origin
+        try:
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"could not connect to {host}:{port} in time", request=request) from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"could not connect to {host}:{port}: {exc}", request=request) from exc
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if scheme == "https":
+                sock = self._tls().wrap_socket(sock, server_hostname=host)
+        except TimeoutError:
+            sock.close()
+            raise httpx.ConnectTimeout(f"no TLS handshake with {host}:{port} in time", request=request) from None
+        except OSError as exc:  # ssl.SSLError included: an unverified certificate sends nothing
+            sock.close()
+            raise httpx.ConnectError(f"could not connect to {host}:{port}: {exc}", request=request) from exc
+        return _SyncExchange(sock)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            with pool.lock:
+                while pool.idle:
+                    pool.idle.pop().close()
 
 
 def _origin(url: httpx.URL) -> _Origin:
