@@ -215,3 +215,25 @@ def test_tls_verifies_the_server_and_reuses_the_socket(tmp_path: Path) -> None:
         with client(url) as http, pytest.raises(httpx.ConnectError, match="certificate verify failed"):
             http.get("/three")
         assert len(server.requests) == 2
+
+
+def test_an_idle_socket_numbered_above_select_s_limit_is_still_reused() -> None:
+    """A process with many open files (a worker with a thousand sockets) gets descriptors above
+    1023, which ``select`` refuses: the idle check must not drop every such socket."""
+    held = []
+    try:
+        while True:  # push this process's next descriptors past 1023
+            held.append(socket.socket())
+            if held[-1].fileno() > 1030:
+                break
+    except OSError:
+        pytest.skip("this process may not open 1,030 descriptors")
+    server = _Server(_ok)
+    try:
+        with served(server) as url, client(url) as http:
+            for _ in range(3):
+                assert http.get("/x").json() == {"ok": True}
+    finally:
+        for s in held:
+            s.close()
+    assert server.connections == 1

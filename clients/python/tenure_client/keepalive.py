@@ -236,6 +236,17 @@ class KeepAliveTransport(_KeepAliveOptions[_Pool], httpx.AsyncBaseTransport):
         self._pools.clear()
 
 
+def _reads_as_ready(sock: socket.socket) -> bool:
+    """Whether ``sock`` has something to read now (``poll``: no limit on the descriptor's
+    number, where ``select`` refuses one above 1023)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    ready, _, _ = select.select([sock], [], [], 0)  # pragma: no cover - Windows
+    return bool(ready)
+
+
 class _SyncExchange:
     """One blocking socket: writes a request, parses its answer as it is read (the head first,
     then the body as the caller asks for it), and can be reused for the next once complete."""
@@ -311,10 +322,9 @@ class _SyncExchange:
         if self.closed or now - self.idle_since >= expiry:
             return False
         try:
-            ready, _, _ = select.select([self.sock], [], [], 0)
+            return not _reads_as_ready(self.sock)
         except (OSError, ValueError):
             return False
-        return not ready
 
     def close(self) -> None:
         if not self.closed:
