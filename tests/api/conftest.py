@@ -156,6 +156,13 @@ def other_team(client: TestClient, operator: dict[str, str]) -> Team:
     return make_team(client, operator)
 
 
+def recallable_name(prefix: str) -> str:
+    """A fresh canonical name a recall finds by its words: the random part starts with a letter,
+    since the query clean-up drops numbers (paper §3.5) and six hex digits are all digits one time
+    in seventeen (``lean_116795`` is recalled by ``lean`` alone, i.e. not at all)."""
+    return f"{prefix}_x{uuid.uuid4().hex[:6]}"
+
+
 def belief_body(name: str, scope: str = "domain:code", **extra: Any) -> dict[str, Any]:
     return {
         "type": "preference",

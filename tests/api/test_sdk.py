@@ -8,7 +8,6 @@ import ast
 import asyncio
 import socket
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
 
 from service.app import create_app
 from service.config import Settings
-from tests.api.conftest import Team, belief_body
+from tests.api.conftest import Team, belief_body, recallable_name
 from tests.live import serve
 
 MODELS = Path(__file__).resolve().parents[2] / "clients" / "python" / "tenure_client" / "models.py"
@@ -167,7 +166,7 @@ def test_async_client_mirrors_the_sync_one(app: FastAPI, client: TestClient, tea
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
             alice = AsyncTenure("http://testserver", team.keys["alice"], http_client=http)
-            name = f"async_{uuid.uuid4().hex[:6]}"
+            name = recallable_name("async")
             created = await alice.beliefs.create(**belief_body(name, "project:pay"))
             assert (await alice.beliefs.get(created.id or "")).canonical_name == name
             listed = [b.id async for b in alice.beliefs.iter(page_size=1, scope=["project:pay"])]
@@ -251,7 +250,7 @@ def test_the_keep_alive_transport_answers_as_httpx_s_own(
     """``tenure_client.keepalive.KeepAliveTransport`` over real HTTP (uvicorn): the same recall
     (injected ids and block), beliefs and errors as httpx's default transport, over one socket;
     another tenant's member recalls nothing through it either."""
-    name = f"lean_{uuid.uuid4().hex[:6]}"
+    name = recallable_name("lean")
     created = _sdk(client, team.keys["alice"]).beliefs.create(**belief_body(name, "project:pay"))
 
     async def recall_twice(url: str, transport: httpx.AsyncBaseTransport | None) -> list[Any]:
@@ -283,7 +282,7 @@ def test_the_sync_keep_alive_transport_answers_as_httpx_s_own(
     """``tenure_client.keepalive.KeepAliveSyncTransport`` over real HTTP (uvicorn): the same
     recall (injected ids and block), beliefs, streamed JSONL export and errors as httpx's default
     transport; another tenant's member recalls and exports nothing of alice's through it either."""
-    name = f"lean_sync_{uuid.uuid4().hex[:6]}"
+    name = recallable_name("lean_sync")
     created = _sdk(client, team.keys["alice"]).beliefs.create(**belief_body(name, "project:pay"))
 
     def recall_twice(url: str, transport: httpx.BaseTransport | None) -> list[Any]:

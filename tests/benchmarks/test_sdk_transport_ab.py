@@ -1,4 +1,4 @@
-"""benchmarks/sdk_transport_ab.py: the three clients it compares and the one API it calls; and
+"""benchmarks/sdk_transport_ab.py: the four clients it compares and the one API it calls; and
 fastpath_bench's load client (the SDK's lean transport by default)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ def test_one_variant_is_the_api_the_clients_call() -> None:
         parse_args([*node, "--variant", "a=.", "--variant", "b=."])
 
 
-def test_the_three_clients() -> None:
-    assert CLIENTS == ("sync", "async-httpx", "async-keepalive")
+def test_the_four_clients() -> None:
+    assert CLIENTS == ("sync", "sync-keepalive", "async-httpx", "async-keepalive")
 
 
 def test_fastpath_bench_loads_over_the_lean_transport_unless_told_otherwise() -> None:
@@ -34,6 +34,8 @@ def test_the_sequential_pass_is_the_sync_sdk_unless_told_otherwise() -> None:
     assert fb.parse_args([]).seq_client == "sync"
     assert fb.sequential_by("sync") is fb.sequential
     assert fb.sequential_by("keepalive") is not fb.sequential
+    assert fb.sequential_by("sync-keepalive") is not fb.sequential
+    assert fb.parse_args(["--seq-client", "sync-keepalive"]).seq_client == "sync-keepalive"
 
 
 def test_a_sequential_pass_times_only_answered_recalls_past_the_warmup() -> None:
