@@ -153,7 +153,7 @@ class _KeepAliveOptions(Generic[PoolT]):
         self.keepalive_expiry = keepalive_expiry
         self._ssl_context = ssl_context
         self._pools: dict[_Origin, PoolT] = {}
-        self._lock = threading.Lock()  # the synchronous transport's threads share the pools
+        self._lock = threading.Lock()  # the synchronous transport's threads share the pools and idle lists
         self._closed = False
 
     def _tls(self) -> ssl.SSLContext:
@@ -338,7 +338,6 @@ class _SyncPool:
     def __init__(self, max_connections: int):
         self.idle: deque[_SyncExchange] = deque()
         self.slots = threading.BoundedSemaphore(max_connections)
-        self.lock = threading.Lock()
 
 
 class _Answer(httpx.SyncByteStream):
@@ -394,7 +393,7 @@ class KeepAliveSyncTransport(_KeepAliveOptions[_SyncPool], httpx.BaseTransport):
     def _release(self, pool: _SyncPool, exchange: _SyncExchange) -> None:
         if exchange.complete and exchange.reusable and not exchange.closed and not self._closed:
             exchange.idle_since = time.monotonic()
-            with pool.lock:
+            with self._lock:
                 pool.idle.append(exchange)
         else:
             exchange.close()  # broken, timed out, not read whole, or not to be kept
@@ -405,7 +404,7 @@ class KeepAliveSyncTransport(_KeepAliveOptions[_SyncPool], httpx.BaseTransport):
     ) -> _SyncExchange:
         now = time.monotonic()
         while True:
-            with pool.lock:
+            with self._lock:
                 exchange = pool.idle.pop() if pool.idle else None
             if exchange is None:
                 break
@@ -434,11 +433,10 @@ class KeepAliveSyncTransport(_KeepAliveOptions[_SyncPool], httpx.BaseTransport):
     def close(self) -> None:
         self._closed = True
         with self._lock:
-            pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
-            with pool.lock:
-                while pool.idle:
-                    pool.idle.pop().close()
+            idle = [exchange for pool in self._pools.values() for exchange in pool.idle]
+            self._pools = {}
+        for exchange in idle:
+            exchange.close()
 
 
 def _origin(url: httpx.URL) -> _Origin:
