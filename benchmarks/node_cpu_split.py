@@ -7,13 +7,16 @@ receipt drain beside it, as a deployment runs them):
 - **receipts**: blocks of sequential sessions recalls alternate between the drain running (each
   recall's receipt is moved into the audit index within a second: bulk indexing, refreshes and
   merges on the node) and the drain paused (``SIGSTOP``: the receipts wait in the Redis outbox).
-  After a paused block the drain is resumed and the outbox emptied before the next block starts,
-  outside any measurement. The node's, the API worker's and the drain's CPU per recall are read
-  from ``/proc`` around each block, so the machine's drift falls on both modes alike.
+  After every block the drain is resumed and the outbox emptied before the next block starts,
+  outside any measurement; so a running block's last second of receipts is moved after it (at
+  ~200 recalls/s, a block of 3,000 undercounts the receipts' cost by ~1/15). The node's, the API
+  worker's and the drain's CPU per recall are read from ``/proc`` around each block, so the
+  machine's drift falls on both modes alike.
 - **where the node's time goes** (``--jfr``): the first block with the drain running is recorded
-  by the JDK's Flight Recorder in the node (``jcmd JFR.start``; the sampling period is ``--jfr-period-ms``: at 1 ms the
-  recording itself raises the node's CPU per recall by ~0.5-1 ms, so read its shares, not the CPU
-  of those blocks) and the top frames of the samples are printed, by self time and inclusive.
+  by the JDK's Flight Recorder in the node (``jcmd JFR.start``; the sampling period is
+  ``--jfr-period-ms``: at 1 ms the recording itself raises the node's CPU per recall by ~0.5-1
+  ms, so read its shares, not the CPU of those blocks) and the top frames of the samples are
+  printed, by self time and inclusive.
 
     .venv/bin/python -m benchmarks.node_cpu_split --opensearch-url $OS --redis-url $REDIS \\
         --opensearch-pid $OS_PID --variant main=. [--jfr /tmp/node.jfr]
