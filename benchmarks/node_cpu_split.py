@@ -14,9 +14,9 @@ receipt drain beside it, as a deployment runs them):
   machine's drift falls on both modes alike.
 - **where the node's time goes** (``--jfr``): the first block with the drain running is recorded
   by the JDK's Flight Recorder in the node (``jcmd JFR.start``; the sampling period is
-  ``--jfr-period-ms``; a JVM's first recording also pays the recorder's start-up, which nearly
-  doubled the node's CPU of a block once: read its shares, not the CPU of the recorded block) and
-  the top frames of the samples are printed, by self time and inclusive.
+  ``--jfr-period-ms``; a 1 ms recording once nearly doubled the node's CPU of the run it
+  covered: read its shares, not the CPU of the recorded block, and check a share that matters
+  with an A/B) and the top frames of the samples are printed, by self time and inclusive.
 
     .venv/bin/python -m benchmarks.node_cpu_split --opensearch-url $OS --redis-url $REDIS \\
         --opensearch-pid $OS_PID --variant main=. [--jfr /tmp/node.jfr]
