@@ -32,8 +32,8 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import fastpath_bench as fb
+from benchmarks.http_scale_bench import summarise_profile
 from benchmarks.recall_bench import Query, Spec, draw_sessions
-from benchmarks.recall_cost_split import Caller
+from benchmarks.recall_cost_split import Caller, latency_row
 from loadtest.__main__ import process_cpu_s
 
 MODES = ("drain-running", "drain-paused")
@@ -73,16 +74,9 @@ class ModeFigures:
     cpu_s: dict[str, float] = field(default_factory=dict)
 
     def row(self, mode: str) -> dict[str, Any]:
-        timings = sorted(self.latencies_ms)
-        n = len(timings)
+        n = len(self.latencies_ms)
         per_recall = {f"{name}_cpu_ms": round(seconds * 1000 / n, 3) for name, seconds in sorted(self.cpu_s.items())}
-        return {
-            "mode": mode,
-            "n": n,
-            "p50_ms": round(timings[n // 2], 2),
-            "p99_ms": round(timings[min(n - 1, int(n * 0.99))], 2),
-            **per_recall,
-        }
+        return {"mode": mode, **latency_row(self.latencies_ms), **per_recall}
 
 
 def modes_of(block: int) -> tuple[str, str]:
@@ -100,23 +94,17 @@ def top_frames(samples: Iterable[list[str]], top: int) -> dict[str, Any]:
     """The share of samples (innermost frame first in each) whose innermost frame is each method
     (``self``), and whose stack holds it anywhere (``inclusive``, a method counted once per
     sample), the ``top`` largest of each, as percentages."""
-    own: Counter[str] = Counter()
-    anywhere: Counter[str] = Counter()
-    n = 0
-    for frames in samples:
-        if not frames:
-            continue
-        n += 1
-        own[frames[0]] += 1
-        anywhere.update(set(frames))
-    if n == 0:
-        return {"samples": 0, "self": [], "inclusive": []}
+    # http_scale_bench's py-spy summary counts the same shares, over stacks written root first
+    summary = summarise_profile([(frames[::-1], 1) for frames in samples], within="", top=sys.maxsize)
 
-    def shares(counts: Counter[str]) -> list[tuple[str, float]]:
-        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))  # ties by name: stable output
-        return [(name, round(100 * c / n, 1)) for name, c in ranked[:top]]
+    def ranked(shares: dict[str, float]) -> list[tuple[str, float]]:
+        return sorted(shares.items(), key=lambda item: (-item[1], item[0]))[:top]  # ties by name: stable output
 
-    return {"samples": n, "self": shares(own), "inclusive": shares(anywhere)}
+    return {
+        "samples": summary["samples"],
+        "self": ranked(summary["self_pct"]),
+        "inclusive": ranked(summary["inclusive_pct"]),
+    }
 
 
 def recorded_samples(recording: Path) -> Iterator[list[str]]:

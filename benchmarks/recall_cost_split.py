@@ -59,6 +59,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def latency_row(latencies_ms: list[float]) -> dict[str, float | int]:
+    """The count, p50 and p99 of a series of sequential timings (the rows of these benchmarks)."""
+    timings = sorted(latencies_ms)
+    n = len(timings)
+    return {"n": n, "p50_ms": round(timings[n // 2], 2), "p99_ms": round(timings[min(n - 1, int(n * 0.99))], 2)}
+
+
 @dataclass
 class Measured:
     """One variant's timings and API CPU, per kind."""
@@ -67,14 +74,8 @@ class Measured:
     cpu_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
 
     def row(self, kind: str) -> dict[str, float | int]:
-        timings = sorted(self.latencies_ms[kind])
-        n = len(timings)
-        return {
-            "n": n,
-            "p50_ms": round(timings[n // 2], 2),
-            "p99_ms": round(timings[min(n - 1, int(n * 0.99))], 2),
-            "api_cpu_ms": round(self.cpu_s[kind] * 1000 / n, 2),
-        }
+        n = len(self.latencies_ms[kind])
+        return {**latency_row(self.latencies_ms[kind]), "api_cpu_ms": round(self.cpu_s[kind] * 1000 / n, 2)}
 
 
 class Caller:
