@@ -175,6 +175,7 @@ async def admin_principal(principal: CurrentPrincipal) -> Principal:
 AdminPrincipal = Annotated[Principal, Depends(admin_principal)]
 
 SESSION_HEADER = "X-Tenure-Session"
+SESSION_MAX_CHARS = 200
 
 
 def actor_of(request: Request, identity: Identity, session_id: str | None) -> Actor:
@@ -201,7 +202,7 @@ def _session(session: str | None) -> str | None:
 async def current_actor(
     request: Request,
     identity: CurrentIdentity,
-    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
+    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=SESSION_MAX_CHARS)] = None,
 ) -> Actor:
     return actor_of(request, identity, _session(session))
 
@@ -220,7 +221,7 @@ class RecallCaller:
 async def recall_caller(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=200)] = None,
+    session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=SESSION_MAX_CHARS)] = None,
 ) -> RecallCaller:
     """For a POST that only reads (recall takes a body, changes no belief, and its receipt falls
     back to a direct audit write when Redis is down): charged as a read, so a limiter outage does
@@ -230,6 +231,14 @@ async def recall_caller(
     scheme, identity, actor, session header, recall service): recall is the hot route, and
     FastAPI's resolution costs ~25 µs of CPU per dependency per request (docs/benchmarks.md,
     issue 16)."""
+    return await resolve_recall_caller(request, credentials, session)
+
+
+async def resolve_recall_caller(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, session: str | None
+) -> RecallCaller:
+    """:func:`recall_caller` from its parameters, also for ``service.api.recall_lane``, which
+    reads them without FastAPI."""
     services = await get_services(request)
     identity = await authenticate(request, services, credentials, read_only=True)
     return RecallCaller(actor_of(request, identity, _session(session)), services.recall)

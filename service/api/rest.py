@@ -16,6 +16,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import Lifespan
 
 from service.api.errors import RequestContextMiddleware, error_responses, install_error_handlers
+from service.api.recall_lane import RecallLane
 from service.api.routes import admin, audit, beliefs, health, messages, metrics, models, quarantine, recall
 from service.api.routes import memory_loop as memory_loop_routes
 from service.config import Settings
@@ -70,6 +71,8 @@ def build_rest_app(
         responses=error_responses(400, 401, 403, 404, 409, 413, 422, 429, 503),
     )
     install_error_handlers(app)
+    # added first, so innermost: inside the request context (id, body limit, access log, metrics)
+    app.add_middleware(RecallLane, enabled=config.api.recall_lane)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.api.max_body_bytes)
     if config.api.cors_origins:  # browser clients (chat UIs) calling the proxy or the API directly
         app.add_middleware(
