@@ -24,7 +24,6 @@ import json
 from typing import Any
 
 from fastapi.routing import APIRoute
-from pydantic import ValidationError
 from starlette._exception_handler import wrap_app_handling_exceptions  # FastAPI's own endpoint wrapper uses it
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -37,6 +36,8 @@ from service.api.routes.recall import RecallIn, recall, router
 RECALL_ROUTE = next(r for r in router.routes if isinstance(r, APIRoute) and r.endpoint is recall)
 RECALL_PATH = RECALL_ROUTE.path
 _SESSION_HEADER = SESSION_HEADER.lower().encode("latin-1")
+# Starlette's scope["starlette.exception_handlers"]: by exception type, by status
+Handlers = tuple[dict[Any, Any], dict[int, Any]]
 
 
 class RecallLane:
@@ -45,6 +46,7 @@ class RecallLane:
     def __init__(self, app: ASGIApp, enabled: bool = True) -> None:
         self.app = app
         self.enabled = enabled
+        self._handlers: Handlers | None = None  # the app's, once (they are fixed at start-up)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not (self.enabled and _is_recall(scope) and _plain_json(scope) and _session_header_ok(scope)):
@@ -53,7 +55,7 @@ class RecallLane:
         try:
             body, receive = await _read_body(receive)
         except Exception as exc:  # noqa: BLE001 - the body limit while it streams: as FastAPI answers it
-            await _answer(scope, receive, send, _body_error(exc))
+            await self._handled(_raising(_body_error(exc)), Request(scope, receive))(scope, receive, send)
             return
         payload = _valid_payload(body)
         if payload is None:  # the framework's own answer (422 and its details)
@@ -62,7 +64,14 @@ class RecallLane:
         # what the router would have set: the access log's and the metrics' route label
         scope["route"], scope["endpoint"] = RECALL_ROUTE, recall
         request = Request(scope, receive)
-        await _handled(_serve(request, payload), request)(scope, receive, send)
+        await self._handled(_serve(request, payload), request)(scope, receive, send)
+
+    def _handled(self, app: ASGIApp, request: Request) -> ASGIApp:
+        """``app`` with the app's exception handlers, as FastAPI wraps an endpoint."""
+        if self._handlers is None:
+            self._handlers = _exception_handlers(request.app.exception_handlers)
+        request.scope["starlette.exception_handlers"] = self._handlers
+        return wrap_app_handling_exceptions(app, request)
 
 
 def _serve(request: Request, payload: RecallIn) -> ASGIApp:
@@ -75,12 +84,6 @@ def _serve(request: Request, payload: RecallIn) -> ASGIApp:
     return app
 
 
-def _handled(app: ASGIApp, request: Request) -> ASGIApp:
-    """``app`` with the app's exception handlers, as FastAPI wraps an endpoint."""
-    request.scope["starlette.exception_handlers"] = _exception_handlers(request)
-    return wrap_app_handling_exceptions(app, request)
-
-
 def _body_error(exc: Exception) -> Exception:
     """What FastAPI makes of an error while it reads a body (the outer middleware then answers
     413 for the body limit)."""
@@ -89,11 +92,11 @@ def _body_error(exc: Exception) -> Exception:
     return HTTPException(status_code=400, detail="There was an error parsing the body")
 
 
-async def _answer(scope: Scope, receive: Receive, send: Send, exc: Exception) -> None:
-    async def raising(_scope: Scope, _receive: Receive, _send: Send) -> None:
+def _raising(exc: Exception) -> ASGIApp:
+    async def app(_scope: Scope, _receive: Receive, _send: Send) -> None:
         raise exc
 
-    await _handled(raising, Request(scope, receive))(scope, receive, send)
+    return app
 
 
 def _is_recall(scope: Scope) -> bool:
@@ -164,16 +167,16 @@ def _valid_payload(body: bytes) -> RecallIn | None:
         return None
     try:
         return RecallIn.model_validate(json.loads(body))
-    except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except Exception:  # noqa: BLE001 - not JSON (or nested past the recursion limit), not a RecallIn
         return None
 
 
-def _exception_handlers(request: Request) -> tuple[dict[Any, Any], dict[int, Any]]:
+def _exception_handlers(handlers: dict[Any, Any]) -> Handlers:
     """The app's handlers as Starlette's ``ExceptionMiddleware`` holds them (the catch-all for
     ``Exception`` stays with ``ServerErrorMiddleware``, outside this middleware)."""
     by_type: dict[Any, Any] = {}
     by_status: dict[int, Any] = {}
-    for key, handler in request.app.exception_handlers.items():
+    for key, handler in handlers.items():
         if isinstance(key, int):
             by_status[key] = handler
         elif key is not Exception:

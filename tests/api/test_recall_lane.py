@@ -101,6 +101,10 @@ BAD_REQUESTS: dict[str, dict[str, Any]] = {
     "not JSON": {"content": b'{"query": ', "headers": {"Content-Type": "application/json"}},
     "not UTF-8": {"content": b'{"query": "\xff"}', "headers": {"Content-Type": "application/json"}},
     "empty body": {"content": b"", "headers": {"Content-Type": "application/json"}},
+    "nested past the recursion limit": {
+        "content": b'{"query": "x", "budget": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+        "headers": {"Content-Type": "application/json"},
+    },
     "a JSON list": {"json": ["query"]},
     "a wrong type": {"json": {"query": 5}},
     "an unknown field": {"json": {"query": "x", "bogus": 1}},
