@@ -133,15 +133,17 @@ async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
     """The whole body (the outer middleware enforces its size limit as it streams), and a
     ``receive`` that gives it again before anything else the client sends (a disconnect)."""
     chunks: list[bytes] = []
+    pending: Message | None = None
     while True:
         message = await receive()
         if message["type"] != "http.request":  # the client left: let the framework see it
-            return b"".join(chunks), _replaying(b"".join(chunks), receive, message)
+            pending = message
+            break
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
     body = b"".join(chunks)
-    return body, _replaying(body, receive)
+    return body, _replaying(body, receive, pending)
 
 
 def _replaying(body: bytes, receive: Receive, pending: Message | None = None) -> Receive:
