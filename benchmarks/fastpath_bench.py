@@ -513,6 +513,7 @@ async def paced(
     same reason (``connect``: another way to reach the API, ``benchmarks/paced_client_ab.py``)."""
     total = int(rate * seconds)
     tally = Tally()
+    started = time.perf_counter()
     async with (connect or lanes_to)(api, MAX_IN_FLIGHT) as callers:
         unanswered, wall = await open_loop(
             rate, total, seconds + grace_s, lambda k, due: tally.send(callers, queries[k % len(queries)], due)
@@ -525,7 +526,23 @@ async def paced(
         "error_causes": tally.causes,
         "sent": total,
         "achieved_per_s": round(len(tally.timings) / wall, 1),
+        "timeline": timeline(tally.answered, started),
     }
+
+
+def timeline(answered: list[tuple[float, float]], started: float, window_s: float = 1.0) -> list[list[float]]:
+    """The paced pass second by second, by due time: ``[second, answered, p50, p99, max]`` of the
+    answers whose requests were due in it. A p99 that is missed in a few seconds only (a burst:
+    a collection, a compilation, a merge) reads differently from one missed in every second (no
+    headroom)."""
+    by_window: dict[int, list[float]] = {}
+    for due, latency_ms in answered:
+        by_window.setdefault(int((due - started) / window_s), []).append(latency_ms)
+    rows: list[list[float]] = []
+    for window in sorted(by_window):
+        block = latency_block(by_window[window])
+        rows.append([window * window_s, block["n"], block["p50_ms"], block["p99_ms"], block["max_ms"]])
+    return rows
 
 
 @dataclass
@@ -536,6 +553,7 @@ class Tally:
     timings: list[float] = field(default_factory=list)
     causes: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
+    answered: list[tuple[float, float]] = field(default_factory=list)  # (due time, latency ms)
 
     def fail(self, cause: str) -> None:
         self.causes[cause] = self.causes.get(cause, 0) + 1
@@ -550,7 +568,9 @@ class Tally:
         finally:
             self.in_flight -= 1
         if cause is None:
-            self.timings.append((time.perf_counter() - due) * 1000)
+            latency_ms = (time.perf_counter() - due) * 1000
+            self.timings.append(latency_ms)
+            self.answered.append((due, latency_ms))
         else:
             self.fail(cause)
 
@@ -635,6 +655,13 @@ def cpu_per_recall(used: dict[str, Any], recalls: int) -> dict[str, float]:
     cpu["client"] = cpu.pop("loadgen")
     cpu["other processes"] = round(used["other_processes_cpu_s"] * 1000 / recalls, 2)
     return cpu
+
+
+def machine_use(used: dict[str, Any], calls: int) -> dict[str, Any]:
+    """A pass's CPU per recall by component and how busy the whole machine was (of all its
+    cores, every process counted: at 300/s paced this says how much headroom was left)."""
+    busy = used["machine_busy_cpu_s"] / max(used["machine_total_cpu_s"], 1e-9)
+    return {"cpu_ms_per_recall": cpu_per_recall(used, max(calls, 1)), "machine_busy": round(busy, 3)}
 
 
 @dataclass(frozen=True)
@@ -733,9 +760,11 @@ def measure_traffic(
     result: dict[str, Any] = {"sequential": seq, "cpu_ms_per_recall": cpu, "loadavg_before": load_before}
     result["receipt_outbox"] = receipts
     connect = CONNECTS[args.load_client]
+    meter.begin()
     result["paced"] = asyncio.run(
         paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s, connect=connect)
     )
+    result["paced"].update(machine_use(meter.finish(), result["paced"]["sent"]))
     result["paced"]["drain_s"] = drain(api, phases.paced[0])
     receipts["pending_after"]["paced"] = api.drain.pending()
     meter.begin()
@@ -743,22 +772,20 @@ def measure_traffic(
     used = meter.finish()
     receipts["pending_after"]["ceiling"] = api.drain.pending()
     calls = result["ceiling"]["n"] + result["ceiling"]["errors"]
-    result["ceiling"]["cpu_ms_per_recall"] = cpu_per_recall(used, max(calls, 1))
-    busy = used["machine_busy_cpu_s"] / max(used["machine_total_cpu_s"], 1e-9)
-    result["ceiling"]["machine_busy"] = round(busy, 3)
+    result["ceiling"].update(machine_use(used, calls))
     result["loadavg_after"] = loadavg()
     return result
 
 
 def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
     print(f"\n{size:,} beliefs")
-    print("| variant | seq n | seq p50 | seq p99 | paced p50 / p99 (errors) | ceiling /s", end=" ")
+    print("| variant | seq n | seq p50 | seq p99 | paced p50 / p99 (errors), machine busy | ceiling /s", end=" ")
     print("| CPU ms/recall OS / API / drain / Redis / client |")
     for r in rows:
         s, p, c, cpu = r["sequential"], r["paced"], r["ceiling"], r["cpu_ms_per_recall"]
         print(
             f"| {r['variant']} ({r['traffic']}) | {s['n']} | {s.get('p50_ms')} | {s.get('p99_ms')} "
-            f"| {p.get('p50_ms')} / {p.get('p99_ms')} ({p['errors']}) "
+            f"| {p.get('p50_ms')} / {p.get('p99_ms')} ({p['errors']}), {p.get('machine_busy')} "
             f"| {c['recalls_per_s']} | {cpu.get('opensearch')} / {cpu.get('api')} / {cpu.get('drain')} / "
             f"{cpu.get('redis')} / {cpu.get('client')} |",
             flush=True,
