@@ -513,7 +513,6 @@ async def paced(
     same reason (``connect``: another way to reach the API, ``benchmarks/paced_client_ab.py``)."""
     total = int(rate * seconds)
     tally = Tally()
-    started = time.perf_counter()
     async with (connect or lanes_to)(api, MAX_IN_FLIGHT) as callers:
         unanswered, wall = await open_loop(
             rate, total, seconds + grace_s, lambda k, due: tally.send(callers, queries[k % len(queries)], due)
@@ -526,18 +525,21 @@ async def paced(
         "error_causes": tally.causes,
         "sent": total,
         "achieved_per_s": round(len(tally.timings) / wall, 1),
-        "timeline": timeline(tally.answered, started),
+        "timeline": timeline(tally.answered),
     }
 
 
-def timeline(answered: list[tuple[float, float]], started: float, window_s: float = 1.0) -> list[list[float]]:
-    """The paced pass second by second, by due time: ``[second, answered, p50, p99, max]`` of the
-    answers whose requests were due in it. A p99 that is missed in a few seconds only (a burst:
-    a collection, a compilation, a merge) reads differently from one missed in every second (no
-    headroom)."""
+def timeline(answered: list[tuple[float, float]], window_s: float = 1.0) -> list[list[float]]:
+    """The paced pass second by second from the first due time, by due time: ``[second,
+    answered, p50, p99, max]`` of the answers whose requests were due in it. A p99 missed in a
+    few seconds only (a burst: a collection, a compilation, a merge) reads differently from one
+    missed in every second (no headroom)."""
+    if not answered:
+        return []
+    first = min(due for due, _ in answered)
     by_window: dict[int, list[float]] = {}
     for due, latency_ms in answered:
-        by_window.setdefault(int((due - started) / window_s), []).append(latency_ms)
+        by_window.setdefault(int((due - first) / window_s), []).append(latency_ms)
     rows: list[list[float]] = []
     for window in sorted(by_window):
         block = latency_block(by_window[window])

@@ -68,12 +68,13 @@ def test_no_phase_of_a_run_resends_a_call_of_an_earlier_phase() -> None:
 def test_the_paced_timeline_puts_each_answer_in_the_second_it_was_due() -> None:
     from benchmarks.fastpath_bench import timeline
 
-    started = 100.0
-    # second 0: nine quick answers and one slow; second 2: one (second 1 had none answered)
-    answered = [(100.0 + i * 0.1, 5.0) for i in range(9)] + [(100.95, 250.0), (102.5, 7.0)]
-    rows = timeline(answered, started)
+    # from the first due time: second 0 nine quick answers and one slow; second 2 one (second 1
+    # had none answered)
+    answered = [(102.5, 7.0)] + [(100.0 + i * 0.1, 5.0) for i in range(9)] + [(100.95, 250.0)]
+    rows = timeline(answered)
     assert [row[0] for row in rows] == [0.0, 2.0]
-    second, n, p50, p99, worst = rows[0]
+    _, n, p50, p99, worst = rows[0]
     assert (n, p50, worst) == (10, 5.0, 250.0)
     assert p99 == 250.0  # nearest rank: the slow answer is the 10th of 10
     assert rows[1] == [2.0, 1, 7.0, 7.0, 7.0]
+    assert timeline([]) == []
