@@ -328,32 +328,53 @@ class Callers:
     on one shared connection pool; retries off, so every 429/503 is counted, not waited out. The
     answer is read as decoded JSON (``recall_json``), not into the SDK's models: every variant's
     answer is read alike (the code before issue 16 answers in the injection shape of before
-    2026-11-30) and the client spends no CPU validating it."""
+    2026-11-30) and the client spends no CPU validating it.
 
-    def __init__(self, url: str, http: httpx.Client):
-        self.url, self.http = url, http
+    The pool is ``http`` (one ``httpx.Client`` shared by every user's SDK client) or ``transport``
+    (shared by the ``httpx.Client`` each user's SDK client creates: over the SDK's keep-alive
+    transport the SDK then calls the transport directly, as an application that hands the SDK
+    that transport does)."""
+
+    def __init__(self, url: str, http: httpx.Client | None = None, *, transport: httpx.BaseTransport | None = None):
+        if (http is None) == (transport is None):
+            raise ValueError("one of http and transport")
+        self.url, self.http, self.transport = url, http, transport
         self.clients: dict[tuple[str, str], Tenure] = {}
 
     def recall(self, q: Query) -> None:
         who = (q.principal.tenant_id, q.principal.user_id)
         client = self.clients.get(who)
         if client is None:
-            client = self.clients[who] = Tenure(self.url, key_of(*who)[1], http_client=self.http, max_retries=0)
+            key = key_of(*who)[1]
+            client = self.clients[who] = (
+                Tenure(self.url, key, http_client=self.http, max_retries=0)
+                if self.http is not None
+                else Tenure(self.url, key, timeout=TIMEOUT_S, transport=self.transport, max_retries=0)
+            )
         client.recall_json(q.message, scopes=q.scopes)
 
 
 class AsyncCallers:
     """:class:`Callers` for the asyncio runs."""
 
-    def __init__(self, url: str, http: httpx.AsyncClient):
-        self.url, self.http = url, http
+    def __init__(
+        self, url: str, http: httpx.AsyncClient | None = None, *, transport: httpx.AsyncBaseTransport | None = None
+    ):
+        if (http is None) == (transport is None):
+            raise ValueError("one of http and transport")
+        self.url, self.http, self.transport = url, http, transport
         self.clients: dict[tuple[str, str], AsyncTenure] = {}
 
     async def recall(self, q: Query) -> None:
         who = (q.principal.tenant_id, q.principal.user_id)
         client = self.clients.get(who)
         if client is None:
-            client = self.clients[who] = AsyncTenure(self.url, key_of(*who)[1], http_client=self.http, max_retries=0)
+            key = key_of(*who)[1]
+            client = self.clients[who] = (
+                AsyncTenure(self.url, key, http_client=self.http, max_retries=0)
+                if self.http is not None
+                else AsyncTenure(self.url, key, timeout=TIMEOUT_S, transport=self.transport, max_retries=0)
+            )
         await client.recall_json(q.message, scopes=q.scopes)
 
 
@@ -372,8 +393,8 @@ async def keepalive_to(api: Api, connections: int) -> AsyncIterator[AsyncCallers
     sockets, one request on each at a time like :func:`lanes_to`, at about half the client's CPU
     per request (``benchmarks/sdk_transport_ab.py``)."""
     transport = KeepAliveTransport(max_connections=connections)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S), transport=transport) as http:
-        yield AsyncCallers(api.url, http)
+    async with transport:
+        yield AsyncCallers(api.url, transport=transport)
 
 
 def cause_of(error: TenureError) -> str:
@@ -421,13 +442,18 @@ def sequential(
     max_s: float | None,
     transport: httpx.BaseTransport | None = None,
 ) -> tuple[dict[str, Any], int]:
-    """One keep-alive client (the synchronous SDK, over ``transport``: httpx's own by default),
-    one recall after the other; the first ``warmup`` are not timed. ``max_s``: stop sending after
+    """One keep-alive client (the synchronous SDK, over ``transport``: httpx's own by default,
+    through one shared ``httpx.Client``; the SDK's ``KeepAliveSyncTransport``, which the SDK calls
+    directly), one recall after the other; the first ``warmup`` are not timed. ``max_s``: stop sending after
     that many seconds (a variant at seconds per recall would otherwise hold the run for an hour);
     the result says how many were sent. Returns the figures and the number of recalls sent."""
     run = _Sequence(warmup, max_s)
-    with httpx.Client(base_url=api.url, timeout=TIMEOUT_S, transport=transport) as http:
-        callers = Callers(api.url, http)
+    with contextlib.ExitStack() as stack:
+        if isinstance(transport, KeepAliveSyncTransport):
+            callers = Callers(api.url, transport=stack.enter_context(transport))
+        else:
+            http = stack.enter_context(httpx.Client(base_url=api.url, timeout=TIMEOUT_S, transport=transport))
+            callers = Callers(api.url, http)
         for i, q in enumerate(queries):
             if run.over():
                 break
