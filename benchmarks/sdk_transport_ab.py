@@ -1,7 +1,9 @@
 """The SDK's cost per recall over its transports, against the real API at the loaded corpus:
 the synchronous client over httpx's default transport and over
 ``tenure_client.keepalive.KeepAliveSyncTransport``, the async client over httpx's default
-transport and over ``tenure_client.keepalive.KeepAliveTransport``.
+transport and over ``tenure_client.keepalive.KeepAliveTransport``; over the keep-alive transports
+both through an ``httpx`` client passed in (``*-keepalive``) and given the transport itself, which
+the SDK then calls directly (``*-direct``; the SDK clients of one kind share one transport).
 
 One API (``--api-workers``, the source tree of the one ``--variant``) against the corpus ``fastpath_bench --load-only``
 loaded; every tenant primed; then ``--blocks`` blocks of ``--block`` sequential session recalls,
@@ -42,8 +44,8 @@ from benchmarks import fastpath_bench as fb
 from benchmarks.recall_bench import Query, Spec
 from loadtest.stats import latency_block
 
-CLIENTS = ("sync", "sync-keepalive", "async-httpx", "async-keepalive")
-SYNC = ("sync", "sync-keepalive")
+CLIENTS = ("sync", "sync-keepalive", "sync-direct", "async-httpx", "async-keepalive", "async-direct")
+SYNC = ("sync", "sync-keepalive", "sync-direct")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,13 +74,21 @@ class _Turns:
         self.sync_lean_http = httpx.Client(base_url=url, timeout=fb.TIMEOUT_S, transport=KeepAliveSyncTransport())
         self.async_http = httpx.AsyncClient(base_url=url, timeout=fb.TIMEOUT_S)
         self.lean_http = httpx.AsyncClient(base_url=url, timeout=fb.TIMEOUT_S, transport=KeepAliveTransport())
+        self.sync_direct = KeepAliveSyncTransport()
+        self.async_direct = KeepAliveTransport()
         self.sdk: dict[tuple[str, str, str], Any] = {}
 
     def _client(self, kind: str, q: Query) -> Any:
         who = (kind, q.principal.tenant_id, q.principal.user_id)
         if who not in self.sdk:
             key = fb.key_of(q.principal.tenant_id, q.principal.user_id)[1]
-            if kind in SYNC:
+            if kind == "sync-direct":
+                self.sdk[who] = Tenure(self.url, key, timeout=fb.TIMEOUT_S, transport=self.sync_direct, max_retries=0)
+            elif kind == "async-direct":
+                self.sdk[who] = AsyncTenure(
+                    self.url, key, timeout=fb.TIMEOUT_S, transport=self.async_direct, max_retries=0
+                )
+            elif kind in SYNC:
                 http_client = self.sync_http if kind == "sync" else self.sync_lean_http
                 self.sdk[who] = Tenure(self.url, key, http_client=http_client, max_retries=0)
             else:
@@ -106,6 +116,8 @@ class _Turns:
         self.sync_lean_http.close()
         await self.async_http.aclose()
         await self.lean_http.aclose()
+        self.sync_direct.close()
+        await self.async_direct.aclose()
 
 
 async def _measure(turns: _Turns, args: argparse.Namespace, queries: list[Query]) -> dict[str, Any]:

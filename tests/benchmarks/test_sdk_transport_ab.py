@@ -1,4 +1,4 @@
-"""benchmarks/sdk_transport_ab.py: the four clients it compares and the one API it calls; and
+"""benchmarks/sdk_transport_ab.py: the six clients it compares and the one API it calls; and
 fastpath_bench's load client (the SDK's lean transport by default)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ def test_one_variant_is_the_api_the_clients_call() -> None:
         parse_args([*node, "--variant", "a=.", "--variant", "b=."])
 
 
-def test_the_four_clients() -> None:
-    assert CLIENTS == ("sync", "sync-keepalive", "async-httpx", "async-keepalive")
+def test_the_six_clients() -> None:
+    assert CLIENTS == ("sync", "sync-keepalive", "sync-direct", "async-httpx", "async-keepalive", "async-direct")
 
 
 def test_fastpath_bench_loads_over_the_lean_transport_unless_told_otherwise() -> None:

@@ -78,3 +78,13 @@ def test_the_paced_timeline_puts_each_answer_in_the_second_it_was_due() -> None:
     assert p99 == 250.0  # nearest rank: the slow answer is the 10th of 10
     assert rows[1] == [2.0, 1, 7.0, 7.0, 7.0]
     assert timeline([]) == []
+
+
+def test_the_warm_up_is_repeated_until_every_worker_took_a_share() -> None:
+    from benchmarks.fastpath_bench import every_worker_took_part
+
+    # uvicorn's children: two workers and the idle resource tracker
+    assert every_worker_took_part([0.0, 5.66, 3.25], workers=2)
+    assert not every_worker_took_part([0.0, 0.07, 7.55], workers=2)  # all eight connections on one
+    assert every_worker_took_part([7.55], workers=1)
+    assert not every_worker_took_part([0.0, 4.0], workers=3)  # fewer children than workers
