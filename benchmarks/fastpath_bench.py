@@ -47,7 +47,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -255,10 +255,14 @@ class Api:
     def pids(self) -> list[int]:
         return [self.process.pid, *_children(self.process.pid)]
 
-    def worker_pids(self) -> list[int]:
-        """uvicorn's child processes (its workers; also multiprocessing's resource tracker, idle),
-        or uvicorn's own pid when it serves in process."""
-        return _children(self.process.pid) or [self.process.pid]
+    def worker_cpu(self) -> dict[int, float]:
+        """The CPU seconds so far of uvicorn's child processes (its workers; also multiprocessing's
+        resource tracker, idle), or of uvicorn itself when it serves in process."""
+        return {pid: process_cpu_s(pid) for pid in _children(self.process.pid) or [self.process.pid]}
+
+    def worker_cpu_since(self, before: dict[int, float]) -> list[float]:
+        """Each of those processes' CPU seconds since ``before`` (a :meth:`worker_cpu`)."""
+        return [round(process_cpu_s(pid) - cpu, 2) for pid, cpu in before.items()]
 
     def first_worker(self) -> int:
         """The pid of uvicorn's first worker process (the one of a one-worker API), or uvicorn's own
@@ -632,66 +636,83 @@ async def open_loop(
 
 async def prime(api: Api, spec: Spec, connections: int) -> dict[str, Any]:
     """Build every tenant's cached vocabulary in every API process before measuring: one short
-    recall per (tenant, connection), the calls spread over ``connections`` keep-alive connections
-    (the kernel hands each to one of the workers; with several connections per worker each worker
-    sees every tenant). What a steady state looks like: tenants that have not written since their
-    last recall. A build's own cost is measured apart (docs/benchmarks.md, build per tenant)."""
+    recall per (tenant, connection), the calls spread over ``connections`` keep-alive connections,
+    again over fresh ones until every worker took part (the kernel hands each connection to one
+    worker, not always to both: :func:`until_every_worker`). What a steady state looks like:
+    tenants that have not written since their last recall. A build's own cost is measured apart
+    (docs/benchmarks.md, build per tenant)."""
     tenants = [f"t{t:04d}" for t in range(spec.tenants)]
     t0 = time.perf_counter()
-    causes: dict[str, int] = {}
-    async with lanes_to(api, connections) as callers:
 
-        async def connection(c: int) -> None:
-            for tenant in tenants[c:] + tenants[:c]:
-                principal = Principal(tenant_id=tenant, user_id="u0")
-                cause = await post(callers, Query("prime", principal, ["domain:code"], "hello there"))
+    causes: dict[str, int] = {}
+
+    def calls_of(lane: int) -> Iterator[Query]:
+        for tenant in tenants[lane:] + tenants[:lane]:
+            yield Query("prime", Principal(tenant_id=tenant, user_id="u0"), ["domain:code"], "hello there")
+
+    rounds, cpu_s = await until_every_worker(api, lambda: over_lanes(api, connections, calls_of, causes))
+    return {
+        "recalls": len(tenants) * connections * rounds,
+        "rounds": rounds,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "errors": causes,
+        "worker_cpu_s": cpu_s,
+    }
+
+
+async def over_lanes(
+    api: Api, lanes: int, calls_of: Callable[[int], Iterable[Query]], causes: dict[str, int]
+) -> dict[str, int]:
+    """Send ``calls_of(lane)`` on each of ``lanes`` keep-alive connections at once, one call after
+    the other on each; every failure counted in ``causes`` by its cause (returned)."""
+    async with lanes_to(api, lanes) as callers:
+
+        async def lane(number: int) -> None:
+            for q in calls_of(number):
+                cause = await post(callers, q)
                 if cause is not None:
                     causes[cause] = causes.get(cause, 0) + 1
 
-        await asyncio.gather(*(connection(c) for c in range(connections)))
-    return {"recalls": len(tenants) * connections, "seconds": round(time.perf_counter() - t0, 1), "errors": causes}
+        await asyncio.gather(*(lane(n) for n in range(lanes)))
+    return causes
 
 
 # Connections of the warm-up. The kernel hands each new connection to whichever API worker
 # accepts it first, and that can be the same worker every time: one sequential connection warmed
 # one worker only, and even eight at once can all land on one (2026-12-05); the other then met
-# the paced pass cold. So the warm-up is repeated over fresh connections until every worker took
-# a share of it.
+# the paced pass cold. So the priming and the warm-up are repeated over fresh connections until
+# every worker took a share of them.
 WARM_LANES = 8
 WARM_ROUNDS = 4
-WARM_SHARE = 0.25  # of the busiest worker's CPU during the warm-up
+WARM_SHARE = 0.25  # of the busiest worker's CPU
 
 
-async def warm(api: Api, queries: list[Query], lanes: int, rounds: int = WARM_ROUNDS) -> dict[str, Any]:
-    """Send ``queries`` over ``lanes`` connections at once (query k on lane k mod ``lanes``), so
-    the caches of every API worker (credentials, filter tiers, decoded beliefs, the in-process
-    analysis's compiled code) hold what the traffic needs before anything is measured; again over
-    new connections while a worker has done less than ``WARM_SHARE`` of the busiest one's work,
-    at most ``rounds`` times. Returns the errors, the rounds and each worker's CPU seconds."""
-    causes: dict[str, int] = {}
-    workers = api.worker_pids()
-    before = [process_cpu_s(pid) for pid in workers]
-    cpu_s: list[float] = []
-    done = 0
+async def until_every_worker(
+    api: Api, send_round: Callable[[], Awaitable[object]], rounds: int = WARM_ROUNDS
+) -> tuple[int, list[float]]:
+    """Run ``send_round`` (which opens connections of its own) until every API worker has done
+    at least ``WARM_SHARE`` of the busiest one's work, at most ``rounds`` times. Returns the
+    rounds run and each of uvicorn's children's CPU seconds over them."""
+    before = api.worker_cpu()
+    done, cpu_s = 0, []
     while done < rounds:
-        await _warm_round(api, queries, lanes, causes)
+        await send_round()
         done += 1
-        cpu_s = [round(process_cpu_s(pid) - cpu, 2) for pid, cpu in zip(workers, before, strict=True)]
+        cpu_s = api.worker_cpu_since(before)
         if every_worker_took_part(cpu_s, api.workers):
             break
-    return {"recalls": len(queries) * done, "rounds": done, "errors": causes, "worker_cpu_s": cpu_s}
+    return done, cpu_s
 
 
-async def _warm_round(api: Api, queries: list[Query], lanes: int, causes: dict[str, int]) -> None:
-    async with lanes_to(api, lanes) as callers:
-
-        async def lane(first: int) -> None:
-            for q in queries[first::lanes]:
-                cause = await post(callers, q)
-                if cause is not None:
-                    causes[cause] = causes.get(cause, 0) + 1
-
-        await asyncio.gather(*(lane(c) for c in range(lanes)))
+async def warm(api: Api, queries: list[Query], lanes: int) -> dict[str, Any]:
+    """Send ``queries`` over ``lanes`` connections at once (query k on lane k mod ``lanes``), so
+    the caches of every API worker (credentials, filter tiers, decoded beliefs, the in-process
+    analysis's compiled code) hold what the traffic needs before anything is measured, over fresh
+    connections until every worker took part (:func:`until_every_worker`). Returns the errors,
+    the rounds and each worker's CPU seconds."""
+    causes: dict[str, int] = {}
+    rounds, cpu_s = await until_every_worker(api, lambda: over_lanes(api, lanes, lambda n: queries[n::lanes], causes))
+    return {"recalls": len(queries) * rounds, "rounds": rounds, "errors": causes, "worker_cpu_s": cpu_s}
 
 
 def every_worker_took_part(cpu_s: list[float], workers: int) -> bool:
@@ -850,13 +871,13 @@ def measure_traffic(
     result["receipt_outbox"] = receipts
     connect = CONNECTS[args.load_client]
     meter.begin()
-    workers = {pid: process_cpu_s(pid) for pid in api.worker_pids()}
+    workers = api.worker_cpu()
     result["paced"] = asyncio.run(
         paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s, connect=connect)
     )
     result["paced"].update(machine_use(meter.finish(), result["paced"]["sent"]))
     # how the load client's connections fell on the workers (the kernel's choice, per connection)
-    result["paced"]["worker_cpu_s"] = [round(process_cpu_s(pid) - cpu, 2) for pid, cpu in workers.items()]
+    result["paced"]["worker_cpu_s"] = api.worker_cpu_since(workers)
     result["paced"]["drain_s"] = drain(api, phases.paced[0])
     receipts["pending_after"]["paced"] = api.drain.pending()
     meter.begin()
