@@ -588,10 +588,14 @@ class Tally:
     """What the paced requests to one API got: each answer's latency from its due time, and why
     the others failed. At most ``MAX_IN_FLIGHT`` in flight; a request due beyond is ``shed``."""
 
-    timings: list[float] = field(default_factory=list)
+    answered: list[tuple[float, float]] = field(default_factory=list)  # (due time, latency ms)
     causes: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
-    answered: list[tuple[float, float]] = field(default_factory=list)  # (due time, latency ms)
+
+    @property
+    def timings(self) -> list[float]:
+        """The answers' latencies (ms), in the order they came."""
+        return [latency_ms for _, latency_ms in self.answered]
 
     def fail(self, cause: str) -> None:
         self.causes[cause] = self.causes.get(cause, 0) + 1
@@ -606,9 +610,7 @@ class Tally:
         finally:
             self.in_flight -= 1
         if cause is None:
-            latency_ms = (time.perf_counter() - due) * 1000
-            self.timings.append(latency_ms)
-            self.answered.append((due, latency_ms))
+            self.answered.append((due, (time.perf_counter() - due) * 1000))
         else:
             self.fail(cause)
 

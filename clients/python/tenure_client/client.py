@@ -164,11 +164,11 @@ def _direct_request(
     call names replaced and its own after them, as ``httpx.Headers.update`` orders them; the
     client's timeouts), for a client whose only transport is the SDK's keep-alive one: the SDK
     hands it to that transport itself (see ``Tenure.__init__``)."""
-    named = {name.lower() for name in headers}
+    named = {name.lower().encode("latin-1") for name in headers}
     merged = [
         (name.decode("latin-1"), value.decode("latin-1"))  # as the client holds them, case kept
         for name, value in http.headers.raw
-        if name.decode("latin-1").lower() not in named
+        if name.lower() not in named
     ]
     merged.extend(headers.items())
     return httpx.Request(
