@@ -15,6 +15,9 @@ query's own tenant user's API key (rate limit on, defaults):
    deployment runs them: :class:`ReceiptDrain`), Redis and this client, in ms of CPU per recall;
    plus the rest of the machine (other people's work on a shared box), and the load average
    before and after. The receipt outbox's depth is recorded before and after each phase.
+5. **run queue** in the paced pass, per recall and component: the time its threads spent runnable
+   but waiting for a CPU, and over how many scheduling slices (``benchmarks/run_queue.py``): on
+   two shared cores, how much of the paced latency is the wait for a core rather than work.
 
 Each size has its own namespace on the node (``fastpath-10k``, ``fastpath-100k``, ``fastpath-1m``:
 beliefs 0..N-1 of the corpus and the accounts), built once with bulk indexing under ``--state-dir``
@@ -59,6 +62,7 @@ from opensearchpy import OpenSearch, helpers
 from tenure_client import AsyncTenure, ConnectionFailed, Tenure, TenureError
 from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
 
+from benchmarks import run_queue
 from benchmarks.recall_bench import Query, Spec, draw_queries, draw_sessions, load_range, loadavg, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
 from deploy.localstack import celery_beat_args, celery_worker_args
@@ -872,11 +876,17 @@ def measure_traffic(
     }
     result["receipt_outbox"] = receipts
     connect = CONNECTS[args.load_client]
+
+    def components() -> dict[str, list[int]]:
+        return {**pids, "api": api.pids(), "drain": api.drain.pids(), "client": [os.getpid()]}
+
     meter.begin()
     workers = api.worker_cpu()
+    queued = run_queue.reading(components())
     result["paced"] = asyncio.run(
         paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s, connect=connect)
     )
+    result["paced"]["run_queue"] = run_queue.per_call(queued, run_queue.reading(components()), result["paced"]["sent"])
     result["paced"].update(machine_use(meter.finish(), result["paced"]["sent"]))
     # how the load client's connections fell on the workers (the kernel's choice, per connection)
     result["paced"]["worker_cpu_s"] = api.worker_cpu_since(workers)
@@ -905,6 +915,20 @@ def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
             f"{cpu.get('redis')} / {cpu.get('client')} |",
             flush=True,
         )
+    for r in rows:
+        if "run_queue" in r["paced"]:
+            print(f"{r['variant']}: {run_queue_line(r['paced']['run_queue'])}", flush=True)
+
+
+def run_queue_line(rows: dict[str, dict[str, float]]) -> str:
+    """The paced pass's wait for a CPU per recall, by component (``benchmarks/run_queue.py``)."""
+    parts = ", ".join(
+        f"{name} {row['wait_ms']} ms over {row['slices']} slices"
+        for name, row in sorted(rows.items(), key=lambda item: -item[1]["wait_ms"])
+        if name != "total" and row["slices"] > 0.05
+    )
+    total = rows["total"]
+    return f"paced, waiting for a CPU per recall: {total['wait_ms']} ms over {total['slices']} slices ({parts})"
 
 
 def running_node_parser(doc: str | None) -> argparse.ArgumentParser:
