@@ -7,10 +7,13 @@ split (``loadtest``'s ``CpuMeter``) says how much work a recall costs; this says
 latency is the wait for a core, and over how many scheduling slices it is spread.
 
 ``/proc/<pid>/task/<tid>/schedstat`` holds three counters per thread since it started: ns on a
-CPU, ns waiting on a run queue, and how many times it was put on a CPU (slices). A reading sums
-them over the threads alive at that moment; a thread that exits between two readings takes its
-counts with it (the JVM's and the API's pools keep their threads, so the loss is small and only
-ever an undercount). Linux only; a process that is gone reads as nothing.
+CPU, ns waiting on a run queue, and how many times it was put on a CPU (slices). A reading keeps
+them per thread, and two readings are compared thread by thread: a thread alive in both counts
+its difference, a thread born in between counts everything it did (all of it in between), and a
+thread that exited in between takes what it did in between with it (an undercount; the JVM's and
+the API's pools keep their threads). Subtracting per-component sums instead would also remove an
+exited thread's whole history from the difference, which made the slices swing 1-8 per recall
+between otherwise alike runs. Linux only; a process that is gone reads as nothing.
 """
 
 from __future__ import annotations
@@ -44,40 +47,55 @@ def parse_schedstat(text: str) -> SchedCounts:
     return SchedCounts(run_ns, wait_ns, slices)
 
 
-def process_counts(pid: int, proc: Path = PROC) -> SchedCounts:
-    """The sum over the threads of ``pid`` alive now (nothing for a process that is gone)."""
-    total = SchedCounts()
+# One reading of one component: the counters of each of its threads, by (pid, tid).
+Threads = dict[tuple[int, int], SchedCounts]
+
+
+def process_threads(pid: int, proc: Path = PROC) -> Threads:
+    """The counters of each thread of ``pid`` alive now (nothing for a process that is gone)."""
+    out: Threads = {}
     try:
         tasks = list((proc / str(pid) / "task").iterdir())
     except OSError:
-        return total
+        return out
     for task in tasks:
         try:
-            total += parse_schedstat((task / "schedstat").read_text())
+            out[(pid, int(task.name))] = parse_schedstat((task / "schedstat").read_text())
         except (OSError, ValueError):
             continue  # the thread exited between the listing and the read
-    return total
-
-
-def reading(components: Mapping[str, Iterable[int]], proc: Path = PROC) -> dict[str, SchedCounts]:
-    """Each component's counts, summed over its processes' threads."""
-    out: dict[str, SchedCounts] = {}
-    for name, pids in components.items():
-        total = SchedCounts()
-        for pid in pids:
-            total += process_counts(pid, proc)
-        out[name] = total
     return out
 
 
-def per_call(before: Mapping[str, SchedCounts], after: Mapping[str, SchedCounts], calls: int) -> dict[str, Any]:
+def reading(components: Mapping[str, Iterable[int]], proc: Path = PROC) -> dict[str, Threads]:
+    """Each component's threads and their counters."""
+    out: dict[str, Threads] = {}
+    for name, pids in components.items():
+        threads: Threads = {}
+        for pid in pids:
+            threads.update(process_threads(pid, proc))
+        out[name] = threads
+    return out
+
+
+def between(before: Threads, after: Threads) -> SchedCounts:
+    """What a component's threads did between two readings, thread by thread (module docstring)."""
+    total = SchedCounts()
+    for thread, end in after.items():
+        start = before.get(thread, SchedCounts())
+        if end.run_ns < start.run_ns or end.slices < start.slices:
+            start = SchedCounts()  # counters never go down: the id was reused by a thread born in between
+        total += end - start
+    return total
+
+
+def per_call(before: Mapping[str, Threads], after: Mapping[str, Threads], calls: int) -> dict[str, Any]:
     """Between two readings, per call and component: ms running, ms waiting for a CPU, slices, and
     the mean wait of a slice in µs; plus ``total`` over the components."""
     calls = max(calls, 1)
     rows: dict[str, Any] = {}
     total = SchedCounts()
     for name, end in after.items():
-        used = end - before.get(name, SchedCounts())
+        used = between(before.get(name, {}), end)
         total += used
         rows[name] = _row(used, calls)
     rows["total"] = _row(total, calls)

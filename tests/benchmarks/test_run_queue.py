@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.run_queue import SchedCounts, parse_schedstat, per_call, process_counts, reading
+from benchmarks.run_queue import SchedCounts, between, parse_schedstat, per_call, process_threads, reading
 
 
 def _task(proc: Path, pid: int, tid: int, text: str) -> None:
@@ -20,34 +20,52 @@ def _task(proc: Path, pid: int, tid: int, text: str) -> None:
     (task / "schedstat").write_text(text)
 
 
-def test_a_reading_sums_every_thread_of_every_process_of_a_component(tmp_path: Path) -> None:
+def test_a_reading_keeps_every_thread_of_every_process_of_a_component(tmp_path: Path) -> None:
     _task(tmp_path, 10, 10, "1000000 500000 4\n")
     _task(tmp_path, 10, 11, "3000000 1500000 6\n")
     _task(tmp_path, 20, 20, "2000000 0 1\n")
     _task(tmp_path, 30, 30, "7 7 7\n")
     got = reading({"api": [10, 20], "gone": [99]}, tmp_path)
-    assert got == {"api": SchedCounts(6_000_000, 2_000_000, 11), "gone": SchedCounts()}
+    assert got == {
+        "api": {
+            (10, 10): SchedCounts(1_000_000, 500_000, 4),
+            (10, 11): SchedCounts(3_000_000, 1_500_000, 6),
+            (20, 20): SchedCounts(2_000_000, 0, 1),
+        },
+        "gone": {},
+    }
 
 
 def test_a_thread_that_exited_or_reads_garbled_is_skipped(tmp_path: Path) -> None:
     _task(tmp_path, 10, 10, "1000 2000 3\n")
     (tmp_path / "10" / "task" / "11").mkdir()  # listed, then gone before its file was read
     _task(tmp_path, 10, 12, "not numbers\n")
-    assert process_counts(10, tmp_path) == SchedCounts(1000, 2000, 3)
+    assert process_threads(10, tmp_path) == {(10, 10): SchedCounts(1000, 2000, 3)}
 
 
-def test_per_call_divides_the_difference_and_totals_the_components() -> None:
-    before = {"api": SchedCounts(1_000_000, 1_000_000, 10), "node": SchedCounts(0, 0, 0)}
+def test_per_call_compares_thread_by_thread_and_totals_the_components() -> None:
+    before = {
+        "api": {(1, 1): SchedCounts(1_000_000, 1_000_000, 10), (1, 2): SchedCounts(9_000_000, 9_000_000, 90)},
+        "node": {},
+    }
     after = {
-        "api": SchedCounts(5_000_000, 3_000_000, 30),
-        "node": SchedCounts(2_000_000, 4_000_000, 20),
-        "new": SchedCounts(1, 1, 1),
+        # thread 2 exited in between: its history must not be subtracted from thread 1's work;
+        # thread 3 was born in between: all of it counts
+        "api": {(1, 1): SchedCounts(4_000_000, 2_000_000, 20), (1, 3): SchedCounts(1_000_000, 1_000_000, 10)},
+        "node": {(2, 2): SchedCounts(2_000_000, 4_000_000, 20)},
+        "new": {(3, 3): SchedCounts(1, 1, 1)},
     }
     rows = per_call(before, after, 2)
     assert rows["api"] == {"run_ms": 2.0, "wait_ms": 1.0, "slices": 10.0, "wait_us_per_slice": 100.0}
     assert rows["node"] == {"run_ms": 1.0, "wait_ms": 2.0, "slices": 10.0, "wait_us_per_slice": 200.0}
     assert rows["total"]["slices"] == 20.5 and rows["total"]["wait_ms"] == 3.0
-    assert per_call({}, {"idle": SchedCounts()}, 0)["idle"]["wait_us_per_slice"] == 0.0
+    assert per_call({}, {"idle": {}}, 0)["idle"]["wait_us_per_slice"] == 0.0
+
+
+def test_a_thread_id_reused_in_between_counts_as_a_new_thread() -> None:
+    before = {"api": {(1, 7): SchedCounts(50_000_000, 50_000_000, 500)}}
+    after = {"api": {(1, 7): SchedCounts(1_000_000, 1_000_000, 5)}}  # lower: not the same thread
+    assert between(before["api"], after["api"]) == SchedCounts(1_000_000, 1_000_000, 5)
 
 
 def test_parse_reads_the_three_counters() -> None:
@@ -68,7 +86,7 @@ def test_the_kernel_counts_a_busy_process_running_and_a_sleeping_one_not() -> No
     finally:
         busy.wait(5)
         idle.wait(5)
-    used = {name: end[name] - start[name] for name in end}
+    used = {name: between(start[name], end[name]) for name in end}
     assert used["busy"].run_ns > 100_000_000  # at least a third of the 0.3 s on a CPU
     assert used["idle"].run_ns < 20_000_000 and used["idle"].slices <= 2
     assert used["self"].slices >= 1  # this thread slept and was woken
@@ -80,9 +98,9 @@ def test_fastpath_bench_prints_the_largest_waits_first_and_leaves_out_idle_compo
     rows = per_call(
         {},
         {
-            "api": SchedCounts(0, 2_000_000, 8),
-            "opensearch": SchedCounts(0, 4_000_000, 20),
-            "idle": SchedCounts(0, 0, 0),
+            "api": {(1, 1): SchedCounts(0, 2_000_000, 8)},
+            "opensearch": {(2, 2): SchedCounts(0, 4_000_000, 20)},
+            "idle": {(3, 3): SchedCounts(0, 0, 0)},
         },
         2,
     )
