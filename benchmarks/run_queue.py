@@ -10,10 +10,10 @@ latency is the wait for a core, and over how many scheduling slices it is spread
 CPU, ns waiting on a run queue, and how many times it was put on a CPU (slices). A reading keeps
 them per thread, and two readings are compared thread by thread: a thread alive in both counts
 its difference, a thread born in between counts everything it did (all of it in between), and a
-thread that exited in between takes what it did in between with it (an undercount; the JVM's and
-the API's pools keep their threads). Subtracting per-component sums instead would also remove an
-exited thread's whole history from the difference, which made the slices swing 1-8 per recall
-between otherwise alike runs. Linux only; a process that is gone reads as nothing.
+thread that exited in between takes what it did in between with it (an undercount: the JVM's
+pools keep their threads, the API's worker threads exit when idle). Subtracting per-component
+sums instead would also remove an exited thread's whole history from the difference, which made
+the slices swing 1-8 per recall between otherwise alike runs. Linux only; a process that is gone reads as nothing.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 PROC = Path("/proc")
 
 
 @dataclass(frozen=True)
 class SchedCounts:
-    """Summed over threads: ns running, ns runnable but waiting for a CPU, slices."""
+    """One thread's counters, or a sum of them: ns running, ns runnable but waiting for a CPU, slices."""
 
     run_ns: int = 0
     wait_ns: int = 0
@@ -88,11 +87,11 @@ def between(before: Threads, after: Threads) -> SchedCounts:
     return total
 
 
-def per_call(before: Mapping[str, Threads], after: Mapping[str, Threads], calls: int) -> dict[str, Any]:
+def per_call(before: Mapping[str, Threads], after: Mapping[str, Threads], calls: int) -> dict[str, dict[str, float]]:
     """Between two readings, per call and component: ms running, ms waiting for a CPU, slices, and
     the mean wait of a slice in µs; plus ``total`` over the components."""
     calls = max(calls, 1)
-    rows: dict[str, Any] = {}
+    rows: dict[str, dict[str, float]] = {}
     total = SchedCounts()
     for name, end in after.items():
         used = between(before.get(name, {}), end)
