@@ -862,7 +862,14 @@ def measure_traffic(
     backlog = {"pending": api.drain.pending(), "drained_in_s": api.drain.wait_empty()}
     sequential_pass = sequential_by(args.seq_client)
     warmed = asyncio.run(warm(api, phases.warmup, WARM_LANES))
-    meter = CpuMeter(lambda: {**pids, "api": api.pids(), "drain": api.drain.pids()})
+
+    def stack() -> dict[str, list[int]]:
+        return {**pids, "api": api.pids(), "drain": api.drain.pids()}
+
+    def components() -> dict[str, list[int]]:  # run_queue's: the stack and this load client
+        return {**stack(), "client": [os.getpid()]}
+
+    meter = CpuMeter(stack)  # the load client's own CPU is the meter's "loadgen"
     load_before = loadavg()
     meter.begin()
     seq, sent = sequential_pass(api, phases.timed, 0, args.seq_max_s)
@@ -876,10 +883,6 @@ def measure_traffic(
     }
     result["receipt_outbox"] = receipts
     connect = CONNECTS[args.load_client]
-
-    def components() -> dict[str, list[int]]:
-        return {**pids, "api": api.pids(), "drain": api.drain.pids(), "client": [os.getpid()]}
-
     meter.begin()
     workers = api.worker_cpu()
     queued = run_queue.reading(components())
