@@ -167,6 +167,10 @@ class ApiSettings(BaseSettings):
     # POST /v1/recall served without FastAPI's routing and dependency resolution when its body is
     # plain, valid JSON (service/api/recall_lane.py; ~0.15 ms of CPU per recall). False: the route.
     recall_lane: bool = True
+    # The lane's recall starts beside the rate limit's Redis round trip, at the tenant's last
+    # known write version, and is used only if that round trip confirms it
+    # (service/api/recall_ahead.py; ~0.2 ms of latency per recall). False: after the round trip.
+    recall_ahead: bool = True
     # Undrained receipts beyond this (the drainer is down) are written directly again.
     receipt_outbox_max_pending: int = Field(100_000, ge=1, le=10_000_000)
     receipt_drain_interval_s: float = Field(1.0, ge=0.1, le=3600.0)

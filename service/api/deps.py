@@ -19,6 +19,7 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.errors import request_id_of
+from service.api.recall_ahead import RecallAhead
 from service.api.state import Services, ensure_indices
 from service.auth.actor import Actor
 from service.auth.authenticator import Identity
@@ -29,7 +30,7 @@ from service.domain.principal import Principal
 from service.errors import Forbidden, StoreUnavailable, Unauthenticated, ValidationFailed
 from service.provisioning.service import ProvisioningService
 from service.recall.audit_trail import AuditTrail
-from service.recall.service import RecallService
+from service.recall.service import Built, RecallService
 from service.storage.beliefs import BeliefStore
 from service.telemetry import context as work_context
 
@@ -115,6 +116,7 @@ async def authenticate(
     credentials: HTTPAuthorizationCredentials | None,
     *,
     read_only: bool,
+    ahead: RecallAhead | None = None,
 ) -> Identity:
     """The one authentication path of every route (API, proxy, console, MCP over HTTP): verify the
     bearer credential, keep the identity on the request, charge the credential's token bucket
@@ -126,7 +128,11 @@ async def authenticate(
     change bumps it once the change is visible), so a request that starts after a revoke, a
     disable or a grant change has returned is checked against the new records, in every process
     (``service/auth/authenticator.py``). Only a credential that needs the store or Redis to be
-    verified (a first use, a JWT, a changed tenant, a refusal to count) goes to a worker thread."""
+    verified (a first use, a JWT, a changed tenant, a refusal to count) goes to a worker thread.
+
+    ``ahead``: a recall to start beside the round trip when the credential was cached and the
+    tenant's write version is expected (``service/api/recall_ahead.py``); its caller takes it
+    with the principal and write version returned here, or it is discarded."""
     if credentials is None or not credentials.credentials:
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
     token, client, guard = credentials.credentials, client_address(request), services.guard
@@ -134,14 +140,24 @@ async def authenticate(
     if verified is None:
         verified, loaded = await anyio.to_thread.run_sync(guard.verify, token, client), True
     work_context.set_tenant(verified.identity.principal.tenant_id)  # every later log line names the tenant
-    versions = await services.limiter.acharge(verified.identity, read_only=read_only)
-    # Loaded by this request at the version the round trip read (or Redis answered neither time):
-    # nothing newer to check against. Anything else is confirmed by the version.
-    current = loaded and verified.accounts_version == versions.accounts
-    if not current and not services.authenticator.confirm(verified, versions.accounts):
-        # The tenant's accounts changed since (or, Redis down, the time bound passed): the
-        # records as they are now decide, tagged with the version just read.
-        verified = await anyio.to_thread.run_sync(guard.verify, token, client, versions.accounts)
+    expected = services.limiter.expected_write_version(verified.identity) if ahead is not None else None
+    if ahead is not None and expected is not None and not loaded:
+        ahead.start(services.recall, verified.identity.principal, expected)  # checked by ahead.take
+    try:
+        versions = await services.limiter.acharge(verified.identity, read_only=read_only)
+        # Loaded by this request at the version the round trip read (or Redis answered neither
+        # time): nothing newer to check against. Anything else is confirmed by the version.
+        current = loaded and verified.accounts_version == versions.accounts
+        if not current and not services.authenticator.confirm(verified, versions.accounts):
+            # The tenant's accounts changed since (or, Redis down, the time bound passed): the
+            # records as they are now decide, tagged with the version just read.
+            if ahead is not None:
+                ahead.discard()  # started as the principal the credential was cached with
+            verified = await anyio.to_thread.run_sync(guard.verify, token, client, versions.accounts)
+    except BaseException:
+        if ahead is not None:
+            ahead.discard()
+        raise
     request.state.identity = verified.identity
     request.state.write_version = versions.write
     return verified.identity
@@ -212,10 +228,12 @@ CurrentActor = Annotated[Actor, Depends(current_actor)]
 
 @dataclass(frozen=True)
 class RecallCaller:
-    """``POST /v1/recall``'s caller and the recall service."""
+    """``POST /v1/recall``'s caller and the recall service; ``built``: its recall, when one
+    started beside the rate limit's round trip was the one this caller would build."""
 
     actor: Actor
     recall: RecallService
+    built: Built | None = None
 
 
 async def recall_caller(
@@ -235,13 +253,21 @@ async def recall_caller(
 
 
 async def resolve_recall_caller(
-    request: Request, credentials: HTTPAuthorizationCredentials | None, session: str | None
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None,
+    session: str | None,
+    ahead: RecallAhead | None = None,
 ) -> RecallCaller:
     """:func:`recall_caller` from its parameters, also for ``service.api.recall_lane``, which
-    reads them without FastAPI."""
+    reads them without FastAPI, and with the validated body at hand passes ``ahead``: its recall,
+    to start beside the rate limit's round trip (``service/api/recall_ahead.py``)."""
     services = await get_services(request)
-    identity = await authenticate(request, services, credentials, read_only=True)
-    return RecallCaller(actor_of(request, identity, _session(session)), services.recall)
+    if not services.settings.api.recall_ahead:
+        ahead = None
+    identity = await authenticate(request, services, credentials, read_only=True, ahead=ahead)
+    actor = actor_of(request, identity, _session(session))
+    built = await ahead.take(identity.principal, actor.write_version) if ahead is not None else None
+    return RecallCaller(actor, services.recall, built)
 
 
 RecallCallerDep = Annotated[RecallCaller, Depends(recall_caller)]

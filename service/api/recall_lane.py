@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.deps import SESSION_HEADER, SESSION_MAX_CHARS, bearer_scheme, resolve_recall_caller
+from service.api.recall_ahead import RecallAhead
 from service.api.routes.recall import RecallIn, recall, router
 
 # the route the router would select (FastAPI sets it as scope["route"]): its endpoint is ours
@@ -77,7 +78,8 @@ class RecallLane:
 def _serve(request: Request, payload: RecallIn) -> ASGIApp:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         credentials = await bearer_scheme(request)
-        caller = await resolve_recall_caller(request, credentials, request.headers.get(SESSION_HEADER))
+        ahead = RecallAhead(payload.scopes, payload.query, budget=payload.budget, explain=payload.explain)
+        caller = await resolve_recall_caller(request, credentials, request.headers.get(SESSION_HEADER), ahead)
         response = await recall(payload, caller)
         await response(scope, receive, send)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from opensearchpy import AsyncOpenSearch, OpenSearch
@@ -106,8 +107,16 @@ class Services:
         render_cache = RenderCache(redis_client, ns)
         receipts = ReceiptOutbox.from_settings(settings, redis_client, audit, aredis)
         loop = MemoryLoop(settings, client, redis_client)
-        if prebuild_enabled(settings.recall):  # a worker builds what the API's writes change
-            versions.on_bump = loop.queue.prebuild_vocabularies
+        limiter = RateLimiter(
+            redis_client,
+            ns,
+            per_s=settings.api.rate_limit_per_s,
+            burst=settings.api.rate_limit_burst,
+            tenant_per_s=settings.api.tenant_rate_limit_per_s,
+            tenant_burst=settings.api.tenant_rate_limit_burst,
+            async_redis=aredis,
+        )
+        versions.on_bump = _on_bump(limiter, loop if prebuild_enabled(settings.recall) else None)
         return cls(
             settings=settings,
             opensearch=client,
@@ -117,15 +126,7 @@ class Services:
             accounts=accounts,
             verifier=verifier,
             authenticator=authenticator,
-            limiter=RateLimiter(
-                redis_client,
-                ns,
-                per_s=settings.api.rate_limit_per_s,
-                burst=settings.api.rate_limit_burst,
-                tenant_per_s=settings.api.tenant_rate_limit_per_s,
-                tenant_burst=settings.api.tenant_rate_limit_burst,
-                async_redis=aredis,
-            ),
+            limiter=limiter,
             guard=AuthGuard(
                 authenticator,
                 redis_client,
@@ -166,6 +167,19 @@ class Services:
         """Close what the services opened themselves (the upstream HTTP client, the broker
         connection); the OpenSearch and Redis clients belong to whoever passed them in."""
         await self.loop.aclose()
+
+
+def _on_bump(limiter: RateLimiter, loop: MemoryLoop | None) -> Callable[[Sequence[str]], None]:
+    """What a write of this process tells the others in it: the limiter forgets the tenants'
+    write versions (no recall starts ahead at a version this process knows is old), and with
+    prebuilding on, a worker builds what the write changed."""
+
+    def bumped(tenants: Sequence[str]) -> None:
+        limiter.forget_write_versions(tenants)
+        if loop is not None:
+            loop.queue.prebuild_vocabularies(tenants)
+
+    return bumped
 
 
 def ensure_indices(services: Services) -> bool:

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import anyio.to_thread
@@ -33,6 +34,7 @@ from service.auth.authenticator import Identity
 from service.errors import RateLimited, StoreUnavailable
 from service.lean_redis import EventLoopRedis
 from service.loops import LoopBound, on_loop
+from service.lru import BoundedLru
 from service.write_versions import UNKNOWN, TenantVersions
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,8 @@ return {allowed, wait_ms, refused}
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _OUTAGE_LOG_INTERVAL_S = 10.0
+# tenants whose last write version this process remembers, buckets it remembers refusing
+_REMEMBERED = 10_000
 
 
 class RateLimiter:
@@ -112,6 +116,11 @@ class RateLimiter:
         # Redis names a script by its SHA-1 (EVALSHA); not a security use of SHA-1
         self._sha = hashlib.sha1(BUCKET_SCRIPT.encode(), usedforsecurity=False).hexdigest()
         self._last_outage_log = 0.0
+        # What the last round trips said, for a recall that starts before its own round trip
+        # has answered (service/api/recall_ahead.py): each tenant's write version, and the
+        # buckets that refused (monotonic time until their Retry-After).
+        self._write_seen: BoundedLru[str, int] = BoundedLru(_REMEMBERED)
+        self._refused_until: BoundedLru[str, float] = BoundedLru(_REMEMBERED)
 
     @property
     def enabled(self) -> bool:
@@ -145,7 +154,7 @@ class RateLimiter:
         except redis.RedisError as exc:
             self._unanswered(exc, read_only)
             return UNKNOWN
-        return self._verdict(results)
+        return self._verdict(results, identity, keys)
 
     async def acharge(self, identity: Identity, *, read_only: bool) -> TenantVersions:
         """:meth:`charge` through the event loop's Redis client (no thread-pool hop); the same
@@ -165,7 +174,25 @@ class RateLimiter:
         except redis.RedisError as exc:
             self._unanswered(exc, read_only)
             return UNKNOWN
-        return self._verdict(results)
+        return self._verdict(results, identity, keys)
+
+    def expected_write_version(self, identity: Identity) -> int | None:
+        """The tenant's write version as this process's last round trip for it read it, when
+        ``identity`` is likely to be let through: None for a tenant not seen yet, or while one of
+        the identity's buckets is within the ``Retry-After`` of a refusal here. A guess only (no
+        I/O): what a request may start on before its own round trip answers, and must check
+        against what that round trip reads."""
+        keys, _ = self._buckets(identity)
+        now = time.monotonic()
+        if any((self._refused_until.get(key) or 0.0) > now for key in keys):
+            return None
+        return self._write_seen.get(identity.principal.tenant_id)
+
+    def forget_write_versions(self, tenant_ids: Iterable[str]) -> None:
+        """This process wrote the tenants: their versions it read are old (the next round trip of
+        each reads the new one)."""
+        for tenant_id in tenant_ids:
+            self._write_seen.pop(tenant_id)
 
     def _buckets(self, identity: Identity) -> tuple[list[str], list[float]]:
         keys: list[str] = []
@@ -183,12 +210,15 @@ class RateLimiter:
         if self.enabled:
             self._outage(exc, read_only)
 
-    def _verdict(self, results: list[Any]) -> TenantVersions:
+    def _verdict(self, results: list[Any], identity: Identity, keys: list[str]) -> TenantVersions:
         versions = write_versions.parse_versions(results)
+        if versions.write is not None:
+            self._write_seen.put(identity.principal.tenant_id, versions.write)
         if not self.enabled:
             return versions
         allowed, wait_ms, refused = results[0]
         if not allowed:
+            self._refused_until.put(keys[max(1, int(refused)) - 1], time.monotonic() + int(wait_ms) / 1000)
             retry_after = max(1, math.ceil(int(wait_ms) / 1000))
             whose, per_s, burst = (
                 ("this credential", self.per_s, self.burst)

@@ -61,10 +61,14 @@ class RecallService:
     ) -> Recall:
         return self._run(actor, actor.principal, scopes, query, budget=budget, explain=explain)
 
-    async def arecall(self, actor: Actor, scopes: list[str], query: str, **options: Any) -> Recall:
+    async def arecall(
+        self, actor: Actor, scopes: list[str], query: str, *, built: Built | None = None, **options: Any
+    ) -> Recall:
         """:meth:`recall` on the event loop (``POST /v1/recall``; ``budget``, ``explain``): the
-        same tiers, block and receipt."""
-        built = await self.abuild(actor.principal, scopes, query, write_version=actor.write_version, **options)
+        same tiers, block and receipt. ``built``: these tiers already built for ``actor`` at its
+        write version with these options (``service/api/recall_ahead.py``), receipted as they are."""
+        if built is None:
+            built = await self.abuild(actor.principal, scopes, query, write_version=actor.write_version, **options)
         event = self._receipt(actor, built.result)
         await self.receipts.arecord(event)
         return Recall(result=built.result, block=built.block, receipt_id=event.event_id)

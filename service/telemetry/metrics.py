@@ -87,6 +87,13 @@ TIER_REFRESH = Counter(
     "recall of the tenant in the process, or all already current; failed: a store did not answer)",
     ["outcome"],
 )
+RECALL_AHEAD = Counter(
+    "tenure_recall_ahead_total",
+    "Recalls started beside their rate limit's round trip (service/api/recall_ahead.py), by outcome "
+    "(used: the round trip confirmed the caller and the write version; discarded: it refused the "
+    "request, the tenant had written or the credential was verified again, and the recall ran again)",
+    ["outcome"],
+)
 RATE_LIMITED = Counter(
     "tenure_rate_limit_refusals_total",
     "Requests refused with 429, by bucket (credential, tenant, failed_auth)",

@@ -114,6 +114,15 @@ def ok(response: Any, status: int = 200) -> Any:
     return response.json()
 
 
+def without_ids(value: Any) -> Any:
+    """An answer without what differs between two calls (request and receipt ids)."""
+    if isinstance(value, dict):
+        return {k: without_ids(v) for k, v in value.items() if k not in {"request_id", "receipt_id"}}
+    if isinstance(value, list):
+        return [without_ids(v) for v in value]
+    return value
+
+
 @dataclass
 class Team:
     """A fresh tenant: alice and bob share project ``pay`` (alice also team ``core``), carol is the

@@ -31,6 +31,7 @@ from service.errors import RateLimited
 from service.lean_redis import LeanRedis, LeanScript, event_loop_redis
 from service.loops import LoopBound
 from service.storage.audit import AuditQuery
+from service.telemetry import metrics
 from service.write_versions import TenantVersions
 from tests.api.conftest import Team, auth, belief_body, ok
 
@@ -83,6 +84,28 @@ def test_each_credential_has_its_own_bucket(
     # An idle bucket expires once it would be full again.
     bucket = f"{api_settings.opensearch_namespace}:rl:key:{team.keys['alice'].split('_')[1]}"
     assert 0 < services.redis.pttl(bucket) <= (BURST / PER_S + 1) * 1000
+
+
+def test_a_refused_caller_starts_no_early_recall_until_its_retry_after(
+    limited: TestClient, team: Team, services: Services
+) -> None:
+    """A recall may start beside its round trip (service/api/recall_ahead.py); once the limiter
+    has refused a credential, none does until its ``Retry-After`` has passed: a caller over its
+    limit costs at most one discarded recall per window, not one per request."""
+    ahead = metrics.RECALL_AHEAD
+    before = ahead.labels("used")._value.get(), ahead.labels("discarded")._value.get()
+    _spend(limited, team.h("bob"))  # the tenant's write version seen by these round trips
+    body = {"scopes": ["project:pay"], "query": "anything sized"}
+    _limited(limited.post("/v1/recall", json=body, headers=team.h("bob")))  # started, then refused
+    after_first = ahead.labels("used")._value.get(), ahead.labels("discarded")._value.get()
+    assert (after_first[0] - before[0], after_first[1] - before[1]) == (0, 1)
+    for _ in range(3):
+        _limited(limited.post("/v1/recall", json=body, headers=team.h("bob")))
+    assert (ahead.labels("used")._value.get(), ahead.labels("discarded")._value.get()) == after_first
+    # another credential of the tenant is not held back by bob's refusal
+    _spend(limited, team.h("carol"), 1)
+    ok(limited.post("/v1/recall", json=body, headers=team.h("carol")))
+    assert ahead.labels("used")._value.get() == after_first[0] + 1
 
 
 def test_the_load_generator_counts_each_429_through_the_sdk(limited: TestClient, team: Team) -> None:

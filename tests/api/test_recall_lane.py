@@ -17,7 +17,7 @@ from service.api import recall_lane
 from service.api.recall_lane import RecallLane
 from service.api.routes.recall import recall as endpoint
 from service.api.state import Services
-from tests.api.conftest import Team, belief_body, ok
+from tests.api.conftest import Team, belief_body, ok, without_ids
 
 
 def _lane(app: FastAPI) -> RecallLane:
@@ -50,22 +50,13 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def _without_ids(value: Any) -> Any:
-    """An answer without what differs between two calls (request and receipt ids)."""
-    if isinstance(value, dict):
-        return {k: _without_ids(v) for k, v in value.items() if k not in {"request_id", "receipt_id"}}
-    if isinstance(value, list):
-        return [_without_ids(v) for v in value]
-    return value
-
-
 def _both(client: TestClient, lane: RecallLane, **request: Any) -> tuple[Any, Any]:
     answers = []
     for enabled in (True, False):
         lane.enabled = enabled
         response = client.post("/v1/recall", **request)
         body = response.json() if response.headers.get("content-type", "").startswith("application/json") else None
-        answers.append((response.status_code, _without_ids(body), response.headers.get("X-Request-ID", "")[:4]))
+        answers.append((response.status_code, without_ids(body), response.headers.get("X-Request-ID", "")[:4]))
     return answers[0], answers[1]
 
 

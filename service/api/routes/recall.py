@@ -165,6 +165,8 @@ async def recall(body: RecallIn, caller: RecallCallerDep) -> Response:
     actor = caller.actor
     if body.session_id:
         actor = replace(actor, session_id=body.session_id)
-    done = await caller.recall.arecall(actor, body.scopes, body.query, budget=body.budget, explain=body.explain)
+    done = await caller.recall.arecall(
+        actor, body.scopes, body.query, budget=body.budget, explain=body.explain, built=caller.built
+    )
     payload = recall_body(done, explain=body.explain, injection_parts=body.injection_parts)
     return Response(orjson.dumps(payload), media_type="application/json")
