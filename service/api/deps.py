@@ -140,9 +140,10 @@ async def authenticate(
     if verified is None:
         verified, loaded = await anyio.to_thread.run_sync(guard.verify, token, client), True
     work_context.set_tenant(verified.identity.principal.tenant_id)  # every later log line names the tenant
-    expected = services.limiter.expected_write_version(verified.identity) if ahead is not None else None
-    if ahead is not None and expected is not None and not loaded:
-        ahead.start(services.recall, verified.identity.principal, expected)  # checked by ahead.take
+    if ahead is not None and not loaded:
+        expected = services.limiter.expected_write_version(verified.identity)
+        if expected is not None:
+            ahead.start(services.recall, verified.identity.principal, expected)  # checked by ahead.take
     try:
         versions = await services.limiter.acharge(verified.identity, read_only=read_only)
         # Loaded by this request at the version the round trip read (or Redis answered neither
