@@ -125,6 +125,10 @@ class AuthSettings(BaseSettings):
     credential_cache_entries: int = Field(10_000, ge=0, le=10_000_000)
     credential_cache_max_age_s: float = Field(300.0, ge=0.0, le=86_400.0)
     api_key_cache_s: float = Field(5.0, ge=0.0, le=60.0)
+    # An API key met for the first time in a process is verified on the event loop (two awaited
+    # OpenSearch reads, no worker thread) when its tenant's accounts version was read here before;
+    # anything short of success goes to the worker thread's check (service/auth/authenticator.py).
+    verify_keys_on_loop: bool = True
     # last_used_at is written at most this often per key: each process asks at most once per
     # interval per key, and one Redis SET NX elects the one process that writes.
     last_used_interval_s: int = Field(60, ge=1, le=86_400)

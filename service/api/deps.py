@@ -123,12 +123,13 @@ async def authenticate(
     (429 ``rate_limited`` when empty; a read is still answered when the limiter is down).
 
     On the event loop: an API key verified earlier in this process costs no I/O, and the rate
-    limit is one awaited Redis round trip, which also reads the tenant's accounts version. The
+    limit is one awaited Redis round trip, which also reads the tenant's accounts version; one met
+    for the first time is read there too when its tenant's version was read before. The
     cached credential serves only if that version is the one it was verified at (every account
     change bumps it once the change is visible), so a request that starts after a revoke, a
     disable or a grant change has returned is checked against the new records, in every process
     (``service/auth/authenticator.py``). Only a credential that needs the store or Redis to be
-    verified (a first use, a JWT, a changed tenant, a refusal to count) goes to a worker thread.
+    verified otherwise (a JWT, a changed tenant, a refusal to count) goes to a worker thread.
 
     ``ahead``: a recall to start beside the round trip when the credential was cached and the
     tenant's write version is expected (``service/api/recall_ahead.py``); its caller takes it
@@ -137,8 +138,10 @@ async def authenticate(
         raise Unauthenticated("missing bearer credentials (Authorization: Bearer <API key or JWT>)")
     token, client, guard = credentials.credentials, client_address(request), services.guard
     verified, loaded = guard.cached(token, client), False
-    if verified is None:
-        verified, loaded = await anyio.to_thread.run_sync(guard.verify, token, client), True
+    if verified is None:  # a first use: on the event loop when it can be, else on a worker thread
+        verified, loaded = await guard.averify(token), True
+        if verified is None:
+            verified = await anyio.to_thread.run_sync(guard.verify, token, client)
     work_context.set_tenant(verified.identity.principal.tenant_id)  # every later log line names the tenant
     if ahead is not None and not loaded:
         expected = services.limiter.expected_write_version(verified.identity)

@@ -103,7 +103,8 @@ class Services:
         audit = AuditStore(client, ns)
         accounts = AccountStore(client, ns, TenantAccountsVersions(redis_client, ns))
         verifier = TokenVerifier(settings.auth)
-        authenticator = Authenticator(settings.auth, accounts, verifier, redis_client, ns)
+        aopensearch = async_clients.opensearch if async_clients is not None else None
+        authenticator = Authenticator(settings.auth, accounts, verifier, redis_client, ns, aopensearch)
         render_cache = RenderCache(redis_client, ns)
         receipts = ReceiptOutbox.from_settings(settings, redis_client, audit, aredis)
         loop = MemoryLoop(settings, client, redis_client)
@@ -153,7 +154,7 @@ class Services:
                     ),
                 ),
                 receipts,
-                async_clients.opensearch if async_clients is not None else None,
+                aopensearch,
             ),
             provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),
             render_cache=render_cache,

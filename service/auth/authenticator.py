@@ -54,17 +54,20 @@ from enum import Enum
 from typing import Final, Literal
 
 import redis
+from opensearchpy import AsyncOpenSearch
 
 from service import redis_keys
 from service.auth import keys
 from service.auth.last_used import LastUsedRecorder
 from service.auth.tokens import TokenVerifier, principal_from_claims
 from service.config import AuthSettings
-from service.domain.accounts import ApiKeyRecord, effective_principal
+from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord, effective_principal
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
-from service.errors import InvalidCredential, NotFound, StoreUnavailable, Unauthenticated
+from service.errors import InvalidCredential, NotFound, StoreUnavailable, TenureError, Unauthenticated
+from service.loops import LoopBound, on_loop
 from service.lru import BoundedLru
+from service.storage import calls
 from service.storage.accounts import AccountStore
 
 log = logging.getLogger(__name__)
@@ -126,14 +129,18 @@ class Authenticator:
         verifier: TokenVerifier,
         redis_client: redis.Redis[bytes],
         namespace: str,
+        async_opensearch: LoopBound[AsyncOpenSearch] | None = None,
     ):
         self.settings = settings
+        self.async_opensearch = async_opensearch  # averify's; without it every first use is verify's
         self.accounts = accounts
         self.verifier = verifier
         self.redis = redis_client
         self.namespace = namespace
         self._keys: BoundedLru[str, _CachedKey] = BoundedLru(settings.credential_cache_entries)
         self._status: BoundedLru[tuple[str, str], _Status] = BoundedLru(settings.credential_cache_entries)
+        # each tenant's accounts version as this process last read it (averify's tag)
+        self._accounts_seen: BoundedLru[str, int] = BoundedLru(settings.credential_cache_entries)
         self._last_used = LastUsedRecorder(
             redis_client,
             accounts,
@@ -162,6 +169,7 @@ class Authenticator:
         (None: Redis did not answer): the tenant's accounts are unchanged since it was verified
         (with Redis down: it was verified within ``api_key_cache_s``), within its maximum age.
         False: verify it again with that version. No I/O."""
+        self._seen(verified.identity.principal.tenant_id, accounts_version)
         if not self._trusted(verified.accounts_version, verified.loaded_at, verified.until, accounts_version):
             return False
         if verified.identity.kind == "api_key" and verified.identity.credential_id is not None:
@@ -178,6 +186,43 @@ class Authenticator:
         if keys.looks_like_key(token):
             return self._verify_key(token, accounts_version)
         return self._verify_jwt(token, accounts_version)
+
+    async def averify(self, token: str) -> Verified | None:
+        """:meth:`verify` of an API key on the event loop, when it can be done there: the key
+        read (one awaited GET, unless this process knows the key's owner), its secret checked, then
+        the key, its user and its tenant read (one awaited ``mget``) and tagged with the tenant's
+        accounts version as this process last read it (any version read before the records were
+        loaded is a safe tag: an older one only means the next request re-checks them). None
+        whenever that is not a success (no client on this loop, a tenant whose version this process
+        has not read, a wrong secret, a refusal, a store that did not answer): :meth:`verify`, on a
+        worker thread, then decides, and a refusal is counted there (:class:`AuthGuard`)."""
+        client = on_loop(self.async_opensearch) if self.async_opensearch is not None else None
+        key_id = keys.parse_key_id(token) if keys.looks_like_key(token) else None
+        if client is None or key_id is None or not self.settings.verify_keys_on_loop:
+            return None
+        pepper = self.settings.api_key_pepper.get_secret_value()
+        try:
+            known = self._keys.get(key_id)
+            if known is not None and keys.matches(token, known.key_hash, pepper):
+                owner = _owner(known.verified.identity)
+            else:
+                record = await calls.arun(client, self.accounts.key_reads(key_id))
+                if not keys.matches(token, record.key_hash, pepper):
+                    return None
+                owner = (record.tenant_id, record.user_id)
+            version = self._accounts_seen.get(owner[0])
+            if version is None:
+                return None
+            loaded_at = time.monotonic()
+            records = await calls.arun(client, self.accounts.key_and_owner_reads(key_id, *owner))
+            return self._loaded(records, version, loaded_at)
+        except TenureError:
+            return None
+
+    def _seen(self, tenant_id: str, accounts_version: int | None) -> None:
+        """Remember the tenant's accounts version as just read (for :meth:`averify`)."""
+        if accounts_version is not None:
+            self._accounts_seen.put(tenant_id, accounts_version)
 
     def authenticate(self, token: str) -> Identity:
         """The whole check in one call, for callers without the request's round trip (console
@@ -329,12 +374,22 @@ class Authenticator:
         tenant_id, user_id = owner
         if accounts_version is UNREAD:
             accounts_version = self.accounts.versions.current(tenant_id)
+            self._seen(tenant_id, accounts_version)
         loaded_at = time.monotonic()
         try:
-            record, user, tenant = self.accounts.key_and_owner(key_id, tenant_id, user_id)
+            records = self.accounts.key_and_owner(key_id, tenant_id, user_id)
         except NotFound as exc:
             self._keys.pop(key_id)
             raise Unauthenticated(REJECTED_KEY) from exc
+        return self._loaded(records, accounts_version, loaded_at)
+
+    def _loaded(
+        self, records: tuple[ApiKeyRecord, UserRecord, TenantRecord], accounts_version: int | None, loaded_at: float
+    ) -> Verified:
+        """A key's records as loaded at ``loaded_at``, after ``accounts_version`` was read: the
+        cached :class:`Verified`, or refused (and forgotten) as :meth:`_load_key` says."""
+        record, user, tenant = records
+        key_id = record.key_id
         left_s = (record.expires_at - utcnow()).total_seconds() if record.expires_at is not None else math.inf
         if record.revoked_at is not None or left_s <= 0 or user.disabled or tenant.disabled:
             self._keys.pop(key_id)

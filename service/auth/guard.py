@@ -70,6 +70,14 @@ class AuthGuard:
         self._refuse_if_blocked(self._subjects(token, client))
         return self.authenticator.cached(token)
 
+    async def averify(self, token: str) -> Verified | None:
+        """:meth:`Authenticator.averify` (an API key met for the first time, on the event loop),
+        unless the credential is remembered as invalid; None: call :meth:`verify`, which answers a
+        remembered or new refusal and counts it. (Blocked subjects were refused by :meth:`cached`.)"""
+        if self._remembered_bad(_fingerprint(token)) is not None:
+            return None
+        return await self.authenticator.averify(token)
+
     def verify(self, token: str, client: str | None, accounts_version: VersionRead = UNREAD) -> Verified:
         """:meth:`Authenticator.verify`, limited and counted (I/O: a worker thread's job)."""
         return self._guarded(token, client, lambda: self.authenticator.verify(token, accounts_version))
@@ -82,7 +90,7 @@ class AuthGuard:
     def _guarded(self, token: str, client: str | None, check: Callable[[], T]) -> T:
         subjects = self._subjects(token, client)
         self._refuse_if_blocked(subjects)
-        fingerprint = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+        fingerprint = _fingerprint(token)
         try:
             remembered = self._remembered_bad(fingerprint)
             if remembered is not None:
@@ -161,3 +169,8 @@ class AuthGuard:
             return
         with self._lock:
             self._known_bad.put(fingerprint, (time.monotonic() + self.negative_cache_s, message))
+
+
+def _fingerprint(token: str) -> str:
+    """What the negative cache keys a credential by (never the credential itself)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()

@@ -26,7 +26,8 @@ from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import NotFound
-from service.storage import access, cursor
+from service.storage import access, calls, cursor
+from service.storage.calls import Call, Reads
 from service.storage.client import get_routed, index_routed, translate_errors
 from service.storage.templates import ACCOUNTS
 from service.write_versions import TenantAccountsVersions
@@ -165,13 +166,19 @@ class AccountStore:
         """An API key, its user and its tenant in one real-time ``mget`` (each document with its own
         routing), for re-checking a key whose owner is known; NotFound when any is missing or the
         key belongs to someone else."""
+        return calls.run(self.client, self.key_and_owner_reads(key_id, tenant_id, user_id))
+
+    def key_and_owner_reads(
+        self, key_id: str, tenant_id: str, user_id: str
+    ) -> Reads[tuple[ApiKeyRecord, UserRecord, TenantRecord]]:
+        """:meth:`key_and_owner` as a read, also for the event loop (:mod:`service.storage.calls`)."""
         docs = [
             {"_id": _key_doc(key_id), "routing": KEY_ROUTING},
             {"_id": _user_doc(tenant_id, user_id), "routing": tenant_id},
             {"_id": _tenant_doc(tenant_id), "routing": tenant_id},
         ]
-        with translate_errors("read an API key and its account"):
-            key_doc, user_doc, tenant_doc = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
+        answer = yield Call("mget", {"index": self.alias, "body": {"docs": docs}}, "read an API key and its account")
+        key_doc, user_doc, tenant_doc = answer["docs"]
         if not all(d.get("found") for d in (key_doc, user_doc, tenant_doc)):
             raise NotFound(f"API key {key_id!r} of user {user_id!r} of tenant {tenant_id!r} not found")
         key = _record(ApiKeyRecord, key_doc["_source"])
@@ -217,6 +224,16 @@ class AccountStore:
 
     def get_key(self, key_id: str) -> ApiKeyRecord:
         return self.get_key_versioned(key_id)[0]
+
+    def key_reads(self, key_id: str) -> Reads[ApiKeyRecord]:
+        """:meth:`get_key` as a read, for the event loop (:mod:`service.storage.calls`)."""
+        what = f"API key {key_id!r}"
+        params = {"index": self.alias, "id": _key_doc(key_id), "routing": KEY_ROUTING}
+        try:
+            found = yield Call("get", params, f"read {what}", on_missing=f"no document {_key_doc(key_id)!r}")
+        except NotFound as exc:
+            raise NotFound(f"{what} not found") from exc
+        return _record(ApiKeyRecord, found["_source"])
 
     def get_key_versioned(self, key_id: str) -> tuple[ApiKeyRecord, int, int]:
         return self._get(_key_doc(key_id), KEY_ROUTING, ApiKeyRecord, f"API key {key_id!r}")

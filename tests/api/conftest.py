@@ -93,6 +93,20 @@ def services(client: TestClient, app: FastAPI) -> Services:
     return services
 
 
+@pytest.fixture(scope="module")
+def second(api_settings: Settings, client: TestClient) -> Iterator[TestClient]:
+    """Another API process of the same deployment (the same indices and Redis): its own caches,
+    empty when the module starts."""
+    with TestClient(create_app(api_settings)) as test_client:
+        yield test_client
+
+
+def services_of(app_client: TestClient) -> Services:
+    """The services of the app ``app_client`` serves."""
+    services: Services = app_client.app.state.services  # type: ignore[attr-defined]
+    return services
+
+
 @pytest.fixture(scope="session")
 def operator_key(services: Services) -> str:
     """The bootstrap step's operator key."""

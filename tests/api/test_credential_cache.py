@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 import pytest
@@ -28,19 +28,11 @@ from service.errors import Unauthenticated
 from service.storage.accounts import AccountStore
 from service.storage.templates import ACCOUNTS
 from service.write_versions import TenantAccountsVersions
-from tests.api.conftest import Team, auth, ok
-
-
-@pytest.fixture(scope="module")
-def second(api_settings: Settings) -> Iterator[TestClient]:
-    """Another API process of the same deployment: its own authenticator and cache."""
-    with TestClient(create_app(api_settings)) as test_client:
-        yield test_client
+from tests.api.conftest import Team, auth, ok, services_of
 
 
 def _authenticator(app_client: TestClient) -> Authenticator:
-    services: Services = app_client.app.state.services  # type: ignore[attr-defined]
-    return services.authenticator
+    return services_of(app_client).authenticator
 
 
 def _warm(app_client: TestClient, key: str) -> Verified:

@@ -13,12 +13,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from opensearchpy import OpenSearch
 
 from service.api.recall_ahead import RecallAhead
 from service.api.state import Services
-from service.app import create_app
-from service.config import Settings
 from service.domain.principal import Principal, Role
 from service.telemetry import metrics
 from tests.api.conftest import Team, belief_body, ok, recallable_name, without_ids
@@ -78,13 +75,6 @@ def test_a_warm_callers_recall_is_the_early_one_with_the_same_answer(
         assert without_ids(early) == without_ids(after) and name in _names(early)
 
 
-@pytest.fixture(scope="module")
-def other_process(api_settings: Settings, os_client: OpenSearch) -> Iterator[TestClient]:
-    """Another API process of the same deployment (same indices and Redis, its own caches)."""
-    with TestClient(create_app(api_settings)) as test_client:
-        yield test_client
-
-
 def _write_between_two_recalls(client: TestClient, writer: TestClient, team: Team) -> tuple[float, float]:
     """alice recalls, bob writes through ``writer``, alice recalls again and finds the belief (the
     early recalls' outcomes of that recall returned), and once more (the early one is used)."""
@@ -100,11 +90,11 @@ def _write_between_two_recalls(client: TestClient, writer: TestClient, team: Tea
     return after_write
 
 
-def test_a_write_in_another_process_discards_the_early_one(
-    client: TestClient, other_process: TestClient, team: Team, ahead_on: None
+def test_a_write_in_ansecond_discards_the_early_one(
+    client: TestClient, second: TestClient, team: Team, ahead_on: None
 ) -> None:
     # started at the version before the write, discarded
-    assert _write_between_two_recalls(client, other_process, team) == (0, 1)
+    assert _write_between_two_recalls(client, second, team) == (0, 1)
 
 
 def test_a_write_in_this_process_starts_no_early_recall_at_the_old_version(
