@@ -17,6 +17,15 @@ a version newer than that of any entry verified before the change was visible, a
 Standalone callers (:meth:`Authenticator.authenticate`, :meth:`Authenticator.revalidate`: console
 sign-in and sessions, scripts) read the version themselves (one Redis GET).
 
+**A key's first use on the event loop.** A key met for the first time in the process is read on
+the event loop (:meth:`Authenticator.averify`: the key by id, its secret checked, then key, user
+and tenant in one ``mget``) when the process has read the tenant's accounts version before (in
+any earlier request's round trip, :meth:`Authenticator.confirm` remembers it): the records are
+tagged with that version, which was read before they were loaded, so the rule above holds; if it
+is older than the request's own, the request re-checks them as for any changed tenant. Anything
+else (a tenant not seen yet, a refusal, a store error) goes to :meth:`Authenticator.verify` on a
+worker thread, which decides and counts refusals (``TENURE_AUTH_VERIFY_KEYS_ON_LOOP``).
+
 Bounds: an LRU of ``credential_cache_entries`` keys (and as many JWT subjects), and a maximum age,
 ``credential_cache_max_age_s`` (or an API key's own expiry, if sooner), after which an entry is
 re-loaded even at the same version: the safety net if Redis loses its counters, which then restart
