@@ -223,10 +223,11 @@ class AccountStore:
         self._create(key.tenant_id, _key_doc(key.key_id), "key", key, f"API key {key.key_id!r}")
 
     def get_key(self, key_id: str) -> ApiKeyRecord:
-        return self.get_key_versioned(key_id)[0]
+        return calls.run(self.client, self.key_reads(key_id))
 
     def key_reads(self, key_id: str) -> Reads[ApiKeyRecord]:
-        """:meth:`get_key` as a read, for the event loop (:mod:`service.storage.calls`)."""
+        """:meth:`get_key` as a read, also for the event loop (:mod:`service.storage.calls`): the
+        worker thread's check and the loop's read a key the same way."""
         what = f"API key {key_id!r}"
         params = {"index": self.alias, "id": _key_doc(key_id), "routing": KEY_ROUTING}
         try:
