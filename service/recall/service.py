@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
 from opensearchpy import AsyncOpenSearch
@@ -23,13 +25,20 @@ from service.recall.render import InjectionBlock, render_injection
 from service.storage.audit import AuditEvent
 from service.telemetry import metrics
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Built:
-    """The tiers for one message and their rendered injection block; not yet a receipt."""
+    """The tiers for one message and their injection block (rendered when first read: the API's
+    recall renders it while the receipt is on its way); not yet a receipt."""
 
     result: RecallResult
-    block: InjectionBlock
+    max_chars_per_belief: int
+
+    @functools.cached_property
+    def block(self) -> InjectionBlock:
+        return render_injection(self.result, max_chars_per_belief=self.max_chars_per_belief)
 
 
 @dataclass(frozen=True)
@@ -62,16 +71,33 @@ class RecallService:
         return self._run(actor, actor.principal, scopes, query, budget=budget, explain=explain)
 
     async def arecall(
-        self, actor: Actor, scopes: list[str], query: str, *, built: Built | None = None, **options: Any
-    ) -> Recall:
+        self,
+        actor: Actor,
+        scopes: list[str],
+        query: str,
+        *,
+        answer: Callable[[Recall], T],
+        built: Built | None = None,
+        **options: Any,
+    ) -> T:
         """:meth:`recall` on the event loop (``POST /v1/recall``; ``budget``, ``explain``): the
-        same tiers, block and receipt. ``built``: these tiers already built for ``actor`` at its
-        write version with these options (``service/api/recall_ahead.py``), receipted as they are."""
+        same tiers, block and receipt, shaped by ``answer`` (the route's response body). ``built``:
+        these tiers already built for ``actor`` at its write version with these options
+        (``service/api/recall_ahead.py``), receipted as they are.
+
+        The receipt's outbox append is sent first, and the block rendered and ``answer`` run while
+        Redis answers (~0.2 ms of the recall's latency, the same CPU); what ``answer`` made is
+        returned only once the receipt is recorded, so no reply goes out without one."""
         if built is None:
             built = await self.abuild(actor.principal, scopes, query, write_version=actor.write_version, **options)
         event = self._receipt(actor, built.result)
-        await self.receipts.arecord(event)
-        return Recall(result=built.result, block=built.block, receipt_id=event.event_id)
+        recording = asyncio.ensure_future(self.receipts.arecord(event))
+        await asyncio.sleep(0)  # one turn of the loop: the append runs up to its wait for Redis's reply
+        try:
+            answered = answer(Recall(result=built.result, block=built.block, receipt_id=event.event_id))
+        finally:
+            await recording  # its failure is the recall's, as when it was awaited alone
+        return answered
 
     def preview(
         self,
@@ -135,7 +161,7 @@ class RecallService:
         if explain:
             result.notes += self._scope_notes(principal, scopes)
         limits = (budget or RecallBudget()).resolve(self.builder.defaults)
-        return Built(result, render_injection(result, max_chars_per_belief=limits.max_chars_per_belief))
+        return Built(result, limits.max_chars_per_belief)
 
     def record_receipt(
         self,

@@ -4,6 +4,7 @@ drainer is behind, and always visible to an admin's audit read."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -13,8 +14,10 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
 from deploy.devstack import free_port
+from service.api.routes import recall as recall_route
 from service.api.state import Services
 from service.domain.principal import Principal, Role
+from service.errors import StoreUnavailable
 from service.outbox import RedisOutbox
 from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditEvent, AuditQuery
@@ -64,6 +67,59 @@ def test_an_audit_read_drains_first_so_admins_see_every_acknowledged_receipt(
     params: dict[str, Any] = {"session_id": session_id, "action": "recall"}
     items = ok(client.get("/v1/admin/audit", params=params, headers=team.h("carol")))["items"]
     assert [e["event_id"] for e in items] == [receipt_id]
+
+
+def _spied_receipts(monkeypatch: pytest.MonkeyPatch, services: Services, steps: list[str]) -> None:
+    """Log when the recall's receipt append starts and when it is recorded, and when the route
+    shapes its answer (the receipts object is the one the recall service holds)."""
+    record, body = services.receipts.arecord, recall_route.recall_body
+
+    async def arecord(event: AuditEvent) -> None:
+        steps.append("receipt sent")
+        await record(event)
+        steps.append("receipt recorded")
+
+    def shaped(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        steps.append("answer shaped")
+        return body(*args, **kwargs)
+
+    monkeypatch.setattr(services.receipts, "arecord", arecord)
+    monkeypatch.setattr(recall_route, "recall_body", shaped)
+
+
+def test_the_answer_is_shaped_while_its_receipt_is_on_its_way_and_sent_only_once_recorded(
+    monkeypatch: pytest.MonkeyPatch, client: TestClient, team: Team, services: Services, session_id: str
+) -> None:
+    ok(client.post("/v1/beliefs", json=belief_body("kafka_topics"), headers=team.h("alice")), 201)
+    steps: list[str] = []
+    _spied_receipts(monkeypatch, services, steps)
+    receipt_id = _recall(client, team, session_id)
+    # the append went out before the block and the body were made, and the reply waited for it
+    assert steps == ["receipt sent", "answer shaped", "receipt recorded"]
+    params: dict[str, Any] = {"session_id": session_id, "action": "recall"}
+    items = ok(client.get("/v1/admin/audit", params=params, headers=team.h("carol")))["items"]
+    assert [e["event_id"] for e in items] == [receipt_id]
+
+
+def test_a_recall_whose_receipt_cannot_be_recorded_answers_an_error_not_the_recall(
+    monkeypatch: pytest.MonkeyPatch, client: TestClient, team: Team, services: Services, session_id: str
+) -> None:
+    ok(client.post("/v1/beliefs", json=belief_body("kafka_topics"), headers=team.h("alice")), 201)
+    steps: list[str] = []
+
+    async def lost(event: AuditEvent) -> None:
+        steps.append("receipt sent")
+        await asyncio.sleep(0.05)  # fails after the answer was shaped
+        raise StoreUnavailable("neither the outbox nor the audit index took the receipt")
+
+    _spied_receipts(monkeypatch, services, steps)
+    monkeypatch.setattr(services.receipts, "arecord", lost)
+    body = {"scopes": ["domain:code"], "query": "how are our kafka topics named?", "session_id": session_id}
+    response = client.post("/v1/recall", json=body, headers=team.h("alice"))
+    assert steps == ["receipt sent", "answer shaped"]
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "store_unavailable"
+    assert "injection" not in response.text and "kafka" not in response.text
 
 
 def test_a_drain_replayed_after_a_crash_records_nothing_twice(team: Team, services: Services, session_id: str) -> None:

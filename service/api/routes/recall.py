@@ -165,8 +165,11 @@ async def recall(body: RecallIn, caller: RecallCallerDep) -> Response:
     actor = caller.actor
     if body.session_id:
         actor = replace(actor, session_id=body.session_id)
-    done = await caller.recall.arecall(
-        actor, body.scopes, body.query, budget=body.budget, explain=body.explain, built=caller.built
+
+    def answer(done: Recall) -> bytes:
+        return orjson.dumps(recall_body(done, explain=body.explain, injection_parts=body.injection_parts))
+
+    content = await caller.recall.arecall(
+        actor, body.scopes, body.query, answer=answer, budget=body.budget, explain=body.explain, built=caller.built
     )
-    payload = recall_body(done, explain=body.explain, injection_parts=body.injection_parts)
-    return Response(orjson.dumps(payload), media_type="application/json")
+    return Response(content, media_type="application/json")
