@@ -102,7 +102,24 @@ class Variant:
         name, _, rest = text.partition("=")
         path, _, env_text = rest.partition(":")
         env = dict(item.split("=", 1) for item in env_text.split(",") if item)
-        return cls(name, Path(path or ".").resolve(), env)
+        variant = cls(name, Path(path or ".").resolve(), env)
+        variant.require_analysis_build()
+        return variant
+
+    def require_analysis_build(self) -> None:
+        """Refuse a tree that analyses recall messages in process but whose analysis class was never
+        built (``deploy/opensearch/classes`` is ignored by git: a fresh worktree has none). Its API
+        would quietly send every message to the node instead, ~0.6 ms of node CPU and ~0.65 ms of
+        wall time per recall, and an A/B against it would credit that to the change measured."""
+        deploy = self.source / "deploy" / "opensearch"
+        if "TENURE_RECALL_ANALYSIS_CLASSPATH" in self.env or not (deploy / "QueryAnalysis.java").exists():
+            return
+        if not (deploy / "classes" / "QueryAnalysis.class").exists():
+            raise SystemExit(
+                f"variant {self.name}: {deploy}/classes has no QueryAnalysis.class, so its recalls would be "
+                "analysed by the node; run scripts/setup.sh in that tree, or link deploy/opensearch/lib and "
+                "deploy/opensearch/classes from a tree built from the same QueryAnalysis.java"
+            )
 
     def app_factory(self) -> str:
         """The tree's app factory: ``service.app`` since the composition root left the api package
