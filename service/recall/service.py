@@ -92,11 +92,11 @@ class RecallService:
             built = await self.abuild(actor.principal, scopes, query, write_version=actor.write_version, **options)
         event = self._receipt(actor, built.result)
         recording = asyncio.ensure_future(self.receipts.arecord(event))
-        await asyncio.sleep(0)  # one turn of the loop: the append runs up to its wait for Redis's reply
         try:
+            await asyncio.sleep(0)  # one turn of the loop: the append runs up to its wait for Redis's reply
             answered = answer(Recall(result=built.result, block=built.block, receipt_id=event.event_id))
         finally:
-            await recording  # its failure is the recall's, as when it was awaited alone
+            await recording  # never left behind; its failure is the recall's, as when it was awaited alone
         return answered
 
     def preview(
