@@ -19,9 +19,12 @@ the tiers' results in the API process, keyed by
 - the **exact queries** that computed the tiers (routing and bodies, built by the chokepoint from
   the principal, its grants, the session's scopes and the budget; for the relevant tier also the
   exact weighted clauses of the message): the same key can only mean the same answer. Two
-  tenants, two users, or one user with two scope lists never share an entry. The filter tiers are
-  one entry, the relevant tier another (one per message), so a new message reuses the former;
-  the beliefs a relation hit brings in (one read by id) a third, keyed by that read's query.
+  tenants, two users, or one user with two scope lists never share an entry. A user's persona
+  (scoped ``user:universal`` whatever the session's scopes) is one entry, shared by all their
+  scope lists, so a session in a new project searches only its pinned facts and open questions;
+  those two tiers are a second entry per scope list, the relevant tier a third (one per message),
+  so a new message reuses the first two; the beliefs a relation hit brings in (one read by id) a
+  fourth, keyed by that read's query.
   ``explain`` recalls never use the relevant entries (their hits carry Lucene's explanation).
 
 The results are identical to an uncached recall by construction, quarantined documents included
@@ -44,8 +47,8 @@ got an answer is usually the one whose next message comes. So each process remem
 filter-tier searches of the tenants' recent recalls (at most :data:`QUERIES_PER_TENANT` per tenant,
 the most recently used) and, when the API's listener hears of the write
 (:mod:`service.recall.vocabulary_warmer`), :func:`refresh_filter_tiers` searches again those used
-in the last ``tier_refresh_within_s`` seconds and stores them at the new version, as the recall
-would have: the same searches (built by the chokepoint for that caller), the same key, the same
+in the last ``tier_refresh_within_s`` seconds (all in one request) and stores them at the new
+version, as the recall would have: the same searches (built by the chokepoint for that caller), the same key, the same
 version rule. A caller whose grants changed since builds other searches, so another key.
 
 A write whose bump Redis refuses fails the request (the write stands, a retry is safe), so the age
@@ -95,9 +98,10 @@ def _belief_bytes(belief: Belief) -> int:
     return BELIEF_BYTES + sum(sys.getsizeof(text) for text in texts)
 
 
-# The filter-tier searches remembered for a refresh: per tenant the most recently used ones, for
-# this many tenants (~2 KB each as JSON: at most ~16 MB, far less for most deployments).
-QUERIES_PER_TENANT = 4
+# The filter-tier searches remembered for a refresh: per tenant the most recently used ones (two
+# per recent caller: the persona and the scope list's tiers), for this many tenants (~1-2 KB each
+# as JSON: at most ~32 MB, far less for most deployments).
+QUERIES_PER_TENANT = 8
 QUERY_TENANTS = 2048
 
 
@@ -170,17 +174,16 @@ def refresh_filter_tiers(cache: TierCache, store: BeliefStore, tenant_id: str, *
     it searches), and keep them: after a write, the next recall of the same caller finds them
     instead of searching them. Only what a recall would have stored is stored (the same searches,
     the same key, the same version rule), so answers are unchanged. Searches already held at the
-    current version are skipped (a notice without a write). Returns how many were searched."""
+    current version are skipped (a notice without a write); the others go in one request. Returns
+    how many entries were searched."""
     if store.versions is None or not cache.enabled:
         return 0
     wanted = cache.recent_queries(tenant_id, within_s)
     if not wanted:
         return 0
     version = store.versions.current(tenant_id)
-    searched = 0
-    for query in wanted:
-        if cache.holds(tenant_id, version, query.key):
-            continue
-        cache.store(tenant_id, version, query.key, calls.run(store.client, store.filter_tiers_reads(query)))
-        searched += 1
-    return searched
+    stale = [query for query in wanted if not cache.holds(tenant_id, version, query.key)]
+    if stale:
+        for query, tiers in zip(stale, calls.run(store.client, store.filter_tiers_reads(stale)), strict=True):
+            cache.store(tenant_id, version, query.key, tiers)
+    return len(stale)

@@ -78,6 +78,13 @@ class NearMiss:
     clauses: tuple[ClauseMatch, ...] = ()
 
 
+# The filter tiers, in tier order: the persona depends on the principal only (its scope is always
+# ``user:universal``), the pinned facts and open questions on the session's scope list too.
+FILTER_TIERS = ("persona", "pinned", "questions")
+PERSONA_TIERS = FILTER_TIERS[:1]
+SCOPED_TIERS = FILTER_TIERS[1:]
+
+
 @dataclass
 class RecallHits:
     """Raw tier candidates from one multi-search round trip."""
@@ -89,16 +96,30 @@ class RecallHits:
     # ids of the stored documents skipped (unloadable), in the filter tiers and in the relevant one
     filter_quarantined: list[str] = field(default_factory=list)
     relevant_quarantined: list[str] = field(default_factory=list)
+    # the same for each filter tier searched (what a cache entry of some of them keeps)
+    skipped_by_tier: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def quarantined(self) -> list[str]:
         """Every skipped document, in tier order (the same whether a tier was cached or not)."""
         return [*self.filter_quarantined, *self.relevant_quarantined]
 
-    def filter_tiers(self) -> FilterTiers:
+    def filter_tiers(self, tiers: Sequence[str] = FILTER_TIERS) -> FilterTiers:
+        """The named filter tiers as searched (the others empty), with the documents they skipped,
+        in tier order."""
         return FilterTiers(
-            tuple(self.persona), tuple(self.pinned), tuple(self.questions), tuple(self.filter_quarantined)
+            tuple(self.persona) if "persona" in tiers else (),
+            tuple(self.pinned) if "pinned" in tiers else (),
+            tuple(self.questions) if "questions" in tiers else (),
+            tuple(skipped for tier in tiers for skipped in self.skipped_by_tier.get(tier, ())),
         )
+
+    def use_filter_tiers(self, persona: FilterTiers, scoped: FilterTiers) -> None:
+        """Take the filter tiers from their two entries (the user's persona, the scope list's
+        pinned facts and open questions), searched now or cached, in tier order."""
+        self.persona = list(persona.persona)
+        self.pinned, self.questions = list(scoped.pinned), list(scoped.questions)
+        self.filter_quarantined = [*persona.quarantined, *scoped.quarantined]
 
     def relevant_tier(self) -> RelevantTier:
         return RelevantTier(tuple(self.relevant), tuple(self.relevant_quarantined))
@@ -235,9 +256,16 @@ class _TierLookup(Generic[T]):
         """The bodies still to send: none when the memo held their answer."""
         return [] if self.cached is not None else bodies
 
-    def keep(self, tiers: T, query: FilterTierQuery | None = None) -> None:
+    def keep(self, tiers: T) -> None:
         if self.memo is not None:
-            self.memo.put(self.key, tiers, query)
+            self.memo.put(self.key, tiers)
+
+    def kept(self, tiers: FilterTiers) -> FilterTiers:
+        """Keep filter tiers just searched, with the searches that computed them (for a refresh
+        after the tenant writes); returns them."""
+        if self.memo is not None:
+            self.memo.put(self.key, tiers, FilterTierQuery(self.key, self.sent))
+        return tiers
 
 
 class BeliefStore:
@@ -632,17 +660,18 @@ class BeliefStore:
         cache_relevant: bool = False,
     ) -> Reads[RecallHits]:
         """All four tiers in one ``_msearch`` round trip (the recall hot path). With a ``memo``, a
-        tier is taken from it when it holds the result of these very queries: the three filter
-        tiers (one entry), and with ``cache_relevant`` the relevant tier unless ``explain`` (its
-        hits then carry Lucene's explanation); with both held nothing is sent. ``cache_relevant``:
+        tier is taken from it when it holds the result of these very queries: the persona (one
+        entry per principal), the pinned facts and open questions (one entry per scope list), and
+        with ``cache_relevant`` the relevant tier unless ``explain`` (its hits then carry Lucene's
+        explanation); with all of them held nothing is sent. ``cache_relevant``:
         the caller vouches that ``clauses`` are exact terms from the tenant's own vocabulary, so
         the answer depends on the tenant's documents only (the Lucene query's fuzzy expansions
         draw on every tenant of the shard: never cached)."""
         filters = access.for_principal(principal, view)
         persona_filters = access.for_principal(principal, ScopeView(("user:universal",)))
         routing = access.routing(principal)
-        filter_bodies: list[tuple[str, dict[str, Any]]] = [
-            ("persona", queries.persona_body(persona_filters)),
+        persona_bodies: list[tuple[str, dict[str, Any]]] = [("persona", queries.persona_body(persona_filters))]
+        scoped_bodies: list[tuple[str, dict[str, Any]]] = [
             ("pinned", queries.pinned_body(access.for_pinned(principal, view), size=max_pinned)),
             ("questions", queries.open_questions_body(filters, size=max_questions)),
         ]
@@ -652,20 +681,25 @@ class BeliefStore:
                 filters, text, size=max_relevant, min_score=min_score, explain=explain, clauses=clauses
             )
             relevant_bodies.append(("relevant", body))
-        filter_tiers = _TierLookup.of(memo, [self.alias, routing, filter_bodies], FilterTiers)
+        # Two entries: a user's persona is kept once for all their scope lists (a new project
+        # searches only its pinned facts and open questions), the scoped tiers per scope list.
+        persona_tier = _TierLookup.of(memo, [self.alias, routing, persona_bodies], FilterTiers)
+        scoped_tiers = _TierLookup.of(memo, [self.alias, routing, scoped_bodies], FilterTiers)
         relevant_tier = _TierLookup.of(
             memo if cache_relevant and relevant_bodies and clauses and not explain else None,
             [self.alias, routing, relevant_bodies],
             RelevantTier,
         )
-        bodies = [*filter_tiers.wanted(filter_bodies), *relevant_tier.wanted(relevant_bodies)]
+        bodies = [
+            *persona_tier.wanted(persona_bodies),
+            *scoped_tiers.wanted(scoped_bodies),
+            *relevant_tier.wanted(relevant_bodies),
+        ]
         hits = yield from self._run_tiers(bodies, routing, explain)
-        if filter_tiers.cached is not None:
-            hits.persona, hits.pinned = list(filter_tiers.cached.persona), list(filter_tiers.cached.pinned)
-            hits.questions = list(filter_tiers.cached.questions)
-            hits.filter_quarantined = list(filter_tiers.cached.quarantined)
-        else:
-            filter_tiers.keep(hits.filter_tiers(), FilterTierQuery(filter_tiers.key, filter_tiers.sent))
+        hits.use_filter_tiers(
+            persona_tier.cached or persona_tier.kept(hits.filter_tiers(PERSONA_TIERS)),
+            scoped_tiers.cached or scoped_tiers.kept(hits.filter_tiers(SCOPED_TIERS)),
+        )
         if relevant_tier.cached is not None:
             hits.relevant = list(relevant_tier.cached.hits)
             hits.relevant_quarantined = list(relevant_tier.cached.quarantined)
@@ -673,51 +707,68 @@ class BeliefStore:
             relevant_tier.keep(hits.relevant_tier())
         return hits
 
-    def filter_tiers_reads(self, query: FilterTierQuery) -> Reads[FilterTiers]:
-        """The filter tiers of ``query`` searched again, exactly as the recall that sent them did
-        (what :func:`service.recall.tier_cache.refresh_filter_tiers` keeps for the next one)."""
-        routing, bodies = query.routed_bodies()
-        hits = yield from self._run_tiers(bodies, routing, explain=False)
-        return hits.filter_tiers()
+    def filter_tiers_reads(self, tier_queries: Sequence[FilterTierQuery]) -> Reads[list[FilterTiers]]:
+        """The filter tiers of each query searched again, exactly as the recall that sent them did,
+        all in one request (what :func:`service.recall.tier_cache.refresh_filter_tiers` keeps for
+        the next recall)."""
+        routed = [query.routed_bodies() for query in tier_queries]
+        searches = [(routing, body) for routing, bodies in routed for _, body in bodies]
+        results = iter((yield from self._search_tiers(searches)))
+        out: list[FilterTiers] = []
+        for _, bodies in routed:
+            hits = RecallHits()
+            for tier, _ in bodies:
+                self._read_tier(hits, tier, next(results), explain=False)
+            out.append(hits.filter_tiers([tier for tier, _ in bodies]))
+        return out
 
     def _run_tiers(self, bodies: list[tuple[str, dict[str, Any]]], routing: str, explain: bool) -> Reads[RecallHits]:
         hits = RecallHits()
-        if not bodies:
-            return hits
-        response = yield self._tiers_call(bodies, routing)
-        if len(bodies) == 1:
-            response = {"responses": [response]}
-        for (tier, _), result in zip(bodies, response["responses"], strict=True):
-            if "error" in result:
-                raise item_error(result.get("status"), result["error"], f"run the recall query for tier {tier}")
-            rows = queries.found_hits(result)
-            if tier == "relevant":
-                for row in rows:
-                    belief = self.decoded.load(row)
-                    if belief is None:
-                        hits.relevant_quarantined.append(document_id(row.get("_source") or {}, row.get("_id")))
-                    else:
-                        hits.relevant.append(self._scored(row, belief, explain))
-            else:
-                loaded = self.decoded.load_all(rows)
-                hits.filter_quarantined += loaded.quarantined
-                setattr(hits, tier, list(loaded))
+        results = yield from self._search_tiers([(routing, body) for _, body in bodies])
+        for (tier, _), result in zip(bodies, results, strict=True):
+            self._read_tier(hits, tier, result, explain)
         return hits
 
-    def _tiers_call(self, bodies: list[tuple[str, dict[str, Any]]], routing: str) -> Call:
-        """The tiers' searches in one request. One tier alone (the relevant tier of most session
-        recalls: the filter tiers come from the tier cache) is a plain routed ``_search``, whose
-        answer is read as a one-item ``_msearch`` answer: the node skips the multi-search's
-        coordination, 0.06-0.21 ms of its CPU per search at 1M beliefs in three of four
-        interleaved runs (``benchmarks/relevant_query_cost.py``, docs/benchmarks.md). A failure is mapped as the
-        failed item's would be (a 400 the caller's, anything else the store's)."""
-        if len(bodies) == 1:
-            params = {"index": self.alias, "routing": routing, "body": bodies[0][1]}
+    def _read_tier(self, hits: RecallHits, tier: str, result: dict[str, Any], explain: bool) -> None:
+        """One tier's answer (an ``_msearch`` item) into ``hits``."""
+        if "error" in result:
+            raise item_error(result.get("status"), result["error"], f"run the recall query for tier {tier}")
+        rows = queries.found_hits(result)
+        if tier == "relevant":
+            for row in rows:
+                belief = self.decoded.load(row)
+                if belief is None:
+                    hits.relevant_quarantined.append(document_id(row.get("_source") or {}, row.get("_id")))
+                else:
+                    hits.relevant.append(self._scored(row, belief, explain))
+        else:
+            loaded = self.decoded.load_all(rows)
+            hits.skipped_by_tier[tier] = list(loaded.quarantined)
+            setattr(hits, tier, list(loaded))
+
+    def _search_tiers(self, searches: list[tuple[str, dict[str, Any]]]) -> Reads[list[dict[str, Any]]]:
+        """The searches (routing, body) in one request; their answers in order, each as an
+        ``_msearch`` item."""
+        if not searches:
+            return []
+        response = yield self._tiers_call(searches)
+        return [response] if len(searches) == 1 else list(response["responses"])
+
+    def _tiers_call(self, searches: list[tuple[str, dict[str, Any]]]) -> Call:
+        """The tiers' searches (routing, body) in one request. One tier alone (the relevant tier of
+        most session recalls: the filter tiers come from the tier cache) is a plain routed
+        ``_search``, whose answer is read as a one-item ``_msearch`` answer: the node skips the
+        multi-search's coordination, 0.06-0.21 ms of its CPU per search at 1M beliefs in three of
+        four interleaved runs (``benchmarks/relevant_query_cost.py``, docs/benchmarks.md). A failure
+        is mapped as the failed item's would be (a 400 the caller's, anything else the store's)."""
+        if len(searches) == 1:
+            routing, body = searches[0]
+            params = {"index": self.alias, "routing": routing, "body": body}
             return Call(
                 "search", {**params, "filter_path": queries.SEARCH_FILTER_PATH}, "recall beliefs", as_msearch_item=True
             )
         lines: list[dict[str, Any]] = []
-        for _, body in bodies:
+        for routing, body in searches:
             lines.append({"index": self.alias, "routing": routing})
             lines.append(body)
         return Call("msearch", {"body": lines, "filter_path": queries.MSEARCH_FILTER_PATH}, "recall beliefs")

@@ -16,7 +16,7 @@ from service.api.state import Services
 from service.domain.belief import Belief
 from service.recall.tier_cache import TierCache, refresh_filter_tiers
 from service.storage.beliefs import BeliefStore, FilterTiers
-from tests.api.conftest import Team, belief_body, ok
+from tests.api.conftest import RequestLog, Team, belief_body, ok
 
 SCOPES = ["domain:code", "project:pay"]
 
@@ -52,7 +52,7 @@ def test_a_repeated_recall_is_served_from_the_cache_with_the_same_answer(
     first = _recall(client, team, "alice")
     hits = _cache(services).hits
     second = _recall(client, team, "alice")
-    assert _cache(services).hits == hits + 1
+    assert _cache(services).hits == hits + 2  # her persona, the scope list's pinned facts and questions
     assert _pinned(first) == _pinned(second) == ["b-pin"]
     assert first["persona"] == second["persona"] and "short answers" in first["persona"]
     assert first["injection"] == second["injection"]
@@ -88,6 +88,26 @@ def test_a_write_through_the_store_invalidates(
     assert _pinned(_recall(client, team, "alice")) == ["b-worker"]
 
 
+def test_a_users_persona_is_one_entry_for_all_their_scope_lists(
+    client: TestClient, services: Services, team: Team
+) -> None:
+    """A session in a new project reuses the user's persona (one hit) and searches its own pinned
+    facts; her new universal preference reaches every scope list at once (the tenant's version)."""
+    _add(client, team, "alice", "b-style", "user:universal", content="Prefers short answers.")
+    _add(client, team, "alice", "b-pin", "domain:writing", pinned=True)
+    first = _recall(client, team, "alice")
+    hits = _cache(services).hits
+    other = _recall(client, team, "alice", ["domain:writing"])
+    assert _cache(services).hits == hits + 1  # the persona only
+    assert other["persona"] == first["persona"] and "short answers" in other["persona"]
+    assert _pinned(other) == ["b-pin"] and _pinned(first) == []
+    assert _recall(client, team, "bob", ["domain:writing"])["persona"] is None  # her persona is hers
+    _add(client, team, "alice", "b-tone", "user:universal", content="Writes in British English.")
+    for scopes in (SCOPES, ["domain:writing"]):
+        persona = _recall(client, team, "alice", scopes)["persona"]
+        assert "short answers" in persona and "British English" in persona
+
+
 def test_two_tenants_and_two_users_never_share_entries(client: TestClient, team: Team, other_team: Team) -> None:
     """Same user ids, same scopes, same message in two tenants; two users of one tenant; one user
     with two scope lists: each answer is its own, cached or not."""
@@ -110,18 +130,18 @@ def test_after_a_write_a_refresh_gives_the_next_recall_the_new_answer_from_the_c
     cache = _cache(services)
     assert _pinned(_recall(client, team, "alice")) == []
     _add(client, team, "bob", "b-new", "project:pay", pinned=True)
-    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 1  # alice's searches
+    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 2  # alice's two entries
     assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 0  # already current
     hits = cache.hits
     assert _pinned(_recall(client, team, "alice")) == ["b-new"]
-    assert cache.hits == hits + 1
+    assert cache.hits == hits + 2
     ok(client.post("/v1/beliefs/b-new/unpin", headers=team.h("bob")))
-    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 1
-    assert _pinned(_recall(client, team, "alice")) == [] and cache.hits == hits + 2
+    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 2
+    assert _pinned(_recall(client, team, "alice")) == [] and cache.hits == hits + 4
 
 
 def test_a_refresh_searches_only_the_tenants_recent_callers(
-    client: TestClient, services: Services, team: Team, other_team: Team
+    client: TestClient, services: Services, team: Team, other_team: Team, requests_log: RequestLog
 ) -> None:
     cache = _cache(services)
     _add(client, team, "alice", "b-a", "domain:code", pinned=True)
@@ -131,12 +151,14 @@ def test_a_refresh_searches_only_the_tenants_recent_callers(
     assert _pinned(_recall(client, other_team, "alice")) == ["b-b"]
     _add(client, team, "bob", "b-bob", "project:pay", pinned=True)
     assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=0) == 0  # none that recent
-    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 2  # alice's and bob's
+    requests_log.sent.clear()
+    assert refresh_filter_tiers(cache, services.store, team.tenant, within_s=60) == 4  # alice's and bob's
+    assert [url.rsplit("/", 1)[-1] for url in requests_log.recall_requests()] == ["_msearch"]  # in one request
     hits = cache.hits
     assert sorted(_pinned(_recall(client, team, "alice"))) == ["b-a", "b-bob"]
     assert _pinned(_recall(client, team, "bob")) == ["b-bob"]
     assert _pinned(_recall(client, other_team, "alice")) == ["b-b"]  # the other tenant: its own, as before
-    assert cache.hits == hits + 3
+    assert cache.hits == hits + 6  # two entries each; the other tenant's were still current
 
 
 def test_without_a_write_version_nothing_is_cached(services: Services, team: Team) -> None:
