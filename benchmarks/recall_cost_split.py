@@ -11,7 +11,14 @@ variant:
   (one Redis round trip) and the response;
 - ``short`` / ``long``: a sessions recall whose message has fewer than 20 / at least 60 words: all
   of the above plus relevance (the analysis round trip, vocabulary matching, the search, decoding
-  the hits).
+  the hits);
+- ``new-scopes``: a recall with an empty message in a scope list never used before (a sub-domain
+  of ``domain:code`` named by a counter): its pinned facts and open questions are searched (no
+  cache entry can hold them); its persona is the user's (cached apart from the scope list since
+  2026-12-05, when the user recalled before).
+
+With ``--opensearch-pid`` the node's CPU over each block is read too (per recall, beside the
+API's); the node serves the variants' blocks one at a time, so only a drain's late receipts blur it.
 
 Every ``--variant`` (``fastpath_bench``'s ``name=path[:VAR=value,...]``) runs at the same time in
 its own API process, primed (every tenant's vocabulary built) and warmed; then blocks of each kind
@@ -31,12 +38,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
+import itertools
 import json
 import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import orjson
@@ -46,7 +54,7 @@ from benchmarks.recall_bench import Query, Spec, draw_sessions
 from loadtest.__main__ import process_cpu_s
 
 SHORT_WORDS, LONG_WORDS = 20, 60
-KINDS = ("healthz", "empty", "short", "long")
+KINDS = ("healthz", "empty", "short", "long", "new-scopes")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--block", type=int, default=500, help="requests per block")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/tenure-fastpath"))  # noqa: S108
+    parser.add_argument("--opensearch-pid", type=int, help="the node's process: its CPU per recall too")
     return parser.parse_args(argv)
 
 
@@ -72,10 +81,12 @@ class Measured:
 
     latencies_ms: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     cpu_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
+    node_cpu_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
 
-    def row(self, kind: str) -> dict[str, float | int]:
+    def row(self, kind: str, *, node: bool) -> dict[str, float | int]:
         n = len(self.latencies_ms[kind])
-        return {**latency_row(self.latencies_ms[kind]), "api_cpu_ms": round(self.cpu_s[kind] * 1000 / n, 2)}
+        row = {**latency_row(self.latencies_ms[kind]), "api_cpu_ms": round(self.cpu_s[kind] * 1000 / n, 2)}
+        return {**row, "node_cpu_ms": round(self.node_cpu_s[kind] * 1000 / n, 2)} if node else row
 
 
 class Caller:
@@ -88,6 +99,7 @@ class Caller:
         assert self.connection.sock is not None
         self.connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.worker = api.first_worker()
+        self.scope_lists = itertools.count()  # names no scope list sent before on this connection
 
     def send(self, method: str, path: str, body: bytes | None = None, key: str | None = None) -> None:
         headers = {"Content-Type": "application/json"}
@@ -109,6 +121,8 @@ def requests_of(kind: str, caller: Caller) -> Callable[[Query], None]:
         return lambda _query: caller.send("GET", "/healthz")
     if kind == "empty":
         return lambda query: caller.recall(query, "")
+    if kind == "new-scopes":
+        return lambda query: caller.recall(replace(query, scopes=[f"domain:code/s{next(caller.scope_lists)}"]), "")
     return lambda query: caller.recall(query, query.message)
 
 
@@ -122,7 +136,8 @@ def blocks_of(queries: list[Query], args: argparse.Namespace) -> dict[str, list[
         repeated = pool * (args.blocks * args.block // max(1, len(pool)) + 1)
         return [repeated[b * args.block : (b + 1) * args.block] for b in range(args.blocks)]
 
-    return {"healthz": cut(queries), "empty": cut(queries), "short": cut(short), "long": cut(long)}
+    same = cut(queries)
+    return {"healthz": same, "empty": same, "short": cut(short), "long": cut(long), "new-scopes": same}
 
 
 @contextmanager
@@ -144,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     queries = draw_sessions(args.warmup + 6 * args.blocks * args.block, args.size, spec, fb.NOW, seed=args.seed,
                             length=10, active=64)  # fmt: skip
     warmup, rest = queries[: args.warmup], queries[args.warmup :]
+
+    def node_cpu_s() -> float:
+        return process_cpu_s(args.opensearch_pid) if args.opensearch_pid else 0.0
+
     blocks = blocks_of(rest, args)
     with apis(args) as started:
         callers: dict[str, Caller] = {}
@@ -157,15 +176,17 @@ def main(argv: list[str] | None = None) -> int:
                 for name in list(callers) if b % 2 == 0 else list(callers)[::-1]:
                     caller, into = callers[name], measured[name]
                     send = requests_of(kind, caller)
-                    cpu0 = process_cpu_s(caller.worker)
+                    cpu0, node0 = process_cpu_s(caller.worker), node_cpu_s()
                     for query in blocks[kind][b]:
                         t0 = time.perf_counter()
                         send(query)
                         into.latencies_ms[kind].append((time.perf_counter() - t0) * 1000)
                     into.cpu_s[kind] += process_cpu_s(caller.worker) - cpu0
+                    into.node_cpu_s[kind] += node_cpu_s() - node0
     for name, into in measured.items():
         for kind in KINDS:
-            print(json.dumps({"variant": name, "kind": kind, **into.row(kind)}), flush=True)
+            row = into.row(kind, node=args.opensearch_pid is not None)
+            print(json.dumps({"variant": name, "kind": kind, **row}), flush=True)
     return 0
 
 
