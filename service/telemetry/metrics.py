@@ -83,7 +83,8 @@ VOCABULARY_REFRESH = Counter(
 TIER_REFRESH = Counter(
     "tenure_tier_refresh_total",
     "Filter tiers searched again by an API process after a tenant write, before the next recall "
-    "of the same caller (searched: one set of filter-tier searches; none: a notice with no recent "
+    "of the same caller (searched: one cache entry, a caller's persona or a scope list's pinned facts "
+    "and open questions, all of a notice's in one request; none: a notice with no recent "
     "recall of the tenant in the process, or all already current; failed: a store did not answer)",
     ["outcome"],
 )
