@@ -22,7 +22,14 @@ from service.recall.query import clean_query
 from service.storage import calls
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_async_client, close_async_client
-from service.storage.local_analysis import PROBE_TEXTS, IndexAnalysis, LocalAnalysis, start_local_analysis
+from service.storage.local_analysis import (
+    PROBE_TEXTS,
+    IndexAnalysis,
+    LocalAnalysis,
+    _positions,
+    grouped,
+    start_local_analysis,
+)
 from service.storage.queries import WORD_ANALYZER
 from service.storage.vocabulary import AnalysisRequest, NameMapping, VocabularyStore
 from service.telemetry import metrics
@@ -84,6 +91,16 @@ def test_every_name_analyzer_gives_the_nodes_tokens(vocabulary: VocabularyStore)
                 differences.append((request.doc, mine, expected))
     assert differences[:3] == [] and len(differences) == 0
     assert tokens > 100_000  # the texts were analysed into something (not two empty answers)
+
+
+def test_the_jvms_answer_is_read_as_the_nodes_positions_are() -> None:
+    """``QueryAnalysis.groups`` answers one group per position; the tokens stacked at a position
+    are sorted as :func:`grouped` sorts the node's term vectors, in whatever order the analyzer
+    emitted them, so the two compare equal by construction."""
+    assert _positions("") == ()
+    assert _positions("b\x1fa\x1fa b\x1ec\x1e") == (("a", "a b", "b"), ("c",))
+    assert _positions("b\x1fa\x1ec\x1e") == grouped({3: ["b", "a"], 7: ["c"]})
+    assert _positions("\x1ez\x1e") == (("",), ("z",))  # an empty token keeps its position
 
 
 def test_a_recall_query_is_analysed_in_process(vocabulary: VocabularyStore) -> None:

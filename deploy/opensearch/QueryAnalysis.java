@@ -44,10 +44,13 @@ public final class QueryAnalysis {
 
     /**
      * {@code text}'s tokens under {@code analyzer} (an index analyzer or a built-in one), as the
-     * node indexes a field: each token's position is the sum of the increments so far, minus one.
-     * One string, "position \u001f term \u001e" per token, so a query is one call from Python.
+     * node indexes a field, grouped by position: a token stream's positions never decrease (each
+     * increment is at least 0), so the tokens of one position come one after the other, and a
+     * group ends where the position advances. One string, "term (\u001f term)* \u001e" per
+     * position in order (gaps left out), so a query is one call from Python and its answer is
+     * split in C there, not parsed token by token.
      */
-    public String analyse(String analyzer, String field, String text) throws Exception {
+    public String groups(String analyzer, String field, String text) throws Exception {
         Analyzer chosen = analyzers.get(analyzer);
         if (chosen == null) {
             chosen = registry.getAnalyzer(analyzer);
@@ -60,12 +63,21 @@ public final class QueryAnalysis {
             CharTermAttribute term = tokens.addAttribute(CharTermAttribute.class);
             PositionIncrementAttribute increment = tokens.addAttribute(PositionIncrementAttribute.class);
             tokens.reset();
-            int position = -1;
+            boolean open = false;
             while (tokens.incrementToken()) {
-                position += increment.getPositionIncrement();
-                out.append(position).append('\u001f').append(term).append('\u001e');
+                if (!open) {
+                    open = true;
+                } else if (increment.getPositionIncrement() > 0) {
+                    out.append('\u001e');
+                } else {
+                    out.append('\u001f');
+                }
+                out.append(term);
             }
             tokens.end();
+            if (open) {
+                out.append('\u001e');
+            }
         }
         return out.toString();
     }

@@ -47,9 +47,9 @@ DEFAULT_CLASSPATH = (str(_DEV_NODE / "lib" / "*"), str(_DEV_NODE / "classes"))
 # working; a small serial heap: the analyzers keep little, and no collector threads compete.
 _JVM_OPTIONS = ("-Xrs", "-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-Dlog4j2.level=ERROR")
 
-# The separators of QueryAnalysis.analyse's answer; a text holding one is analysed by the node.
-_TOKEN_END = "\x1e"  # noqa: S105  (a separator, not a secret)
-_TERM_AT = "\x1f"
+# The separators of QueryAnalysis.groups' answer; a text holding one is analysed by the node.
+_GROUP_END = "\x1e"
+_TERM_SEP = "\x1f"
 
 # Texts every analyzer is checked on against the node before the local analysis is used: English
 # with stop-words and possessives, identifiers of every shape, numbers and versions, accents and
@@ -87,12 +87,14 @@ def grouped(at: dict[int, list[str]]) -> Positions:
 
 
 def _positions(raw: str) -> Positions:
-    """``position\\x1fterm\\x1e...`` -> :data:`Positions`."""
-    at: dict[int, list[str]] = {}
-    for item in raw.split(_TOKEN_END)[:-1]:
-        position, _, term = item.partition(_TERM_AT)
-        at.setdefault(int(position), []).append(term)
-    return grouped(at)
+    """``term[\\x1fterm...]\\x1e...`` (one group per position, in order) -> :data:`Positions`:
+    split in C; only a position holding several tokens is sorted, as :func:`grouped` sorts them.
+    (Parsing ``position, term`` pairs token by token cost ~0.14 ms for a 130-word message under a
+    word analyzer and ~0.3 ms under a shingle one; this, ~0.02 and ~0.1 ms.)"""
+    return tuple(
+        tuple(sorted(group.split(_TERM_SEP))) if _TERM_SEP in group else (group,)
+        for group in raw.split(_GROUP_END)[:-1]
+    )
 
 
 # Index settings that name one index and change nothing in its analysis (left out of the key a
@@ -101,7 +103,7 @@ _IDENTITY = frozenset({"uuid", "provided_name", "creation_date", "history", "rou
 
 
 def _analysable(text: str) -> bool:
-    if _TOKEN_END in text or _TERM_AT in text:
+    if _GROUP_END in text or _TERM_SEP in text:
         return False
     if text.isascii():
         return True
@@ -137,7 +139,7 @@ class IndexAnalysis:
         self._analyzers = analyzers
 
     def tokens(self, analyzer: str, field: str, text: str) -> Positions:
-        return _positions(str(self._analyzers.analyse(analyzer, field, text)))
+        return _positions(str(self._analyzers.groups(analyzer, field, text)))
 
     def analyze(self, doc: Mapping[str, str], analyzers: Mapping[str, str]) -> dict[str, Positions]:
         """The node's ``_mtermvectors`` answer for one artificial document, by position: each
@@ -203,6 +205,9 @@ class LocalAnalysis:
             versions = str(query_analysis.versions())
         except Exception as exc:  # a missing JVM, a broken classpath: the node analyses
             log.warning("recall analysis: by the node (the JVM did not start: %s)", exc)
+            return None
+        if not hasattr(query_analysis, "groups"):  # compiled before 2026-12-05: another answer's shape
+            log.warning("recall analysis: by the node (QueryAnalysis.class predates groups(): run build.sh)")
             return None
         return cls(query_analysis, versions)
 
