@@ -48,8 +48,9 @@ filter-tier searches of the tenants' recent recalls (at most :data:`QUERIES_PER_
 the most recently used) and, when the API's listener hears of the write
 (:mod:`service.recall.vocabulary_warmer`), :func:`refresh_filter_tiers` searches again those used
 in the last ``tier_refresh_within_s`` seconds (all in one request) and stores them at the new
-version, as the recall would have: the same searches (built by the chokepoint for that caller), the same key, the same
-version rule. A caller whose grants changed since builds other searches, so another key.
+version, as the recall would have: the same searches (built by the chokepoint for that caller),
+the same key, the same version rule. A caller whose grants changed since builds other searches, so
+another key.
 
 A write whose bump Redis refuses fails the request (the write stands, a retry is safe), so the age
 only matters if Redis loses its data: its counters restart at 0 and could climb back to a version

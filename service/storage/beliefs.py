@@ -104,7 +104,7 @@ class RecallHits:
         """Every skipped document, in tier order (the same whether a tier was cached or not)."""
         return [*self.filter_quarantined, *self.relevant_quarantined]
 
-    def filter_tiers(self, tiers: Sequence[str] = FILTER_TIERS) -> FilterTiers:
+    def filter_tiers(self, tiers: Sequence[str]) -> FilterTiers:
         """The named filter tiers as searched (the others empty), with the documents they skipped,
         in tier order."""
         return FilterTiers(
