@@ -1,4 +1,4 @@
-"""The pre-filter in front of the compact vocabulary's binary searches (service/recall/vocabulary.py,
+"""The pre-filter in front of the compact vocabulary's searches (service/recall/vocabulary.py,
 ``FieldVocabulary.may_hold``): it may let an absent term through (the search answers), but it must
 never reject a term the vocabulary holds, or a one-edit range one of its terms lies in, in any
 script. Checked against the rule spelled out over every term, and against the units OpenSearch's
@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import random
 import uuid
+from itertools import pairwise
 
+import pytest
+
+from service.recall import vocabulary as vocabulary_module
 from service.recall.vocabulary import (
     KO_FIELDS,
     VOCABULARY_FIELDS,
@@ -16,6 +20,7 @@ from service.recall.vocabulary import (
     VocabularyCache,
     VocabularyMatcher,
     _order,
+    _order_key,
     _pre_filter,
     _range_key,
 )
@@ -69,7 +74,7 @@ def test_filtered_lookups_equal_the_rule_over_every_term() -> None:
     probes += [t + c for t in NAMED for c in "sx"] + [t[:-1] for t in NAMED] + [t[1:] for t in NAMED]
     for ranges in (True, False):
         vocab = FieldVocabulary.build(terms, ranges=ranges)
-        # the order the binary searches rely on
+        # the order the searches rely on
         assert [vocab.term(i) for i in range(len(vocab))] == sorted(held, key=_order)
         for token in probes:
             assert (token in vocab) == (token in held), token
@@ -80,8 +85,57 @@ def test_filtered_lookups_equal_the_rule_over_every_term() -> None:
         assert vocab.held_at(groups) == tuple(tuple((t, 1.0) for t in g if t in held) for g in groups)
 
 
+# terms one character long, a NUL (below every other character), lone surrogates and characters
+# beyond the BMP: the corners of the order keys' encoding
+CORNERS = [
+    "a",
+    "b",
+    "ab",
+    "a\x00",
+    "\x00",
+    "\x00a",
+    "\ud800x",
+    "x\udfff",
+    "😀",
+    "😀😀",
+    "a😀",
+    "日",
+    "日本",
+    "\U0010ffff",
+]
+
+
+def test_the_order_keys_sort_as_the_terms_do() -> None:
+    rng = random.Random(2024)
+    terms = _terms(rng, 2000) + CORNERS
+    vocab = FieldVocabulary.build(terms)
+    keys = list(vocab.order_keys)
+    ordered = [vocab.term(i) for i in range(len(vocab))]
+    assert keys == [_order_key(t[:2], len(t)) for t in ordered]
+    # a key ranks terms as their (prefix, length) does: equal for equal pairs, ordered otherwise
+    ranked = [((t[:2], len(t)), key) for t, key in zip(ordered, keys, strict=True)]
+    for (pair, key), (next_pair, next_key) in pairwise(ranked):
+        assert (pair < next_pair) == (key < next_key) and (pair == next_pair) == (key == next_key), (pair, next_pair)
+    assert FieldVocabulary.build([]).order_keys.tolist() == []
+
+
+@pytest.mark.parametrize("clamp", [1, 3, 5])
+def test_lookups_hold_when_long_terms_share_a_clamped_key(monkeypatch: pytest.MonkeyPatch, clamp: int) -> None:
+    """Lengths past the key's 21 bits share one key; the steps after the bisection compare real
+    lengths, so such terms are still found (shown with a clamp of a few characters)."""
+    monkeypatch.setattr(vocabulary_module, "_MAX_KEYED_LENGTH", clamp)
+    rng = random.Random(clamp)
+    terms = ["".join(rng.choice("abc") for _ in range(rng.randint(1, 9))) for _ in range(600)] + CORNERS
+    held = set(terms)
+    vocab = FieldVocabulary.build(terms, ranges=True)
+    probes = terms + ["".join(rng.choice("abcd") for _ in range(rng.randint(1, 10))) for _ in range(600)]
+    for token in probes:
+        assert (token in vocab) == (token in held), token
+        assert vocab.fuzzy(token) == _brute_force_fuzzy(terms, token), token
+
+
 def test_the_filter_rejects_most_absent_terms() -> None:
-    # what it is for: an absent shingle mostly costs bit tests, not a binary search
+    # what it is for: an absent shingle mostly costs bit tests, not a search
     rng = random.Random(7)
     vocab = FieldVocabulary.build(_terms(rng, 5000), ranges=True)
     absent = [f"zz{i} qq{i}" for i in range(5000)]
@@ -127,7 +181,9 @@ def test_memory_counts_the_filter() -> None:
     plain = FieldVocabulary.build(terms)
     ranged = FieldVocabulary.build(terms, ranges=True)
     assert len(ranged.pre_filter) > len(plain.pre_filter) >= len(set(terms)) * 10 // 8
-    assert ranged.approx_bytes() > len(ranged.joined) + len(ranged.pre_filter)
+    assert ranged.approx_bytes() > len(ranged.joined) + len(ranged.pre_filter) + ranged.order_keys.itemsize * len(
+        ranged
+    )
 
 
 def test_the_filter_is_computed_on_first_use_only_and_is_the_same_filter() -> None:
@@ -136,12 +192,15 @@ def test_the_filter_is_computed_on_first_use_only_and_is_the_same_filter() -> No
         built = FieldVocabulary.build(terms, ranges=ranges)
         restored = FieldVocabulary.restore(built.joined, built.offsets, ranges=ranges)
         for vocabulary in (built, restored):
-            assert "pre_filter" not in vocabulary.__dict__  # nothing computed by building or restoring
+            lazy = {"pre_filter", "order_keys"}
+            assert not lazy & vocabulary.__dict__.keys()  # nothing computed by building or restoring
             estimated = vocabulary.approx_bytes()
-            assert "pre_filter" not in vocabulary.__dict__  # ... nor by weighing it
-            assert estimated >= len(vocabulary.joined) + len(vocabulary.pre_filter)
+            assert not lazy & vocabulary.__dict__.keys()  # ... nor by weighing it
+            keys_bytes = vocabulary.order_keys.itemsize * len(vocabulary.order_keys)
+            assert estimated >= len(vocabulary.joined) + len(vocabulary.pre_filter) + keys_bytes
         assert restored.pre_filter == built.pre_filter == _pre_filter(built.joined, built.offsets, ranges)
         assert restored.pre_filter is restored.pre_filter  # held once computed
+        assert restored.order_keys == built.order_keys and restored.order_keys is restored.order_keys
 
 
 def test_an_english_message_computes_no_korean_filter(store: BeliefStore) -> None:

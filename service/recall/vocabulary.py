@@ -35,6 +35,7 @@ import threading
 import time
 import zlib
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -156,8 +157,40 @@ def _order(term: str) -> tuple[str, int, str]:
 
 _PREFIX = itemgetter(slice(None, queries.PREFIX_LENGTH))  # term[:PREFIX_LENGTH], called from C
 
+# A term's place in :func:`_order` up to its last key, as one integer (:func:`_order_key`): the two
+# guarded characters' code points (plus one, so that a missing second character sorts first, as
+# the shorter string does) and the length, in 21 bits each. Integers compare as the (prefix,
+# length) pairs do, so a vocabulary's keys are sorted and C's ``bisect`` finds a word's run of
+# terms instead of a binary search in Python. A length beyond 21 bits is clamped: those terms
+# share a key, and the scans after the bisection compare their real lengths.
+_POINT_BITS = 21
+_MAX_KEYED_LENGTH = (1 << _POINT_BITS) - 1
+if queries.PREFIX_LENGTH != 2:  # pragma: no cover - the keys spell out two characters
+    raise RuntimeError("order keys are written for a two-character prefix guard")
+
+
+def _order_key(prefix: str, length: int) -> int:
+    """The key of the terms with this guarded prefix (a term's first two characters, or the whole
+    term if shorter) and length."""
+    first = ord(prefix[0]) + 1 if prefix else 0
+    second = ord(prefix[1]) + 1 if len(prefix) > 1 else 0
+    return (first << (2 * _POINT_BITS)) | (second << _POINT_BITS) | min(length, _MAX_KEYED_LENGTH)
+
+
+def _order_keys(joined: str, offsets: array[int]) -> array[int]:
+    """Every term's :func:`_order_key` (``joined`` cut by ``offsets``), from the code points."""
+    cuts = _cuts(offsets)
+    starts, lengths = cuts[:-1], np.diff(cuts)
+    # surrogatepass: a lone surrogate a stored alias may hold is one code point, as in the str
+    points = np.append(np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32), 0).astype(np.int64)
+    first = np.where(lengths > 0, points[starts] + 1, 0)
+    second = np.where(lengths > 1, points[np.minimum(starts + 1, len(points) - 1)] + 1, 0)
+    keys = (first << (2 * _POINT_BITS)) | (second << _POINT_BITS) | np.minimum(lengths, _MAX_KEYED_LENGTH)
+    return array("q", keys.astype(np.int64).tobytes())
+
+
 # The pre-filter (a Bloom filter per field vocabulary): bits per key, two probes per lookup (the
-# low and the high half of the key). Ten bits let ~3% of absent keys through to the binary search,
+# low and the high half of the key). Ten bits let ~3% of absent keys through to the search,
 # for ~1.25 bytes per key.
 _FILTER_BITS_PER_KEY = 10
 _LOW32 = 0xFFFFFFFF
@@ -244,7 +277,9 @@ def _filter_of(keys: npt.NDArray[np.uint64]) -> bytes:
 class FieldVocabulary:
     """One field's terms (sub-fields with the same terms share one), compact: the terms in
     :func:`_order`, joined into one string, with their start offsets. Exact membership and the
-    one-edit candidates of a word are binary searches; no per-term Python object is kept.
+    one-edit candidates of a word are searches: C's ``bisect`` over the terms' order keys
+    (``order_keys``: prefix and length in one integer, 8 bytes a term) to the run of terms with the
+    word's prefix and length, then a step over that run; no per-term Python object is kept.
 
     In front of the searches, a Bloom filter (``pre_filter``) over the hashes of the terms and,
     with ``ranges``, of each (prefix, length) a term has: most shingles and words of a message are
@@ -259,6 +294,12 @@ class FieldVocabulary:
     joined: str = ""
     offsets: array[int] = field(default_factory=lambda: array("I", [0]))
     ranges: bool = False
+
+    @functools.cached_property
+    def order_keys(self) -> array[int]:
+        """Each term's :func:`_order_key`, in the terms' order (so sorted), computed on first use
+        like the pre-filter (8 bytes per term, counted by :meth:`approx_bytes`)."""
+        return _order_keys(self.joined, self.offsets)
 
     @functools.cached_property
     def pre_filter(self) -> bytes:
@@ -326,26 +367,20 @@ class FieldVocabulary:
         return False
 
     def _first_at_or_after(self, prefix: str, length: int, term: str = "") -> int:
-        """The index of the first term not before ``(prefix, length, term)`` in :func:`_order`,
-        comparing the stored prefix and length first, so most steps slice two characters only."""
-        joined, offsets, guard = self.joined, self.offsets, queries.PREFIX_LENGTH
-        lo, hi = 0, len(offsets) - 1
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            start = offsets[mid]
-            size = offsets[mid + 1] - start
-            # a term shorter than the guard is its own prefix (a conditional, not min(): this
-            # loop runs ~12 times per word, hundreds of times per long message)
-            stored = joined[start : start + guard] if size >= guard else joined[start : start + size]
-            if stored == prefix:
-                before = size < length or (size == length and joined[start : start + size] < term)
-            else:
-                before = stored < prefix
-            if before:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        """The index of the first term not before ``(prefix, length, term)`` in :func:`_order`:
+        the run of its (prefix, length) key found by C's ``bisect`` over :attr:`order_keys`,
+        then a step over the run's terms before it (a few: one prefix, one length)."""
+        keys = self.order_keys
+        key = _order_key(prefix, length)
+        i = bisect_left(keys, key)
+        joined, offsets, last = self.joined, self.offsets, len(keys)
+        while i < last and keys[i] == key:
+            start, end = offsets[i], offsets[i + 1]
+            size = end - start
+            if size > length or (size == length and joined[start:end] >= term):
+                break
+            i += 1
+        return i
 
     def __contains__(self, token: object) -> bool:
         if not isinstance(token, str) or not self.may_hold(hash(token)):
@@ -353,7 +388,7 @@ class FieldVocabulary:
         return self._holds(token)
 
     def _holds(self, token: str) -> bool:
-        """The binary search alone (behind the pre-filter)."""
+        """The search alone (behind the pre-filter)."""
         i = self._first_at_or_after(token[: queries.PREFIX_LENGTH], len(token), token)
         return i < len(self) and self.term(i) == token
 
@@ -415,7 +450,8 @@ class FieldVocabulary:
         """Its size with the pre-filter, computed or not (not computed here): the filter's bytes
         for as many keys as it can have (each term, and with ``ranges`` at most one range each)."""
         keys = len(self) * (2 if self.ranges else 1)
-        return sys.getsizeof(self.joined) + sys.getsizeof(self.offsets) + _filter_bytes(keys) + 33 + 64
+        order_keys = 64 + 8 * len(self)
+        return sys.getsizeof(self.joined) + sys.getsizeof(self.offsets) + _filter_bytes(keys) + order_keys + 33 + 64
 
 
 _EMPTY = FieldVocabulary()
