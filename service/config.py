@@ -32,9 +32,9 @@ class RecallDefaults(BaseSettings):
     # docs/scoring-independence.md). Off: the Lucene query expands over the whole shard.
     vocabulary_matching: bool = True
     # The per-process LRU of tenant vocabularies: how many tenants and how much memory (estimated).
-    # Measured (docs/benchmarks.md, issue 16): ~15 KB per tenant of 100 beliefs, ~100 KB per tenant
-    # of 1,000 (+~11% for the matching pre-filter), so 256 MB holds ~2,300 tenants of 1,000 beliefs
-    # (every tenant of the 1M benchmark).
+    # Measured (docs/benchmarks.md, issue 16): ~164 KB estimated per tenant of 1,000 beliefs (~6,100
+    # terms: the terms, the matching pre-filter and 8 bytes a term of order keys), so 256 MB holds
+    # ~1,600 tenants of 1,000 beliefs (every tenant of the 1M benchmark).
     vocabulary_cache_tenants: int = Field(2500, ge=0, le=1_000_000)
     vocabulary_cache_mb: int = Field(256, ge=0, le=65_536)
     # Built vocabularies shared between processes through Redis (service/recall/shared_vocabulary.py):
