@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import uuid
 from itertools import pairwise
+from typing import Any
 
 import pytest
 
@@ -131,6 +132,35 @@ def test_lookups_hold_when_long_terms_share_a_clamped_key(monkeypatch: pytest.Mo
     probes = terms + ["".join(rng.choice("abcd") for _ in range(rng.randint(1, 10))) for _ in range(600)]
     for token in probes:
         assert (token in vocab) == (token in held), token
+        assert vocab.fuzzy(token) == _brute_force_fuzzy(terms, token), token
+
+
+class _CountingStr(str):
+    """A vocabulary's joined terms that count the slices a lookup takes of them."""
+
+    slices = 0
+
+    def __getitem__(self, key: Any) -> str:
+        type(self).slices += 1
+        return str.__getitem__(self, key)
+
+
+def test_a_long_run_of_one_prefix_and_length_is_searched_not_stepped() -> None:
+    """Thousands of terms of one prefix and length (dates, versions, or a tenant's hostile names)
+    are one run of equal keys: a lookup bisects it (a few slices), it does not step through it."""
+    run = [f"ab{i:06d}" for i in range(5000)]
+    terms = run + ["abc", "abcdefgh", "zz000001", "b"]
+    built = FieldVocabulary.build(terms, ranges=True)
+    vocab = FieldVocabulary(_CountingStr(built.joined), built.offsets, built.ranges)
+    vocab.pre_filter, vocab.order_keys  # noqa: B018 - computed before the counting (they slice every term)
+    held = set(terms)
+    rng = random.Random(5)
+    probes = rng.sample(run, 200) + [f"ab{i:06d}x"[:-1] + "y" for i in range(200)] + ["ab999999", "ab000000"]
+    for token in probes:
+        _CountingStr.slices = 0
+        assert (token in vocab) == (token in held), token
+        assert _CountingStr.slices <= 16, (token, _CountingStr.slices)  # log2(5000) + the match
+    for token in rng.sample(run, 20) + ["ab12345", "ab1234567", "abx00001"]:
         assert vocab.fuzzy(token) == _brute_force_fuzzy(terms, token), token
 
 

@@ -368,19 +368,25 @@ class FieldVocabulary:
 
     def _first_at_or_after(self, prefix: str, length: int, term: str = "") -> int:
         """The index of the first term not before ``(prefix, length, term)`` in :func:`_order`:
-        the run of its (prefix, length) key found by C's ``bisect`` over :attr:`order_keys`,
-        then a step over the run's terms before it (a few: one prefix, one length)."""
+        the run of its (prefix, length) key found by C's ``bisect`` over :attr:`order_keys`, then
+        a binary search of the run by length and term. The run is usually a few terms, but a
+        tenant may store thousands of one prefix and length (dates, versions, hostile names): a
+        step over them one by one would cost every lookup that much."""
         keys = self.order_keys
         key = _order_key(prefix, length)
-        i = bisect_left(keys, key)
-        joined, offsets, last = self.joined, self.offsets, len(keys)
-        while i < last and keys[i] == key:
-            start, end = offsets[i], offsets[i + 1]
-            size = end - start
-            if size > length or (size == length and joined[start:end] >= term):
-                break
-            i += 1
-        return i
+        lo = bisect_left(keys, key)
+        hi = bisect_left(keys, key + 1, lo)
+        joined, offsets = self.joined, self.offsets
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            start = offsets[mid]
+            size = offsets[mid + 1] - start
+            # equal lengths but where the key's was clamped: the term decides
+            if size < length or (size == length and joined[start : start + size] < term):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def __contains__(self, token: object) -> bool:
         if not isinstance(token, str) or not self.may_hold(hash(token)):
