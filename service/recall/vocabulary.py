@@ -162,7 +162,7 @@ _PREFIX = itemgetter(slice(None, queries.PREFIX_LENGTH))  # term[:PREFIX_LENGTH]
 # the shorter string does) and the length, in 21 bits each. Integers compare as the (prefix,
 # length) pairs do, so a vocabulary's keys are sorted and C's ``bisect`` finds a word's run of
 # terms instead of a binary search in Python. A length beyond 21 bits is clamped: those terms
-# share a key, and the scans after the bisection compare their real lengths.
+# share a key, and the search of the run after the bisection compares their real lengths.
 _POINT_BITS = 21
 _MAX_KEYED_LENGTH = (1 << _POINT_BITS) - 1
 if queries.PREFIX_LENGTH != 2:  # pragma: no cover - the keys spell out two characters
@@ -279,7 +279,7 @@ class FieldVocabulary:
     :func:`_order`, joined into one string, with their start offsets. Exact membership and the
     one-edit candidates of a word are searches: C's ``bisect`` over the terms' order keys
     (``order_keys``: prefix and length in one integer, 8 bytes a term) to the run of terms with the
-    word's prefix and length, then a step over that run; no per-term Python object is kept.
+    word's prefix and length, then a binary search of that run; no per-term Python object is kept.
 
     In front of the searches, a Bloom filter (``pre_filter``) over the hashes of the terms and,
     with ``ranges``, of each (prefix, length) a term has: most shingles and words of a message are
@@ -381,7 +381,7 @@ class FieldVocabulary:
             mid = (lo + hi) >> 1
             start = offsets[mid]
             size = offsets[mid + 1] - start
-            # equal lengths but where the key's was clamped: the term decides
+            # within a run the lengths are equal (unequal only past the key's clamp): the term decides
             if size < length or (size == length and joined[start : start + size] < term):
                 lo = mid + 1
             else:
