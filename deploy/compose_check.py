@@ -434,7 +434,34 @@ def run_load(compose: Compose, timeout_s: float) -> dict[str, Any]:
         compose("--profile", "load", "run", "--rm", "--no-deps", "--entrypoint", "cat", "load", "/results/load.json")
     )
     report, verification = result["report"], result["verification"]
-    return {"exit_code": code, "log_tail": logs[-1500:], "report": report, "verification": verification}
+    loaded = {"exit_code": code, "log_tail": logs[-1500:], "report": report, "verification": verification}
+    if code:
+        loaded["server_log_errors"] = server_log_errors(compose)
+    return loaded
+
+
+# what the proxy (Caddy's JSON logger) and the API (service/telemetry/logs.py; uvicorn's supervisor
+# for a worker it found hung, killed and replaced) log when a request goes wrong: a failed load run
+# keeps these lines, so a one-off transport error can be explained
+SERVER_ERROR_MARKERS = {
+    "tls": ('"level":"error"', '"level":"warn"'),
+    "api": ('"level": "ERROR"', "Traceback", "Child process"),
+}
+SERVER_ERROR_LINES_KEPT = 20
+
+
+def server_log_errors(compose: Compose) -> dict[str, list[str]]:
+    """The last error and warning lines of the proxy's and the API's logs (both write them to
+    stderr, which ``podman logs`` keeps apart from stdout: read together here)."""
+    kept: dict[str, list[str]] = {}
+    for service, markers in SERVER_ERROR_MARKERS.items():
+        log = subprocess.run(
+            ["podman", "logs", compose.container(service)], env=compose.podman.env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
+        ).stdout  # fmt: skip
+        errors = [line for line in log.splitlines() if any(marker in line for marker in markers)]
+        kept[service] = [line[:2000] for line in errors[-SERVER_ERROR_LINES_KEPT:]]
+    return kept
 
 
 # ----------------------------------------------------------------------------------- the check
@@ -639,6 +666,7 @@ def check(load: LoadSize, state: Path) -> dict[str, Any]:
 # what the check keeps of the load report: 429s are counted apart from the errors (not a failure)
 LOAD_FIGURES = (
     "elapsed_s", "total_requests", "total_errors", "total_rate_limited", "throughput_ok_s", "isolation_leaks",
+    "transport_errors",
 )  # fmt: skip
 
 
@@ -650,6 +678,7 @@ def summarize_load(load: dict[str, Any]) -> dict[str, Any]:
         "report": {k: report.get(k) for k in LOAD_FIGURES},
         "verification": verification,
         "log_tail": load["log_tail"] if load["exit_code"] else "",
+        "server_log_errors": load.get("server_log_errors", {}),
     }
 
 

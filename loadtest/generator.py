@@ -26,7 +26,7 @@ import httpx
 
 from loadtest import names
 from loadtest.http import Api, Outcome, call, make_client, sdk_call
-from loadtest.report import OPS, LoadReport, OpStats, Sample, TurnRecord, WriteRecord
+from loadtest.report import OPS, LoadReport, OpStats, Sample, TransportError, TurnRecord, WriteRecord
 from loadtest.verification import Verification, verify
 
 __all__ = [
@@ -47,6 +47,8 @@ PERSONAL_SCOPES = ("user:universal", "domain:code")
 TURN_MODEL = "gpt-4o"  # inside the default tier table, so the sidecar is requested and extracted
 SIDECAR_MARKER = "<<<SIDECAR_JSON>>>"
 PROVISION_PARALLEL = 8
+# transport failures kept with their message (the first ones: a dead server fails every request)
+MAX_TRANSPORT_ERRORS_KEPT = 50
 
 MISS_QUERIES = (
     "how should we structure the retry policy for outgoing webhooks?",
@@ -263,6 +265,7 @@ class _Run:
         self.leaks: list[dict[str, Any]] = []
         self.expected_hits = 0
         self.missed_hits: list[str] = []
+        self.transport_errors: list[TransportError] = []
         self.visible: dict[int, list[WriteRecord]] = {u.index: [] for u in fleet.users}
         self.seeds_of: dict[int, list[WriteRecord]] = {u.index: [] for u in fleet.users}
         for record in fleet.seeds:
@@ -278,8 +281,11 @@ class _Run:
             return [u.index for u in self.fleet.users if u.tenant == record.tenant]
         return [record.user]
 
-    def record(self, op: str, due: float, outcome: str, latency_ms: float, ok: bool) -> None:
-        self.samples.append(Sample(round(due - self.started, 4), op, outcome, round(latency_ms, 2), ok))
+    def record(self, op: str, due: float, outcome: str, latency_ms: float, ok: bool, error: str | None = None) -> None:
+        t_s = round(due - self.started, 4)
+        self.samples.append(Sample(t_s, op, outcome, round(latency_ms, 2), ok))
+        if error is not None and len(self.transport_errors) < MAX_TRANSPORT_ERRORS_KEPT:
+            self.transport_errors.append(TransportError(t_s, op, outcome, round(latency_ms, 2), error))
 
     async def one(self, user: FleetUser, due: float | None = None) -> None:
         op = self.rng.choices(self.ops, self.weights)[0]
@@ -314,7 +320,7 @@ class _Run:
         request = self.api.as_(user.key).recall(query, scopes=user.scopes, session_id=session)
         out = await sdk_call(request, 200, started=t0)
         if out.status != 200:
-            self.record("recall", t0, out.kind, out.latency_ms, False)
+            self.record("recall", t0, out.kind, out.latency_ms, False, out.error)
             return
         items = _tier_items(out.body)
         leaked = self._leaks(user, items, query)
@@ -347,7 +353,7 @@ class _Run:
         t0 = due if due is not None else time.perf_counter()
         out = await sdk_call(self.api.as_(user.key).beliefs.create(**_write_body(record)), 201, started=t0)
         ok = out.status == 201
-        self.record("write", t0, out.kind, out.latency_ms, ok)
+        self.record("write", t0, out.kind, out.latency_ms, ok, out.error)
         if not ok:
             self.unacked_writes.append(record)
             return
@@ -375,7 +381,7 @@ class _Run:
         record = TurnRecord(token, scope, user.tenant, user.index, session)
         tenure = out.body.get("tenure") if out.status == 200 and isinstance(out.body, dict) else None
         if not isinstance(tenure, dict):
-            self.record("turn", t0, out.kind if out.status != 200 else "no_tenure", out.latency_ms, False)
+            self.record("turn", t0, out.kind if out.status != 200 else "no_tenure", out.latency_ms, False, out.error)
             self.unacked_turns.append(record)
             return
         # the visible answer must never carry the sidecar (the proxy strips it)
@@ -440,6 +446,7 @@ class _Run:
             isolation_leaks=self.leaks,
             recall_expected_hits=self.expected_hits,
             recall_missed_hits=self.missed_hits,
+            transport_errors=self.transport_errors,
             load_average_before=load_before,
             load_average_after=os.getloadavg(),
         )

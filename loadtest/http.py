@@ -32,9 +32,20 @@ class Outcome:
     body: Any
     latency_ms: float
     retry_after: str | None = None  # an error answer's Retry-After, as the server wrote it (whole seconds)
+    # a transport failure as httpx told it ("RemoteProtocolError: Server disconnected ..."): an
+    # "other" alone cannot tell a server that closed the connection from a broken answer
+    error: str | None = None
 
     def is_status(self, *expected: int) -> bool:
         return self.status in expected
+
+
+def describe(exc: BaseException | None) -> str:
+    """A transport failure in one line: its class and httpx's message."""
+    if exc is None:
+        return "unknown transport failure"
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def error_kind(exc: BaseException | None) -> str:
@@ -186,7 +197,8 @@ async def sdk_call(request: Awaitable[BaseModel], status: int, *, started: float
     try:
         answer = await request
     except ConnectionFailed as exc:
-        return Outcome(None, error_kind(exc.__cause__), None, (time.perf_counter() - t0) * 1000)
+        cause = exc.__cause__
+        return Outcome(None, error_kind(cause), None, (time.perf_counter() - t0) * 1000, error=describe(cause))
     except TenureError as exc:
         retry_after = f"{exc.retry_after_s:g}" if exc.retry_after_s is not None else None
         return Outcome(exc.status, str(exc.status), exc.to_dict(), (time.perf_counter() - t0) * 1000, retry_after)
@@ -212,7 +224,7 @@ async def call(
             method, url, json=json, params=params, headers={"Authorization": f"Bearer {key}"}
         )
     except httpx.HTTPError as exc:
-        return Outcome(None, error_kind(exc), None, (time.perf_counter() - t0) * 1000)
+        return Outcome(None, error_kind(exc), None, (time.perf_counter() - t0) * 1000, error=describe(exc))
     latency_ms = (time.perf_counter() - t0) * 1000
     try:
         body = response.json()

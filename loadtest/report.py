@@ -50,6 +50,16 @@ class Sample(NamedTuple):
     ok: bool
 
 
+class TransportError(NamedTuple):
+    """A request that got no HTTP answer, with httpx's account of why (kept for diagnosis)."""
+
+    t_s: float
+    op: str
+    outcome: str  # "timeout", "connect" or "other"
+    latency_ms: float
+    error: str  # "RemoteProtocolError: Server disconnected without sending a response."
+
+
 @dataclass
 class OpStats:
     op: str
@@ -119,6 +129,8 @@ class LoadReport:
     recall_missed_hits: list[str]
     load_average_before: tuple[float, float, float]
     load_average_after: tuple[float, float, float]
+    # the first requests that got no HTTP answer, each with httpx's message
+    transport_errors: list[TransportError] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. process RSS, filled in by the CLI
 
     @property
@@ -151,6 +163,7 @@ class LoadReport:
             "isolation_leaks": self.isolation_leaks,
             "recall_expected_hits": self.recall_expected_hits,
             "recall_missed_hits": self.recall_missed_hits,
+            "transport_errors": [e._asdict() for e in self.transport_errors],
             "load_average_before": list(self.load_average_before),
             "load_average_after": list(self.load_average_after),
             "acknowledged_writes": [asdict(w) for w in self.acknowledged_writes],
@@ -187,6 +200,9 @@ class LoadReport:
         lines.append(
             f"recall of acknowledged aliases: {self.recall_expected_hits} expected hits, "
             f"{len(self.recall_missed_hits)} missed; isolation leaks: {len(self.isolation_leaks)}"
+        )
+        lines.extend(
+            f"no answer at {e.t_s:.2f} s ({e.op}, {e.latency_ms:.0f} ms): {e.error}" for e in self.transport_errors[:5]
         )
         lines.append(
             "load average before: {:.2f} {:.2f} {:.2f}, after: {:.2f} {:.2f} {:.2f}".format(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -15,7 +16,7 @@ from loadtest import names
 from loadtest.drills import Probe
 from loadtest.generator import Fleet, FleetUser, LoadConfig, _Run, parse_mix
 from loadtest.http import Outcome, sdk_call
-from loadtest.report import LoadReport, OpStats, Sample, TurnRecord, WriteRecord
+from loadtest.report import LoadReport, OpStats, Sample, TransportError, TurnRecord, WriteRecord
 from loadtest.stats import LatencySummary, percentile
 from loadtest.verification import RETRIES, Verification, _Checker
 
@@ -191,6 +192,49 @@ def test_an_sdk_call_to_a_dead_server_is_a_connect_failure() -> None:
 
     got = asyncio.run(outcome())
     assert (got.status, got.kind, got.body) == (None, "connect", None)
+
+
+def test_a_server_that_closes_without_answering_is_other_with_httpx_reason() -> None:
+    """A connection closed with no answer is "other", and the report keeps httpx's reason: a
+    compose run once failed on one such recall and its report could not say why."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def hang_up_once() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)  # the request arrives; the server closes without a byte of answer
+        conn.close()
+
+    server = threading.Thread(target=hang_up_once, daemon=True)
+    server.start()
+
+    async def outcome() -> Outcome:
+        async with AsyncTenure(f"http://127.0.0.1:{port}", "tnr_x_y", timeout=5, max_retries=0) as sdk:
+            return await sdk_call(sdk.recall("anything"), 200)
+
+    got = asyncio.run(outcome())
+    server.join(5)
+    listener.close()
+    assert (got.status, got.kind) == (None, "other")
+    assert got.error is not None and got.error.startswith("RemoteProtocolError: ")
+
+    config, fleet = _two_tenant_fleet()
+    run = _Run(config, fleet, client=None, started=0.0)  # type: ignore[arg-type]
+    run.record("recall", 1.5, got.kind, got.latency_ms, False, got.error)
+    run.record("recall", 2.0, "200", 3.0, True)
+    report = run.report("2026-12-05T00:00:00+00:00", 3.0, (0.0, 0.0, 0.0))
+    assert [(e.t_s, e.op, e.outcome) for e in report.transport_errors] == [(1.5, "recall", "other")]
+    assert report.to_json()["transport_errors"][0]["error"] == got.error
+    assert f"no answer at 1.50 s (recall, {got.latency_ms:.0f} ms): RemoteProtocolError" in report.format_summary()
+
+
+def test_transport_errors_kept_are_bounded() -> None:
+    config, fleet = _two_tenant_fleet()
+    run = _Run(config, fleet, client=None, started=0.0)  # type: ignore[arg-type]
+    for i in range(200):
+        run.record("write", float(i), "connect", 1.0, False, "ConnectError: refused")
+    assert len(run.transport_errors) == 50
+    assert run.transport_errors[0] == TransportError(0.0, "write", "connect", 1.0, "ConnectError: refused")
 
 
 def _empty_report() -> LoadReport:
