@@ -440,26 +440,42 @@ def run_load(compose: Compose, timeout_s: float) -> dict[str, Any]:
     return loaded
 
 
-# what the proxy (Caddy's JSON logger) and the API (service/telemetry/logs.py; uvicorn's supervisor
-# for a worker it found hung, killed and replaced) log when a request goes wrong: a failed load run
-# keeps these lines, so a one-off transport error can be explained
-SERVER_ERROR_MARKERS = {
-    "tls": ('"level":"error"', '"level":"warn"'),
-    "api": ('"level": "ERROR"', "Traceback", "Child process"),
-}
 SERVER_ERROR_LINES_KEPT = 20
+# the API's error lines (service/telemetry/logs.py) and uvicorn's supervisor replacing a worker it
+# found hung or dead ("Child process [...] died")
+API_ERROR_MARKERS = ('"level": "ERROR"', "Traceback", "Child process")
+
+
+def is_proxy_error(line: str) -> bool:
+    """A Caddy log line about a fault: its own errors and warnings (``aborting with incomplete
+    response``, an unreachable upstream), and access entries of 5xx answers. Caddy logs every 4xx
+    access at level error too; a run's 429s are expected and would crowd the faults out."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    if not isinstance(entry, dict) or entry.get("level") not in ("error", "warn"):
+        return False
+    if str(entry.get("logger", "")).startswith("http.log.access"):
+        return int(entry.get("status") or 0) >= 500
+    return True
+
+
+def is_api_error(line: str) -> bool:
+    return any(marker in line for marker in API_ERROR_MARKERS)
 
 
 def server_log_errors(compose: Compose) -> dict[str, list[str]]:
-    """The last error and warning lines of the proxy's and the API's logs (both write them to
-    stderr, which ``podman logs`` keeps apart from stdout: read together here)."""
+    """The last fault lines of the proxy's and the API's logs, kept by a failed load run so that a
+    one-off transport error can be explained (both write them to stderr, which ``podman logs``
+    keeps apart from stdout: read together here)."""
     kept: dict[str, list[str]] = {}
-    for service, markers in SERVER_ERROR_MARKERS.items():
+    for service, is_error in (("tls", is_proxy_error), ("api", is_api_error)):
         log = subprocess.run(
             ["podman", "logs", compose.container(service)], env=compose.podman.env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
         ).stdout  # fmt: skip
-        errors = [line for line in log.splitlines() if any(marker in line for marker in markers)]
+        errors = [line for line in log.splitlines() if is_error(line)]
         kept[service] = [line[:2000] for line in errors[-SERVER_ERROR_LINES_KEPT:]]
     return kept
 

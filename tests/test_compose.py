@@ -607,3 +607,27 @@ def test_the_service_image_carries_the_query_analysis_the_dev_node_builds() -> N
     assert setting is not None and setting.group(1) in environment_names()
     assert setting.group(2).split(":") == ["/opt/tenure-analysis/lib/*", "/opt/tenure-analysis/classes"]
     assert "openjdk-17-jre-headless" in dockerfile.rsplit("\nFROM ", 1)[1]  # the runtime JPype starts
+
+
+def test_a_failed_compose_load_keeps_the_proxys_faults_not_its_4xx_access_lines() -> None:
+    """Caddy logs every 4xx access at level error: a run's expected 429s must not crowd out the
+    line that explains a dropped answer (found when a compose run lost two recalls)."""
+    from deploy.compose_check import is_api_error, is_proxy_error
+
+    def access(status: int) -> str:
+        return json.dumps(
+            {"level": "error", "logger": "http.log.access.log0", "msg": "handled request", "status": status}
+        )
+
+    aborted = json.dumps(
+        {"level": "error", "logger": "http.handlers.reverse_proxy", "msg": "aborting with incomplete response"}
+    )
+    assert is_proxy_error(aborted)
+    assert is_proxy_error(access(502))
+    assert not is_proxy_error(access(429))
+    assert not is_proxy_error(json.dumps({"level": "info", "logger": "http.log.access.log0", "status": 200}))
+    assert not is_proxy_error("not json at all")
+    assert not is_proxy_error("[1, 2]")
+    assert is_api_error('{"level": "ERROR", "message": "Exception in ASGI application"}')
+    assert is_api_error('{"level": "INFO", "logger": "uvicorn.error", "message": "Child process [42] died"}')
+    assert not is_api_error('{"level": "INFO", "message": "request served"}')
