@@ -568,8 +568,11 @@ def test_the_tls_proxy_serves_the_api_over_https(tmp_path: Path) -> None:
     assert proxy["upstreams"] == [{"dial": "api:8000"}]
     assert proxy["flush_interval"] == -1  # streamed chat answers are not buffered
     # Caddy closes an idle upstream connection before the API does (its floor: MIN_KEEP_ALIVE_S)
-    idle_ns = proxy["transport"]["keep_alive"]["idle_timeout"]
-    assert idle_ns < MIN_KEEP_ALIVE_S * 1e9, proxy["transport"]
+    keep_alive = proxy["transport"]["keep_alive"]
+    assert keep_alive["idle_timeout"] < MIN_KEEP_ALIVE_S * 1e9, proxy["transport"]
+    # and the pool Caddy keeps by default (32 idle connections, TCP probes), which naming
+    # `keepalive` in the Caddyfile would otherwise reset to Go's 2 connections and no probes
+    assert keep_alive["max_idle_conns_per_host"] >= 32 and keep_alive["probe_interval"] > 0, keep_alive
     blocked = next(sub for sub in route["handle"][0]["routes"] if sub.get("match"))
     assert blocked["match"] == [{"path": ["/metrics"]}] and blocked["handle"][0]["status_code"] == 404
     # the default: a certificate for PUBLIC_HOST from Caddy's internal (self-signed) CA
