@@ -27,7 +27,8 @@ TERMINAL_TURN_STATES = ("done", "skipped", "failed")
 TURN_PREFIX = "load_turn_"
 RETRIES = 4  # faults (5xx, transport errors) are retried this many times before judging
 # A 429 is the server pacing this credential, not a fault: the check waits as long as Retry-After
-# says, again and again, for up to this long per request. Judging "lost" on a 429 would blame the
+# says, again and again, for up to this long per request from its first 429 (time spent queued
+# behind the credential's other checks does not count). Judging "lost" on a 429 would blame the
 # service for the verifier's own burst.
 RATE_LIMITED_PATIENCE_S = 120.0
 
@@ -107,13 +108,17 @@ def _retry_after_s(outcome: Outcome) -> float:
 async def patiently(attempt: Callable[[], Awaitable[Outcome]]) -> Outcome:
     """Make one check's request the way every verifier does (the load test's, the compose
     check's through it, the fault drills' probe): a 429 is waited out as long as Retry-After says,
-    for up to :data:`RATE_LIMITED_PATIENCE_S`; a fault (5xx, no answer) is retried up to
-    :data:`RETRIES` times; any other answer is the verdict. ``attempt`` sends the request once."""
-    patience_ends = time.monotonic() + RATE_LIMITED_PATIENCE_S
+    for up to :data:`RATE_LIMITED_PATIENCE_S` from the first 429; a fault (5xx, no answer) is
+    retried up to :data:`RETRIES` times; any other answer is the verdict. ``attempt`` sends the request once."""
+    patience_ends: float | None = None
     faults = 0
     while True:
         outcome = await attempt()
-        if outcome.status == 429 and time.monotonic() < patience_ends:
+        if outcome.status == 429:
+            if patience_ends is None:
+                patience_ends = time.monotonic() + RATE_LIMITED_PATIENCE_S
+            if time.monotonic() >= patience_ends:
+                return outcome
             await asyncio.sleep(_retry_after_s(outcome))
         elif _fault(outcome) and faults < RETRIES - 1:
             faults += 1
@@ -140,14 +145,20 @@ class _Checker:
 
     async def request(self, user: FleetUser, send: Callable[[AsyncTenure], Awaitable[BaseModel]]) -> Outcome:
         """One SDK call (``send`` makes it with the user's client) under the parallelism caps,
-        waited out while rate-limited and retried while the answer is a fault."""
+        waited out while rate-limited and retried while the answer is a fault.
+
+        The check keeps its credential's slot while it waits out a 429: the credential's other
+        checks queue behind it instead of overtaking it, so its requests slow to what the server
+        allows. (A 600 s compose run judged 11 of its 4,051 writes lost when each 429 sent the
+        check to the back of its credential's queue and patience ran out there.)"""
         user_gate = self.user_gates.setdefault(user.key, asyncio.Semaphore(PARALLEL_PER_USER))
 
         async def attempt() -> Outcome:
-            async with user_gate, self.gate:
+            async with self.gate:
                 return await sdk_call(send(self.api.as_(user.key)), 200)
 
-        return await patiently(attempt)
+        async with user_gate:
+            return await patiently(attempt)
 
     async def gather(self, items: list[Any], check: Callable[[Any], Awaitable[None]]) -> None:
         await asyncio.gather(*(check(item) for item in items))

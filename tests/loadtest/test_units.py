@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from tenure_client import AsyncTenure, RateLimited, ServiceUnavailable, TenureError
 
 from loadtest import names
+from loadtest import verification as verification_module
 from loadtest.drills import Probe
 from loadtest.generator import Fleet, FleetUser, LoadConfig, _Run, parse_mix
 from loadtest.http import Outcome, sdk_call
@@ -273,6 +274,33 @@ def test_the_verifier_waits_out_rate_limits_instead_of_judging_a_write_lost() ->
     attempts, send = _scripted_send(list(limited))
     got = asyncio.run(checker.request(fleet.user(0), send))
     assert (got.status, len(attempts)) == (200, 7)
+
+
+def test_a_check_queued_behind_its_credentials_others_keeps_its_patience(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patience for 429s runs from a check's first 429, and a check waiting one out keeps its
+    credential's slot. A 600 s compose run judged 11 writes lost ("GET 429"): their checks had
+    queued behind 4,000 others for longer than the patience before their first request."""
+    monkeypatch.setattr(verification_module, "RATE_LIMITED_PATIENCE_S", 0.3)
+    monkeypatch.setattr(verification_module, "_retry_after_s", lambda _outcome: 0.01)
+    config, fleet = _two_tenant_fleet()
+    checker = _Checker(config, fleet, _empty_report(), client=None)  # type: ignore[arg-type]
+
+    async def check() -> Outcome:
+        sent: list[int] = []
+
+        async def send(_sdk: AsyncTenure) -> _Answer:
+            sent.append(1)
+            await asyncio.sleep(0.02)
+            if len(sent) == 1:  # the server paces the credential once per check
+                raise RateLimited("slow down", code="rate_limited", status=429, retry_after_s=0.01)
+            return _Answer()
+
+        return await checker.request(fleet.user(0), send)
+
+    async def all_checks() -> list[Outcome]:
+        return await asyncio.gather(*(check() for _ in range(80)))  # ~1 s behind 4 slots
+
+    assert [outcome.status for outcome in asyncio.run(all_checks())] == [200] * 80
 
 
 def test_the_verifier_gives_up_on_a_persistent_fault() -> None:
