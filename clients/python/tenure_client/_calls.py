@@ -49,11 +49,13 @@ class Call(Generic[T]):
     json: Any = None
     content: bytes | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    # a POST that reads: sending it again after a dropped connection gives the same answer
+    resend_safe: bool = False
 
     @property
     def idempotent(self) -> bool:
         """Safe to resend after a dropped connection (the server may have done it already)."""
-        return self.method in ("GET", "HEAD", "OPTIONS", "DELETE")
+        return self.resend_safe or self.method in ("GET", "HEAD", "OPTIONS", "DELETE")
 
 
 def seg(value: str) -> str:
@@ -195,7 +197,9 @@ def recall(
         models.RecallIn,
         {"query": query_text, "scopes": list(scopes), "session_id": session_id, "budget": budget, "explain": explain},
     )
-    return Call("POST", "/v1/recall", recall_out, json=payload)
+    # a recall reads (its receipt records what was injected): a repeated message is answered the
+    # same (tests/api/test_repeat_recall.py), so a dropped answer is asked for again
+    return Call("POST", "/v1/recall", recall_out, json=payload, resend_safe=True)
 
 
 def _with_parts(out: models.RecallOut) -> models.RecallOut:

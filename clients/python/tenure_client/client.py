@@ -4,8 +4,9 @@ Both execute the same :mod:`tenure_client._calls` descriptions: requests carry t
 ``Authorization: Bearer``; 429 and 503 answers are retried after their ``Retry-After`` (at most
 ``max_retries`` times, each wait capped by ``max_retry_wait_s``; ``max_retries=0`` turns retries off,
 e.g. for a load generator that counts every 429); a dropped connection is retried only for
-idempotent methods. Every failure is a :class:`~tenure_client.errors.TenureError`; a
-:class:`~tenure_client.errors.ConnectionFailed` carries httpx's error as its ``__cause__``.
+idempotent methods and for recall (a read, answered the same when repeated). Every failure is a
+:class:`~tenure_client.errors.TenureError`; a :class:`~tenure_client.errors.ConnectionFailed`
+carries httpx's error as its ``__cause__``.
 """
 
 from __future__ import annotations
