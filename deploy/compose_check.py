@@ -547,6 +547,8 @@ def local_caddyfile(env: dict[str, str]) -> str:
             f"\tadmin 127.0.0.1:{env['CADDY_ADMIN_PORT']}\n\tdefault_bind 127.0.0.1\n"
             f"\thttp_port {env['HTTP_PORT']}\n\thttps_port {env['HTTPS_PORT']}\n"
         ),
+        # small bodies (read whole first) and the rest: the Caddyfile's two ways to the API
+        "reverse_proxy @small_body api:8000 {": f"reverse_proxy @small_body 127.0.0.1:{env['API_PORT']} {{",
         "reverse_proxy api:8000 {": f"reverse_proxy 127.0.0.1:{env['API_PORT']} {{",
     }
     for old, new in swaps.items():

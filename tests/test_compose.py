@@ -563,21 +563,38 @@ def test_the_tls_proxy_serves_the_api_over_https(tmp_path: Path) -> None:
     assert server["listen"] == [":443"]
     route = server["routes"][0]
     assert route["match"] == [{"host": ["localhost"]}]
-    handlers = [h for sub in route["handle"][0]["routes"] for h in sub["handle"]]
-    proxy = next(h for h in handlers if h["handler"] == "reverse_proxy")
-    assert proxy["upstreams"] == [{"dial": "api:8000"}]
-    assert proxy["flush_interval"] == -1  # streamed chat answers are not buffered
-    # Caddy closes an idle upstream connection before the API does (its floor: MIN_KEEP_ALIVE_S)
-    keep_alive = proxy["transport"]["keep_alive"]
-    assert keep_alive["idle_timeout"] < MIN_KEEP_ALIVE_S * 1e9, proxy["transport"]
-    # and the pool Caddy keeps by default (32 idle connections, TCP probes), which naming
-    # `keepalive` in the Caddyfile would otherwise reset to Go's 2 connections and no probes
-    assert keep_alive["max_idle_conns_per_host"] >= 32 and keep_alive["probe_interval"] > 0, keep_alive
-    blocked = next(sub for sub in route["handle"][0]["routes"] if sub.get("match"))
+    subroutes = route["handle"][0]["routes"]
+    proxies = [(sub.get("match"), h) for sub in subroutes for h in sub["handle"] if h["handler"] == "reverse_proxy"]
+    # bodies declared under 100 kB are read whole before they go to the API (a streamed body can
+    # lose its answer: tests/test_tls_proxy_bodies.py); the rest, and bodiless requests, stream
+    (small, buffered), (rest, streamed) = proxies
+    assert small == [{"header_regexp": {"Content-Length": {"pattern": "^[0-9]{1,5}$"}}}]
+    assert buffered.get("buffer_requests") is True and "max_buffer_size" not in buffered
+    assert rest is None and "buffer_requests" not in streamed
+    for proxy in (buffered, streamed):
+        assert proxy["upstreams"] == [{"dial": "api:8000"}]
+        assert proxy["flush_interval"] == -1  # streamed chat answers are not buffered
+        # Caddy closes an idle upstream connection before the API does (its floor: MIN_KEEP_ALIVE_S)
+        keep_alive = proxy["transport"]["keep_alive"]
+        assert keep_alive["idle_timeout"] < MIN_KEEP_ALIVE_S * 1e9, proxy["transport"]
+        # and the pool Caddy keeps by default (32 idle connections, TCP probes), which naming
+        # `keepalive` in the Caddyfile would otherwise reset to Go's 2 connections and no probes
+        assert keep_alive["max_idle_conns_per_host"] >= 32 and keep_alive["probe_interval"] > 0, keep_alive
+    blocked = subroutes[0]
     assert blocked["match"] == [{"path": ["/metrics"]}] and blocked["handle"][0]["status_code"] == 404
     # the default: a certificate for PUBLIC_HOST from Caddy's internal (self-signed) CA
     policy = adapted["apps"]["tls"]["automation"]["policies"][0]
     assert policy["issuers"] == [{"module": "internal"}]
+
+
+def test_the_host_networked_caddyfile_sends_every_request_to_the_apis_loopback_port() -> None:
+    from deploy.compose_check import local_caddyfile
+
+    ports = {"CADDY_ADMIN_PORT": "1", "HTTP_PORT": "2", "HTTPS_PORT": "3", "API_PORT": "4567"}
+    text = local_caddyfile(ports)
+    assert "api:8000" not in text
+    directives = re.findall(r"^\s*reverse_proxy .*\{$", text, flags=re.MULTILINE)
+    assert len(directives) == 2 and all(d.endswith(" 127.0.0.1:4567 {") for d in directives), directives
 
 
 def test_real_certificates_are_one_setting(tmp_path: Path) -> None:
