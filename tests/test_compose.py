@@ -25,6 +25,7 @@ import yaml
 
 from service.api.http_protocol import MIN_KEEP_ALIVE_S
 from service.config import Settings, environment_names
+from tests.caddy import CADDYFILE, adapted_caddyfile
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -530,24 +531,6 @@ def test_operations_guide_names_real_settings() -> None:
 
 # ------------------------------------------------------------ the TLS proxy
 
-CADDYFILE = ROOT / "deploy/caddy/Caddyfile"
-
-
-def _caddy_json(tmp_path: Path, **env: str) -> dict[str, Any]:
-    """The Caddyfile as Caddy itself parses it (``caddy adapt``), with the compose environment."""
-    caddy = shutil.which("caddy")
-    assert caddy, "caddy is not installed: scripts/setup.sh installs it (apt)"
-    run = subprocess.run(
-        [caddy, "adapt", "--config", str(CADDYFILE), "--adapter", "caddyfile"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
-    )
-    adapted: dict[str, Any] = json.loads(run.stdout)
-    return adapted
-
 
 def _caddy_env(**overrides: str) -> dict[str, str]:
     environment: dict[str, str] = _services(resolved(**overrides))["tls"]["environment"]
@@ -558,7 +541,7 @@ def test_the_tls_proxy_serves_the_api_over_https(tmp_path: Path) -> None:
     tls = _services(resolved())["tls"]
     assert "./deploy/caddy/Caddyfile:/etc/caddy/Caddyfile:ro" in tls["volumes"]
     assert set(re.findall(r"\{\$([A-Z_]+)", CADDYFILE.read_text())) == set(tls["environment"])
-    adapted = _caddy_json(tmp_path, **_caddy_env())
+    adapted = adapted_caddyfile(tmp_path, **_caddy_env())
     server = adapted["apps"]["http"]["servers"]["srv0"]
     assert server["listen"] == [":443"]
     route = server["routes"][0]
@@ -598,10 +581,11 @@ def test_the_host_networked_caddyfile_sends_every_request_to_the_apis_loopback_p
 
 
 def test_real_certificates_are_one_setting(tmp_path: Path) -> None:
-    own = _caddy_json(tmp_path, **_caddy_env(TLS_CERTIFICATES="/certs/tls.crt /certs/tls.key", PUBLIC_HOST="t.example"))
+    own_files = _caddy_env(TLS_CERTIFICATES="/certs/tls.crt /certs/tls.key", PUBLIC_HOST="t.example")
+    own = adapted_caddyfile(tmp_path, **own_files)
     assert own["apps"]["tls"]["certificates"]["load_files"][0]["certificate"] == "/certs/tls.crt"
     assert own["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"] == [{"host": ["t.example"]}]
-    acme = _caddy_json(tmp_path, **_caddy_env(TLS_CERTIFICATES="ops@example.com", PUBLIC_HOST="t.example"))
+    acme = adapted_caddyfile(tmp_path, **_caddy_env(TLS_CERTIFICATES="ops@example.com", PUBLIC_HOST="t.example"))
     issuers = acme["apps"]["tls"]["automation"]["policies"][0]["issuers"]
     assert {i["module"] for i in issuers} >= {"acme"} and issuers[0]["email"] == "ops@example.com"
 

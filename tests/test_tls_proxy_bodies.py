@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import socketserver
 import ssl
@@ -35,19 +34,13 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-CADDYFILE = ROOT / "deploy/caddy/Caddyfile"
+from deploy.devstack import free_port
+from tests.caddy import adapted_caddyfile, caddy_binary
+
 ANSWER = b"x" * 3000  # a recall's answer is ~3 kB
 ANSWER_HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(ANSWER)
 SMALL_BODY = 100_000  # the Caddyfile reads bodies declared under this (five digits) whole
 ROUNDS = 80
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _read_head(stream: Any) -> bytes:
@@ -105,18 +98,13 @@ class EagerApi:
 @pytest.fixture
 def proxy(tmp_path: Path) -> Iterator[tuple[int, EagerApi]]:
     """The Caddyfile as compose runs it, on a loopback port, in front of :class:`EagerApi`."""
-    caddy = shutil.which("caddy")
-    assert caddy, "caddy is not installed: scripts/setup.sh installs it (apt)"
     home = str(tmp_path)  # Caddy's internal CA and state
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "XDG_DATA_HOME": home, "XDG_CONFIG_HOME": home}
     env |= {"PUBLIC_HOST": "localhost", "TLS_CERTIFICATES": "internal"}
-    adapted = subprocess.run(
-        [caddy, "adapt", "--config", str(CADDYFILE), "--adapter", "caddyfile"],
-        capture_output=True, text=True, check=True, env=env,
-    ).stdout  # fmt: skip
-    api_port, port = _free_port(), _free_port()
+    adapted = json.dumps(adapted_caddyfile(tmp_path, **env))
+    api_port, port = free_port(), free_port()
     config = json.loads(adapted.replace('"api:8000"', f'"127.0.0.1:{api_port}"'))
-    config["admin"] = {"listen": f"127.0.0.1:{_free_port()}"}
+    config["admin"] = {"listen": f"127.0.0.1:{free_port()}"}
     server = config["apps"]["http"]["servers"]["srv0"]
     server["listen"] = [f"127.0.0.1:{port}"]
     server["automatic_https"] = {"disable_redirects": True}
@@ -124,7 +112,8 @@ def proxy(tmp_path: Path) -> Iterator[tuple[int, EagerApi]]:
     api = EagerApi()
     upstream = api.serve(api_port)
     with (tmp_path / "caddy.log").open("w") as log:
-        process = subprocess.Popen([caddy, "run", "--config", str(tmp_path / "caddy.json")], env=env, stderr=log)
+        run = [caddy_binary(), "run", "--config", str(tmp_path / "caddy.json")]
+        process = subprocess.Popen(run, env=env, stderr=log)
     try:
         _wait_for_tls(port, process)
         yield port, api
