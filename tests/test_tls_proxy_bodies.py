@@ -34,8 +34,9 @@ from typing import Any
 
 import pytest
 
+from deploy.compose_check import local_caddyfile
 from deploy.devstack import free_port
-from tests.caddy import adapted_caddyfile, caddy_binary
+from tests.caddy import caddy_binary
 
 ANSWER = b"x" * 3000  # a recall's answer is ~3 kB
 ANSWER_HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(ANSWER)
@@ -97,22 +98,18 @@ class EagerApi:
 
 @pytest.fixture
 def proxy(tmp_path: Path) -> Iterator[tuple[int, EagerApi]]:
-    """The Caddyfile as compose runs it, on a loopback port, in front of :class:`EagerApi`."""
+    """The Caddyfile as the compose check runs it (every port on loopback: compose_check's own
+    rewrite), in front of :class:`EagerApi`."""
     home = str(tmp_path)  # Caddy's internal CA and state
+    ports = {name: str(free_port()) for name in ("CADDY_ADMIN_PORT", "HTTP_PORT", "HTTPS_PORT", "API_PORT")}
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "XDG_DATA_HOME": home, "XDG_CONFIG_HOME": home}
     env |= {"PUBLIC_HOST": "localhost", "TLS_CERTIFICATES": "internal"}
-    adapted = json.dumps(adapted_caddyfile(tmp_path, **env))
-    api_port, port = free_port(), free_port()
-    config = json.loads(adapted.replace('"api:8000"', f'"127.0.0.1:{api_port}"'))
-    config["admin"] = {"listen": f"127.0.0.1:{free_port()}"}
-    server = config["apps"]["http"]["servers"]["srv0"]
-    server["listen"] = [f"127.0.0.1:{port}"]
-    server["automatic_https"] = {"disable_redirects": True}
-    (tmp_path / "caddy.json").write_text(json.dumps(config))
+    (tmp_path / "Caddyfile").write_text(local_caddyfile(ports))
+    port, api_port = int(ports["HTTPS_PORT"]), int(ports["API_PORT"])
     api = EagerApi()
     upstream = api.serve(api_port)
     with (tmp_path / "caddy.log").open("w") as log:
-        run = [caddy_binary(), "run", "--config", str(tmp_path / "caddy.json")]
+        run = [caddy_binary(), "run", "--config", str(tmp_path / "Caddyfile"), "--adapter", "caddyfile"]
         process = subprocess.Popen(run, env=env, stderr=log)
     try:
         _wait_for_tls(port, process)
