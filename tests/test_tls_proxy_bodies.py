@@ -13,6 +13,10 @@ API answers the headers at once and the body 50 ms later, and busy loops keep ev
 (Go's goroutines then wait for a thread, which is what opens the window on a loaded host). With
 the Caddyfile from before small bodies were read whole (``buffer_requests``), 5, 7 and 6 of 80
 answers were cut in three runs of this test; on an idle machine, none of 30.
+
+A large body streams (the proxy never holds more than 100 kB of a request), and the API may
+refuse it before it has read it (over the body limit): the last test sends such imports through
+the proxy to the service's own body limit under uvicorn, and the client must get the whole 413.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import pytest
 
 from deploy.compose_check import local_caddyfile
 from deploy.devstack import free_port
+from service.api.http_protocol import uvicorn_http_option
 from tests.caddy import caddy_binary
 
 ANSWER = b"x" * 3000  # a recall's answer is ~3 kB
@@ -96,29 +101,38 @@ class EagerApi:
         return server
 
 
-@pytest.fixture
-def proxy(tmp_path: Path) -> Iterator[tuple[int, EagerApi]]:
+@contextmanager
+def caddy_in_front(tmp_path: Path) -> Iterator[tuple[int, int]]:
     """The Caddyfile as the compose check runs it (every port on loopback: compose_check's own
-    rewrite), in front of :class:`EagerApi`."""
+    rewrite); yields its HTTPS port and the API port it forwards to."""
     home = str(tmp_path)  # Caddy's internal CA and state
     ports = {name: str(free_port()) for name in ("CADDY_ADMIN_PORT", "HTTP_PORT", "HTTPS_PORT", "API_PORT")}
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "XDG_DATA_HOME": home, "XDG_CONFIG_HOME": home}
     env |= {"PUBLIC_HOST": "localhost", "TLS_CERTIFICATES": "internal"}
     (tmp_path / "Caddyfile").write_text(local_caddyfile(ports))
-    port, api_port = int(ports["HTTPS_PORT"]), int(ports["API_PORT"])
-    api = EagerApi()
-    upstream = api.serve(api_port)
+    port = int(ports["HTTPS_PORT"])
     with (tmp_path / "caddy.log").open("w") as log:
         run = [caddy_binary(), "run", "--config", str(tmp_path / "Caddyfile"), "--adapter", "caddyfile"]
         process = subprocess.Popen(run, env=env, stderr=log)
     try:
         _wait_for_tls(port, process)
-        yield port, api
+        yield port, int(ports["API_PORT"])
     finally:
         process.terminate()
         process.wait(timeout=10)
-        upstream.shutdown()
-        upstream.server_close()
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[tuple[int, EagerApi]]:
+    """The proxy in front of :class:`EagerApi`."""
+    with caddy_in_front(tmp_path) as (port, api_port):
+        api = EagerApi()
+        upstream = api.serve(api_port)
+        try:
+            yield port, api
+        finally:
+            upstream.shutdown()
+            upstream.server_close()
 
 
 def _tls(port: int) -> ssl.SSLSocket:
@@ -197,3 +211,90 @@ def test_a_small_body_reaches_the_api_only_once_complete(proxy: tuple[int, Eager
     status, answer = _post(port, b'{"query": "x"}', body_delay_s=0.3)
     assert (status, answer) == (b"HTTP/1.1 200 OK", ANSWER)
     assert api.heads_at[0] - started >= 0.3
+
+
+# The service's own body limit and error rendering, under uvicorn with the service's HTTP protocol:
+# a route that reads the whole body and answers its length.
+LIMITED_APP = """
+from fastapi import FastAPI, Request
+from service.api.errors import RequestContextMiddleware, install_error_handlers
+
+app = FastAPI()
+install_error_handlers(app)
+app.add_middleware(RequestContextMiddleware, max_body_bytes={limit})
+
+
+@app.post("/v1/import")
+async def read_it_all(request: Request) -> dict[str, int]:
+    return {{"received": len(await request.body())}}
+"""
+BODY_LIMIT = 200_000
+
+
+@pytest.fixture
+def limited_api(tmp_path: Path) -> Iterator[int]:
+    """The proxy in front of :data:`LIMITED_APP`; yields the proxy's HTTPS port."""
+    (tmp_path / "limited_app.py").write_text(LIMITED_APP.format(limit=BODY_LIMIT))
+    repo = Path(__file__).resolve().parents[1]
+    with caddy_in_front(tmp_path) as (port, api_port):
+        serve = [sys.executable, "-m", "uvicorn", "limited_app:app", "--port", str(api_port)]
+        serve += ["--http", uvicorn_http_option(), "--log-level", "warning"]
+        env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{repo}"}
+        api = subprocess.Popen(serve, env=env, cwd=tmp_path)
+        try:
+            _wait_for_port(api_port, api)
+            yield port
+        finally:
+            api.terminate()
+            api.wait(timeout=10)
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the API exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("the API did not listen within 30 s")
+
+
+def _post_large(port: int, size: int, *, chunked: bool) -> tuple[bytes, dict[str, Any]]:
+    """One import of ``size`` bytes sent in 64 kB pieces (declared, or chunked with no length);
+    the answer's status line and JSON body. The client keeps sending while the API has already
+    refused, as a real client does."""
+    with _tls(port) as connection:
+        framing = b"transfer-encoding: chunked" if chunked else b"content-length: %d" % size
+        connection.sendall(b"POST /v1/import HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n")
+        connection.sendall(framing + b"\r\n\r\n")
+        piece = b"a" * 65_536
+        try:
+            for start in range(0, size, len(piece)):
+                data = piece[: size - start]
+                connection.sendall(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+            if chunked:
+                connection.sendall(b"0\r\n\r\n")
+        except OSError:  # the proxy may stop reading once the answer is out: the answer still counts
+            pass
+        stream = connection.makefile("rb")
+        head = _read_head(stream)
+        return head.split(b"\r\n", 1)[0], json.loads(stream.read(_content_length(head)) or b"null")
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
+def test_a_refused_large_body_gets_the_whole_413_through_the_proxy(limited_api: int, chunked: bool) -> None:
+    """A body over the API's limit streams through the proxy (it is over 100 kB), and the API
+    refuses it before it has all of it: by its declared length at once, or, chunked, as soon as
+    the count passes the limit. The client must get the service's 413 whole, never a cut answer
+    or the proxy's 502, with every core busy (what opens the proxy's windows)."""
+    with every_core_busy():
+        answers = [_post_large(limited_api, 3_000_000, chunked=chunked) for _ in range(12)]
+    for status, body in answers:
+        assert status == b"HTTP/1.1 413 Request Entity Too Large", (status, body)
+        assert body["error"]["code"] == "payload_too_large"
+        assert body["error"]["details"] == {"limit": BODY_LIMIT}
+    # and a body under the limit, but over the size the proxy reads whole, still goes through
+    status, body = _post_large(limited_api, BODY_LIMIT - 10, chunked=chunked)
+    assert (status, body) == (b"HTTP/1.1 200 OK", {"received": BODY_LIMIT - 10})
