@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,7 @@ import pytest
 
 from deploy.compose_check import local_caddyfile
 from deploy.devstack import free_port
+from deploy.localstack import REPO, wait_until
 from service.api.http_protocol import uvicorn_http_option
 from tests.caddy import caddy_binary
 
@@ -115,7 +116,7 @@ def caddy_in_front(tmp_path: Path) -> Iterator[tuple[int, int]]:
         run = [caddy_binary(), "run", "--config", str(tmp_path / "Caddyfile"), "--adapter", "caddyfile"]
         process = subprocess.Popen(run, env=env, stderr=log)
     try:
-        _wait_for_tls(port, process)
+        _wait_until_serving(lambda: _tls(port), process, "caddy")
         yield port, int(ports["API_PORT"])
     finally:
         process.terminate()
@@ -142,16 +143,16 @@ def _tls(port: int) -> ssl.SSLSocket:
     return context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="localhost")
 
 
-def _wait_for_tls(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "caddy exited"
+def _wait_until_serving(connect: Callable[[], socket.socket], process: subprocess.Popen[bytes], name: str) -> None:
+    def serving() -> bool:
+        assert process.poll() is None, f"{name} exited"
         try:
-            _tls(port).close()
-            return
+            connect().close()
         except OSError:
-            time.sleep(0.1)
-    raise AssertionError("caddy did not serve TLS within 30 s")
+            return False
+        return True
+
+    wait_until(serving, 30, f"{name} serving")
 
 
 def _post(port: int, body: bytes, body_delay_s: float, split: int = 0) -> tuple[bytes, bytes]:
@@ -235,30 +236,17 @@ BODY_LIMIT = 200_000
 def limited_api(tmp_path: Path) -> Iterator[int]:
     """The proxy in front of :data:`LIMITED_APP`; yields the proxy's HTTPS port."""
     (tmp_path / "limited_app.py").write_text(LIMITED_APP.format(limit=BODY_LIMIT))
-    repo = Path(__file__).resolve().parents[1]
     with caddy_in_front(tmp_path) as (port, api_port):
         serve = [sys.executable, "-m", "uvicorn", "limited_app:app", "--port", str(api_port)]
         serve += ["--http", uvicorn_http_option(), "--log-level", "warning"]
-        env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{repo}"}
+        env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
         api = subprocess.Popen(serve, env=env, cwd=tmp_path)
         try:
-            _wait_for_port(api_port, api)
+            _wait_until_serving(lambda: socket.create_connection(("127.0.0.1", api_port), timeout=1), api, "the API")
             yield port
         finally:
             api.terminate()
             api.wait(timeout=10)
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the API exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError("the API did not listen within 30 s")
 
 
 def _post_large(port: int, size: int, *, chunked: bool) -> tuple[bytes, dict[str, Any]]:
