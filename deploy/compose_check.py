@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -53,6 +54,9 @@ from deploy.devstack import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL = REPO / "deploy" / "compose-local"
+# The TLS proxy: the Caddy release deploy/caddy/release/go.mod pins, built by scripts/build-caddy.sh.
+CADDY_RELEASE = REPO / "deploy" / "caddy" / "release"
+CADDY_BINARY = Path("/usr/local/bin/caddy")
 OVERRIDE = LOCAL / "docker-compose.local.yml"
 CONTAINERS_CONF = LOCAL / "containers.conf"
 HOST_CAS = Path("/usr/local/share/ca-certificates")
@@ -250,11 +254,15 @@ def build_images(podman: Podman, state: Path) -> Images:
         lambda: podman.build(redis_tag, LOCAL / "redis.Dockerfile", LOCAL, BASE_IMAGE=base_tag),
     )  # fmt: skip
 
-    caddy_tag = "localhost/tenure-local-caddy:" + content_hash([LOCAL / "caddy.Dockerfile"], base_tag)
-    images.caddy = ensure_image(
-        podman, images, "caddy", caddy_tag,
-        lambda: podman.build(caddy_tag, LOCAL / "caddy.Dockerfile", LOCAL, BASE_IMAGE=base_tag),
-    )  # fmt: skip
+    caddy_tag = "localhost/tenure-local-caddy:" + content_hash([LOCAL / "caddy.Dockerfile", CADDY_RELEASE], base_tag)
+
+    def build_caddy() -> None:
+        context = state / "caddy-context"
+        context.mkdir(parents=True)
+        shutil.copy(pinned_caddy(), context / "caddy")
+        podman.build(caddy_tag, LOCAL / "caddy.Dockerfile", context, BASE_IMAGE=base_tag)
+
+    images.caddy = ensure_image(podman, images, "caddy", caddy_tag, build_caddy)
     return images
 
 
@@ -536,6 +544,28 @@ def host_limit(kind: int, wanted: int) -> int:
     return hard if wanted == -1 else min(hard, wanted)
 
 
+def caddy_release() -> str:
+    """The Caddy release deploy/caddy/release/go.mod pins (``v2.11.9``); docker-compose.yml's ``tls``
+    image is the same one."""
+    found = re.search(
+        r"^require github\.com/caddyserver/caddy/v2 (v\S+)$", (CADDY_RELEASE / "go.mod").read_text(), re.M
+    )
+    if found is None:
+        raise RuntimeError(f"{CADDY_RELEASE / 'go.mod'} names no Caddy release")
+    return found.group(1)
+
+
+def pinned_caddy() -> Path:
+    """scripts/build-caddy.sh's binary, checked to be the pinned release (a Caddy of another
+    version, Debian's 2.6.2 for one, reads the Caddyfile differently)."""
+    release = caddy_release()
+    if CADDY_BINARY.is_file():
+        version = subprocess.run([CADDY_BINARY, "version"], capture_output=True, text=True, check=True).stdout
+        if version.split(" ", 1)[0] == release:
+            return CADDY_BINARY
+    raise RuntimeError(f"{CADDY_BINARY} is not Caddy {release}: run scripts/build-caddy.sh (scripts/setup.sh does)")
+
+
 def local_caddyfile(env: dict[str, str]) -> str:
     """deploy/caddy/Caddyfile as the host-networked run needs it: the admin endpoint, the HTTP and
     HTTPS listeners on free loopback ports (every container shares the host's network) and the API
@@ -547,8 +577,6 @@ def local_caddyfile(env: dict[str, str]) -> str:
             f"\tadmin 127.0.0.1:{env['CADDY_ADMIN_PORT']}\n\tdefault_bind 127.0.0.1\n"
             f"\thttp_port {env['HTTP_PORT']}\n\thttps_port {env['HTTPS_PORT']}\n"
         ),
-        # small bodies (read whole first) and the rest: the Caddyfile's two ways to the API
-        "reverse_proxy @small_body api:8000 {": f"reverse_proxy @small_body 127.0.0.1:{env['API_PORT']} {{",
         "reverse_proxy api:8000 {": f"reverse_proxy 127.0.0.1:{env['API_PORT']} {{",
     }
     for old, new in swaps.items():

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from deploy.compose_check import pinned_caddy
+
 CADDYFILE = Path(__file__).resolve().parents[1] / "deploy/caddy/Caddyfile"
 
 
+@functools.cache
 def caddy_binary() -> str:
-    caddy = shutil.which("caddy")
-    assert caddy, "caddy is not installed: scripts/setup.sh installs it (apt)"
-    return caddy
+    """The Caddy the compose file's image pins, as scripts/build-caddy.sh built it."""
+    return str(pinned_caddy())
 
 
 def adapted_caddyfile(home: Path, **env: str) -> dict[str, Any]:

@@ -547,27 +547,34 @@ def test_the_tls_proxy_serves_the_api_over_https(tmp_path: Path) -> None:
     route = server["routes"][0]
     assert route["match"] == [{"host": ["localhost"]}]
     subroutes = route["handle"][0]["routes"]
-    proxies = [(sub.get("match"), h) for sub in subroutes for h in sub["handle"] if h["handler"] == "reverse_proxy"]
-    # bodies declared under 100 kB are read whole before they go to the API (a streamed body can
-    # lose its answer: tests/test_tls_proxy_bodies.py); the rest, and bodiless requests, stream
-    (small, buffered), (rest, streamed) = proxies
-    assert small == [{"header_regexp": {"Content-Length": {"pattern": "^[0-9]{1,5}$"}}}]
-    assert buffered.get("buffer_requests") is True and "max_buffer_size" not in buffered
-    assert rest is None and "buffer_requests" not in streamed
-    for proxy in (buffered, streamed):
-        assert proxy["upstreams"] == [{"dial": "api:8000"}]
-        assert proxy["flush_interval"] == -1  # streamed chat answers are not buffered
-        # Caddy closes an idle upstream connection before the API does (its floor: MIN_KEEP_ALIVE_S)
-        keep_alive = proxy["transport"]["keep_alive"]
-        assert keep_alive["idle_timeout"] < MIN_KEEP_ALIVE_S * 1e9, proxy["transport"]
-        # and the pool Caddy keeps by default (32 idle connections, TCP probes), which naming
-        # `keepalive` in the Caddyfile would otherwise reset to Go's 2 connections and no probes
-        assert keep_alive["max_idle_conns_per_host"] >= 32 and keep_alive["probe_interval"] > 0, keep_alive
+    (proxy,) = [h for sub in subroutes for h in sub["handle"] if h["handler"] == "reverse_proxy"]
+    assert proxy["upstreams"] == [{"dial": "api:8000"}]
+    # a body's first 100 kB are read before the request goes to the API, so a body that size or
+    # smaller is whole before the API can answer (a streamed body can lose its answer:
+    # tests/test_tls_proxy_bodies.py); a larger one streams on from there
+    assert proxy["request_buffers"] == 100_000
+    assert proxy["flush_interval"] == -1  # streamed chat answers are not buffered
+    # Caddy closes an idle upstream connection before the API does (its floor: MIN_KEEP_ALIVE_S)
+    keep_alive = proxy["transport"]["keep_alive"]
+    assert keep_alive["idle_timeout"] < MIN_KEEP_ALIVE_S * 1e9, proxy["transport"]
+    # and keeps a pool (32 idle connections, TCP probes), which naming `keepalive` reset to Go's
+    # 2 connections and no probes in Caddy 2.6
+    assert keep_alive["max_idle_conns_per_host"] >= 32 and keep_alive["probe_interval"] > 0, keep_alive
     blocked = subroutes[0]
     assert blocked["match"] == [{"path": ["/metrics"]}] and blocked["handle"][0]["status_code"] == 404
     # the default: a certificate for PUBLIC_HOST from Caddy's internal (self-signed) CA
     policy = adapted["apps"]["tls"]["automation"]["policies"][0]
     assert policy["issuers"] == [{"module": "internal"}]
+
+
+def test_the_tls_image_is_the_caddy_release_the_tests_run() -> None:
+    """docker-compose.yml's proxy is the release scripts/build-caddy.sh builds for the tests and the
+    compose check (go.mod), so what CI checks the Caddyfile with is what operators run."""
+    from deploy.compose_check import caddy_release, pinned_caddy
+
+    release = caddy_release()
+    assert _services(resolved())["tls"]["image"] == f"caddy:{release.removeprefix('v')}"
+    assert subprocess.run([pinned_caddy(), "version"], capture_output=True, text=True).stdout.startswith(release)
 
 
 def test_the_host_networked_caddyfile_sends_every_request_to_the_apis_loopback_port() -> None:
@@ -577,7 +584,7 @@ def test_the_host_networked_caddyfile_sends_every_request_to_the_apis_loopback_p
     text = local_caddyfile(ports)
     assert "api:8000" not in text
     directives = re.findall(r"^\s*reverse_proxy .*\{$", text, flags=re.MULTILINE)
-    assert len(directives) == 2 and all(d.endswith(" 127.0.0.1:4567 {") for d in directives), directives
+    assert [d.strip() for d in directives] == ["reverse_proxy 127.0.0.1:4567 {"], directives
 
 
 def test_real_certificates_are_one_setting(tmp_path: Path) -> None:

@@ -1,22 +1,23 @@
 """The TLS proxy (deploy/caddy/Caddyfile, run by the real Caddy binary) never cuts an answer.
 
-Caddy 2.6's proxy transport (Go 1.19) copies a streamed request body to the API, then reads it
-once more to check it held no more than its declared length. When the API's answer comes first,
-writing the answer's headers to the client makes Go's server close the client's body; that last
-read then fails, and the transport drops the API connection with the answer's body still on it.
-The client gets the status and headers, then nothing (``peer closed connection without sending
-complete message body``). Seen on the compose stack about once in 40,000 requests, on recalls
-the API answered within a few milliseconds (docs/operations.md "Answers cut by the proxy").
+Go's proxy transport (Caddy 2.6.2 on Go 1.19 and Caddy 2.11.9 on Go 1.26 alike) copies a streamed
+request body to the API, then reads it once more. When the API's answer comes first, writing the
+answer's headers to the client makes Go's server close the client's body; that last read then
+fails, and the transport drops the API connection with the answer's body still on it. The client
+gets the status and headers, then nothing (``peer closed connection without sending complete
+message body``). Seen on the compose stack about once in 40,000 requests, on recalls the API
+answered within a few milliseconds (docs/operations.md "Answers cut by the proxy").
 
 Here the race is made likely: the client sends its body 5 ms after its headers, the stand-in
 API answers the headers at once and the body 50 ms later, and busy loops keep every core taken
-(Go's goroutines then wait for a thread, which is what opens the window on a loaded host). With
-the Caddyfile from before small bodies were read whole (``buffer_requests``), 5, 7 and 6 of 80
-answers were cut in three runs of this test; on an idle machine, none of 30.
+(Go's goroutines then wait for a thread, which is what opens the window on a loaded host).
+Without ``request_buffers`` (Caddy 2.11.9), 9 of 80 answers were cut, and 5 of 40 with the body
+chunked; with Caddy 2.6.2 and no buffering, 5, 7 and 6 of 80. On an idle machine, none of 30.
 
-A large body streams (the proxy never holds more than 100 kB of a request), and the API may
-refuse it before it has read it (over the body limit): the last test sends such imports through
-the proxy to the service's own body limit under uvicorn, and the client must get the whole 413.
+A large body streams on after its first 100 kB (the proxy never holds more of a request), and
+the API may refuse it before it has read it (over the body limit): the last test sends such
+imports through the proxy to the service's own body limit under uvicorn, and the client must get
+the whole 413.
 """
 
 from __future__ import annotations
@@ -68,11 +69,21 @@ def _content_length(head: bytes) -> int:
     return 0
 
 
+def _read_chunks(stream: Any) -> bytes:
+    """A chunked body, decoded (no trailers)."""
+    body = b""
+    while size := int(stream.readline().split(b";")[0], 16):
+        body += stream.read(size)
+        stream.readline()  # the chunk's CRLF
+    stream.readline()  # the CRLF after the last, empty chunk
+    return body
+
+
 @dataclass
 class EagerApi:
-    """An upstream that answers a small request's headers before it has read the body, as a fast
-    API does whenever Go's transport is slow to finish with the body. A large body is read first
-    (the real API reads an import before it answers)."""
+    """An upstream that answers the headers of a small or chunked request before it has read the
+    body, as a fast API does whenever Go's transport is slow to finish with the body. A large body
+    is read first (the real API reads an import before it answers)."""
 
     bodies: list[int] = field(default_factory=list)
     heads_at: list[float] = field(default_factory=list)  # when each request's headers arrived
@@ -84,12 +95,13 @@ class EagerApi:
             def handle(self) -> None:
                 while head := _read_head(self.rfile):
                     api.heads_at.append(time.monotonic())
+                    chunked = b"transfer-encoding: chunked" in head.lower()
                     length = _content_length(head)
-                    if length < SMALL_BODY:
+                    if chunked or length < SMALL_BODY:
                         self.wfile.write(ANSWER_HEAD)
                         self.wfile.flush()
-                    api.bodies.append(len(self.rfile.read(length)))
-                    if length < SMALL_BODY:
+                    api.bodies.append(len(_read_chunks(self.rfile) if chunked else self.rfile.read(length)))
+                    if chunked or length < SMALL_BODY:
                         time.sleep(0.05)
                         self.wfile.write(ANSWER)
                     else:
@@ -205,13 +217,37 @@ def test_a_large_body_still_streams_to_the_api(proxy: tuple[int, EagerApi]) -> N
 
 
 def test_a_small_body_reaches_the_api_only_once_complete(proxy: tuple[int, EagerApi]) -> None:
-    """The other side of the fix: a small body is read whole first (``buffer_requests``), so the
+    """The other side of the fix: a small body is read whole first (``request_buffers``), so the
     API sees the request only after the client's last byte."""
     port, api = proxy
     started = time.monotonic()
     status, answer = _post(port, b'{"query": "x"}', body_delay_s=0.3)
     assert (status, answer) == (b"HTTP/1.1 200 OK", ANSWER)
     assert api.heads_at[0] - started >= 0.3
+
+
+def test_a_small_chunked_body_is_read_whole_and_its_answer_reaches_the_client(proxy: tuple[int, EagerApi]) -> None:
+    """A client that sends a small body chunked (no Content-Length) gets the same protection: the
+    proxy reads it whole (it stays chunked on the way to the API), so a fast answer is never cut."""
+    port, api = proxy
+    body = json.dumps({"query": "how do we deploy", "scopes": ["domain:code"]}).encode()
+    with every_core_busy():
+        answers = [_post_chunked(port, body, body_delay_s=0.005) for _ in range(ROUNDS // 2)]
+    cut = [len(answer) for status, answer in answers if answer != ANSWER]
+    assert not cut, f"{len(cut)} of {ROUNDS // 2} answers cut short (bytes received: {cut})"
+    assert api.bodies == [len(body)] * (ROUNDS // 2)  # and the API got each body whole
+
+
+def _post_chunked(port: int, body: bytes, body_delay_s: float) -> tuple[bytes, bytes]:
+    """:func:`_post` with the body as one chunk, ``body_delay_s`` after the headers."""
+    with _tls(port) as connection:
+        head = b"POST /v1/recall HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+        connection.sendall(head + b"transfer-encoding: chunked\r\n\r\n")
+        time.sleep(body_delay_s)
+        connection.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        stream = connection.makefile("rb")
+        answer_head = _read_head(stream)
+        return answer_head.split(b"\r\n", 1)[0], stream.read(_content_length(answer_head))
 
 
 # The service's own body limit and error rendering, under uvicorn with the service's HTTP protocol:

@@ -1,11 +1,14 @@
-# The stand-in for `caddy:2.6.2` (no registry is reachable here): Debian bookworm's caddy 2.6.2, the
-# version CI validates the Caddyfile with, laid out like the official image (config in /config,
-# certificates and Caddy's CA in /data, where the compose file's `caddy-data` volume mounts), and
-# the official image's `wget` for the compose file's health check. Both come with the base image.
+# The stand-in for the compose file's `caddy:<release>` image (no registry is reachable here): the
+# same Caddy release, built from the Go module proxy by scripts/build-caddy.sh (the build context
+# holds that binary), laid out like the official image (config in /config, certificates and
+# Caddy's CA in /data, where the compose file's `caddy-data` volume mounts), with the official
+# image's `wget` for the compose file's health check (from the base image). The binary replaces
+# the base image's Debian caddy 2.6.2, which reads the Caddyfile differently.
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
+COPY caddy /usr/bin/caddy
 ENV XDG_CONFIG_HOME=/config \
     XDG_DATA_HOME=/data
-RUN mkdir -p /config/caddy /data/caddy /etc/caddy
+RUN mkdir -p /config/caddy /data/caddy /etc/caddy && caddy version
 WORKDIR /srv
 CMD ["caddy", "run", "--config", "/etc/caddy/Caddyfile", "--adapter", "caddyfile"]
