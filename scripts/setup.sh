@@ -24,7 +24,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 # Caddy, the compose deployment's TLS proxy: built at the release the compose file's image pins,
-# so the tests and the compose check run the proxy operators get (Debian's caddy is 2.6.2).
+# so the tests and the compose check run the proxy operators get (Debian bookworm ships 2.6.2).
 bash scripts/build-caddy.sh
 
 # The compose deployment is run for real at the end of the test command (scripts/compose-check.sh):
