@@ -549,8 +549,8 @@ def test_the_tls_proxy_serves_the_api_over_https(tmp_path: Path) -> None:
     subroutes = route["handle"][0]["routes"]
     (proxy,) = [h for sub in subroutes for h in sub["handle"] if h["handler"] == "reverse_proxy"]
     assert proxy["upstreams"] == [{"dial": "api:8000"}]
-    # a body's first 100 kB are read before the request goes to the API, so a body that size or
-    # smaller is whole before the API can answer (a streamed body can lose its answer:
+    # a body's first 100 kB are read before the request goes to the API, so a body under that
+    # size is whole before the API can answer (a streamed body can lose its answer:
     # tests/test_tls_proxy_bodies.py); a larger one streams on from there
     assert proxy["request_buffers"] == 100_000
     assert proxy["flush_interval"] == -1  # streamed chat answers are not buffered
