@@ -47,7 +47,7 @@ from tests.caddy import caddy_binary
 
 ANSWER = b"x" * 3000  # a recall's answer is ~3 kB
 ANSWER_HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(ANSWER)
-SMALL_BODY = 100_000  # the Caddyfile reads bodies declared under this (five digits) whole
+SMALL_BODY = 100_000  # the Caddyfile reads bodies under this whole before passing them on (request_buffers)
 ROUNDS = 80
 
 
