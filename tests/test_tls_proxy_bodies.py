@@ -167,14 +167,20 @@ def _wait_until_serving(connect: Callable[[], socket.socket], process: subproces
     wait_until(serving, 30, f"{name} serving")
 
 
-def _post(port: int, body: bytes, body_delay_s: float, split: int = 0) -> tuple[bytes, bytes]:
+def _post(port: int, body: bytes, body_delay_s: float, split: int = 0, *, chunked: bool = False) -> tuple[bytes, bytes]:
     """The status line and the body of the answer to one POST whose body (from byte ``split``
-    on) follows its headers after ``body_delay_s``; a body cut short comes back short."""
+    on) follows its headers after ``body_delay_s``; a body cut short comes back short.
+    ``chunked``: no ``Content-Length``, the body sent as one chunk after the delay."""
     with _tls(port) as connection:
         head = b"POST /v1/recall HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
-        connection.sendall(head + b"content-length: %d\r\n\r\n" % len(body) + body[:split])
+        if chunked:
+            connection.sendall(head + b"transfer-encoding: chunked\r\n\r\n")
+            rest = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        else:
+            connection.sendall(head + b"content-length: %d\r\n\r\n" % len(body) + body[:split])
+            rest = body[split:]
         time.sleep(body_delay_s)
-        connection.sendall(body[split:])
+        connection.sendall(rest)
         stream = connection.makefile("rb")
         answer_head = _read_head(stream)
         return answer_head.split(b"\r\n", 1)[0], stream.read(_content_length(answer_head))
@@ -232,22 +238,10 @@ def test_a_small_chunked_body_is_read_whole_and_its_answer_reaches_the_client(pr
     port, api = proxy
     body = json.dumps({"query": "how do we deploy", "scopes": ["domain:code"]}).encode()
     with every_core_busy():
-        answers = [_post_chunked(port, body, body_delay_s=0.005) for _ in range(ROUNDS // 2)]
+        answers = [_post(port, body, body_delay_s=0.005, chunked=True) for _ in range(ROUNDS // 2)]
     cut = [len(answer) for status, answer in answers if answer != ANSWER]
     assert not cut, f"{len(cut)} of {ROUNDS // 2} answers cut short (bytes received: {cut})"
     assert api.bodies == [len(body)] * (ROUNDS // 2)  # and the API got each body whole
-
-
-def _post_chunked(port: int, body: bytes, body_delay_s: float) -> tuple[bytes, bytes]:
-    """:func:`_post` with the body as one chunk, ``body_delay_s`` after the headers."""
-    with _tls(port) as connection:
-        head = b"POST /v1/recall HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
-        connection.sendall(head + b"transfer-encoding: chunked\r\n\r\n")
-        time.sleep(body_delay_s)
-        connection.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
-        stream = connection.makefile("rb")
-        answer_head = _read_head(stream)
-        return answer_head.split(b"\r\n", 1)[0], stream.read(_content_length(answer_head))
 
 
 # The service's own body limit and error rendering, under uvicorn with the service's HTTP protocol:
