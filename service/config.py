@@ -141,6 +141,14 @@ class ApiSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TENURE_API_", extra="ignore")
 
     max_body_bytes: int = Field(1_000_000, ge=1024, le=100_000_000)
+    # Slow clients (service/api/http_protocol.py): a request's headers must arrive within
+    # request_head_timeout_s of its first byte, and its body within request_body_timeout_s of its
+    # headers (time the server itself is not reading does not count), or it is answered 408 and
+    # its connection closed; a connection that sends nothing is closed after the keep-alive
+    # timeout. Raise the body's with max_body_bytes for clients on slow links (120 s for 1 MB is
+    # ~8.5 kB/s).
+    request_head_timeout_s: float = Field(30.0, gt=0.0, le=3600.0)
+    request_body_timeout_s: float = Field(120.0, gt=0.0, le=86_400.0)
     # Threads that run the synchronous parts of requests (anyio's limiter, 40 by default). The
     # OpenSearch connection pool is sized to match (service/storage/client.py): a smaller pool
     # makes threads wait for a connection or open and discard extra ones on every burst.

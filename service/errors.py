@@ -15,6 +15,7 @@ class ErrorCode(str, Enum):
 
     VALIDATION_ERROR = "validation_error"
     BAD_REQUEST = "bad_request"  # an HTTP request the server could not parse at all
+    REQUEST_TIMEOUT = "request_timeout"  # a request's headers or body did not arrive in time
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     CONFLICT = "conflict"
@@ -37,6 +38,7 @@ class ErrorCode(str, Enum):
 _STATUS: dict[ErrorCode, int] = {
     ErrorCode.VALIDATION_ERROR: 422,
     ErrorCode.BAD_REQUEST: 400,
+    ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.CONFLICT: 409,

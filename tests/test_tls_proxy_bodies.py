@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
@@ -44,39 +44,12 @@ from deploy.devstack import free_port
 from deploy.localstack import REPO, wait_until
 from service.api.http_protocol import uvicorn_http_option
 from tests.caddy import caddy_binary
+from tests.wire import content_length, read_chunks, read_head
 
 ANSWER = b"x" * 3000  # a recall's answer is ~3 kB
 ANSWER_HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(ANSWER)
 SMALL_BODY = 100_000  # the Caddyfile reads bodies under this whole before passing them on (request_buffers)
 ROUNDS = 80
-
-
-def _read_head(stream: Any) -> bytes:
-    head = b""
-    while not head.endswith(b"\r\n\r\n"):
-        byte = stream.read(1)
-        if not byte:
-            return b""
-        head += byte
-    return head
-
-
-def _content_length(head: bytes) -> int:
-    for line in head.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return int(value)
-    return 0
-
-
-def _read_chunks(stream: Any) -> bytes:
-    """A chunked body, decoded (no trailers)."""
-    body = b""
-    while size := int(stream.readline().split(b";")[0], 16):
-        body += stream.read(size)
-        stream.readline()  # the chunk's CRLF
-    stream.readline()  # the CRLF after the last, empty chunk
-    return body
 
 
 @dataclass
@@ -93,14 +66,14 @@ class EagerApi:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                while head := _read_head(self.rfile):
+                while head := read_head(self.rfile):
                     api.heads_at.append(time.monotonic())
                     chunked = b"transfer-encoding: chunked" in head.lower()
-                    length = _content_length(head)
+                    length = content_length(head)
                     if chunked or length < SMALL_BODY:
                         self.wfile.write(ANSWER_HEAD)
                         self.wfile.flush()
-                    api.bodies.append(len(_read_chunks(self.rfile) if chunked else self.rfile.read(length)))
+                    api.bodies.append(len(read_chunks(self.rfile) if chunked else self.rfile.read(length)))
                     if chunked or length < SMALL_BODY:
                         time.sleep(0.05)
                         self.wfile.write(ANSWER)
@@ -108,20 +81,18 @@ class EagerApi:
                         self.wfile.write(ANSWER_HEAD + ANSWER)
                     self.wfile.flush()
 
-        server = socketserver.ThreadingTCPServer(("127.0.0.1", port), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
+        return serve_in_thread(port, Handler)
 
 
 @contextmanager
-def caddy_in_front(tmp_path: Path) -> Iterator[tuple[int, int]]:
+def caddy_in_front(tmp_path: Path, **settings: str) -> Iterator[tuple[int, int]]:
     """The Caddyfile as the compose check runs it (every port on loopback: compose_check's own
-    rewrite); yields its HTTPS port and the API port it forwards to."""
+    rewrite), with ``settings`` as its compose environment; yields its HTTPS port and the API
+    port it forwards to."""
     home = str(tmp_path)  # Caddy's internal CA and state
     ports = {name: str(free_port()) for name in ("CADDY_ADMIN_PORT", "HTTP_PORT", "HTTPS_PORT", "API_PORT")}
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "XDG_DATA_HOME": home, "XDG_CONFIG_HOME": home}
-    env |= {"PUBLIC_HOST": "localhost", "TLS_CERTIFICATES": "internal"}
+    env |= {"PUBLIC_HOST": "localhost", "TLS_CERTIFICATES": "internal", **settings}
     (tmp_path / "Caddyfile").write_text(local_caddyfile(ports))
     port = int(ports["HTTPS_PORT"])
     with (tmp_path / "caddy.log").open("w") as log:
@@ -135,17 +106,38 @@ def caddy_in_front(tmp_path: Path) -> Iterator[tuple[int, int]]:
         process.wait(timeout=10)
 
 
-@pytest.fixture
-def proxy(tmp_path: Path) -> Iterator[tuple[int, EagerApi]]:
-    """The proxy in front of :class:`EagerApi`."""
-    with caddy_in_front(tmp_path) as (port, api_port):
-        api = EagerApi()
+class Upstream(Protocol):
+    def serve(self, port: int) -> socketserver.ThreadingTCPServer: ...
+
+
+U = TypeVar("U", bound=Upstream)
+
+
+@contextmanager
+def upstream_behind_proxy(tmp_path: Path, api: U, **settings: str) -> Iterator[tuple[int, U]]:
+    """``api`` served behind the proxy (``settings``: its compose environment); yields the
+    proxy's HTTPS port and ``api``."""
+    with caddy_in_front(tmp_path, **settings) as (port, api_port):
         upstream = api.serve(api_port)
         try:
             yield port, api
         finally:
             upstream.shutdown()
             upstream.server_close()
+
+
+def serve_in_thread(port: int, handler: type[socketserver.BaseRequestHandler]) -> socketserver.ThreadingTCPServer:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[tuple[int, EagerApi]]:
+    """The proxy in front of :class:`EagerApi`."""
+    with upstream_behind_proxy(tmp_path, EagerApi()) as served:
+        yield served
 
 
 def _tls(port: int) -> ssl.SSLSocket:
@@ -182,8 +174,8 @@ def _post(port: int, body: bytes, body_delay_s: float, split: int = 0, *, chunke
         time.sleep(body_delay_s)
         connection.sendall(rest)
         stream = connection.makefile("rb")
-        answer_head = _read_head(stream)
-        return answer_head.split(b"\r\n", 1)[0], stream.read(_content_length(answer_head))
+        answer_head = read_head(stream)
+        return answer_head.split(b"\r\n", 1)[0], stream.read(content_length(answer_head))
 
 
 @contextmanager
@@ -297,8 +289,8 @@ def _post_large(port: int, size: int, *, chunked: bool) -> tuple[bytes, dict[str
         except OSError:  # the proxy may stop reading once the answer is out: the answer still counts
             pass
         stream = connection.makefile("rb")
-        head = _read_head(stream)
-        return head.split(b"\r\n", 1)[0], json.loads(stream.read(_content_length(head)) or b"null")
+        head = read_head(stream)
+        return head.split(b"\r\n", 1)[0], json.loads(stream.read(content_length(head)) or b"null")
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
@@ -316,3 +308,90 @@ def test_a_refused_large_body_gets_the_whole_413_through_the_proxy(limited_api: 
     # and a body under the limit, but over the size the proxy reads whole, still goes through
     status, body = _post_large(limited_api, BODY_LIMIT - 10, chunked=chunked)
     assert (status, body) == (b"HTTP/1.1 200 OK", {"received": BODY_LIMIT - 10})
+
+
+# ------------------------------------------------------------ slow clients
+
+STREAMED_PARTS = 4  # one a second: the answer takes longer than the request timeouts below
+
+
+@dataclass
+class StreamingApi:
+    """An upstream that reads a request whole, then streams its answer chunk by chunk, one a
+    second (a chat answer's server-sent events)."""
+
+    heads: int = 0
+
+    def serve(self, port: int) -> socketserver.ThreadingTCPServer:
+        api = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                while head := read_head(self.rfile):
+                    api.heads += 1
+                    self.rfile.read(content_length(head))
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+                    self.wfile.write(b"transfer-encoding: chunked\r\n\r\n")
+                    for part in range(STREAMED_PARTS):
+                        event = b"data: %d\n\n" % part
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                        self.wfile.flush()
+                        time.sleep(1.0)
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+
+        return serve_in_thread(port, Handler)
+
+
+@pytest.fixture
+def impatient_proxy(tmp_path: Path) -> Iterator[tuple[int, StreamingApi]]:
+    """The proxy with its request timeouts at 1 s (headers) and 2 s (the whole request), in
+    front of :class:`StreamingApi`."""
+    timeouts = {"TLS_READ_HEADER_TIMEOUT": "1s", "TLS_READ_BODY_TIMEOUT": "2s"}
+    with upstream_behind_proxy(tmp_path, StreamingApi(), **timeouts) as served:
+        yield served
+
+
+@pytest.mark.parametrize("stalls_in", ["headers", "body"])
+def test_a_request_trickled_to_the_proxy_is_dropped_and_never_reaches_the_api(
+    impatient_proxy: tuple[int, StreamingApi], stalls_in: str
+) -> None:
+    """A client that sends its request a byte every 0.1 s (slowloris) is let go by the proxy once
+    the request's time is up; its small body is read whole first, so the API never sees it."""
+    port, api = impatient_proxy
+    head = b"POST /v1/recall HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+    head += b"content-length: 200\r\n\r\n"
+    with _tls(port) as connection:
+        if stalls_in == "body":
+            connection.sendall(head)
+        started = time.monotonic()
+        connection.settimeout(0.1)
+        answer = b""
+        for byte in (head if stalls_in == "headers" else b"") + b"x" * 200:
+            try:
+                connection.sendall(bytes([byte]))
+                answer = connection.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            break  # an answer, or the end of the stream: the proxy has let go
+        held_s = time.monotonic() - started
+    assert 0.8 <= held_s <= (2.0 if stalls_in == "headers" else 3.5), held_s
+    assert not answer.startswith(b"HTTP/1.1 200"), answer
+    assert api.heads == 0
+
+
+def test_a_streamed_answer_may_take_longer_than_the_request_timeouts(impatient_proxy: tuple[int, StreamingApi]) -> None:
+    """Only the request is timed: an answer streamed over 4 s, past both timeouts, arrives whole."""
+    port, api = impatient_proxy
+    with _tls(port) as connection:
+        connection.settimeout(10)
+        body = b'{"query": "x"}'
+        connection.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n")
+        connection.sendall(b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        stream = connection.makefile("rb")
+        assert read_head(stream).startswith(b"HTTP/1.1 200 OK")
+        events = read_chunks(stream)
+    assert events == b"".join(b"data: %d\n\n" % part for part in range(STREAMED_PARTS))
+    assert api.heads == 1
