@@ -26,16 +26,25 @@ follow the tenant write version like the tier cache's
 (:class:`service.recall.versioned_cache.TenantVersionedCache`): an entry is used only at the
 version it was made at, all of a tenant's entries are dropped when the process sees a newer version
 (any belief write or erase of the tenant), and none is used after ``max_age_s``. Recall without a
-known write version does not use the cache. Bounds: entries and estimated bytes (LRU, whichever
-first); an entry's bytes are estimated from its tokens (:func:`estimated_bytes`).
+known write version does not use the cache. Bounds: entries and bytes (LRU, whichever first).
+
+**Held as one bytes object.** An entry is the analysis marshalled (``marshal``: tuples, dicts and
+strings, written and read in C), not its tuples: a long message's analysis is ~1,000 tuples of
+tokens, and every one of them kept by the cache was walked by the next generation-2 collection
+before the freezer (:mod:`service.process`) froze it. Nearly every message is new, so the cache
+added tens of thousands of such tuples a second at 300 recalls/s, ~8 ms of each API worker's paced
+collection, a pause every recall on that worker waited out (docs/benchmarks.md, issue 16). A bytes
+object holds no reference the collector follows. A repeat pays one ``marshal.loads``; an entry's
+size is its bytes', exactly.
 """
 
 from __future__ import annotations
 
 import hashlib
+import marshal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 
 from service.recall.versioned_cache import TenantVersionedCache
 from service.storage.local_analysis import Positions
@@ -43,40 +52,23 @@ from service.storage.local_analysis import Positions
 # One text's analysis: what VocabularyStore.analyze answers for each request of the text's plan.
 Analysis = tuple[dict[str, Positions], ...]
 
-# Estimated bytes (sys.getsizeof on CPython 3.11, rounded up): an entry's own structures (key,
-# record, LRU and per-tenant index slots), a field's slot in its dict, a position's tuple, and a
-# token's slot beside its string's own size.
+# An entry's own structures beside its bytes (key, record, LRU and per-tenant index slots).
 ENTRY_BYTES = 600
-FIELD_BYTES = 200
-POSITION_BYTES = 64
-TOKEN_BYTES = 8
-# A str's size on CPython 3.11 by the widest character it holds: a header, then that many bytes
-# per character (ASCII: 49 + n, Latin-1: 73 + n, the BMP: 74 + 2n, beyond it: 76 + 4n).
-_ASCII_HEADER = 49
-_WIDE_HEADER = 76
 
 
-def _strings_bytes(tokens: int, joined: str) -> int:
-    """What ``tokens`` strings whose characters, joined, are ``joined`` cost at most: each token
-    is sized as if it held the widest character of them all (exact when all are ASCII)."""
-    if joined.isascii():
-        return _ASCII_HEADER * tokens + len(joined)
-    widest = ord(max(joined))
-    width = 1 if widest < 0x100 else 2 if widest < 0x10000 else 4
-    return _WIDE_HEADER * tokens + width * len(joined)
+def encode(analysis: Sequence[dict[str, Positions]]) -> bytes:
+    """An analysis as the cache keeps it (``surrogatepass`` is marshal's own: any str round-trips)."""
+    return marshal.dumps(tuple(analysis))
 
 
-def estimated_bytes(analysis: Analysis) -> int:
-    """What an entry holding ``analysis`` costs at most (no token shared with anything else).
-    The strings are sized from their joined characters (one join and a scan in C): calling
-    ``sys.getsizeof`` on each of a long message's ~800 tokens cost ~0.2 ms per analysis."""
-    size = ENTRY_BYTES
-    for fields in analysis:
-        for positions in fields.values():
-            tokens = sum(map(len, positions))
-            size += FIELD_BYTES + POSITION_BYTES * len(positions) + TOKEN_BYTES * tokens
-            size += _strings_bytes(tokens, "".join(chain.from_iterable(positions)))
-    return size
+def decode(encoded: bytes) -> Analysis:
+    analysis: Analysis = marshal.loads(encoded)  # noqa: S302 - only ever bytes this process encoded
+    return analysis
+
+
+def entry_bytes(encoded: bytes) -> int:
+    """What an entry holding ``encoded`` costs: its bytes object and its own structures."""
+    return ENTRY_BYTES + sys.getsizeof(encoded)
 
 
 def text_key(fingerprint: bytes, user_id: str, text: str) -> bytes:
@@ -88,9 +80,9 @@ def text_key(fingerprint: bytes, user_id: str, text: str) -> bytes:
     return fingerprint + hashlib.blake2b(keyed, digest_size=32).digest()
 
 
-class AnalysisCache(TenantVersionedCache[Analysis]):
+class AnalysisCache(TenantVersionedCache[bytes]):
     def __init__(self, *, max_entries: int, max_age_s: float, max_bytes: int | None = None):
-        super().__init__(max_entries=max_entries, max_age_s=max_age_s, max_bytes=max_bytes, weigh=estimated_bytes)
+        super().__init__(max_entries=max_entries, max_age_s=max_age_s, max_bytes=max_bytes, weigh=entry_bytes)
 
     def bind(self, tenant_id: str, user_id: str, version: int | None, fingerprint: bytes) -> BoundAnalysisCache | None:
         """The cache as seen by one recall of ``user_id`` of ``tenant_id`` at ``version`` with the
@@ -112,7 +104,9 @@ class BoundAnalysisCache:
     fingerprint: bytes
 
     def get(self, text: str) -> Analysis | None:
-        return self.cache.lookup(self.tenant_id, self.version, text_key(self.fingerprint, self.user_id, text))
+        encoded = self.cache.lookup(self.tenant_id, self.version, text_key(self.fingerprint, self.user_id, text))
+        return None if encoded is None else decode(encoded)
 
     def put(self, text: str, analysis: Sequence[dict[str, Positions]]) -> None:
-        self.cache.store(self.tenant_id, self.version, text_key(self.fingerprint, self.user_id, text), tuple(analysis))
+        key = text_key(self.fingerprint, self.user_id, text)
+        self.cache.store(self.tenant_id, self.version, key, encode(analysis))
