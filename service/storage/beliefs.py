@@ -211,11 +211,26 @@ def _explained_clauses(explanation: dict[str, Any]) -> tuple[ClauseMatch, ...]:
     return tuple(out)
 
 
+# The clause names a hit matched, as one shared tuple per distinct set of names. The names are
+# the query's own (a handful of field clauses) and a ClauseMatch without a score is immutable, so
+# every hit that matched the same clauses can hold the same tuple: the relevant tier's cache then
+# keeps no new objects for them, which each API worker's paced full collection would walk once
+# (service/process.py; docs/benchmarks.md "Paced collections"). Bounded, in case names ever vary.
+_SHARED_CLAUSES: dict[tuple[str, ...], tuple[ClauseMatch, ...]] = {}
+_MAX_SHARED_CLAUSES = 4096
+
+
 def _named_clauses(hit: dict[str, Any]) -> tuple[ClauseMatch, ...]:
     matched = hit.get("matched_queries") or []
     if isinstance(matched, dict):
         return tuple(ClauseMatch(clause=k, score=float(v)) for k, v in sorted(matched.items()))
-    return tuple(ClauseMatch(clause=name) for name in sorted(matched))
+    names = tuple(sorted(matched))
+    shared = _SHARED_CLAUSES.get(names)
+    if shared is None:
+        shared = tuple(ClauseMatch(clause=name) for name in names)
+        if len(_SHARED_CLAUSES) < _MAX_SHARED_CLAUSES:
+            _SHARED_CLAUSES[names] = shared
+    return shared
 
 
 def _refusal(belief_id: str, info: dict[str, Any]) -> str:
