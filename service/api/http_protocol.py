@@ -236,11 +236,10 @@ else:
             A request whose headers are in has its app task running: it is told the client left
             (its reads end, whatever it sends is dropped), so it never answers over the 408."""
             cycle, timeout = self.cycle, self._timeouts[phase]
-            if phase == "headers":
+            if phase == "headers" or cycle is None:  # no app task for this request yet
                 answerable = cycle is None or cycle.response_complete
                 path, request_id = _path_of(self.url), f"req-{uuid.uuid4().hex}"
             else:
-                assert cycle is not None
                 answerable = not cycle.response_started
                 path = cycle.scope.get("path", "")
                 given = cycle.scope.get("state", {}).get("request_id")

@@ -32,7 +32,7 @@ known write version does not use the cache. Bounds: entries and bytes (LRU, whic
 strings, written and read in C), not its tuples: a long message's analysis is ~1,000 tuples of
 tokens, and every one of them kept by the cache was walked by the next generation-2 collection
 before the freezer (:mod:`service.process`) froze it. Nearly every message is new, so the cache
-added tens of thousands of such tuples a second at 300 recalls/s, ~8 ms of each API worker's paced
+added tens of thousands of such tuples a second at 300 recalls/s, ~10 ms of each API worker's paced
 collection, a pause every recall on that worker waited out (docs/benchmarks.md, issue 16). A bytes
 object holds no reference the collector follows. A repeat pays one ``marshal.loads``; an entry's
 size is its bytes', exactly.
