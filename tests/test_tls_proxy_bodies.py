@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,9 +41,8 @@ import pytest
 
 from deploy.compose_check import local_caddyfile
 from deploy.devstack import free_port
-from deploy.localstack import REPO, wait_until
-from service.api.http_protocol import uvicorn_http_option
 from tests.caddy import caddy_binary
+from tests.served_app import uvicorn_serving, wait_until_serving
 from tests.wire import content_length, read_chunks, read_head
 
 ANSWER = b"x" * 3000  # a recall's answer is ~3 kB
@@ -99,7 +98,7 @@ def caddy_in_front(tmp_path: Path, **settings: str) -> Iterator[tuple[int, int]]
         run = [caddy_binary(), "run", "--config", str(tmp_path / "Caddyfile"), "--adapter", "caddyfile"]
         process = subprocess.Popen(run, env=env, stderr=log)
     try:
-        _wait_until_serving(lambda: _tls(port), process, "caddy")
+        wait_until_serving(lambda: _tls(port), process, "caddy")
         yield port, int(ports["API_PORT"])
     finally:
         process.terminate()
@@ -145,18 +144,6 @@ def _tls(port: int) -> ssl.SSLSocket:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # Caddy's internal CA; what is tested is the HTTP exchange
     return context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="localhost")
-
-
-def _wait_until_serving(connect: Callable[[], socket.socket], process: subprocess.Popen[bytes], name: str) -> None:
-    def serving() -> bool:
-        assert process.poll() is None, f"{name} exited"
-        try:
-            connect().close()
-        except OSError:
-            return False
-        return True
-
-    wait_until(serving, 30, f"{name} serving")
 
 
 def _post(port: int, body: bytes, body_delay_s: float, split: int = 0, *, chunked: bool = False) -> tuple[bytes, bytes]:
@@ -257,18 +244,11 @@ BODY_LIMIT = 200_000
 @pytest.fixture
 def limited_api(tmp_path: Path) -> Iterator[int]:
     """The proxy in front of :data:`LIMITED_APP`; yields the proxy's HTTPS port."""
-    (tmp_path / "limited_app.py").write_text(LIMITED_APP.format(limit=BODY_LIMIT))
-    with caddy_in_front(tmp_path) as (port, api_port):
-        serve = [sys.executable, "-m", "uvicorn", "limited_app:app", "--port", str(api_port)]
-        serve += ["--http", uvicorn_http_option(), "--log-level", "warning"]
-        env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
-        api = subprocess.Popen(serve, env=env, cwd=tmp_path)
-        try:
-            _wait_until_serving(lambda: socket.create_connection(("127.0.0.1", api_port), timeout=1), api, "the API")
-            yield port
-        finally:
-            api.terminate()
-            api.wait(timeout=10)
+    with (
+        caddy_in_front(tmp_path) as (port, api_port),
+        uvicorn_serving(tmp_path, LIMITED_APP.format(limit=BODY_LIMIT), api_port),
+    ):
+        yield port
 
 
 def _post_large(port: int, size: int, *, chunked: bool) -> tuple[bytes, dict[str, Any]]:

@@ -16,10 +16,7 @@ app, with the timeouts in seconds (head 1 s, body 2 s, idle 3 s).
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,8 +24,7 @@ from typing import Any
 import pytest
 
 from deploy.devstack import free_port
-from deploy.localstack import REPO, wait_until
-from service.api.http_protocol import uvicorn_http_option
+from tests.served_app import uvicorn_serving
 from tests.wire import content_length, header, read_chunks, read_head
 
 HEAD_TIMEOUT_S = 1.0
@@ -76,34 +72,14 @@ async def slow_answer() -> StreamingResponse:
 
 @pytest.fixture(scope="module")
 def api_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    home = tmp_path_factory.mktemp("slow-clients")
-    (home / "slow_client_app.py").write_text(SLOW_CLIENT_APP.format(idle=IDLE_TIMEOUT_S, later=READ_LATER_S))
-    port = free_port()
-    serve = [sys.executable, "-m", "uvicorn", "slow_client_app:app", "--port", str(port)]
-    serve += ["--http", uvicorn_http_option(), "--timeout-keep-alive", str(IDLE_TIMEOUT_S), "--log-level", "warning"]
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{home}{os.pathsep}{REPO}",
+    home, port = tmp_path_factory.mktemp("slow-clients"), free_port()
+    timeouts = {
         "TENURE_API_REQUEST_HEAD_TIMEOUT_S": str(HEAD_TIMEOUT_S),
         "TENURE_API_REQUEST_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
     }
-    with (home / "uvicorn.log").open("w") as log:
-        api = subprocess.Popen(serve, env=env, cwd=home, stderr=log)
-    try:
-        wait_until(lambda: _accepts(port, api), 30, "the API serving")
+    source = SLOW_CLIENT_APP.format(idle=IDLE_TIMEOUT_S, later=READ_LATER_S)
+    with uvicorn_serving(home, source, port, env=timeouts, options=["--timeout-keep-alive", str(IDLE_TIMEOUT_S)]):
         yield port
-    finally:
-        api.terminate()
-        api.wait(timeout=10)
-
-
-def _accepts(port: int, process: subprocess.Popen[bytes]) -> bool:
-    assert process.poll() is None, "uvicorn exited"
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 def _connect(port: int) -> socket.socket:
