@@ -546,6 +546,8 @@ def test_the_tls_proxy_serves_the_api_over_https(tmp_path: Path) -> None:
     assert server["listen"] == [":443"]
     # slow clients: headers in 30 s, the whole request in 120 s (tests/test_tls_proxy_bodies.py)
     assert (server["read_header_timeout"], server["read_timeout"]) == (30e9, 120e9)
+    # the proxy keeps passing a body to the API after its answer (tests/test_tls_proxy_bodies.py)
+    assert server["enable_full_duplex"] is True
     route = server["routes"][0]
     assert route["match"] == [{"host": ["localhost"]}]
     subroutes = route["handle"][0]["routes"]
