@@ -570,6 +570,7 @@ async def paced(
     same reason (``connect``: another way to reach the API, ``benchmarks/paced_client_ab.py``)."""
     total = int(rate * seconds)
     tally = Tally()
+    clock_at = (time.time(), time.perf_counter())  # to give the first due time as a wall-clock time
     async with (connect or lanes_to)(api, MAX_IN_FLIGHT) as callers:
         unanswered, wall = await open_loop(
             rate, total, seconds + grace_s, lambda k, due: tally.send(callers, queries[k % len(queries)], due)
@@ -583,7 +584,17 @@ async def paced(
         "sent": total,
         "achieved_per_s": round(len(tally.timings) / wall, 1),
         "timeline": timeline(tally.answered),
+        # when the timeline's second 0 began, to line it up with other logs (a JVM's GC log)
+        "first_due_utc": first_due_utc(tally.answered, clock_at),
     }
+
+
+def first_due_utc(answered: list[tuple[float, float]], clock_at: tuple[float, float]) -> str | None:
+    if not answered:
+        return None
+    wall, perf = clock_at
+    first = wall + (min(due for due, _ in answered) - perf)
+    return datetime.fromtimestamp(first, UTC).isoformat(timespec="milliseconds")
 
 
 def timeline(answered: list[tuple[float, float]], window_s: float = 1.0) -> list[list[float]]:
