@@ -93,6 +93,26 @@ def test_every_name_analyzer_gives_the_nodes_tokens(vocabulary: VocabularyStore)
     assert tokens > 100_000  # the texts were analysed into something (not two empty answers)
 
 
+def test_the_jvm_never_runs_on_pythons_collections(local_analysis: LocalAnalysis) -> None:
+    """JPype's own hook would read the C heap on every Python collection and, as the heap grows
+    (an API worker's caches filling), run a full collection of the JVM with the GIL held. With it
+    taken off, a growing heap and full collections leave the JVM alone; starting again (the JVM
+    already runs) keeps it off."""
+    import gc
+
+    import _jpype
+
+    assert LocalAnalysis.start() is not None
+    assert _jpype._collect not in gc.callbacks
+    runs_before = _jpype.gcStats()["triggered"]  # the System.gc() calls JPype's hook made
+    kept = []
+    for _ in range(6):  # ~120 MB more of C heap, in steps, with a full collection after each
+        kept.append([bytes(4096) for _ in range(5000)])
+        gc.collect()
+    assert _jpype.gcStats()["triggered"] == runs_before
+    del kept
+
+
 def test_the_jvms_answer_is_read_as_the_nodes_positions_are() -> None:
     """``QueryAnalysis.groups`` answers one group per position; the tokens stacked at a position
     are sorted as :func:`grouped` sorts the node's term vectors, in whatever order the analyzer

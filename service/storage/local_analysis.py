@@ -201,6 +201,7 @@ class LocalAnalysis:
                 # that ever called into it (the event loop's, the thread pool's) and hang the exit.
                 jpype.config.destroy_jvm = False
                 jpype.startJVM(*_JVM_OPTIONS, classpath=list(classpath), convertStrings=False, interrupt=False)
+            unhook_jpype_from_python_gc()
             query_analysis = jpype.JClass("QueryAnalysis")
             versions = str(query_analysis.versions())
         except Exception as exc:  # a missing JVM, a broken classpath: the node analyses
@@ -244,6 +245,29 @@ class LocalAnalysis:
             where = "in the API process" if verdict.analysis is not None else "by the node"
             log.log(level, "recall analysis: %s (%s; OpenSearch/Lucene %s)", where, verdict.reason, self.versions)
         return first
+
+
+def unhook_jpype_from_python_gc() -> int:
+    """Take JPype's hook off CPython's collector (``gc.callbacks``); returns how many were taken.
+
+    JPype ties the two collectors together: on every Python collection, of any generation, its
+    hook reads the C heap's size (``mallinfo``, 0.2-0.8 ms in an API worker, twice per hook,
+    and the hook is installed twice) and, when that size has grown, runs ``System.gc()``, a full
+    collection of the embedded JVM (up to 14-30 ms, with the GIL held). An API worker's heap grows
+    as its recall caches fill, so it did, 13 times in a 30 s run, and every paced collection
+    paid the reads: docs/benchmarks.md, "JPype's hook on every collection". The bridge is for
+    Java objects that hold Python ones (proxies) and so wait on both collectors; the analysis
+    holds none, only strings handed back, whose Java side is freed when Python drops them, and
+    the JVM collects its own small heap when it fills (jpype-project/jpype#1197 has the same
+    slowdown and this remedy)."""
+    import gc
+
+    import _jpype
+
+    hook = getattr(_jpype, "_collect", None)
+    before = len(gc.callbacks)
+    gc.callbacks[:] = [callback for callback in gc.callbacks if callback is not hook]
+    return before - len(gc.callbacks)
 
 
 def start_local_analysis(recall: RecallDefaults) -> LocalAnalysis | None:
