@@ -42,8 +42,11 @@ class BoundedLru(Generic[K, V]):
         self.max_weight = max_weight
         self.evictions = 0
         self._on_evict = on_evict
-        self._entries: OrderedDict[K, V] = OrderedDict()
-        self._weights: dict[K, int] = {}  # only the entries of a non-zero weight
+        # Each value with its weight. A plain dict of the weights apart held only ints under key
+        # tuples, which a collection untracks; CPython then untracked the whole dict, tracked it
+        # again at the next put, and every paced collection walked all of it (docs/benchmarks.md,
+        # "Paced collections, again"). An OrderedDict is always tracked: frozen once, it stays.
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._weight = 0
         self._lock = threading.Lock()
 
@@ -59,20 +62,22 @@ class BoundedLru(Generic[K, V]):
     def get(self, key: K) -> V | None:
         """The value of ``key``, now the most recently used; None if absent."""
         with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-            return value
+            held = self._entries.get(key)
+            if held is None or held[0] is None:
+                return None
+            self._entries.move_to_end(key)
+            return held[0]
 
     def peek(self, key: K) -> V | None:
         """The value of ``key`` without using it (its recency is unchanged); None if absent."""
         with self._lock:
-            return self._entries.get(key)
+            held = self._entries.get(key)
+            return None if held is None else held[0]
 
     def peek_oldest(self) -> tuple[K, V] | None:
         """The least recently used entry, left where it is; None when empty."""
         with self._lock:
-            for key, value in self._entries.items():
+            for key, (value, _weight) in self._entries.items():
                 return key, value
             return None
 
@@ -82,17 +87,16 @@ class BoundedLru(Generic[K, V]):
         dropped and nothing else changes. ``keep_place``: a value replacing one under ``key``
         keeps that one's recency (a refresh that is not a use)."""
         with self._lock:
-            if keep_place and key in self._entries:
-                self._weight -= self._weights.pop(key, 0)  # OrderedDict assignment keeps the place
-            else:
-                self._remove(key)
+            held = self._entries.get(key)
+            if held is not None:
+                self._weight -= held[1]
+                if not keep_place:  # stored again below, as the most recent
+                    del self._entries[key]  # (an OrderedDict assignment keeps the place)
             if self.max_weight is not None and weight > self.max_weight:
-                self._remove(key)
+                self._entries.pop(key, None)
                 return
-            self._entries[key] = value
-            if weight:
-                self._weights[key] = weight
-                self._weight += weight
+            self._entries[key] = (value, weight)
+            self._weight += weight
             evicted = self._evict()
         self._notify(evicted)
 
@@ -104,16 +108,19 @@ class BoundedLru(Generic[K, V]):
     def values(self) -> list[V]:
         """A snapshot of the values, least recently used first."""
         with self._lock:
-            return list(self._entries.values())
+            return [value for value, _weight in self._entries.values()]
 
     def items(self) -> list[tuple[K, V]]:
         """A snapshot of the entries, least recently used first."""
         with self._lock:
-            return list(self._entries.items())
+            return [(key, value) for key, (value, _weight) in self._entries.items()]
 
     def _remove(self, key: K) -> V | None:
-        self._weight -= self._weights.pop(key, 0)
-        return self._entries.pop(key, None)
+        held = self._entries.pop(key, None)
+        if held is None:
+            return None
+        self._weight -= held[1]
+        return held[0]
 
     def _over(self) -> bool:
         if len(self._entries) > self.max_entries:
@@ -123,8 +130,8 @@ class BoundedLru(Generic[K, V]):
     def _evict(self) -> list[tuple[K, V]]:
         evicted: list[tuple[K, V]] = []
         while self._entries and self._over():
-            key, value = self._entries.popitem(last=False)
-            self._weight -= self._weights.pop(key, 0)
+            key, (value, weight) = self._entries.popitem(last=False)
+            self._weight -= weight
             evicted.append((key, value))
         self.evictions += len(evicted)
         return evicted

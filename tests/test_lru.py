@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 
 from service.lru import BoundedLru
@@ -154,3 +155,28 @@ def test_lru_put_can_keep_an_entrys_place() -> None:
     assert lru.items() == [("c", 3)] and lru.weight == 3
     lru.put("d", 4, keep_place=True)  # not held: stored as the most recently used
     assert lru.items() == [("c", 3), ("d", 4)]
+
+
+class _Held:
+    """A cached value the collector tracks (a decoded belief, a cache entry)."""
+
+
+def test_a_frozen_lru_is_not_walked_again_by_the_next_collection() -> None:
+    """The API freezes what survives each paced collection (service/process.py), so the next one
+    walks only what was kept since. An LRU of many weighted entries under tuple keys, frozen,
+    then given one more entry, must add only that entry to what the collector walks: no
+    structure of its own that lists every entry comes back (a dict holding only ints under
+    tuple keys once did, untracked by one collection and tracked again by the next put)."""
+    lru: BoundedLru[tuple[str, bytes], _Held] = BoundedLru(10_000, max_weight=10**9)
+    for i in range(2_000):
+        lru.put(("t1", i.to_bytes(4, "big")), _Held(), weight=100)
+    gc.collect()
+    gc.freeze()
+    try:
+        lru.put(("t1", (2_000).to_bytes(4, "big")), _Held(), weight=100)  # a key made at run time
+        walked_next = gc.get_objects()
+        largest = max(len(gc.get_referents(o)) for o in walked_next if o is not walked_next)
+        assert largest < 100, f"an object holding {largest} references is walked again"
+    finally:
+        gc.unfreeze()
+    assert len(lru) == 2_001 and lru.weight == 200_100

@@ -251,15 +251,15 @@ def unhook_jpype_from_python_gc() -> int:
     """Take JPype's hook off CPython's collector (``gc.callbacks``); returns how many were taken.
 
     JPype ties the two collectors together: on every Python collection, of any generation, its
-    hook reads the C heap's size (``mallinfo``, 0.2-0.8 ms in an API worker, twice per hook,
-    and the hook is installed twice) and, when that size has grown, runs ``System.gc()``, a full
-    collection of the embedded JVM (up to 14-30 ms, with the GIL held). An API worker's heap grows
-    as its recall caches fill, so it did, 13 times in a 30 s run, and every paced collection
-    paid the reads: docs/benchmarks.md, "JPype's hook on every collection". The bridge is for
-    Java objects that hold Python ones (proxies) and so wait on both collectors; the analysis
-    holds none, only strings handed back, whose Java side is freed when Python drops them, and
-    the JVM collects its own small heap when it fills (jpype-project/jpype#1197 has the same
-    slowdown and this remedy)."""
+    hook (installed twice) reads the C heap's size with ``mallinfo``, which walks glibc's free
+    lists: ~1.8 ms a collection in an API worker, even a collection with nothing to walk. When
+    that size has grown, it also runs ``System.gc()``, a full collection of the embedded JVM (up
+    to 14-30 ms, with the GIL held). An API worker's heap grows as its recall caches fill: 13
+    runs in a one-minute probe of priming, warm-up and recalls (docs/benchmarks.md, "Paced
+    collections, again"). The bridge is for Java objects that hold Python ones (proxies) and so
+    wait on both collectors; the analysis holds none, only strings handed back, whose Java side
+    is freed when Python drops them, and the JVM collects its own small heap when it fills
+    (jpype-project/jpype#1197 has the same slowdown and this remedy)."""
     import gc
 
     import _jpype
