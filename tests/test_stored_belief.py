@@ -249,3 +249,35 @@ def test_a_document_without_what_the_model_would_invent_takes_the_slow_path() ->
     assert _fast(source)
     for field in _INVENTED:
         assert not _fast({k: v for k, v in source.items() if k != field})
+
+
+def test_beliefs_decoded_from_alike_documents_share_one_fields_set() -> None:
+    """What a recall keeps should cost the collector little: beliefs whose documents have the same
+    keys share one fields set, as do their provenances; each still reads as its own keys, and a
+    copy with changes has a set of its own, leaving the others' as they were."""
+    spec = Spec()
+    first, second = (decode_stored(_hot(_stored(belief_at(i, spec, NOW)))) for i in (1, 2))
+    assert first.__pydantic_fields_set__ is second.__pydantic_fields_set__
+    assert first.provenance.__pydantic_fields_set__ is second.provenance.__pydantic_fields_set__
+    assert first.model_fields_set == Belief.from_document(_hot(_stored(belief_at(1, spec, NOW)))).model_fields_set
+    keys = set(second.model_fields_set)
+    changed = first.model_copy(update={"why_it_matters": "Use the raw driver."})
+    assert changed.model_fields_set == keys | {"why_it_matters"}
+    assert first.model_fields_set == second.model_fields_set == keys
+
+
+def test_no_service_code_reads_a_fields_set() -> None:
+    """What makes sharing fields sets safe (``_shared_fields_set``): nothing in the service reads
+    one, so a field assigned on one decoded belief that adds its name to a shared set changes no
+    answer. A use of ``exclude_unset`` or ``model_fields_set`` needs a set of its own per belief."""
+    from pathlib import Path
+
+    service = Path(stored_belief.__file__).resolve().parents[1]
+    readers = [
+        f"{path.relative_to(service.parent)}:{number}"
+        for path in sorted(service.rglob("*.py"))
+        if path.name != "stored_belief.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if any(word in line for word in ("exclude_unset", "model_fields_set", "__pydantic_fields_set__", "fields_set"))
+    ]
+    assert readers == []

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, TypeVar
@@ -98,7 +99,7 @@ def _construct(source: dict[str, Any]) -> Belief:
     if not (_REQUIRED <= keys <= _FIELDS) or source.get("change_log"):
         raise _NeedsValidation  # unknown keys, a missing one, or a change log: full validation
     values = {name: check(source[name]) if name in keys else default() for name, check, default in _FIELD_RULES}
-    belief = _unvalidated(Belief, values, keys)
+    belief = _unvalidated(Belief, values, _shared_fields_set(keys))
     belief.raise_if_inconsistent()  # the model's cross-field rules, on the constructed values
     return belief
 
@@ -112,6 +113,28 @@ def _unvalidated(model: type[M], values: dict[str, Any], fields_set: set[str]) -
     object.__setattr__(instance, "__pydantic_extra__", None)
     object.__setattr__(instance, "__pydantic_private__", None)
     return instance
+
+
+# One fields set per distinct set of stored keys, shared by every model decoded with those keys
+# (nearly all beliefs have the same keys). A set of its own for each of a belief and its
+# provenance was ~40 % of what the API's paced collection walked: a recall keeps the beliefs it
+# decoded (the decode and tier caches), and each set holds a reference per field
+# (docs/benchmarks.md, "Paced collections, again"). Safe because the service never reads a
+# fields set (no ``exclude_unset``, no ``model_fields_set``: tests/test_stored_belief.py checks)
+# and pydantic's ``model_copy`` copies it before it changes it; a field assigned on a decoded
+# model that its document lacked adds its name for all that share the set, which nothing reads.
+_SHARED_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+_MAX_SHARED_FIELDS_SETS = 256  # documents of odd shapes beyond these get a set of their own
+
+
+def _shared_fields_set(keys: AbstractSet[str]) -> set[str]:
+    frozen = frozenset(keys)
+    shared = _SHARED_FIELDS_SETS.get(frozen)
+    if shared is None:
+        shared = set(frozen)
+        if len(_SHARED_FIELDS_SETS) < _MAX_SHARED_FIELDS_SETS:
+            shared = _SHARED_FIELDS_SETS.setdefault(frozen, shared)
+    return shared
 
 
 def _require(ok: bool) -> None:
@@ -229,7 +252,7 @@ def _relation_type(value: Any) -> str | None:
 def _provenance(value: Any) -> Provenance:
     _require(type(value) is dict)
     if value == _NO_PROVENANCE:  # most documents: nothing known, nothing to validate
-        return _unvalidated(Provenance, dict(value), set(value))
+        return _unvalidated(Provenance, dict(value), _shared_fields_set(value.keys()))
     try:
         return Provenance.model_validate(value)
     except ValidationError as exc:  # full validation reports it, with the field's path
