@@ -45,7 +45,7 @@ from deploy.compose_check import local_caddyfile
 from deploy.devstack import free_port
 from tests.caddy import caddy_binary
 from tests.served_app import uvicorn_serving, wait_until_serving
-from tests.wire import content_length, read_chunks, read_head
+from tests.wire import chunks, content_length, read_chunks, read_head
 
 ANSWER = b"x" * 3000  # a recall's answer is ~3 kB
 ANSWER_HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(ANSWER)
@@ -332,10 +332,8 @@ def _body_pieces(stream: Any, head: bytes) -> Iterator[int]:
             left -= len(data)
             yield len(data)
         return
-    while size := int(stream.readline().split(b";")[0], 16):
-        yield len(stream.read(size))
-        stream.readline()  # the chunk's CRLF
-    stream.readline()  # the CRLF after the last, empty chunk
+    for chunk in chunks(stream):
+        yield len(chunk)
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])

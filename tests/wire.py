@@ -4,6 +4,7 @@ of them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -34,11 +35,14 @@ def header(head: bytes, name: bytes) -> bytes | None:
     return None
 
 
-def read_chunks(stream: Any) -> bytes:
-    """A chunked body, decoded (no trailers)."""
-    body = b""
+def chunks(stream: Any) -> Iterator[bytes]:
+    """A chunked body's chunks, decoded, as they are read (no trailers)."""
     while size := int(stream.readline().split(b";")[0], 16):
-        body += stream.read(size)
+        yield stream.read(size)
         stream.readline()  # the chunk's CRLF
     stream.readline()  # the CRLF after the last, empty chunk
-    return body
+
+
+def read_chunks(stream: Any) -> bytes:
+    """A chunked body, decoded (no trailers)."""
+    return b"".join(chunks(stream))
