@@ -51,6 +51,7 @@ from service.domain.belief import (
     normalize_relation_type,
 )
 from service.domain.visible_text import visible_text
+from service.interning import SharedValues
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -123,18 +124,12 @@ def _unvalidated(model: type[M], values: dict[str, Any], fields_set: set[str]) -
 # fields set (no ``exclude_unset``, no ``model_fields_set``: tests/test_stored_belief.py checks)
 # and pydantic's ``model_copy`` copies it before it changes it; a field assigned on a decoded
 # model that its document lacked adds its name for all that share the set, which nothing reads.
-_SHARED_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
-_MAX_SHARED_FIELDS_SETS = 256  # documents of odd shapes beyond these get a set of their own
+# Documents of odd shapes beyond 256 key sets get a set of their own.
+_SHARED_FIELDS_SETS: SharedValues[frozenset[str], set[str]] = SharedValues(256)
 
 
 def _shared_fields_set(keys: AbstractSet[str]) -> set[str]:
-    frozen = frozenset(keys)
-    shared = _SHARED_FIELDS_SETS.get(frozen)
-    if shared is None:
-        shared = set(frozen)
-        if len(_SHARED_FIELDS_SETS) < _MAX_SHARED_FIELDS_SETS:
-            shared = _SHARED_FIELDS_SETS.setdefault(frozen, shared)
-    return shared
+    return _SHARED_FIELDS_SETS.get(frozenset(keys), set)
 
 
 def _require(ok: bool) -> None:

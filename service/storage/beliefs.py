@@ -22,6 +22,7 @@ from opensearchpy import OpenSearch, helpers
 from service.domain.belief import Belief
 from service.domain.principal import Principal
 from service.errors import Conflict, NotFound, Unreadable
+from service.interning import SharedValues
 from service.lru import BoundedLru
 from service.storage import access, calls, cursor, queries
 from service.storage.access import ScopeView
@@ -215,22 +216,19 @@ def _explained_clauses(explanation: dict[str, Any]) -> tuple[ClauseMatch, ...]:
 # the query's own (a handful of field clauses) and a ClauseMatch without a score is immutable, so
 # every hit that matched the same clauses can hold the same tuple: the relevant tier's cache then
 # keeps no new objects for them, which each API worker's paced full collection would walk once
-# (service/process.py; docs/benchmarks.md "Paced collections"). Bounded, in case names ever vary.
-_SHARED_CLAUSES: dict[tuple[str, ...], tuple[ClauseMatch, ...]] = {}
-_MAX_SHARED_CLAUSES = 4096
+# (service/process.py; docs/benchmarks.md "Paced collections").
+_SHARED_CLAUSES: SharedValues[tuple[str, ...], tuple[ClauseMatch, ...]] = SharedValues(4096)
+
+
+def _clause_matches(names: tuple[str, ...]) -> tuple[ClauseMatch, ...]:
+    return tuple(ClauseMatch(clause=name) for name in names)
 
 
 def _named_clauses(hit: dict[str, Any]) -> tuple[ClauseMatch, ...]:
     matched = hit.get("matched_queries") or []
     if isinstance(matched, dict):
         return tuple(ClauseMatch(clause=k, score=float(v)) for k, v in sorted(matched.items()))
-    names = tuple(sorted(matched))
-    shared = _SHARED_CLAUSES.get(names)
-    if shared is None:
-        shared = tuple(ClauseMatch(clause=name) for name in names)
-        if len(_SHARED_CLAUSES) < _MAX_SHARED_CLAUSES:
-            _SHARED_CLAUSES[names] = shared
-    return shared
+    return _SHARED_CLAUSES.get(tuple(sorted(matched)), _clause_matches)
 
 
 def _refusal(belief_id: str, info: dict[str, Any]) -> str:

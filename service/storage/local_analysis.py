@@ -247,8 +247,8 @@ class LocalAnalysis:
         return first
 
 
-def unhook_jpype_from_python_gc() -> int:
-    """Take JPype's hook off CPython's collector (``gc.callbacks``); returns how many were taken.
+def unhook_jpype_from_python_gc() -> None:
+    """Take JPype's hook off CPython's collector (``gc.callbacks``).
 
     JPype ties the two collectors together: on every Python collection, of any generation, its
     hook (installed twice) reads the C heap's size with ``mallinfo``, which walks glibc's free
@@ -265,9 +265,7 @@ def unhook_jpype_from_python_gc() -> int:
     import _jpype
 
     hook = getattr(_jpype, "_collect", None)
-    before = len(gc.callbacks)
     gc.callbacks[:] = [callback for callback in gc.callbacks if callback is not hook]
-    return before - len(gc.callbacks)
 
 
 def start_local_analysis(recall: RecallDefaults) -> LocalAnalysis | None:
