@@ -584,6 +584,8 @@ async def paced(
         "sent": total,
         "achieved_per_s": round(len(tally.timings) / wall, 1),
         "timeline": timeline(tally.answered),
+        "by_kind": {kind: latency_block(times) for kind, times in sorted(tally.by_kind().items())},
+        "p99_by_tenth_of_second": by_phase(tally.answered),
         # when the timeline's second 0 began, to line it up with other logs (a JVM's GC log)
         "first_due_utc": first_due_utc(tally.answered, clock_at),
     }
@@ -615,12 +617,27 @@ def timeline(answered: list[tuple[float, float]], window_s: float = 1.0) -> list
     return rows
 
 
+def by_phase(answered: list[tuple[float, float]], period_s: float = 1.0, bins: int = 10) -> list[float]:
+    """The paced pass's p99 (ms) by where in each ``period_s`` its requests were due, in ``bins``
+    slices: a stall that comes once a period (a drain tick, a refresh, a paced collection) shows
+    as one or two slices far above the others, where the timeline spreads it over every second.
+    Found so: the audit index's once-a-second refresh (docs/benchmarks.md, 2026-12-06 08:20)."""
+    if not answered:
+        return []
+    first = min(due for due, _ in answered)
+    by_bin: dict[int, list[float]] = {}
+    for due, latency_ms in answered:
+        by_bin.setdefault(int(((due - first) % period_s) / period_s * bins), []).append(latency_ms)
+    return [latency_block(by_bin.get(b, [])).get("p99_ms", 0.0) for b in range(bins)]
+
+
 @dataclass
 class Tally:
     """What the paced requests to one API got: each answer's latency from its due time, and why
     the others failed. At most ``MAX_IN_FLIGHT`` in flight; a request due beyond is ``shed``."""
 
     answered: list[tuple[float, float]] = field(default_factory=list)  # (due time, latency ms)
+    kinds: list[str] = field(default_factory=list)  # each answer's message kind (alias-hit, miss, long)
     causes: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
 
@@ -631,6 +648,13 @@ class Tally:
 
     def fail(self, cause: str) -> None:
         self.causes[cause] = self.causes.get(cause, 0) + 1
+
+    def by_kind(self) -> dict[str, list[float]]:
+        """The answers' latencies (ms) by message kind."""
+        out: dict[str, list[float]] = {}
+        for kind, (_, latency_ms) in zip(self.kinds, self.answered, strict=True):
+            out.setdefault(kind, []).append(latency_ms)
+        return out
 
     async def send(self, callers: AsyncCallers, q: Query, due: float) -> None:
         if self.in_flight >= MAX_IN_FLIGHT:
@@ -643,6 +667,7 @@ class Tally:
             self.in_flight -= 1
         if cause is None:
             self.answered.append((due, (time.perf_counter() - due) * 1000))
+            self.kinds.append(q.kind)
         else:
             self.fail(cause)
 

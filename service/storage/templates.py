@@ -60,6 +60,11 @@ _COMPANIONS: dict[IndexFamily, tuple[IndexFamily, ...]] = {BELIEFS: (BELIEF_LOGS
 # apply_templates: adding a field is a compatible mapping change, so it needs no reindex. Only
 # fields whose absence from old documents means "not set" belong here.
 ADDED_FIELDS: dict[IndexFamily, tuple[str, ...]] = {BELIEFS: ("change_log_ref",)}
+# Families whose template once set a refresh interval and now leaves it to OpenSearch's default
+# (a shard nobody searches goes search-idle: no scheduled refreshes, a refresh before its next
+# search), with the interval the old template set. apply_templates moves an index still at exactly
+# that value to the default; any other value is an operator's (or a bulk load's) and stays.
+RELEASED_REFRESH: dict[IndexFamily, str] = {AUDIT: "1s"}
 
 
 def with_companions(families: tuple[IndexFamily, ...]) -> tuple[IndexFamily, ...]:
@@ -141,6 +146,7 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
         ensure_alias(client, family, namespace)
         add_new_fields(client, family, namespace)
         apply_merge_policy(client, family, namespace)
+        release_scheduled_refresh(client, family, namespace)
         for index in unsorted_indices(client, family, namespace):
             log.warning(
                 "%s is not sorted like its template (index.sort.field %s): recall reads it more slowly "
@@ -184,6 +190,28 @@ def apply_merge_policy(client: OpenSearch, family: IndexFamily, namespace: str) 
         client.indices.put_settings(
             index=family.alias(namespace), body={"index": {"merge": policy}}, request_timeout=ADMIN_TIMEOUT_S
         )
+
+
+def release_scheduled_refresh(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
+    """Reset the refresh interval of the family's indices that still have the one its old template
+    set (:data:`RELEASED_REFRESH`) to OpenSearch's default; idempotent. Returns the indices changed."""
+    legacy = RELEASED_REFRESH.get(family)
+    if legacy is None:
+        return []
+    alias = family.alias(namespace)
+    # an index without an explicit interval is left out of this answer
+    live = client.indices.get_settings(index=alias, name="index.refresh_interval", request_timeout=ADMIN_TIMEOUT_S)
+    stale = sorted(
+        index
+        for index, body in live.items()
+        if body.get("settings", {}).get("index", {}).get("refresh_interval") == legacy
+    )
+    if stale:
+        client.indices.put_settings(
+            index=",".join(stale), body={"index": {"refresh_interval": None}}, request_timeout=ADMIN_TIMEOUT_S
+        )
+        log.info("%s: refresh interval %s reset to the default (search-idle shards)", ", ".join(stale), legacy)
+    return stale
 
 
 def index_sort(family: IndexFamily) -> list[str]:
