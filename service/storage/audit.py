@@ -33,8 +33,8 @@ def time_ordered_id() -> str:
     Every event is created under its own id, so the node looks the id up in every segment of the
     shard first (``op_type=create``). Ids in creation order share their leading digits with their
     neighbours, which Lucene finds (and compresses) faster than uniformly random ones: a bulk of 300
-    receipts into an audit index of 2.4M events took 12 ms with uuid4 ids, 10 ms with these
-    (docs/benchmarks.md, "The audit index left idle")."""
+    receipts into an audit index of 2.9M events took 13 ms with uuid4 ids, 10 ms with these
+    (``benchmarks/audit_id_bench.py``, docs/benchmarks.md)."""
     random_bits = int.from_bytes(os.urandom(10)) & ((1 << 74) - 1)
     value = (time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | (random_bits >> 62) << 64 | 0b10 << 62
     return uuid.UUID(int=value | (random_bits & ((1 << 62) - 1))).hex
