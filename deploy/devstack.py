@@ -30,6 +30,22 @@ REPO = Path(__file__).resolve().parents[1]
 OS_DIR = REPO / "deploy" / "opensearch"
 STATE_DIR = REPO / ".devstack"
 JAVA = os.environ.get("TENURE_JAVA", "/usr/lib/jvm/java-17-openjdk-amd64/bin/java")
+# JVM options every OpenSearch node of ours runs with, the compose image's too (it copies this
+# directory into config/jvm.options.d/): one definition for both.
+NODE_JVM_OPTIONS_DIR = REPO / "deploy" / "opensearch-image" / "jvm.options.d"
+
+
+def node_jvm_options(directory: Path = NODE_JVM_OPTIONS_DIR) -> list[str]:
+    """The options of ``directory``'s ``*.options`` files, in file-name order, as OpenSearch reads a
+    ``jvm.options.d``: one per line, blank lines and ``#`` comments skipped."""
+    return [
+        line.strip()
+        for path in sorted(directory.glob("*.options"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
 JVM_FLAGS = [
     "-XX:+UseG1GC",
     "-Xss1m",
@@ -43,6 +59,7 @@ JVM_FLAGS = [
     "-Dfile.encoding=UTF-8",
     "-Djava.awt.headless=true",
     "-XX:-OmitStackTraceInFastThrow",
+    *node_jvm_options(),
 ]
 
 

@@ -1,0 +1,43 @@
+"""The OpenSearch nodes' JVM options have one definition (deploy/opensearch-image/jvm.options.d/):
+the compose image copies it, the dev, test and benchmark nodes read it, and the node the tests run
+against really runs with it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from opensearchpy import OpenSearch
+
+from deploy import devstack
+
+DOCKERFILE = devstack.REPO / "deploy" / "opensearch-image" / "Dockerfile"
+
+
+def test_the_options_files_are_read_like_a_jvm_options_d(tmp_path: Path) -> None:
+    (tmp_path / "b.options").write_text("# why\n\n  -XX:B=2  \n", encoding="utf-8")
+    (tmp_path / "a.options").write_text("-XX:A=1\n   # indented comment\n-XX:C=3\n", encoding="utf-8")
+    (tmp_path / "ignored.txt").write_text("-XX:Nope\n", encoding="utf-8")
+    assert devstack.node_jvm_options(tmp_path) == ["-XX:A=1", "-XX:C=3", "-XX:B=2"]
+
+
+def test_young_survivors_are_promoted_after_one_collection_on_every_node_of_ours() -> None:
+    options = devstack.node_jvm_options()
+    assert "-XX:MaxTenuringThreshold=1" in options
+    # the dev, test and benchmark nodes (devstack and deploy/cluster.py start with JVM_FLAGS)
+    assert all(option in devstack.JVM_FLAGS for option in options)
+
+
+def test_the_compose_image_copies_the_options_into_the_nodes_jvm_options_d() -> None:
+    copies = [line.split() for line in DOCKERFILE.read_text(encoding="utf-8").splitlines() if line.startswith("COPY ")]
+    assert ["COPY", "jvm.options.d/", "/usr/share/opensearch/config/jvm.options.d/"] in copies
+
+
+def test_the_node_under_test_runs_with_them(os_client: OpenSearch) -> None:
+    if os.environ.get("TENURE_TEST_OPENSEARCH_URL"):
+        pytest.skip("an external node was given: its JVM options are its operator's")
+    nodes = os_client.nodes.info(metric="jvm")["nodes"]
+    for node in nodes.values():
+        arguments = node["jvm"]["input_arguments"]
+        assert all(option in arguments for option in devstack.node_jvm_options()), arguments
