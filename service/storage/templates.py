@@ -60,11 +60,11 @@ _COMPANIONS: dict[IndexFamily, tuple[IndexFamily, ...]] = {BELIEFS: (BELIEF_LOGS
 # apply_templates: adding a field is a compatible mapping change, so it needs no reindex. Only
 # fields whose absence from old documents means "not set" belong here.
 ADDED_FIELDS: dict[IndexFamily, tuple[str, ...]] = {BELIEFS: ("change_log_ref",)}
-# Families whose template once set a refresh interval and now leaves it to OpenSearch's default
-# (a shard nobody searches goes search-idle: no scheduled refreshes, a refresh before its next
-# search), with the interval the old template set. apply_templates moves an index still at exactly
-# that value to the default; any other value is an operator's (or a bulk load's) and stays.
-RELEASED_REFRESH: dict[IndexFamily, str] = {AUDIT: "1s"}
+# Families whose template changed its refresh interval, with the intervals earlier templates left
+# on their indices (None: no interval set). apply_templates moves an index still at one of them to
+# the template's own interval; any other value is an operator's (or a bulk load's -1) and stays.
+# The audit index: 1s (v1), unset (v2, a search-idle shard), 30s since v3.
+SUPERSEDED_REFRESH: dict[IndexFamily, tuple[str | None, ...]] = {AUDIT: ("1s", None)}
 
 
 def with_companions(families: tuple[IndexFamily, ...]) -> tuple[IndexFamily, ...]:
@@ -146,7 +146,7 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
         ensure_alias(client, family, namespace)
         add_new_fields(client, family, namespace)
         apply_merge_policy(client, family, namespace)
-        release_scheduled_refresh(client, family, namespace)
+        upgrade_refresh_interval(client, family, namespace)
         for index in unsorted_indices(client, family, namespace):
             log.warning(
                 "%s is not sorted like its template (index.sort.field %s): recall reads it more slowly "
@@ -192,25 +192,34 @@ def apply_merge_policy(client: OpenSearch, family: IndexFamily, namespace: str) 
         )
 
 
-def release_scheduled_refresh(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
-    """Reset the refresh interval of the family's indices that still have the one its old template
-    set (:data:`RELEASED_REFRESH`) to OpenSearch's default; idempotent. Returns the indices changed."""
-    legacy = RELEASED_REFRESH.get(family)
-    if legacy is None:
+def template_refresh_interval(family: IndexFamily) -> str | None:
+    """The refresh interval the family's index template sets (None: OpenSearch's default)."""
+    settings = load_json(f"index/tenure-{family.name}.json")["template"].get("settings", {})
+    interval: str | None = settings.get("refresh_interval")
+    return interval
+
+
+def upgrade_refresh_interval(client: OpenSearch, family: IndexFamily, namespace: str) -> list[str]:
+    """Move the family's indices still at an interval an earlier template set
+    (:data:`SUPERSEDED_REFRESH`) to the template's own; idempotent. Returns the indices changed."""
+    superseded = SUPERSEDED_REFRESH.get(family)
+    if superseded is None:
         return []
+    wanted = template_refresh_interval(family)
     alias = family.alias(namespace)
+    indices = client.indices.get_alias(name=alias, request_timeout=ADMIN_TIMEOUT_S)
     # an index without an explicit interval is left out of this answer
     live = client.indices.get_settings(index=alias, name="index.refresh_interval", request_timeout=ADMIN_TIMEOUT_S)
     stale = sorted(
         index
-        for index, body in live.items()
-        if body.get("settings", {}).get("index", {}).get("refresh_interval") == legacy
+        for index in indices
+        if live.get(index, {}).get("settings", {}).get("index", {}).get("refresh_interval") in superseded
     )
     if stale:
         client.indices.put_settings(
-            index=",".join(stale), body={"index": {"refresh_interval": None}}, request_timeout=ADMIN_TIMEOUT_S
+            index=",".join(stale), body={"index": {"refresh_interval": wanted}}, request_timeout=ADMIN_TIMEOUT_S
         )
-        log.info("%s: refresh interval %s reset to the default (search-idle shards)", ", ".join(stale), legacy)
+        log.info("%s: refresh interval moved to the template's %s", ", ".join(stale), wanted or "default")
     return stale
 
 

@@ -19,6 +19,7 @@ from service.api.state import Services
 from service.domain.principal import Principal, Role
 from service.errors import StoreUnavailable
 from service.outbox import RedisOutbox
+from service.recall.audit_trail import AuditTrail
 from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditEvent, AuditQuery
 from tests.api.conftest import Team, belief_body, ok
@@ -58,6 +59,23 @@ def test_a_recall_receipt_waits_in_the_outbox_until_drained(
     assert _indexed(services, team, session_id) == []  # acknowledged by Redis, not yet indexed
     assert services.receipts.drain() >= 1
     assert [e.event_id for e in _indexed(services, team, session_id)] == [receipt_id]
+
+
+def test_an_admin_read_sees_every_event_recorded_before_it_without_waiting_for_a_refresh(
+    team: Team, services: Services, session_id: str
+) -> None:
+    """The audit index refreshes only every 30 s (its template): an admin's read refreshes it
+    first, so a receipt the beat drained (no refresh) and an event written directly (a belief
+    write's, no refresh) are both in the next page."""
+    drained, direct = _event(team.tenant, session_id), _event(team.tenant, session_id)
+    services.receipts.record(drained)
+    assert services.receipts.drain() >= 1  # the beat's drain
+    services.audit.append(direct)
+    admin = Principal(tenant_id=team.tenant, user_id="carol", roles=frozenset({Role.ADMIN}))
+    page, _ = AuditTrail(services.audit, services.receipts).search(
+        admin, AuditQuery(session_id=session_id), size=10, after=None
+    )
+    assert sorted(e.event_id for e in page) == sorted([drained.event_id, direct.event_id])
 
 
 def test_an_audit_read_drains_first_so_admins_see_every_acknowledged_receipt(
