@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     client = OpenSearch(args.opensearch_url, timeout=120)
     live = client.indices.get_settings(index=args.index, name="index.refresh_interval")
-    kept = {name: body["settings"]["index"]["refresh_interval"] for name, body in live.items()}
+    # an index without an explicit interval is left out of that answer (or answers no settings)
+    kept = {name: body.get("settings", {}).get("index", {}).get("refresh_interval") for name, body in live.items()}
     rows: list[dict[str, Any]] = []
     flush: dict[str, Any] | None = None
     try:
