@@ -48,18 +48,20 @@ class AuditTrail:
                 return
 
     def drain_pending(self) -> None:
-        """Move receipts waiting in the Redis outbox into the audit index (best effort) and make
-        every event recorded so far searchable."""
-        self._drain_pending()
+        """Move receipts waiting in the Redis outbox into the audit index (best effort). Searchable
+        after the index's next refresh: an erasure refreshes before it rewrites."""
+        if not self.receipts.enabled:
+            return
+        try:
+            self.receipts.drain()
+        except redis.RedisError as exc:
+            # the receipts are safe in Redis; this page may miss the newest until Redis is back
+            log.warning("audit read without draining pending receipts: %s", exc)
 
     def _drain_pending(self) -> None:
-        if self.receipts.enabled:
-            try:
-                self.receipts.drain()
-            except redis.RedisError as exc:
-                # the receipts are safe in Redis; this page may miss the newest until Redis is back
-                log.warning("audit read without draining pending receipts: %s", exc)
-        # The index refreshes only every 30 s (its template): events written since, drained
-        # receipts and directly written events alike, become searchable here. Admin reads are
-        # rare; one refresh each is cheap next to a scheduled one every second.
+        """Before a read: drain, then refresh. The index refreshes only every 30 s (its template):
+        events written since, drained receipts and directly written events alike, become
+        searchable here. Admin reads are rare; one refresh each is cheap next to a scheduled one
+        every second."""
+        self.drain_pending()
         self.store.refresh()

@@ -91,6 +91,12 @@ def component_stems(family: IndexFamily) -> list[str]:
     return list(load_json(f"index/tenure-{family.name}.json")["composed_of"])
 
 
+def template_settings(family: IndexFamily) -> dict[str, Any]:
+    """The index settings the family's index template sets (as versioned in index_templates/)."""
+    settings: dict[str, Any] = load_json(f"index/tenure-{family.name}.json")["template"].get("settings", {})
+    return settings
+
+
 def index_template_body(family: IndexFamily, namespace: str) -> dict[str, Any]:
     """The index template as put: the namespace in its patterns, each component by versioned name."""
     body = load_json(f"index/tenure-{family.name}.json")
@@ -175,7 +181,7 @@ def add_new_fields(client: OpenSearch, family: IndexFamily, namespace: str) -> N
 
 def merge_policy(family: IndexFamily) -> dict[str, Any]:
     """The family's ``merge`` settings from its index template file (empty: OpenSearch's defaults)."""
-    settings = load_json(f"index/tenure-{family.name}.json")["template"].get("settings", {})
+    settings = template_settings(family)
     policy: dict[str, Any] = settings.get("merge", {})
     return policy
 
@@ -194,7 +200,7 @@ def apply_merge_policy(client: OpenSearch, family: IndexFamily, namespace: str) 
 
 def template_refresh_interval(family: IndexFamily) -> str | None:
     """The refresh interval the family's index template sets (None: OpenSearch's default)."""
-    settings = load_json(f"index/tenure-{family.name}.json")["template"].get("settings", {})
+    settings = template_settings(family)
     interval: str | None = settings.get("refresh_interval")
     return interval
 
@@ -225,7 +231,7 @@ def upgrade_refresh_interval(client: OpenSearch, family: IndexFamily, namespace:
 
 def index_sort(family: IndexFamily) -> list[str]:
     """The fields the family's template sorts its indices by (empty: unsorted)."""
-    settings = load_json(f"index/tenure-{family.name}.json")["template"].get("settings", {})
+    settings = template_settings(family)
     fields: list[str] = settings.get("sort", {}).get("field", [])
     return fields
 
