@@ -400,8 +400,11 @@ def marker_recalled(public_url: str, tls_root: Path, marker: Marker) -> bool:
 
 
 def store_counts(opensearch_url: str, compose: Compose) -> dict[str, int]:
+    """Every document each family holds, refreshed first: the audit index refreshes only every
+    30 s (its template), so a plain count would miss the receipts drained last."""
     counts = {}
     for family in ("beliefs", "accounts", "audit", "turns"):
+        httpx.post(f"{opensearch_url}/tenure-{family}/_refresh", timeout=60)
         response = httpx.get(f"{opensearch_url}/tenure-{family}/_count", timeout=30)
         counts[family] = int(response.json().get("count", -1)) if response.status_code == 200 else -1
     port = compose.env["REDIS_PORT"]
