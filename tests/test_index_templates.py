@@ -12,6 +12,7 @@ from opensearchpy import OpenSearch
 from service.config import Settings
 from service.domain.belief import Belief
 from service.errors import StoreUnavailable
+from service.storage.audit import AuditEvent, AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.operations import upgrade_family
 from service.storage.templates import (
@@ -157,6 +158,23 @@ def test_an_index_made_before_the_sort_is_reported_until_a_reindex(
         assert unsorted_indices(os_client, BELIEFS, ns) == []
     finally:
         drop_namespace(os_client, ns)
+
+
+def test_a_reindex_copies_audit_events_written_since_the_last_refresh(os_client: OpenSearch) -> None:
+    """The audit index refreshes only every 30 s: the copy must not miss the events written since
+    (with writes blocked, the counts would differ and the upgrade fail)."""
+    ns = f"rxa-{uuid.uuid4().hex[:6]}"
+    try:
+        apply_templates(os_client, ns, (AUDIT,))
+        store = AuditStore(os_client, ns)
+        events = [AuditEvent(tenant_id="t-rx", action="recall", actor_id=f"u{i}", actor_kind="user") for i in range(4)]
+        store.append_many(events)  # no refresh, as the receipt drain writes them
+        result = upgrade_family(os_client, ns, AUDIT)
+        assert result.documents == {"source": 4, "target": 4}
+        os_client.indices.refresh(index=AUDIT.alias(ns))
+        assert os_client.count(index=AUDIT.alias(ns))["count"] == 4
+    finally:
+        drop_namespace(os_client, ns, (AUDIT,))
 
 
 def test_reindex_swaps_alias_atomically_and_keeps_documents(os_client: OpenSearch) -> None:

@@ -170,6 +170,9 @@ def upgrade_family(
     try:
         client.indices.create(index=target)  # shaped by the current index template
         client.cluster.health(index=target, wait_for_status="yellow", request_timeout=60)
+        # the copy reads what a search sees: refreshed first, or it would miss what was written
+        # since the last refresh (the audit index refreshes only every 30 s)
+        client.indices.refresh(index=",".join(source), request_timeout=600)
         _copy(client, source, target)
         if family is templates.BELIEFS:
             # the analysed units are not in _source, so the copy has none: stored again from the
