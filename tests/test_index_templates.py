@@ -7,12 +7,12 @@ import uuid
 from typing import Any
 
 import pytest
-from opensearchpy import OpenSearch
+from opensearchpy import OpenSearch, RequestError
 
 from service.config import Settings
 from service.domain.belief import Belief
 from service.errors import StoreUnavailable
-from service.storage.audit import AuditEvent, AuditStore
+from service.storage.audit import SORTED_FIELDS, AuditEvent, AuditQuery, AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.operations import upgrade_family
 from service.storage.templates import (
@@ -30,6 +30,7 @@ from service.storage.templates import (
     template_refresh_interval,
     unsorted_indices,
 )
+from tests.conftest import principal
 
 
 def _live_mapping(client: OpenSearch, alias: str) -> dict[str, Any]:
@@ -121,6 +122,96 @@ def test_the_audit_index_refreshes_every_30_s(os_client: OpenSearch) -> None:
             os_client.indices.put_settings(index=alias, body={"index": {"refresh_interval": kept}})
             apply_templates(os_client, ns, (AUDIT,))
             assert _refresh_intervals(os_client, alias) == [kept]
+    finally:
+        drop_namespace(os_client, ns, (AUDIT,))
+
+
+def _keywords_with_doc_values(mapping: dict[str, Any]) -> set[str]:
+    return {
+        name
+        for name, spec in mapping["properties"].items()
+        if spec.get("type") == "keyword" and _normalise(spec.get("doc_values", True)) == "true"
+    }
+
+
+def test_audit_keywords_keep_doc_values_only_where_reads_sort_on_them() -> None:
+    """Doc values cost the node on every drained receipt (write, refresh, merge): of the audit's
+    keyword fields only those a read sorts on keep them (tenant_id: the shared common field)."""
+    assert SORTED_FIELDS == ("at", "event_id")
+    assert _keywords_with_doc_values(expected_mapping(AUDIT)) == {"event_id", "tenant_id"}
+
+
+def test_audit_events_are_found_by_every_filter_without_doc_values(os_client: OpenSearch) -> None:
+    """The lean fields still filter (term queries read the inverted index), the read still sorts
+    and the per-day counts still aggregate; an aggregation on a lean field is refused, so the live
+    index really has no doc values there."""
+    ns = f"dv-{uuid.uuid4().hex[:6]}"
+    try:
+        apply_templates(os_client, ns, (AUDIT,))
+        alias = AUDIT.alias(ns)
+        assert _keywords_with_doc_values(_live_mapping(os_client, alias)) == {"event_id", "tenant_id"}
+        store = AuditStore(os_client, ns)
+        events = [
+            AuditEvent(
+                tenant_id="t-dv",
+                action="recall" if i % 2 else "belief.create",
+                actor_id=f"u{i}",
+                actor_kind="user",
+                credential_id=f"cred-{i}",
+                belief_ids=[f"b-{i}", "b-shared"],
+                session_id=f"s-{i}",
+                request_id=f"req-{i}",
+                scopes=["domain:code"],
+            )
+            for i in range(4)
+        ]
+        store.append_many(events, refresh=True)
+        admin = principal("t-dv", "admin-1", admin=True)
+        page, _ = store.search(admin, AuditQuery(), size=10, after=None)
+        assert [e.event_id for e in page] == sorted((e.event_id for e in events), reverse=True)
+        for query, wanted in (
+            (AuditQuery(actor_id="u2"), {events[2].event_id}),
+            (AuditQuery(belief_id="b-1"), {events[1].event_id}),
+            (AuditQuery(belief_id="b-shared"), {e.event_id for e in events}),
+            (AuditQuery(session_id="s-3"), {events[3].event_id}),
+            (AuditQuery(request_id="req-0"), {events[0].event_id}),
+            (AuditQuery(action="recall"), {events[1].event_id, events[3].event_id}),
+            (AuditQuery(event_id=events[2].event_id), {events[2].event_id}),
+        ):
+            found, _ = store.search(admin, query, size=10, after=None)
+            assert {e.event_id for e in found} == wanted, query
+        assert sum(n for _, n in store.daily_counts(admin, "recall", days=2)) == 2
+        with pytest.raises(RequestError):
+            os_client.search(index=alias, body={"size": 0, "aggs": {"a": {"terms": {"field": "actor_id"}}}})
+    finally:
+        drop_namespace(os_client, ns, (AUDIT,))
+
+
+def test_an_audit_index_with_doc_values_keeps_working_until_a_reindex_drops_them(os_client: OpenSearch) -> None:
+    """An audit index made by template v3 (doc values on every keyword) is left as it is by a
+    start-up of this release, takes and serves events, and ``tenure reindex audit`` copies them
+    into a generation with the lean mapping."""
+    ns = f"dvu-{uuid.uuid4().hex[:6]}"
+    try:
+        before = expected_mapping(AUDIT)
+        for spec in before["properties"].values():
+            spec.pop("doc_values", None)  # the v3 mapping
+        apply_templates(os_client, ns, ())  # the components only
+        os_client.indices.create(
+            index=AUDIT.concrete(ns, 1),
+            body={"mappings": before, "aliases": {AUDIT.alias(ns): {"is_write_index": True}}},
+        )
+        apply_templates(os_client, ns, (AUDIT,))
+        alias = AUDIT.alias(ns)
+        assert "actor_id" in _keywords_with_doc_values(_live_mapping(os_client, alias))
+        store = AuditStore(os_client, ns)
+        store.append_many([AuditEvent(tenant_id="t-dvu", action="recall", actor_id="u1", actor_kind="user")])
+        result = upgrade_family(os_client, ns, AUDIT)
+        assert result.target == AUDIT.concrete(ns, 2)
+        assert result.documents == {"source": 1, "target": 1}
+        assert _normalise(_live_mapping(os_client, alias)) == _normalise(expected_mapping(AUDIT))
+        found, _ = store.search(principal("t-dvu", "a", admin=True), AuditQuery(actor_id="u1"), size=5, after=None)
+        assert [e.actor_id for e in found] == ["u1"]
     finally:
         drop_namespace(os_client, ns, (AUDIT,))
 
