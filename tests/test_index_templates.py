@@ -20,6 +20,7 @@ from service.storage.templates import (
     BELIEF_LOGS,
     BELIEFS,
     apply_templates,
+    doc_values_drift,
     drop_namespace,
     ensure_alias,
     expected_mapping,
@@ -187,10 +188,12 @@ def test_audit_events_are_found_by_every_filter_without_doc_values(os_client: Op
         drop_namespace(os_client, ns, (AUDIT,))
 
 
-def test_an_audit_index_with_doc_values_keeps_working_until_a_reindex_drops_them(os_client: OpenSearch) -> None:
+def test_an_audit_index_with_doc_values_keeps_working_until_a_reindex_drops_them(
+    os_client: OpenSearch, caplog: pytest.LogCaptureFixture
+) -> None:
     """An audit index made by template v3 (doc values on every keyword) is left as it is by a
     start-up of this release, takes and serves events, and ``tenure reindex audit`` copies them
-    into a generation with the lean mapping."""
+    into a generation with the lean mapping. Start-up names the index and the reindex until then."""
     ns = f"dvu-{uuid.uuid4().hex[:6]}"
     try:
         before = expected_mapping(AUDIT)
@@ -201,7 +204,10 @@ def test_an_audit_index_with_doc_values_keeps_working_until_a_reindex_drops_them
             index=AUDIT.concrete(ns, 1),
             body={"mappings": before, "aliases": {AUDIT.alias(ns): {"is_write_index": True}}},
         )
-        apply_templates(os_client, ns, (AUDIT,))
+        with caplog.at_level(logging.WARNING, logger="service.storage.templates"):
+            apply_templates(os_client, ns, (AUDIT,))
+        assert f"{AUDIT.concrete(ns, 1)} keeps doc values unlike its template on action, actor_id" in caplog.text
+        assert "tenure reindex audit" in caplog.text
         alias = AUDIT.alias(ns)
         assert "actor_id" in _keywords_with_doc_values(_live_mapping(os_client, alias))
         store = AuditStore(os_client, ns)
@@ -210,6 +216,7 @@ def test_an_audit_index_with_doc_values_keeps_working_until_a_reindex_drops_them
         assert result.target == AUDIT.concrete(ns, 2)
         assert result.documents == {"source": 1, "target": 1}
         assert _normalise(_live_mapping(os_client, alias)) == _normalise(expected_mapping(AUDIT))
+        assert doc_values_drift(os_client, AUDIT, ns) == {}
         found, _ = store.search(principal("t-dvu", "a", admin=True), AuditQuery(actor_id="u1"), size=5, after=None)
         assert [e.actor_id for e in found] == ["u1"]
     finally:

@@ -153,6 +153,14 @@ def apply_templates(client: OpenSearch, namespace: str, families: tuple[IndexFam
         add_new_fields(client, family, namespace)
         apply_merge_policy(client, family, namespace)
         upgrade_refresh_interval(client, family, namespace)
+        for index, fields in doc_values_drift(client, family, namespace).items():
+            log.warning(
+                "%s keeps doc values unlike its template on %s (an older template made it): `tenure reindex %s` "
+                "rebuilds it with the template's mapping (docs/operations.md, index upgrades)",
+                index,
+                ", ".join(fields),
+                family.name,
+            )
         for index in unsorted_indices(client, family, namespace):
             log.warning(
                 "%s is not sorted like its template (index.sort.field %s): recall reads it more slowly "
@@ -250,6 +258,31 @@ def unsorted_indices(client: OpenSearch, family: IndexFamily, namespace: str) ->
         for index in indices
         if _as_list(live.get(index, {}).get("settings", {}).get("index", {}).get("sort", {}).get("field")) != wanted
     )
+
+
+def doc_values_drift(client: OpenSearch, family: IndexFamily, namespace: str) -> dict[str, list[str]]:
+    """Per index behind the family's alias, the fields whose doc values differ from the template's.
+    Doc values are fixed when an index is created (audit template v4 dropped them from the fields
+    reads only filter on): an older index keeps them, correct but bigger, until a reindex."""
+    wanted = expected_mapping(family)["properties"]
+    live = client.indices.get_mapping(index=family.alias(namespace), request_timeout=ADMIN_TIMEOUT_S)
+    drift: dict[str, list[str]] = {}
+    for index, body in sorted(live.items()):
+        properties = body.get("mappings", {}).get("properties", {})
+        fields = sorted(
+            name
+            for name, spec in wanted.items()
+            if name in properties and _has_doc_values(properties[name]) != _has_doc_values(spec)
+        )
+        if fields:
+            drift[index] = fields
+    return drift
+
+
+def _has_doc_values(spec: dict[str, Any]) -> bool:
+    """A field mapping's doc values as OpenSearch reads it: on unless the mapping says false (the
+    mapping API echoes the booleans it was given, possibly as strings)."""
+    return str(spec.get("doc_values", True)).lower() != "false"
 
 
 def _as_list(value: Any) -> list[str]:
