@@ -272,14 +272,14 @@ def doc_values_drift(client: OpenSearch, family: IndexFamily, namespace: str) ->
         fields = sorted(
             name
             for name, spec in wanted.items()
-            if name in properties and _has_doc_values(properties[name]) != _has_doc_values(spec)
+            if name in properties and has_doc_values(properties[name]) != has_doc_values(spec)
         )
         if fields:
             drift[index] = fields
     return drift
 
 
-def _has_doc_values(spec: dict[str, Any]) -> bool:
+def has_doc_values(spec: dict[str, Any]) -> bool:
     """A field mapping's doc values as OpenSearch reads it: on unless the mapping says false (the
     mapping API echoes the booleans it was given, possibly as strings)."""
     return str(spec.get("doc_values", True)).lower() != "false"

@@ -9,13 +9,13 @@ from argparse import Namespace
 from opensearchpy import OpenSearch
 
 from benchmarks.audit_mapping_ab import ARMS, arm_mapping, create_arms, drain_pass, store_bytes
-from service.storage.templates import AUDIT, expected_mapping
+from service.storage.templates import AUDIT, expected_mapping, has_doc_values
 
 
 def _with_doc_values(mapping: dict[str, object]) -> set[str]:
     properties = mapping["properties"]
     assert isinstance(properties, dict)
-    return {name for name, spec in properties.items() if spec.get("type") == "keyword" and spec.get("doc_values", True)}
+    return {name for name, spec in properties.items() if spec.get("type") == "keyword" and has_doc_values(spec)}
 
 
 def test_one_arm_is_the_template_and_the_other_has_doc_values_on_every_keyword() -> None:
