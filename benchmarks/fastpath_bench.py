@@ -47,8 +47,10 @@ import gc
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -348,10 +350,60 @@ class ReceiptDrain:
     def pids(self) -> list[int]:
         return [pid for p in self.processes for pid in (p.pid, *_children(p.pid))]
 
+    @contextlib.contextmanager
+    def paused(self, pause: bool = True) -> Iterator[None]:
+        """With ``pause``, the worker and beat stopped (``SIGSTOP``) for the block and continued
+        after it: receipts wait in the outbox meanwhile (it holds 100,000), and are drained once the
+        block is over. A diagnostic (``--paced-drain paused``): what the drain's ticks cost a pass."""
+        stopped = self.pids() if pause else []
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+
     def stop(self) -> None:
         for process in self.processes:
             _terminate(process)
         self.redis.close()
+
+
+class AofRewrite:
+    """A diagnostic (``--paced-aof-rewrite-at-s``): Redis asked to rewrite its append-only file
+    (``BGREWRITEAOF``, what it does by itself each time the file doubled) ``at_s`` seconds into the
+    block, from a timer thread; :meth:`outcome` says when it was asked and what Redis answered
+    (a rewrite already under way refuses a second one)."""
+
+    def __init__(self, rds: redis.Redis[bytes], at_s: float | None):
+        self.redis, self.at_s = rds, at_s
+        self.timer: threading.Timer | None = None
+        self.asked_utc: str | None = None
+        self.answer: str | None = None
+
+    def __enter__(self) -> AofRewrite:
+        if self.at_s is not None:
+            self.timer = threading.Timer(self.at_s, self._ask)
+            self.timer.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer.join()
+
+    def _ask(self) -> None:
+        self.asked_utc = datetime.now(UTC).isoformat(timespec="milliseconds")
+        try:
+            self.answer = str(self.redis.bgrewriteaof())
+        except redis.RedisError as exc:
+            self.answer = f"refused: {exc}"
+
+    def outcome(self) -> dict[str, Any] | None:
+        if self.at_s is None:
+            return None
+        return {"at_s": self.at_s, "asked_utc": self.asked_utc, "answer": self.answer}
 
 
 class Callers:
@@ -939,13 +991,19 @@ def measure_traffic(
     meter.begin()
     workers = api.worker_cpu()
     queued = run_queue.reading(components())
-    result["paced"] = asyncio.run(
-        paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s, connect=connect)
-    )
+    rewrite = AofRewrite(api.drain.redis, args.paced_aof_rewrite_at_s)
+    with api.drain.paused(args.paced_drain == "paused"), rewrite:
+        result["paced"] = asyncio.run(
+            paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s, connect=connect)
+        )
+    result["paced"]["drain"] = args.paced_drain
+    result["paced"]["aof_rewrite"] = rewrite.outcome()
     result["paced"]["run_queue"] = run_queue.per_call(queued, run_queue.reading(components()), result["paced"]["sent"])
     result["paced"].update(machine_use(meter.finish(), result["paced"]["sent"]))
     # how the load client's connections fell on the workers (the kernel's choice, per connection)
     result["paced"]["worker_cpu_s"] = api.worker_cpu_since(workers)
+    if args.paced_drain == "paused":  # the receipts it held back, drained before the next pass
+        result["paced"]["drain_caught_up_s"] = api.drain.wait_empty(below=500)
     result["paced"]["drain_s"] = drain(api, phases.paced[0])
     receipts["pending_after"]["paced"] = api.drain.pending()
     meter.begin()
@@ -1018,6 +1076,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=300.0)
     parser.add_argument("--paced-s", type=float, default=20.0)
     parser.add_argument("--paced-grace-s", type=float, default=30.0, help="then unanswered paced requests fail")
+    parser.add_argument("--paced-drain", choices=("running", "paused"), default="running",
+                        help="paused: the receipt drain stopped during the paced pass (a diagnostic)")  # fmt: skip
+    parser.add_argument("--paced-aof-rewrite-at-s", type=float, default=None,
+                        help="BGREWRITEAOF this far into the paced pass (a diagnostic)")  # fmt: skip
     parser.add_argument("--client-gc", choices=("frozen", "default"), default="frozen",
                         help="the load generator's heap while measuring (client_heap)")  # fmt: skip
     parser.add_argument("--clients", type=int, default=16)

@@ -212,6 +212,12 @@ def start_redis(home: Path, port: int | None = None, timeout_s: float = 30.0, *,
         "yes",
         "--appendfsync",
         "everysec",
+        # the AOF rewrite's RDB preamble is mostly zlib-compressed vocabularies: LZF on them only
+        # burns CPU (service/redis_advice.py; the compose file's Redis has the same settings)
+        "--rdbcompression",
+        "no",
+        "--maxmemory-policy",
+        "noeviction",
         "--save",
         "",
         "--protected-mode",

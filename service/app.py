@@ -19,6 +19,7 @@ import anyio.to_thread
 import redis
 from fastapi import APIRouter, FastAPI
 
+from service import redis_advice
 from service.api.examples import install as install_examples
 from service.api.rest import build_rest_app
 from service.api.state import AsyncClients, Services, ensure_indices
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         services = Services.build(config, client, redis_client, async_clients, start_local_analysis(config.recall))
         app.state.services = services
         app.state.indices_ready = ensure_indices(services)
+        redis_advice.warn_about(redis_client)  # settings that lose acknowledged work or cost latency
         anyio.to_thread.current_default_thread_limiter().total_tokens = config.api.thread_pool_size
         # after start-up: the long-lived heap leaves the cyclic GC's scans, and the paced full
         # collection runs on this loop (its finalizers with it; service/process.py)

@@ -36,6 +36,18 @@ from service.write_versions import TenantWriteVersions
 os.environ.setdefault("TENURE_GC_THAW_INTERVAL_S", "0")
 
 
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[Service]:
+    """A redis-server of this test alone, started as the dev stack starts it (appendonly yes,
+    appendfsync everysec, rdbcompression no): for tests that kill it, reconfigure it or make it
+    rewrite its append-only file."""
+    svc = start_redis(tmp_path / "redis")
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
 @pytest.fixture(scope="session")
 def opensearch_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     external = os.environ.get("TENURE_TEST_OPENSEARCH_URL")

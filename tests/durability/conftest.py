@@ -27,7 +27,7 @@ from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
-from deploy.devstack import Service, start_opensearch, start_redis
+from deploy.devstack import Service, start_opensearch
 from deploy.localstack import celery_beat_args, celery_worker_args, wait_until
 from service.api.state import Services
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
@@ -52,16 +52,6 @@ def kill9(proc: subprocess.Popen[Any]) -> None:
 def module_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """An OpenSearch node private to this module, for tests that crash something else."""
     svc = start_opensearch(tmp_path_factory.mktemp("os-module") / "home", heap=HEAP)
-    try:
-        yield svc
-    finally:
-        svc.stop()
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[Service]:
-    """A redis-server of this test alone (appendonly yes, appendfsync everysec, as in devstack)."""
-    svc = start_redis(tmp_path / "redis")
     try:
         yield svc
     finally:
