@@ -213,9 +213,13 @@ def start_redis(home: Path, port: int | None = None, timeout_s: float = 30.0, *,
         "--appendfsync",
         "everysec",
         # the AOF rewrite's RDB preamble is mostly zlib-compressed vocabularies: LZF on them only
-        # burns CPU (service/redis_advice.py; the compose file's Redis has the same settings)
+        # burns CPU (service/redis_advice.py); and a rewrite once the file has grown by four times
+        # its base instead of once makes a quarter as many (docs/operations.md; the compose file's
+        # Redis has the same settings)
         "--rdbcompression",
         "no",
+        "--auto-aof-rewrite-percentage",
+        "400",
         "--maxmemory-policy",
         "noeviction",
         "--save",

@@ -67,3 +67,18 @@ def test_the_compose_files_redis_needs_no_advice() -> None:
     config = {name.removeprefix("--"): str(value) for name, value in flags.items()}
     assert redis_advice.advice(config) == []
     assert config["rdbcompression"] == "no" and config["appendonly"] == "yes"
+
+
+def test_the_dev_stacks_redis_runs_with_the_compose_files_persistence_settings(own_redis: Service) -> None:
+    """Tests and benchmarks run against the Redis a deployment runs: every setting the compose
+    file gives redis-server (but the memory cap, an environment knob) is the dev stack's too."""
+    command = load_raw()["services"]["redis"]["command"]
+    flags = {name.removeprefix("--"): str(value) for name, value in zip(command[1::2], command[2::2], strict=True)}
+    client = redis.Redis.from_url(own_redis.url, decode_responses=True)
+    try:
+        for name, value in flags.items():
+            if name == "maxmemory":
+                continue
+            assert client.config_get(name)[name] == value, name
+    finally:
+        client.close()
