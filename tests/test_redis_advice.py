@@ -14,6 +14,13 @@ from tests.test_compose import load_raw
 GOOD = {"appendonly": "yes", "maxmemory-policy": "noeviction", "rdbcompression": "no"}
 
 
+def compose_redis_settings() -> dict[str, str]:
+    """What the compose file gives redis-server (``--name value`` pairs), by setting name."""
+    command = load_raw()["services"]["redis"]["command"]
+    assert command[0] == "redis-server"
+    return {name.removeprefix("--"): str(value) for name, value in zip(command[1::2], command[2::2], strict=True)}
+
+
 def test_advice_names_each_setting_that_loses_work_or_costs_latency() -> None:
     assert redis_advice.advice(GOOD) == []
     assert redis_advice.advice({}) == []  # nothing reported, nothing judged
@@ -61,10 +68,7 @@ def test_a_redis_that_does_not_answer_config_is_not_checked() -> None:
 
 
 def test_the_compose_files_redis_needs_no_advice() -> None:
-    command = load_raw()["services"]["redis"]["command"]
-    assert command[0] == "redis-server"
-    flags = dict(zip(command[1::2], command[2::2], strict=True))
-    config = {name.removeprefix("--"): str(value) for name, value in flags.items()}
+    config = compose_redis_settings()
     assert redis_advice.advice(config) == []
     assert config["rdbcompression"] == "no" and config["appendonly"] == "yes"
 
@@ -72,11 +76,9 @@ def test_the_compose_files_redis_needs_no_advice() -> None:
 def test_the_dev_stacks_redis_runs_with_the_compose_files_persistence_settings(own_redis: Service) -> None:
     """Tests and benchmarks run against the Redis a deployment runs: every setting the compose
     file gives redis-server (but the memory cap, an environment knob) is the dev stack's too."""
-    command = load_raw()["services"]["redis"]["command"]
-    flags = {name.removeprefix("--"): str(value) for name, value in zip(command[1::2], command[2::2], strict=True)}
     client = redis.Redis.from_url(own_redis.url, decode_responses=True)
     try:
-        for name, value in flags.items():
+        for name, value in compose_redis_settings().items():
             if name == "maxmemory":
                 continue
             assert client.config_get(name)[name] == value, name
