@@ -3,8 +3,8 @@
 
 At a few hundred recalls a second Redis rewrites its append-only file every minute or two (each
 time the file has doubled), and a forked child writes the whole dataset: mostly the tenants' shared
-recall vocabularies, zlib-compressed already. In ``fastpath_bench`` runs, every paced second that
-held such a rewrite had a p99 of 150-390 ms (docs/benchmarks.md, "Redis's append-only rewrites").
+recall vocabularies, zlib-compressed already. In ``fastpath_bench`` runs, the worst paced second at
+each such rewrite had a p99 of 128-390 ms (docs/benchmarks.md, "Redis's append-only rewrites").
 
 This runs one open-loop paced pass of ``--seconds`` at ``--rate`` over the 1M corpus (the API,
 two workers, and the receipt drain as ``fastpath_bench`` starts them, primed and warmed), and
