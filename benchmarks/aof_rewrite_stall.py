@@ -81,11 +81,7 @@ class Rewrites(threading.Thread):
             arm = ARMS[k % len(ARMS)]
             self.redis.config_set("rdbcompression", arm)
             at = time.perf_counter()
-            try:
-                answer = str(self.redis.bgrewriteaof())
-            except redis.RedisError as exc:  # one still under way (an automatic one)
-                answer = f"refused: {exc}"
-            self.asked.append((at, arm, answer))
+            self.asked.append((at, arm, fb.ask_aof_rewrite(self.redis)))  # refused: an automatic one under way
 
 
 def child_seconds(log: Path, since_line: int) -> list[float]:
@@ -130,14 +126,13 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         mine = [r for r in rows if r["arm"] == arm and r["answer"] == "True" and r["after"].get("n")]
         if not mine:
             continue
+        children = [r["child_s"] for r in mine if r.get("child_s") is not None]
         out[arm] = {
             "rewrites": len(mine),
             "after_p99_ms": statistics.median(r["after"]["p99_ms"] for r in mine),
             "after_max_ms": statistics.median(r["after"]["max_ms"] for r in mine),
             "before_p99_ms": statistics.median(r["before"]["p99_ms"] for r in mine),
-            "child_s": statistics.median(r["child_s"] for r in mine if r.get("child_s") is not None)
-            if any(r.get("child_s") is not None for r in mine)
-            else None,
+            "child_s": statistics.median(children) if children else None,
         }
     return out
 

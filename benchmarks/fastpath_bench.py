@@ -370,6 +370,14 @@ class ReceiptDrain:
         self.redis.close()
 
 
+def ask_aof_rewrite(rds: redis.Redis[bytes]) -> str:
+    """``BGREWRITEAOF``: Redis's answer (``True``), or why it refused (one still under way)."""
+    try:
+        return str(rds.bgrewriteaof())
+    except redis.RedisError as exc:
+        return f"refused: {exc}"
+
+
 class AofRewrite:
     """A diagnostic (``--paced-aof-rewrite-at-s``): Redis asked to rewrite its append-only file
     (``BGREWRITEAOF``, what it does by itself each time the file doubled) ``at_s`` seconds into the
@@ -395,10 +403,7 @@ class AofRewrite:
 
     def _ask(self) -> None:
         self.asked_utc = datetime.now(UTC).isoformat(timespec="milliseconds")
-        try:
-            self.answer = str(self.redis.bgrewriteaof())
-        except redis.RedisError as exc:
-            self.answer = f"refused: {exc}"
+        self.answer = ask_aof_rewrite(self.redis)
 
     def outcome(self) -> dict[str, Any] | None:
         if self.at_s is None:
