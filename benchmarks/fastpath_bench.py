@@ -64,7 +64,7 @@ from opensearchpy import OpenSearch, helpers
 from tenure_client import AsyncTenure, ConnectionFailed, Tenure, TenureError
 from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
 
-from benchmarks import run_queue
+from benchmarks import run_queue, thread_bursts
 from benchmarks.recall_bench import Query, Spec, draw_queries, draw_sessions, load_range, loadavg, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
 from deploy.localstack import celery_beat_args, celery_worker_args
@@ -368,6 +368,43 @@ class ReceiptDrain:
         for process in self.processes:
             _terminate(process)
         self.redis.close()
+
+
+class BurstWatch:
+    """``--paced-thread-bursts``: the thread sampler around the paced pass, and the node's thread
+    names read before and after it (``benchmarks/thread_bursts.py``). Does nothing without a path."""
+
+    def __init__(self, path: Path | None, components: dict[str, list[int]], node_pids: list[int]):
+        self.path = path
+        self.components = components
+        self.node_pids = node_pids
+        self.jvm_names: dict[int, str] = {}
+        self._sampling: contextlib.AbstractContextManager[None] | None = None
+
+    def _read_node_names(self) -> None:
+        for pid in self.node_pids:
+            self.jvm_names.update(thread_bursts.jvm_thread_names(pid))
+
+    def __enter__(self) -> BurstWatch:
+        if self.path is not None:
+            self._read_node_names()
+            self._sampling = thread_bursts.sampling(self.components, self.path)
+            self._sampling.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._sampling is not None:
+            self._sampling.__exit__(None, None, None)
+            self._read_node_names()
+
+    def summarise_into(self, paced_result: dict[str, Any]) -> None:
+        if self.path is None or paced_result.get("first_due_utc") is None:
+            return
+        ticks, names = thread_bursts.read_samples(self.path)
+        first_due = datetime.fromisoformat(paced_result["first_due_utc"]).timestamp()
+        paced_result["thread_bursts"] = thread_bursts.summarise(
+            ticks, names, paced_result["timeline"], first_due, jvm_names={"opensearch": self.jvm_names}
+        )
 
 
 def ask_aof_rewrite(rds: redis.Redis[bytes]) -> str:
@@ -997,10 +1034,12 @@ def measure_traffic(
     workers = api.worker_cpu()
     queued = run_queue.reading(components())
     rewrite = AofRewrite(api.drain.redis, args.paced_aof_rewrite_at_s)
-    with api.drain.paused(args.paced_drain == "paused"), rewrite:
+    bursts = BurstWatch(args.paced_thread_bursts, components(), pids.get("opensearch", []))
+    with api.drain.paused(args.paced_drain == "paused"), rewrite, bursts:
         result["paced"] = asyncio.run(
             paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s, connect=connect)
         )
+    bursts.summarise_into(result["paced"])
     result["paced"]["drain"] = args.paced_drain
     result["paced"]["aof_rewrite"] = rewrite.outcome()
     result["paced"]["run_queue"] = run_queue.per_call(queued, run_queue.reading(components()), result["paced"]["sent"])
@@ -1037,6 +1076,9 @@ def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         if "run_queue" in r["paced"]:
             print(f"{r['variant']}: {run_queue_line(r['paced']['run_queue'])}", flush=True)
+        if "thread_bursts" in r["paced"]:
+            for line in thread_bursts.worst_lines(r["paced"]["thread_bursts"]):
+                print(f"{r['variant']}: paced {line}", flush=True)
 
 
 def run_queue_line(rows: dict[str, dict[str, float]]) -> str:
@@ -1085,6 +1127,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="paused: the receipt drain stopped during the paced pass (a diagnostic)")  # fmt: skip
     parser.add_argument("--paced-aof-rewrite-at-s", type=float, default=None,
                         help="BGREWRITEAOF this far into the paced pass (a diagnostic)")  # fmt: skip
+    parser.add_argument("--paced-thread-bursts", type=Path, default=None, metavar="JSONL",
+                        help="sample every thread's CPU each 0.1 s of the paced pass into this file and name "
+                             "the bursts in its worst seconds (benchmarks/thread_bursts.py; a diagnostic)")  # fmt: skip
     parser.add_argument("--client-gc", choices=("frozen", "default"), default="frozen",
                         help="the load generator's heap while measuring (client_heap)")  # fmt: skip
     parser.add_argument("--clients", type=int, default=16)
