@@ -21,9 +21,11 @@ and sends nothing, would hold its connection (a file descriptor, a request task,
 as long as it likes. Here a request's headers must arrive within ``request_head_timeout_s`` of its
 first byte and its body within ``request_body_timeout_s`` of its headers, or the client gets a
 ``408 request_timeout`` and the connection is closed; a new connection that sends nothing is
-closed after the keep-alive timeout, like an idle one (docs/operations.md, "Slow clients"). That
-is the httptools protocol's (uvicorn[standard] brings httptools; it is what every launch path
-gets); the h11 fallback keeps uvicorn's behaviour.
+closed after the keep-alive timeout, like an idle one (docs/operations.md, "Slow clients").
+
+The protocol is uvicorn's httptools one: httptools is a dependency of the service (its OpenSearch
+client parses answers with it), so there is no fallback to uvicorn's h11 protocol, which would
+serve without those timers.
 """
 
 from __future__ import annotations
@@ -36,9 +38,8 @@ import uuid
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import h11
 from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.api.errors import error_body
 from service.config import get_settings
@@ -96,25 +97,6 @@ def _path_of(target: bytes) -> str:
         return ""
 
 
-class JsonErrorH11Protocol(H11Protocol):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.timeout_keep_alive = keep_alive_s(self.timeout_keep_alive)
-
-    def send_400_response(self, msg: str) -> None:
-        request_id, body = bad_request_body(msg)
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (REQUEST_ID_HEADER, request_id.encode()),
-            (b"connection", b"close"),
-        ]
-        self.transport.write(self.conn.send(h11.Response(status_code=400, headers=headers, reason=b"Bad Request")))
-        self.transport.write(self.conn.send(h11.Data(data=body)))
-        self.transport.write(self.conn.send(h11.EndOfMessage()))
-        self.transport.close()
-
-
 class ClockedFlowControl(FlowControl):
     """uvicorn's flow control, also counting how long reading has been paused: while the server
     does not read (the app has not taken what came, or a pipelined request waits), a slow request
@@ -145,132 +127,124 @@ class ClockedFlowControl(FlowControl):
 Phase = Literal["headers", "body"]
 
 
-try:
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-except ImportError:  # pragma: no cover - httptools ships with uvicorn[standard]
-    JsonErrorHttpProtocol: type = JsonErrorH11Protocol
-else:
+class JsonErrorHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.timeout_keep_alive = keep_alive_s(self.timeout_keep_alive)
+        api = get_settings().api
+        self._timeouts: dict[Phase, float] = {
+            "headers": api.request_head_timeout_s,
+            "body": api.request_body_timeout_s,
+        }
+        # The part of a request being received, since when, and the connection's paused
+        # reading by then; None between requests (the keep-alive timer's time).
+        self._phase: Phase | None = None
+        self._phase_started = 0.0
+        self._paused_at_start = 0.0
+        self._deadline: asyncio.TimerHandle | None = None
+        self._clock: ClockedFlowControl | None = None
 
-    class JsonErrorHttpToolsProtocol(HttpToolsProtocol):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.timeout_keep_alive = keep_alive_s(self.timeout_keep_alive)
-            api = get_settings().api
-            self._timeouts: dict[Phase, float] = {
-                "headers": api.request_head_timeout_s,
-                "body": api.request_body_timeout_s,
-            }
-            # The part of a request being received, since when, and the connection's paused
-            # reading by then; None between requests (the keep-alive timer's time).
-            self._phase: Phase | None = None
-            self._phase_started = 0.0
-            self._paused_at_start = 0.0
-            self._deadline: asyncio.TimerHandle | None = None
-            self._clock: ClockedFlowControl | None = None
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._clock = ClockedFlowControl(transport)
+        self.flow = self._clock
+        # uvicorn arms its idle timer only once a response is out: a connection that never
+        # sends a request would stay open for ever. It gets the idle connection's timeout.
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._clock = ClockedFlowControl(transport)
-            self.flow = self._clock
-            # uvicorn arms its idle timer only once a response is out: a connection that never
-            # sends a request would stay open for ever. It gets the idle connection's timeout.
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end_phase()
+        super().connection_lost(exc)
 
-        def connection_lost(self, exc: Exception | None) -> None:
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.transport.get_protocol() is not self:  # upgraded: no longer an HTTP request
             self._end_phase()
-            super().connection_lost(exc)
+        elif self._phase is not None and self._deadline is None and not self.transport.is_closing():
+            # Only a request that did not come whole in one read gets a timer: a recall's
+            # request (one read) never makes one.
+            self._deadline = self.loop.call_later(self._remaining_s(), self._on_deadline)
 
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if self.transport.get_protocol() is not self:  # upgraded: no longer an HTTP request
-                self._end_phase()
-            elif self._phase is not None and self._deadline is None and not self.transport.is_closing():
-                # Only a request that did not come whole in one read gets a timer: a recall's
-                # request (one read) never makes one.
-                self._deadline = self.loop.call_later(self._remaining_s(), self._on_deadline)
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._begin_phase("headers")
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._begin_phase("headers")
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._begin_phase("body")
 
-        def on_headers_complete(self) -> None:
-            super().on_headers_complete()
-            self._begin_phase("body")
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._end_phase()
 
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._end_phase()
+    def _begin_phase(self, phase: Phase) -> None:
+        self._end_phase()
+        self._phase = phase
+        self._phase_started = time.monotonic()
+        self._paused_at_start = self._clock.paused_s() if self._clock else 0.0
 
-        def _begin_phase(self, phase: Phase) -> None:
-            self._end_phase()
-            self._phase = phase
-            self._phase_started = time.monotonic()
-            self._paused_at_start = self._clock.paused_s() if self._clock else 0.0
-
-        def _end_phase(self) -> None:
-            self._phase = None
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _remaining_s(self) -> float:
-            """What is left of the phase's timeout, counting only the time the server was reading."""
-            assert self._phase is not None
-            paused = (self._clock.paused_s() if self._clock else 0.0) - self._paused_at_start
-            return self._timeouts[self._phase] - (time.monotonic() - self._phase_started - paused)
-
-        def _on_deadline(self) -> None:
+    def _end_phase(self) -> None:
+        self._phase = None
+        if self._deadline is not None:
+            self._deadline.cancel()
             self._deadline = None
-            if self._phase is None or self.transport.is_closing():
-                return
-            remaining = self._remaining_s()
-            if remaining > 0:  # the server paused reading meanwhile: that time was not the client's
-                self._deadline = self.loop.call_later(remaining, self._on_deadline)
-                return
-            self._time_out(self._phase)
 
-        def _time_out(self, phase: Phase) -> None:
-            """Answer 408 if no answer to anything on this connection is under way, and close it.
-            A request whose headers are in has its app task running: it is told the client left
-            (its reads end, whatever it sends is dropped), so it never answers over the 408."""
-            cycle, timeout = self.cycle, self._timeouts[phase]
-            if phase == "headers" or cycle is None:  # no app task for this request yet
-                answerable = cycle is None or cycle.response_complete
-                path, request_id = _path_of(self.url), f"req-{uuid.uuid4().hex}"
-            else:
-                answerable = not cycle.response_started
-                path = cycle.scope.get("path", "")
-                given = cycle.scope.get("state", {}).get("request_id")
-                request_id = given if isinstance(given, str) else f"req-{uuid.uuid4().hex}"
-                cycle.disconnected = True
-                cycle.message_event.set()
-            logger.warning(
-                "request %s not received within %g s: %s, connection closed",
-                phase,
-                timeout,
-                "answered 408" if answerable else "an answer was already under way",
-                extra={"request_id": request_id, "path": path, "client": self.client},
-            )
-            if answerable:
-                message = f"request {phase} not received within {timeout:g} s"
-                body = error_body(ErrorCode.REQUEST_TIMEOUT, message, {"timeout_s": timeout}, request_id, path=path)
-                status_line = b"HTTP/1.1 408 Request Timeout\r\n"
-                default_headers = self.server_state.default_headers
-                self.transport.write(
-                    closing_error_response(status_line, request_id, json.dumps(body).encode(), default_headers)
-                )
-            self._end_phase()
-            self.transport.close()
+    def _remaining_s(self) -> float:
+        """What is left of the phase's timeout, counting only the time the server was reading."""
+        assert self._phase is not None
+        paused = (self._clock.paused_s() if self._clock else 0.0) - self._paused_at_start
+        return self._timeouts[self._phase] - (time.monotonic() - self._phase_started - paused)
 
-        def send_400_response(self, msg: str) -> None:
-            # the request target as far as the parser got (a header fault comes after it)
-            request_id, body = bad_request_body(msg, _path_of(getattr(self, "url", b"") or b""))
-            status_line = b"HTTP/1.1 400 Bad Request\r\n"
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        if self._phase is None or self.transport.is_closing():
+            return
+        remaining = self._remaining_s()
+        if remaining > 0:  # the server paused reading meanwhile: that time was not the client's
+            self._deadline = self.loop.call_later(remaining, self._on_deadline)
+            return
+        self._time_out(self._phase)
+
+    def _time_out(self, phase: Phase) -> None:
+        """Answer 408 if no answer to anything on this connection is under way, and close it.
+        A request whose headers are in has its app task running: it is told the client left
+        (its reads end, whatever it sends is dropped), so it never answers over the 408."""
+        cycle, timeout = self.cycle, self._timeouts[phase]
+        if phase == "headers" or cycle is None:  # no app task for this request yet
+            answerable = cycle is None or cycle.response_complete
+            path, request_id = _path_of(self.url), f"req-{uuid.uuid4().hex}"
+        else:
+            answerable = not cycle.response_started
+            path = cycle.scope.get("path", "")
+            given = cycle.scope.get("state", {}).get("request_id")
+            request_id = given if isinstance(given, str) else f"req-{uuid.uuid4().hex}"
+            cycle.disconnected = True
+            cycle.message_event.set()
+        logger.warning(
+            "request %s not received within %g s: %s, connection closed",
+            phase,
+            timeout,
+            "answered 408" if answerable else "an answer was already under way",
+            extra={"request_id": request_id, "path": path, "client": self.client},
+        )
+        if answerable:
+            message = f"request {phase} not received within {timeout:g} s"
+            body = error_body(ErrorCode.REQUEST_TIMEOUT, message, {"timeout_s": timeout}, request_id, path=path)
+            status_line = b"HTTP/1.1 408 Request Timeout\r\n"
+            default_headers = self.server_state.default_headers
             self.transport.write(
-                closing_error_response(status_line, request_id, body, self.server_state.default_headers)
+                closing_error_response(status_line, request_id, json.dumps(body).encode(), default_headers)
             )
-            self.transport.close()
+        self._end_phase()
+        self.transport.close()
 
-    JsonErrorHttpProtocol = JsonErrorHttpToolsProtocol
+    def send_400_response(self, msg: str) -> None:
+        # the request target as far as the parser got (a header fault comes after it)
+        request_id, body = bad_request_body(msg, _path_of(getattr(self, "url", b"") or b""))
+        status_line = b"HTTP/1.1 400 Bad Request\r\n"
+        self.transport.write(closing_error_response(status_line, request_id, body, self.server_state.default_headers))
+        self.transport.close()
+
+
+# the name every launch path gives uvicorn (--http)
+JsonErrorHttpProtocol = JsonErrorHttpToolsProtocol

@@ -21,12 +21,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from deploy.localstack import LocalStack
-from service.api.http_protocol import (
-    MIN_KEEP_ALIVE_S,
-    JsonErrorH11Protocol,
-    JsonErrorHttpProtocol,
-    keep_alive_s,
-)
+from service.api.http_protocol import MIN_KEEP_ALIVE_S, JsonErrorHttpProtocol, keep_alive_s
 
 HTTPX_IDLE_EXPIRY_S = httpx.Limits().keepalive_expiry or 0.0
 
@@ -67,13 +62,12 @@ async def _no_app(scope: Any, receive: Any, send: Any) -> None:
     raise AssertionError("never called: only the protocol is built")
 
 
-@pytest.mark.parametrize("protocol", [JsonErrorHttpProtocol, JsonErrorH11Protocol], ids=["httptools", "h11"])
 @pytest.mark.parametrize("configured", [5, MIN_KEEP_ALIVE_S + 55])
-def test_both_protocol_classes_apply_the_floor(protocol: type[Any], configured: int) -> None:
+def test_the_protocol_class_applies_the_floor(configured: int) -> None:
     loop = asyncio.new_event_loop()
     try:
         config = uvicorn.Config(_no_app, timeout_keep_alive=configured)
-        connection = protocol(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        connection = JsonErrorHttpProtocol(config=config, server_state=ServerState(), app_state={}, _loop=loop)
         assert connection.timeout_keep_alive == max(configured, MIN_KEEP_ALIVE_S)
     finally:
         loop.close()
