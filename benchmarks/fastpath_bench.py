@@ -387,6 +387,7 @@ class BurstWatch:
 
     def __enter__(self) -> BurstWatch:
         if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._read_node_names()
             self._sampling = thread_bursts.sampling(self.components, self.path)
             self._sampling.__enter__()
@@ -400,7 +401,11 @@ class BurstWatch:
     def summarise_into(self, paced_result: dict[str, Any]) -> None:
         if self.path is None or paced_result.get("first_due_utc") is None:
             return
-        ticks, names = thread_bursts.read_samples(self.path)
+        try:
+            ticks, names = thread_bursts.read_samples(self.path)
+        except (OSError, ValueError) as exc:  # the sampler died: the pass's own figures stand
+            paced_result["thread_bursts"] = {"error": f"no samples: {exc}"}
+            return
         first_due = datetime.fromisoformat(paced_result["first_due_utc"]).timestamp()
         paced_result["thread_bursts"] = thread_bursts.summarise(
             ticks, names, paced_result["timeline"], first_due, jvm_names={"opensearch": self.jvm_names}
@@ -1076,7 +1081,7 @@ def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         if "run_queue" in r["paced"]:
             print(f"{r['variant']}: {run_queue_line(r['paced']['run_queue'])}", flush=True)
-        if "thread_bursts" in r["paced"]:
+        if "seconds" in r["paced"].get("thread_bursts", {}):
             for line in thread_bursts.worst_lines(r["paced"]["thread_bursts"]):
                 print(f"{r['variant']}: paced {line}", flush=True)
 

@@ -70,3 +70,29 @@ def test_the_sampler_sees_a_busy_process_and_names_its_threads(tmp_path: Path) -
 
 def test_a_process_that_is_not_a_jvm_has_no_jvm_thread_names() -> None:
     assert jvm_thread_names(os.getpid()) == {}
+
+
+def test_fastpath_bench_lines_the_samples_up_with_its_paced_pass(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from benchmarks.fastpath_bench import BurstWatch
+
+    out = tmp_path / "deeper" / "ticks.jsonl"  # its folder made on the way in
+    with BurstWatch(out, {"client": [os.getpid()]}, node_pids=[]) as watch:
+        first_due = datetime.now(UTC)
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:
+            pass
+    paced = {"first_due_utc": first_due.isoformat(), "timeline": [[0.0, 300, 3.0, 12.0, 15.0]]}
+    watch.summarise_into(paced)
+    summary = paced["thread_bursts"]
+    assert isinstance(summary, dict) and summary["ticks"] >= 5
+    # this process spun one core for the whole second the timeline covers
+    assert max(ms for group, ms in summary["ms_per_s_by_group"].items() if group.startswith("client: ")) > 300
+
+    out.unlink()  # a sampler that left nothing: the pass's figures stand, the reason is kept
+    watch.summarise_into(paced)
+    assert "no samples" in paced["thread_bursts"]["error"]
+    off: dict[str, object] = {"first_due_utc": first_due.isoformat(), "timeline": []}
+    BurstWatch(None, {}, node_pids=[]).summarise_into(off)
+    assert "thread_bursts" not in off
