@@ -379,7 +379,7 @@ class BurstWatch:
         self.components = components
         self.node_pids = node_pids
         self.jvm_names: dict[int, str] = {}
-        self._sampling: contextlib.AbstractContextManager[None] | None = None
+        self._sampling = contextlib.ExitStack()
 
     def _read_node_names(self) -> None:
         for pid in self.node_pids:
@@ -389,13 +389,12 @@ class BurstWatch:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._read_node_names()
-            self._sampling = thread_bursts.sampling(self.components, self.path)
-            self._sampling.__enter__()
+            self._sampling.enter_context(thread_bursts.sampling(self.components, self.path))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._sampling is not None:
-            self._sampling.__exit__(None, None, None)
+        if self.path is not None:
+            self._sampling.close()
             self._read_node_names()
 
     def summarise_into(self, paced_result: dict[str, Any]) -> None:

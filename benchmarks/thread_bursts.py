@@ -42,6 +42,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from benchmarks import run_queue
+
 PROC = Path("/proc")
 MIN_BURST_MS = 15.0
 BURST_OVER_MEDIAN = 3.0
@@ -79,19 +81,6 @@ def jvm_thread_names(pid: int, proc: Path = PROC) -> dict[int, str]:
     return names
 
 
-def _run_ns(proc: Path, pid: int) -> Iterator[tuple[int, int]]:
-    """(tid, ns on a CPU) of each live thread of ``pid``."""
-    try:
-        tasks = list((proc / str(pid) / "task").iterdir())
-    except OSError:
-        return
-    for task in tasks:
-        try:
-            yield int(task.name), int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue  # exited between the listing and the read
-
-
 def _comm(proc: Path, pid: int, tid: int) -> str:
     try:
         return (proc / str(pid) / "task" / str(tid) / "comm").read_text().strip()
@@ -114,9 +103,9 @@ class Sampler:
         current: dict[str, int] = {}
         for component, pids in self.components.items():
             for pid in pids:
-                for tid, ns in _run_ns(self.proc, pid):
+                for (_, tid), counts in run_queue.process_threads(pid, self.proc).items():
                     key = f"{component}/{pid}/{tid}"
-                    current[key] = ns
+                    current[key] = counts.run_ns
                     if key not in self.names:
                         self.names[key] = _comm(self.proc, pid, tid)
         if self._last:
@@ -179,7 +168,7 @@ def read_samples(path: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
 
 
 def _label(key: str, names: Mapping[str, str], jvm_names: Mapping[str, Mapping[int, str]]) -> str:
-    component, pid, tid = key.split("/")
+    component, _, tid = key.split("/")
     name = jvm_names.get(component, {}).get(int(tid)) or names.get(key, "?")
     return f"{component}: {group_of(name)}"
 
@@ -198,10 +187,10 @@ def _processes(ticks: list[dict[str, Any]], least_share: float = 0.05) -> dict[s
     }
 
 
-def _split(ticks: list[tuple[float, dict[str, Any]]], component: str, pids: list[str]) -> list[float]:
+def _split(ticks: list[dict[str, Any]], component: str, pids: list[str]) -> list[float]:
     """Each process's share of ``component``'s CPU over ``ticks``."""
     used = dict.fromkeys(pids, 0.0)
-    for _, tick in ticks:
+    for tick in ticks:
         for key, ns in tick["ns"].items():
             owner, pid, _ = key.split("/")
             if owner == component and pid in used:
@@ -222,8 +211,8 @@ def summarise(
     """Per group its CPU per second over the pass; per second of ``timeline`` (``[second, n, p50,
     p99, max]`` rows, seconds from ``first_due_s``, an epoch) the bursts in it (module docstring)."""
     jvm = jvm_names or {}
-    by_tick: list[tuple[float, dict[str, float]]] = []
-    raw: list[tuple[float, dict[str, Any]]] = []
+    # each tick of the pass: its offset into the pass, its per-thread figures, its per-group ms
+    rows: list[tuple[float, dict[str, Any], dict[str, float]]] = []
     for tick in ticks:
         offset = tick["t"] - first_due_s
         if not 0 <= offset < len(timeline):
@@ -231,29 +220,27 @@ def summarise(
         groups: dict[str, float] = defaultdict(float)
         for key, ns in tick["ns"].items():
             groups[_label(key, names, jvm)] += ns / 1e6
-        by_tick.append((offset, groups))
-        raw.append((offset, tick))
+        rows.append((offset, tick, groups))
     # components of several processes (the API's workers): how each second's CPU fell on them
-    shared = {c: pids for c, pids in _processes([t for _, t in raw]).items() if len(pids) > 1}
-    every = sorted({group for _, groups in by_tick for group in groups})
-    median = {g: statistics.median(groups.get(g, 0.0) for _, groups in by_tick) for g in every} if by_tick else {}
+    shared = {c: pids for c, pids in _processes([tick for _, tick, _ in rows]).items() if len(pids) > 1}
+    every = sorted({group for _, _, groups in rows for group in groups})
+    median = {g: statistics.median(groups.get(g, 0.0) for _, _, groups in rows) for g in every} if rows else {}
     seconds = len(timeline) or 1
-    totals = {g: round(sum(groups.get(g, 0.0) for _, groups in by_tick) / seconds, 1) for g in every}
+    totals = {g: round(sum(groups.get(g, 0.0) for _, _, groups in rows) / seconds, 1) for g in every}
     per_second: list[dict[str, Any]] = []
     for row in timeline:
         second = int(row[0])
+        in_second = [r for r in rows if int(r[0]) == second]
         bursts = [
             [round(offset, 1), group, round(ms, 1)]
-            for offset, groups in by_tick
-            if int(offset) == second
+            for offset, _, groups in in_second
             for group, ms in sorted(groups.items())
             if ms >= min_ms and ms >= BURST_OVER_MEDIAN * median[group]
         ]
-        in_second = [(o, t) for o, t in raw if int(o) == second]
-        split = {c: _split(in_second, c, pids) for c, pids in shared.items()}
+        split = {c: _split([tick for _, tick, _ in in_second], c, pids) for c, pids in shared.items()}
         per_second.append({"second": second, "p99_ms": row[3], "bursts": bursts, "split": split})
     return {
-        "ticks": len(by_tick),
+        "ticks": len(rows),
         "ms_per_s_by_group": dict(sorted(totals.items(), key=lambda kv: -kv[1])),
         "seconds": per_second,
     }
