@@ -127,7 +127,10 @@ class ClockedFlowControl(FlowControl):
 Phase = Literal["headers", "body"]
 
 
-class JsonErrorHttpToolsProtocol(HttpToolsProtocol):
+class JsonErrorHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the JSON 400s, the keep-alive floor and the slow-client
+    timers (the module docstring); the class every launch path gives ``uvicorn --http``."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.timeout_keep_alive = keep_alive_s(self.timeout_keep_alive)
@@ -244,7 +247,3 @@ class JsonErrorHttpToolsProtocol(HttpToolsProtocol):
         status_line = b"HTTP/1.1 400 Bad Request\r\n"
         self.transport.write(closing_error_response(status_line, request_id, body, self.server_state.default_headers))
         self.transport.close()
-
-
-# the name every launch path gives uvicorn (--http)
-JsonErrorHttpProtocol = JsonErrorHttpToolsProtocol
