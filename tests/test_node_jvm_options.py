@@ -41,3 +41,23 @@ def test_the_node_under_test_runs_with_them(os_client: OpenSearch) -> None:
     for node in nodes.values():
         arguments = node["jvm"]["input_arguments"]
         assert all(option in arguments for option in devstack.node_jvm_options()), arguments
+
+
+def _thread_nice(task: Path) -> int:
+    """A thread's nice value: field 19 of its ``stat``, counted after the ``(comm)`` that may hold spaces."""
+    fields = (task / "stat").read_text(encoding="utf-8").rpartition(")")[2].split()
+    return int(fields[16])
+
+
+def test_the_node_under_test_compiles_at_the_lowest_cpu_priority(os_client: OpenSearch) -> None:
+    if os.environ.get("TENURE_TEST_OPENSEARCH_URL"):
+        pytest.skip("an external node was given: its JVM options are its operator's")
+    assert "-XX:CompilerThreadPriority=19" in devstack.node_jvm_options()
+    info = next(iter(os_client.nodes.info(metric="process")["nodes"].values()))
+    tasks = Path(f"/proc/{info['process']['id']}/task")
+    threads = {task: (task / "comm").read_text(encoding="utf-8").strip() for task in tasks.iterdir()}
+    compilers = [task for task, name in threads.items() if "CompilerThre" in name]
+    assert compilers, sorted(set(threads.values()))
+    assert {_thread_nice(task) for task in compilers} == {19}
+    # and nothing of the node runs above the rest of the machine (the priorities mapped to 0)
+    assert min(_thread_nice(task) for task in threads) >= 0
