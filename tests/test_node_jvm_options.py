@@ -1,11 +1,12 @@
 """The OpenSearch nodes' JVM options have one definition (deploy/opensearch-image/jvm.options.d/):
 the compose image copies it, the dev, test and benchmark nodes read it, and the node the tests run
-against really runs with it."""
+against really runs with it (its JIT compiler threads at nice 19, read from /proc)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opensearchpy import OpenSearch
@@ -34,11 +35,16 @@ def test_the_compose_image_copies_the_options_into_the_nodes_jvm_options_d() -> 
     assert ["COPY", "jvm.options.d/", "/usr/share/opensearch/config/jvm.options.d/"] in copies
 
 
-def test_the_node_under_test_runs_with_them(os_client: OpenSearch) -> None:
+@pytest.fixture
+def own_nodes(os_client: OpenSearch) -> list[dict[str, Any]]:
+    """The nodes under test as ``_nodes/jvm,process`` describes them, when this suite started them."""
     if os.environ.get("TENURE_TEST_OPENSEARCH_URL"):
         pytest.skip("an external node was given: its JVM options are its operator's")
-    nodes = os_client.nodes.info(metric="jvm")["nodes"]
-    for node in nodes.values():
+    return list(os_client.nodes.info(metric="jvm,process")["nodes"].values())
+
+
+def test_the_node_under_test_runs_with_them(own_nodes: list[dict[str, Any]]) -> None:
+    for node in own_nodes:
         arguments = node["jvm"]["input_arguments"]
         assert all(option in arguments for option in devstack.node_jvm_options()), arguments
 
@@ -49,12 +55,9 @@ def _thread_nice(task: Path) -> int:
     return int(fields[16])
 
 
-def test_the_node_under_test_compiles_at_the_lowest_cpu_priority(os_client: OpenSearch) -> None:
-    if os.environ.get("TENURE_TEST_OPENSEARCH_URL"):
-        pytest.skip("an external node was given: its JVM options are its operator's")
+def test_the_node_under_test_compiles_at_the_lowest_cpu_priority(own_nodes: list[dict[str, Any]]) -> None:
     assert "-XX:CompilerThreadPriority=19" in devstack.node_jvm_options()
-    info = next(iter(os_client.nodes.info(metric="process")["nodes"].values()))
-    tasks = Path(f"/proc/{info['process']['id']}/task")
+    tasks = Path(f"/proc/{own_nodes[0]['process']['id']}/task")
     threads = {task: (task / "comm").read_text(encoding="utf-8").strip() for task in tasks.iterdir()}
     compilers = [task for task, name in threads.items() if "CompilerThre" in name]
     assert compilers, sorted(set(threads.values()))
