@@ -921,9 +921,20 @@ def cpu_per_recall(used: dict[str, Any], recalls: int) -> dict[str, float]:
 
 def machine_use(used: dict[str, Any], calls: int) -> dict[str, Any]:
     """A pass's CPU per recall by component and how busy the whole machine was (of all its
-    cores, every process counted: at 300/s paced this says how much headroom was left)."""
+    cores, every process counted: at 300/s paced this says how much headroom was left), and how
+    much of it the hypervisor stole (counted in busy: a run with steal ran on a slower machine)."""
     busy = used["machine_busy_cpu_s"] / max(used["machine_total_cpu_s"], 1e-9)
-    return {"cpu_ms_per_recall": cpu_per_recall(used, max(calls, 1)), "machine_busy": round(busy, 3)}
+    return {
+        "cpu_ms_per_recall": cpu_per_recall(used, max(calls, 1)),
+        "machine_busy": round(busy, 3),
+        "machine_steal": steal_share(used),
+    }
+
+
+def steal_share(used: dict[str, Any]) -> float:
+    """The share of the machine's CPU time the hypervisor gave to other guests during a pass."""
+    stolen_s = float(used.get("machine_stolen_cpu_s", 0.0))
+    return round(stolen_s / max(float(used["machine_total_cpu_s"]), 1e-9), 3)
 
 
 @dataclass(frozen=True)
@@ -1024,7 +1035,9 @@ def measure_traffic(
     load_before = loadavg()
     meter.begin()
     seq, sent = sequential_pass(api, phases.timed, 0, args.seq_max_s)
-    cpu = cpu_per_recall(meter.finish(), max(sent, 1))
+    used = meter.finish()
+    cpu = cpu_per_recall(used, max(sent, 1))
+    seq["machine_steal"] = steal_share(used)
     receipts: dict[str, Any] = {"backlog_before": backlog, "pending_after": {"sequential": api.drain.pending()}}
     result: dict[str, Any] = {
         "warmup": warmed,
@@ -1066,13 +1079,13 @@ def measure_traffic(
 
 def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
     print(f"\n{size:,} beliefs")
-    print("| variant | seq n | seq p50 | seq p99 | paced p50 / p99 (errors), machine busy | ceiling /s", end=" ")
-    print("| CPU ms/recall OS / API / drain / Redis / client |")
+    print("| variant | seq n | seq p50 | seq p99 | paced p50 / p99 (errors), machine busy (steal)", end=" ")
+    print("| ceiling /s | CPU ms/recall OS / API / drain / Redis / client |")
     for r in rows:
         s, p, c, cpu = r["sequential"], r["paced"], r["ceiling"], r["cpu_ms_per_recall"]
         print(
             f"| {r['variant']} ({r['traffic']}) | {s['n']} | {s.get('p50_ms')} | {s.get('p99_ms')} "
-            f"| {p.get('p50_ms')} / {p.get('p99_ms')} ({p['errors']}), {p.get('machine_busy')} "
+            f"| {p.get('p50_ms')} / {p.get('p99_ms')} ({p['errors']}), {p.get('machine_busy')}{stolen(s, p)} "
             f"| {c['recalls_per_s']} | {cpu.get('opensearch')} / {cpu.get('api')} / {cpu.get('drain')} / "
             f"{cpu.get('redis')} / {cpu.get('client')} |",
             flush=True,
@@ -1083,6 +1096,12 @@ def print_rows(size: int, rows: list[dict[str, Any]]) -> None:
         if "seconds" in r["paced"].get("thread_bursts", {}):
             for line in thread_bursts.worst_lines(r["paced"]["thread_bursts"]):
                 print(f"{r['variant']}: paced {line}", flush=True)
+
+
+def stolen(sequential: dict[str, Any], paced: dict[str, Any]) -> str:
+    """The hypervisor's steal in the sequential and paced passes, when there was any."""
+    shares = (sequential.get("machine_steal", 0.0), paced.get("machine_steal", 0.0))
+    return f" (steal {shares[0]} / {shares[1]})" if any(shares) else ""
 
 
 def run_queue_line(rows: dict[str, dict[str, float]]) -> str:

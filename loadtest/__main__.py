@@ -158,12 +158,18 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def _machine_cpu_s() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+def machine_cpu_s(cpu_line: str) -> tuple[float, float, float]:
+    """(busy, total, stolen) CPU seconds of the whole machine since boot, from /proc/stat's first
+    ``cpu`` line. Busy counts stolen time: the hypervisor gave that core to another guest while
+    this one had work, so it was neither idle nor ours (``steal``, the 8th value)."""
+    values = [int(v) for v in cpu_line.split()[1:]]
     total = sum(values[:8])
     idle = values[3] + values[4]
-    return (total - idle) / TICKS, total / TICKS
+    return (total - idle) / TICKS, total / TICKS, values[7] / TICKS
+
+
+def _machine_cpu_s() -> tuple[float, float, float]:
+    return machine_cpu_s(Path("/proc/stat").read_text().splitlines()[0])
 
 
 class CpuMeter:
@@ -173,7 +179,7 @@ class CpuMeter:
     def __init__(self, pids: Callable[[], dict[str, list[int]]]) -> None:
         self.pids = pids
         self.start: dict[str, float] = {}
-        self.machine_start = (0.0, 0.0)
+        self.machine_start = (0.0, 0.0, 0.0)
         self.wall_start = 0.0
 
     def snapshot(self) -> dict[str, float]:
@@ -188,13 +194,14 @@ class CpuMeter:
 
     def finish(self) -> dict[str, Any]:
         end = self.snapshot()
-        busy, total = (b - a for a, b in zip(self.machine_start, _machine_cpu_s(), strict=True))
+        busy, total, stolen = (b - a for a, b in zip(self.machine_start, _machine_cpu_s(), strict=True))
         used = {name: round(end[name] - self.start.get(name, 0.0), 1) for name in end}
         return {
             "wall_s": round(time.monotonic() - self.wall_start, 1),
             "cpu_s": used,
             "machine_busy_cpu_s": round(busy, 1),
             "machine_total_cpu_s": round(total, 1),
+            "machine_stolen_cpu_s": round(stolen, 1),
             "other_processes_cpu_s": round(busy - sum(used.values()), 1),
         }
 
