@@ -49,18 +49,24 @@ def test_the_node_under_test_runs_with_them(own_nodes: list[dict[str, Any]]) -> 
         assert all(option in arguments for option in devstack.node_jvm_options()), arguments
 
 
-def _thread_nice(task: Path) -> int:
-    """A thread's nice value: field 19 of its ``stat``, counted after the ``(comm)`` that may hold spaces."""
-    fields = (task / "stat").read_text(encoding="utf-8").rpartition(")")[2].split()
-    return int(fields[16])
+def _threads_by_name_and_nice(pid: int) -> list[tuple[str, int]]:
+    """Each live thread of a process: its name and its nice value (field 19 of its ``stat``,
+    counted after the ``(comm)`` that may hold spaces). A thread that ends while it is read is left out."""
+    threads = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text(encoding="utf-8").strip()
+            fields = (task / "stat").read_text(encoding="utf-8").rpartition(")")[2].split()
+        except OSError:
+            continue
+        threads.append((name, int(fields[16])))
+    return threads
 
 
 def test_the_node_under_test_compiles_at_the_lowest_cpu_priority(own_nodes: list[dict[str, Any]]) -> None:
     assert "-XX:CompilerThreadPriority=19" in devstack.node_jvm_options()
-    tasks = Path(f"/proc/{own_nodes[0]['process']['id']}/task")
-    threads = {task: (task / "comm").read_text(encoding="utf-8").strip() for task in tasks.iterdir()}
-    compilers = [task for task, name in threads.items() if "CompilerThre" in name]
-    assert compilers, sorted(set(threads.values()))
-    assert {_thread_nice(task) for task in compilers} == {19}
+    threads = _threads_by_name_and_nice(own_nodes[0]["process"]["id"])
+    compilers = {nice for name, nice in threads if "CompilerThre" in name}
+    assert compilers == {19}, threads
     # and nothing of the node runs above the rest of the machine (the priorities mapped to 0)
-    assert min(_thread_nice(task) for task in threads) >= 0
+    assert min(nice for _, nice in threads) >= 0
