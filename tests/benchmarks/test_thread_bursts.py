@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.fastpath_bench import BurstWatch
 from benchmarks.thread_bursts import group_of, jvm_thread_names, read_samples, sampling, summarise, worst_lines
 
 
@@ -73,10 +75,6 @@ def test_a_process_that_is_not_a_jvm_has_no_jvm_thread_names() -> None:
 
 
 def test_fastpath_bench_lines_the_samples_up_with_its_paced_pass(tmp_path: Path) -> None:
-    from datetime import UTC, datetime
-
-    from benchmarks.fastpath_bench import BurstWatch
-
     out = tmp_path / "deeper" / "ticks.jsonl"  # its folder made on the way in
     with BurstWatch(out, {"client": [os.getpid()]}, node_pids=[]) as watch:
         first_due = datetime.now(UTC)
