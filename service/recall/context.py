@@ -49,6 +49,12 @@ class RecallBudget(BaseModel):
         return defaults.model_copy(update=overrides) if overrides else defaults
 
 
+def resolve_budget(budget: RecallBudget | None, defaults: RecallDefaults) -> RecallDefaults:
+    """The limits of one recall: ``defaults`` with ``budget``'s overrides. Most recalls send no
+    budget: they get ``defaults`` as they are, without an empty model built and dumped each time."""
+    return defaults if budget is None else budget.resolve(defaults)
+
+
 @dataclass(frozen=True)
 class TierEntry:
     belief: Belief
@@ -184,7 +190,7 @@ class ContextBuilder:
         ``write_version``: the tenant's, read with the rate limit: the filter tiers and the
         vocabulary may come from the caches; ``vocabulary_version`` (without it): only the
         vocabulary may."""
-        limits = (budget or RecallBudget()).resolve(self.defaults)
+        limits = resolve_budget(budget, self.defaults)
         memo = self.tier_cache.bind(principal.tenant_id, write_version) if self.tier_cache is not None else None
         view = ScopeView.session(scopes)
         query = clean_query(message, max_chars=limits.max_query_chars)

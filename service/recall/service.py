@@ -19,7 +19,7 @@ from service.domain.principal import Principal
 from service.domain.text import clip
 from service.errors import Forbidden
 from service.loops import LoopBound, on_loop
-from service.recall.context import ContextBuilder, RecallBudget, RecallResult
+from service.recall.context import ContextBuilder, RecallBudget, RecallResult, resolve_budget
 from service.recall.receipts import ReceiptOutbox
 from service.recall.render import InjectionBlock, render_injection
 from service.storage.audit import AuditEvent
@@ -160,7 +160,7 @@ class RecallService:
         metrics.observe_recall(time.perf_counter() - started, {t: len(e) for t, e in result.tiers().items()})
         if explain:
             result.notes += self._scope_notes(principal, scopes)
-        limits = (budget or RecallBudget()).resolve(self.builder.defaults)
+        limits = resolve_budget(budget, self.builder.defaults)
         return Built(result, limits.max_chars_per_belief)
 
     def record_receipt(
