@@ -52,11 +52,35 @@ if ! command -v helm >/dev/null 2>&1 && [ -x "$GO" ] && [ ! -x "$("$GO" env GOPA
   "$GO" install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 fi
 
-PY=${PYTHON:-python3.11}
-command -v "$PY" >/dev/null 2>&1 || PY=python3
+# The interpreter: Debian's own python3.11 first. Debian builds it with profile-guided and link-time
+# optimisation into one static executable, as the official python image the compose deployment
+# runs is built; a pyenv build (libpython shared, no PGO or LTO) ran the same recalls with 7-11 %
+# more API CPU (docs/benchmarks.md, issue 16: "The interpreter"). PYTHON=/path/to/python overrides.
+if [ -z "${PYTHON:-}" ] && [ -x /usr/bin/python3.11 ] && ! /usr/bin/python3.11 -c 'import ensurepip' 2>/dev/null; then
+  echo "setup: installing python3.11-venv (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends python3.11-venv >/dev/null
+fi
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for candidate in /usr/bin/python3.11 python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import ensurepip, venv' 2>/dev/null; then
+      PY=$candidate
+      break
+    fi
+  done
+fi
+PY=$("${PY:-python3}" -c 'import os, sys; print(os.path.realpath(sys.executable))')
+# a .venv made from another interpreter (an earlier default, or PYTHON changed) is made again
+if [ -x .venv/bin/python ] &&
+  [ "$(.venv/bin/python -c 'import os, sys; print(os.path.realpath(sys._base_executable))' 2>/dev/null)" != "$PY" ]; then
+  echo "setup: .venv was made from another interpreter; making it again from $PY"
+  rm -rf .venv
+fi
 stamp=$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
-  echo "setup: installing Python dependencies into .venv"
+  echo "setup: installing Python dependencies into .venv ($PY)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".[dev,evals,tracing]" -e "clients/python[openai,anthropic]"
