@@ -777,14 +777,12 @@ class BeliefStore:
         if len(searches) == 1:
             routing, body = searches[0]
             params = {"index": self.alias, "routing": routing, "body": body}
-            return Call(
-                "search", {**params, "filter_path": queries.SEARCH_FILTER_PATH}, "recall beliefs", as_msearch_item=True
-            )
+            return Call("search", params, "recall beliefs", as_msearch_item=True)
         lines: list[dict[str, Any]] = []
         for routing, body in searches:
             lines.append({"index": self.alias, "routing": routing})
             lines.append(body)
-        return Call("msearch", {"body": lines, "filter_path": queries.MSEARCH_FILTER_PATH}, "recall beliefs")
+        return Call("msearch", {"body": lines}, "recall beliefs")
 
     def near_misses(self, principal: Principal, view: ScopeView, text: str, **options: Any) -> list[NearMiss]:
         """:meth:`near_misses_reads` run with the synchronous client."""

@@ -68,23 +68,11 @@ SOURCE_EXCLUDES = ["change_log", "change_log_ref", "lifecycle", "content_hash"]
 # (service/storage/unreadable.py, DecodedBeliefs), so the beliefs are the same as with the filter.
 _WHOLE_SOURCE = True
 
-# What recall does not read of an ``_msearch`` answer (``filter_path``, exclusions only): the
-# top-level ``took``, each item's shard counts, ``timed_out`` and ``max_score``, and the hits'
-# ``_routing``. Exclusions rather than the list of what is read: the filter travels in the URL,
-# which the synchronous client (urllib3) re-encodes character by character in Python, and the
-# list of kept keys was three times as long (it cost more client CPU than its bytes saved). No
-# item is ever emptied, so none drops out of ``responses``.
-MSEARCH_FILTER_PATH = ",".join(
-    [
-        "-took",
-        "-responses._shards",
-        "-responses.timed_out",
-        "-responses.hits.max_score",
-        "-responses.hits.hits._routing",
-    ]
-)
-# The same exclusions for a tier searched alone (a plain ``_search``: BeliefStore._tiers_call).
-SEARCH_FILTER_PATH = "-took,-_shards,-timed_out,-hits.max_score,-hits.hits._routing"
+# The tiers' searches (``_msearch``, or ``_search`` for a tier alone) take their answers whole: an
+# exclusion ``filter_path`` (``-took,-responses._shards,...``) saved ~15 % of the bytes but cost the
+# node more CPU than recall saved reading them (0.07-0.14 ms per recall at 1M beliefs, the API's
+# CPU unchanged; docs/benchmarks.md, issue 16: "Tier answers unfiltered").
+
 # What a read of beliefs by id uses of a search answer (no hits: no ``hits`` key).
 BY_IDS_FILTER_PATH = "hits.hits._id,hits.hits._source"
 

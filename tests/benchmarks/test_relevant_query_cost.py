@@ -6,8 +6,7 @@ import json
 from urllib.parse import urlencode
 
 from benchmarks.recall_floor import Sent
-from benchmarks.relevant_query_cost import SHAPES, requests_of, shaped
-from service.storage.queries import MSEARCH_FILTER_PATH
+from benchmarks.relevant_query_cost import MSEARCH_FILTER_PATH, SHAPES, requests_of, shaped
 
 BODY = {
     "size": 20,
