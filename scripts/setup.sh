@@ -54,7 +54,7 @@ fi
 
 # The interpreter: Debian's own python3.11 first. Debian builds it with profile-guided and link-time
 # optimisation into one static executable, as the official python image the compose deployment
-# runs is built; a pyenv build (libpython shared, no PGO or LTO) ran the same recalls with 7-11 %
+# runs is built; a pyenv build (libpython shared, no PGO or LTO) ran the same recalls with 6-15 %
 # more API CPU (docs/benchmarks.md, issue 16: "The interpreter"). PYTHON=/path/to/python overrides.
 if [ -z "${PYTHON:-}" ] && [ -x /usr/bin/python3.11 ] && ! /usr/bin/python3.11 -c 'import ensurepip' 2>/dev/null; then
   echo "setup: installing python3.11-venv (apt)"
