@@ -65,9 +65,14 @@ def group_of(name: str) -> str:
 
 def jvm_thread_names(pid: int, proc: Path = PROC) -> dict[int, str]:
     """The JVM ``pid``'s thread names by native thread id, from its own JDK's ``jcmd`` (empty when
-    the process is not a JVM or ``jcmd`` fails)."""
+    the process is not a JVM or ``jcmd`` fails). Only a ``java`` launcher is asked: ``jcmd`` beside
+    another executable (Debian's ``/usr/bin`` holds both ``python3.11`` and ``jcmd``) would attach to
+    a process that embeds a JVM (an API process with its analysis JVM), which crashed it."""
     try:
-        jcmd = Path(os.readlink(proc / str(pid) / "exe")).with_name("jcmd")
+        exe = Path(os.readlink(proc / str(pid) / "exe"))
+        if exe.name != "java":
+            return {}
+        jcmd = exe.with_name("jcmd")
         dump = subprocess.run(
             [str(jcmd), str(pid), "Thread.print"], capture_output=True, text=True, timeout=30, check=True
         ).stdout

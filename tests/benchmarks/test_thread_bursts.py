@@ -74,6 +74,34 @@ def test_a_process_that_is_not_a_jvm_has_no_jvm_thread_names() -> None:
     assert jvm_thread_names(os.getpid()) == {}
 
 
+def _fake_process(tmp_path: Path, exe_name: str) -> tuple[Path, Path]:
+    """A /proc with process 42 running ``bin/<exe_name>``, beside a ``bin/jcmd`` that prints one
+    thread of a ``Thread.print`` and leaves a mark that it ran; (proc, mark)."""
+    bin_dir, mark = tmp_path / "bin", tmp_path / "jcmd-ran"
+    bin_dir.mkdir()
+    (bin_dir / exe_name).write_text("")
+    jcmd = bin_dir / "jcmd"
+    jcmd.write_text(f"#!/bin/sh\ntouch {mark}\necho '\"C2 CompilerThread0\" #14 daemon prio=9 nid=0x2a runnable'\n")
+    jcmd.chmod(0o755)
+    (tmp_path / "proc" / "42").mkdir(parents=True)
+    (tmp_path / "proc" / "42" / "exe").symlink_to(bin_dir / exe_name)
+    return tmp_path / "proc", mark
+
+
+def test_a_java_launcher_is_asked_with_the_jcmd_beside_it(tmp_path: Path) -> None:
+    proc, mark = _fake_process(tmp_path, "java")
+    assert jvm_thread_names(42, proc) == {0x2A: "C2 CompilerThread0"}
+    assert mark.exists()
+
+
+def test_a_process_that_embeds_a_jvm_is_never_attached_to(tmp_path: Path) -> None:
+    """Debian's /usr/bin holds python3.11 beside jcmd: attaching to a Python process that runs an
+    analysis JVM in process crashed it (the test process itself, under the clean-clone CI)."""
+    proc, mark = _fake_process(tmp_path, "python3.11")
+    assert jvm_thread_names(42, proc) == {}
+    assert not mark.exists()
+
+
 def test_fastpath_bench_lines_the_samples_up_with_its_paced_pass(tmp_path: Path) -> None:
     out = tmp_path / "deeper" / "ticks.jsonl"  # its folder made on the way in
     with BurstWatch(out, {"client": [os.getpid()]}, node_pids=[]) as watch:
