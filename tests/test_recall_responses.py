@@ -61,7 +61,7 @@ def _sent_by(os_client: OpenSearch) -> tuple[list[tuple[str, dict[str, Any], Any
     return answers, recording
 
 
-def test_recall_reads_lean_answers_and_the_same_beliefs(
+def test_recall_reads_the_stored_beliefs_from_its_answers(
     store: BeliefStore, os_client: OpenSearch, settings: Settings, tenant: str
 ) -> None:
     world = _world(tenant)

@@ -773,7 +773,10 @@ class BeliefStore:
         ``_search``, whose answer is read as a one-item ``_msearch`` answer: the node skips the
         multi-search's coordination, 0.06-0.21 ms of its CPU per search at 1M beliefs in three of
         four interleaved runs (``benchmarks/relevant_query_cost.py``, docs/benchmarks.md). A failure
-        is mapped as the failed item's would be (a 400 the caller's, anything else the store's)."""
+        is mapped as the failed item's would be (a 400 the caller's, anything else the store's).
+        Answers come whole: an exclusion ``filter_path`` (``-took,-_shards,...``) saved ~15 % of the
+        bytes but cost the node 0.07-0.14 ms per recall at 1M beliefs, the API's CPU unchanged
+        (docs/benchmarks.md, issue 16: "Tier answers unfiltered")."""
         if len(searches) == 1:
             routing, body = searches[0]
             params = {"index": self.alias, "routing": routing, "body": body}

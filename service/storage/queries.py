@@ -68,11 +68,6 @@ SOURCE_EXCLUDES = ["change_log", "change_log_ref", "lifecycle", "content_hash"]
 # (service/storage/unreadable.py, DecodedBeliefs), so the beliefs are the same as with the filter.
 _WHOLE_SOURCE = True
 
-# The tiers' searches (``_msearch``, or ``_search`` for a tier alone) take their answers whole: an
-# exclusion ``filter_path`` (``-took,-responses._shards,...``) saved ~15 % of the bytes but cost the
-# node more CPU than recall saved reading them (0.07-0.14 ms per recall at 1M beliefs, the API's
-# CPU unchanged; docs/benchmarks.md, issue 16: "Tier answers unfiltered").
-
 # What a read of beliefs by id uses of a search answer (no hits: no ``hits`` key).
 BY_IDS_FILTER_PATH = "hits.hits._id,hits.hits._source"
 
