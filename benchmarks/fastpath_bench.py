@@ -65,6 +65,7 @@ from tenure_client import AsyncTenure, ConnectionFailed, Tenure, TenureError
 from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
 
 from benchmarks import run_queue, thread_bursts
+from benchmarks.machine_speed import speed_check, speed_line
 from benchmarks.recall_bench import Query, Spec, draw_queries, draw_sessions, load_range, loadavg, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
 from deploy.localstack import celery_beat_args, celery_worker_args
@@ -1207,6 +1208,8 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_count": os.cpu_count(),
             "uptime_loadavg": loadavg(),
             "args": {k: str(v) for k, v in vars(args).items()},
+            # the machine's speed before the first pass and after the last (benchmarks/machine_speed.py)
+            "machine_speed": {"before": speed_check()},
             "stages": [],
         }
         out = args.out or RESULTS / f"fastpath-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
@@ -1234,7 +1237,10 @@ def main(argv: list[str] | None = None) -> int:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(data, indent=2))
         if not args.load_only:
-            print(f"\nresults: {out}")
+            data["machine_speed"]["after"] = speed_check()
+            out.write_text(json.dumps(data, indent=2))
+            print(f"\n{speed_line(data['machine_speed'])}")
+            print(f"results: {out}")
         client.close()
     finally:
         for service in reversed(owned):
