@@ -1209,7 +1209,7 @@ def main(argv: list[str] | None = None) -> int:
             "uptime_loadavg": loadavg(),
             "args": {k: str(v) for k, v in vars(args).items()},
             # the machine's speed before the first pass and after the last (benchmarks/machine_speed.py)
-            "machine_speed": {"before": speed_check()},
+            "machine_speed": {} if args.load_only else {"before": speed_check()},
             "stages": [],
         }
         out = args.out or RESULTS / f"fastpath-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"

@@ -5,9 +5,9 @@ session's real node and Redis, a few seconds of each pass.
 
 The figures mean nothing at this size and are not asserted (docs/benchmarks.md keeps the real
 ones, from the full run by script). What is asserted is that the benchmark itself works: every
-pass answered without an error, the CPU split read every process, the receipts reached the audit
-index, and the result carries the machine's speed. The issue's proof depends on this script; a
-change that broke it would otherwise surface only at the next full run."""
+pass answered without an error, the CPU split read the API and the load client, the receipts
+reached the audit index, and the result carries the machine's speed. The issue's proof depends
+on this script; a change that broke it would otherwise surface only at the next full run."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def test_a_short_run_measures_every_pass(opensearch_url: str, redis_url: str, tm
     assert paced["errors"] == 0 and paced["sent"] == 80 and paced["error_causes"] == {}
     assert paced["n"] == 80 and [row[1] for row in paced["timeline"]] == [40, 40]
     assert ceiling["errors"] == 0 and ceiling["n"] > 0 and ceiling["recalls_per_s"] > 0
-    # the CPU split read the API's and the drain's processes (the node and Redis were not given
-    # their pids, as a run against servers it did not start may not be)
+    # the CPU split read the API and the load client (the node's and Redis's pids are not given:
+    # a run against servers it did not start may not know them)
     assert run["cpu_ms_per_recall"]["api"] > 0
     assert paced["run_queue"]["api"]["slices"] > 0 and paced["run_queue"]["client"]["slices"] > 0
 
