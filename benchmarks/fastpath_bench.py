@@ -1072,6 +1072,8 @@ def measure_traffic(
     result["ceiling"] = asyncio.run(ceiling(api, phases.ceiling, args.clients, args.ceiling_s, connect=connect))
     used = meter.finish()
     receipts["pending_after"]["ceiling"] = api.drain.pending()
+    # every receipt in the audit index before the API stops: the run leaves an empty outbox
+    receipts["drained_at_end_s"] = api.drain.wait_empty(timeout_s=300, below=1)
     calls = result["ceiling"]["n"] + result["ceiling"]["errors"]
     result["ceiling"].update(machine_use(used, calls))
     result["loadavg_after"] = loadavg()
