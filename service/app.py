@@ -32,8 +32,13 @@ from service.recall.tier_cache import refresh_filter_tiers
 from service.recall.vocabulary_warmer import VocabularyWarmer
 from service.storage.client import build_async_client, build_client, close_client
 from service.storage.local_analysis import start_local_analysis
+from service.telemetry.cache_metrics import CachePublisher
 from service.telemetry.logs import configure_logging
 from service.telemetry.tracing import configure_tracing
+
+# How often the recall caches' counts reach the metrics (a scrape of this process also publishes
+# them first): a scrape of another worker shows this one's at most this old
+CACHE_METRICS_INTERVAL_S = 10.0
 
 
 def paced_collections(interval_s: float) -> asyncio.Task[None] | None:
@@ -93,11 +98,13 @@ def create_app(settings: Settings | None = None, *, extra_routers: Sequence[APIR
         collections = paced_collections(paced_interval(config.gc_collect_interval_s, config.gc_thaw_interval_s))
         warmer = app.state.vocabulary_warmer = vocabulary_refreshes(config, services)
         refreshes = asyncio.create_task(warmer.run(), name="vocabulary-refresh") if warmer is not None else None
+        caches = app.state.cache_metrics = CachePublisher(services.cache_sources())
+        published = asyncio.create_task(caches.run(CACHE_METRICS_INTERVAL_S), name="cache-metrics")
         try:
             async with mcp_server.session_manager.run():
                 yield
         finally:
-            await stopped(collections, refreshes)
+            await stopped(collections, refreshes, published)
             await services.aclose()
             close_client(client)
             redis_client.close()

@@ -82,6 +82,10 @@ class RecallDefaults(BaseSettings):
     # age, so the recent messages are the ones that count. The age also bounds how long a message's
     # words stay in memory when the tenant does not write (every belief write or erase of the
     # tenant drops its entries). docs/operations.md "Recall caches".
+    # Stored belief documents decoded once per process and document version (recall's hits,
+    # service/storage/unreadable.py), by count: ~1.6 KB a belief of the benchmark corpus beyond its
+    # text (docs/operations.md "Recall caches"). 0: every hit is decoded afresh (~17 µs each).
+    decode_cache_entries: int = Field(10_000, ge=0, le=10_000_000)
     analysis_cache_entries: int = Field(16_384, ge=0, le=1_000_000)
     analysis_cache_mb: int = Field(16, ge=0, le=65_536)
     analysis_cache_max_age_s: float = Field(60.0, ge=0.0, le=86_400.0)

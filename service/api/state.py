@@ -37,6 +37,7 @@ from service.storage.beliefs import BeliefStore
 from service.storage.client import close_async_client, translate_errors
 from service.storage.local_analysis import LocalAnalysis
 from service.storage.templates import FAMILIES, apply_templates
+from service.telemetry.cache_metrics import CacheSource
 from service.write_versions import TenantAccountsVersions, TenantWriteVersions
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class Services:
         ns = settings.opensearch_namespace
         versions = TenantWriteVersions(redis_client, ns)
         store = BeliefStore(client, ns, versions, local_analysis)
+        store.decoded.max_entries = settings.recall.decode_cache_entries
         audit = AuditStore(client, ns)
         accounts = AccountStore(client, ns, TenantAccountsVersions(redis_client, ns))
         verifier = TokenVerifier(settings.auth)
@@ -168,6 +170,19 @@ class Services:
         """Close what the services opened themselves (the upstream HTTP client, the broker
         connection); the OpenSearch and Redis clients belong to whoever passed them in."""
         await self.loop.aclose()
+
+    def cache_sources(self) -> dict[str, CacheSource]:
+        """The recall caches of this process by the name their metrics carry
+        (service/telemetry/cache_metrics.py): decoded beliefs, and those that are on."""
+        builder = self.recall.builder
+        sources: dict[str, CacheSource] = {"decoded_beliefs": self.store.decoded.counts}
+        if builder.tier_cache is not None:
+            sources["tiers"] = builder.tier_cache.counts
+        if builder.matcher is not None:
+            sources["vocabularies"] = builder.matcher.cache.counts
+            if builder.matcher.analyses is not None:
+                sources["message_analyses"] = builder.matcher.analyses.counts
+        return sources
 
 
 def _on_bump(limiter: RateLimiter, loop: MemoryLoop | None) -> Callable[[Sequence[str]], None]:

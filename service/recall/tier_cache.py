@@ -71,6 +71,7 @@ from service.lru import BoundedLru
 from service.recall.versioned_cache import TenantVersionedCache
 from service.storage import calls
 from service.storage.beliefs import BeliefStore, CachedTier, FilterTierQuery, FilterTiers, LinkedBeliefs, RelevantTier
+from service.telemetry.cache_metrics import ALL_PARTS
 
 # Estimated bytes (measured with tracemalloc, docs/operations.md "Recall caches"): an entry's own
 # structures (key digest, tuples, records, LRU and per-tenant index slots), and a decoded belief
@@ -157,8 +158,8 @@ class BoundTierCache:
     tenant_id: str
     version: int
 
-    def get(self, key: bytes) -> CachedTier | None:
-        found = self.cache.lookup(self.tenant_id, self.version, key)
+    def get(self, key: bytes, part: str = ALL_PARTS) -> CachedTier | None:
+        found = self.cache.lookup(self.tenant_id, self.version, key, part)
         if isinstance(found, FilterTiers):
             self.cache.used(self.tenant_id, key)
         return found

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from service.lru import BoundedLru, LruBound
+from service.telemetry.cache_metrics import ALL_PARTS, CacheCounts
 
 V = TypeVar("V")
 
@@ -62,6 +63,8 @@ class TenantVersionedCache(Generic[V]):
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        # [hits, misses] by the part a lookup named (the tier cache's filters, relevant, linked)
+        self._by_part: dict[str, list[int]] = {}
 
     # the LRU's bounds, settable at any time (they apply from the next store)
     max_entries = LruBound[int]("max_entries")
@@ -79,17 +82,29 @@ class TenantVersionedCache(Generic[V]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, tenant_id: str, version: int, key: bytes) -> V | None:
-        """The value stored under ``key`` for ``tenant_id`` at ``version``, if still young enough."""
+    def lookup(self, tenant_id: str, version: int, key: bytes, part: str = ALL_PARTS) -> V | None:
+        """The value stored under ``key`` for ``tenant_id`` at ``version``, if still young enough.
+        ``part``: what is looked up, for the counts (:meth:`counts`)."""
         with self._lock:
             self._observe(tenant_id, version)
+            counted = self._by_part.get(part)
+            if counted is None:
+                counted = self._by_part[part] = [0, 0]
             entry = self._entries.peek((tenant_id, key))  # a stale entry keeps its place
             if entry is None or entry.version != version or time.monotonic() - entry.stored_at > self.max_age_s:
                 self.misses += 1
+                counted[1] += 1
                 return None
             self._entries.get((tenant_id, key))  # now the most recently used
             self.hits += 1
+            counted[0] += 1
             return entry.value
+
+    def counts(self) -> CacheCounts:
+        """Lookups by part, evictions, entries and estimated bytes (service/telemetry/cache_metrics.py)."""
+        with self._lock:
+            lookups = {part: (hits, misses) for part, (hits, misses) in self._by_part.items()}
+            return CacheCounts(lookups, self._entries.evictions, len(self._entries), self._entries.weight)
 
     def holds(self, tenant_id: str, version: int, key: bytes) -> bool:
         """Whether :meth:`lookup` would find ``key`` (not counted as a lookup, recency unchanged)."""

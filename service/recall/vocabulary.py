@@ -61,6 +61,7 @@ from service.storage.local_analysis import Positions
 from service.storage.queries import TermWeights, WeightedClause
 from service.storage.vocabulary import AnalysisRequest, VocabularyStore
 from service.telemetry import metrics
+from service.telemetry.cache_metrics import ALL_PARTS, CacheCounts
 from service.write_versions import TenantWriteVersions
 
 log = logging.getLogger(__name__)
@@ -792,6 +793,14 @@ class VocabularyCache:
 
     def _evicted(self, _tenant: str, _held: _Held) -> None:
         self.stats.evictions += 1  # the LRU pushed a tenant out (within lookup, under the lock)
+
+    def counts(self) -> CacheCounts:
+        """Lookups (a miss: restored from another process's build, or built here), evictions
+        (idle drops included), tenants held and their estimated bytes (service/telemetry/cache_metrics.py)."""
+        with self._lock:
+            stats, held = self.stats, self._entries
+            missed = stats.builds + stats.shared_loads
+            return CacheCounts({ALL_PARTS: (stats.hits, missed)}, stats.evictions, len(held), held.weight)
 
     def entries(self) -> list[TenantVocabulary]:
         """The cached vocabularies, least recently used first (for measurements)."""

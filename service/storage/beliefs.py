@@ -179,7 +179,8 @@ class TierMemo(Protocol):
     of the exact queries that compute them (index, routing and bodies), for one tenant write version
     (service/recall/tier_cache.py binds one to the version)."""
 
-    def get(self, key: bytes) -> CachedTier | None: ...
+    def get(self, key: bytes, part: str) -> CachedTier | None:
+        """``part``: what is looked up (:data:`TIER_PARTS`), for the cache's counts."""
 
     def put(self, key: bytes, tiers: CachedTier, query: FilterTierQuery | None = None) -> None:
         """``query``: the searches that computed ``tiers`` when they are the filter tiers."""
@@ -241,6 +242,8 @@ def _refusal(belief_id: str, info: dict[str, Any]) -> str:
 
 
 T = TypeVar("T", FilterTiers, RelevantTier, LinkedBeliefs)
+# each cacheable part of a recall by the name its lookups are counted under (tenure_cache_lookups_total)
+TIER_PARTS: dict[type[CachedTier], str] = {FilterTiers: "filters", RelevantTier: "relevant", LinkedBeliefs: "linked"}
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,7 @@ class _TierLookup(Generic[T]):
             return cls(None, b"", None)
         sent = orjson.dumps(queries_sent)
         key = hashlib.blake2b(sent, digest_size=32).digest()
-        found = memo.get(key)
+        found = memo.get(key, TIER_PARTS[kind])
         return cls(memo, key, found if isinstance(found, kind) else None, sent)
 
     def wanted(self, bodies: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:

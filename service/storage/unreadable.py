@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from service.domain.belief import Belief
 from service.domain.stored_belief import decode_stored
 from service.lru import BoundedLru, LruBound
+from service.telemetry.cache_metrics import ALL_PARTS, CacheCounts
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,11 @@ class DecodedBeliefs:
 
     def __init__(self, max_entries: int = 10_000):
         self._entries: BoundedLru[tuple[Any, ...], Belief] = BoundedLru(max_entries)
+        # lookups of hits that carry a document version (the others are never cached), plain
+        # integers read by the metrics publisher (service/telemetry/cache_metrics.py); unlocked:
+        # two threads may rarely lose an increment, which a metric can afford and a lock per hit cannot
+        self.hits = 0
+        self.misses = 0
 
     max_entries = LruBound[int]("max_entries")
 
@@ -193,11 +199,17 @@ class DecodedBeliefs:
             return load_belief(_without_inline_log(row.get("_source")), hit_id=row.get("_id"))
         found = self._entries.get(key)
         if found is not None:
+            self.hits += 1
             return found
+        self.misses += 1
         belief = load_belief(_without_inline_log(row.get("_source")), hit_id=row.get("_id"))
         if belief is not None:
             self._entries.put(key, belief)
         return belief
+
+    def counts(self) -> CacheCounts:
+        """Lookups, evictions and documents held (bounded by count only: no byte estimate)."""
+        return CacheCounts({ALL_PARTS: (self.hits, self.misses)}, self._entries.evictions, len(self._entries))
 
     def load_all(self, rows: Iterable[dict[str, Any]]) -> LoadedBeliefs:
         """:func:`load_beliefs` through the cache."""

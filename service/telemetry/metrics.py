@@ -132,6 +132,31 @@ TASK_LATENCY = Histogram(
     ["task"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
+# The process's in-memory caches (service/telemetry/cache_metrics.py publishes what each counted
+# in plain integers: no metric call on a lookup). ``part``: what a lookup asked the cache for (the
+# tier cache: filters, relevant, linked; the others: all).
+CACHE_LOOKUPS = Counter(
+    "tenure_cache_lookups_total",
+    "Lookups in an in-memory cache of the process, by cache, part and outcome (hit, miss)",
+    ["cache", "part", "outcome"],
+)
+CACHE_EVICTIONS = Counter(
+    "tenure_cache_evictions_total",
+    "Entries an in-memory cache pushed out to stay within its bounds (entries or estimated bytes), by cache",
+    ["cache"],
+)
+CACHE_ENTRIES = Gauge(
+    "tenure_cache_entries",
+    "Entries held by an in-memory cache (live processes summed)",
+    ["cache"],
+    multiprocess_mode="livesum",
+)
+CACHE_BYTES = Gauge(
+    "tenure_cache_estimated_bytes",
+    "Estimated bytes held by an in-memory cache bounded by memory (live processes summed)",
+    ["cache"],
+    multiprocess_mode="livesum",
+)
 RETENTION_DELETED = Counter(
     "tenure_retention_deleted_total", "Documents removed by the retention sweep, by index family", ["family"]
 )

@@ -97,6 +97,32 @@ def test_metrics_after_a_recall_and_a_chat(api: TestClient, crew: Team, llm: Scr
     assert ("tenure_celery_queue_length", frozenset({("queue", f"{prefix}.heavy")})) in after
 
 
+def test_the_recall_caches_are_counted(api: TestClient, crew: Team) -> None:
+    """The same message twice: the second recall's filter tiers, relevant tier, message analysis
+    and vocabulary come from the process's caches, and the scrape says so."""
+    seed(api, crew)
+    recall = {"scopes": ["domain:code"], "query": f"redis eviction for {uuid.uuid4().hex[:6]}?"}
+    before = scrape(api)
+    first = ok(api.post("/v1/recall", json=recall, headers=crew.h("alice")))
+    second = ok(api.post("/v1/recall", json=recall, headers=crew.h("alice")))
+    after = scrape(api)
+    assert first["injected_ids"] == second["injected_ids"] != []
+
+    def grew(cache: str, part: str, outcome: str) -> float:
+        name = "tenure_cache_lookups_total"
+        labels = {"cache": cache, "part": part, "outcome": outcome}
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert grew("tiers", "filters", "miss") >= 2 and grew("tiers", "filters", "hit") >= 2  # persona, scoped
+    assert grew("tiers", "relevant", "miss") >= 1 and grew("tiers", "relevant", "hit") >= 1
+    assert grew("message_analyses", "all", "hit") >= 1 and grew("vocabularies", "all", "hit") >= 1
+    assert grew("decoded_beliefs", "all", "miss") + grew("decoded_beliefs", "all", "hit") >= 1
+    for cache in ("tiers", "message_analyses", "vocabularies", "decoded_beliefs"):
+        assert value(after, "tenure_cache_entries", cache=cache) >= 1
+    assert value(after, "tenure_cache_estimated_bytes", cache="tiers") > 0
+    assert ("tenure_cache_estimated_bytes", frozenset({("cache", "decoded_beliefs")})) not in after  # not estimated
+
+
 def test_refusals_and_unmatched_routes_are_counted(api: TestClient) -> None:
     before = scrape(api)
     refused = api.post("/v1/recall", json={"query": "x"}, headers={"Authorization": "Bearer tnr_nope_nope"})
