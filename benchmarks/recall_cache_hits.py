@@ -44,6 +44,14 @@ def scrape(url: str) -> Samples:
     }
 
 
+def worker_rss_mb(pid: int) -> float:
+    """The API worker's resident memory (``VmRSS``), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 def summarise(before: Samples, after: Samples, recalls: int) -> dict[str, Any]:
     """Lookups and evictions grown over the pass, per recall; entries and bytes at its end."""
     lookups: dict[str, dict[str, dict[str, float]]] = {}
@@ -76,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=903)
     parser.add_argument("--warmup", type=int, default=3000)
     parser.add_argument("--recalls", type=int, default=2000)
+    parser.add_argument("--active-sessions", type=int, default=64, help="sessions running at once (fastpath_bench's)")
     parser.add_argument("--state-dir", type=Path, default=Path("/tmp/tenure-fastpath"))  # noqa: S108
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -83,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = fb.parse_args(
         ["--opensearch-url", args.opensearch_url, "--redis-url", args.redis_url, "--sizes", str(args.size),
          "--traffic", "sessions", "--warmup", str(args.warmup), "--queries", str(args.recalls),
-         "--seed", str(args.seed), "--api-workers", "1"]
+         "--seed", str(args.seed), "--api-workers", "1", "--active-sessions", str(args.active_sessions)]
     )  # fmt: skip
     spec = fb.Spec(tenants=bench.tenants, users_per_tenant=bench.users_per_tenant)
     variant = fb.Variant.parse(args.variant)
@@ -93,9 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(fb.prime(api, spec, 4))
         phases = fb.Phases.split(fb.traffic(bench, "sessions", args.size, spec), bench)
         asyncio.run(fb.warm(api, phases.warmup, fb.WARM_LANES))
+        rss_before = worker_rss_mb(api.first_worker())
         before = scrape(api.url)
         sequential, sent = fb.sequential_by("sync-keepalive")(api, phases.timed[: args.recalls], 0, None)
+        rss = {"after_warmup": rss_before, "after": worker_rss_mb(api.first_worker())}
         result = {"size": args.size, "variant": args.variant, "seed": args.seed, "recalls": sent,
+                  "active_sessions": args.active_sessions, "worker_rss_mb": rss,
                   "errors": sequential["errors"], **summarise(before, scrape(api.url), max(sent, 1))}  # fmt: skip
     finally:
         api.stop()
@@ -105,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             hit, miss, ratio = counted["hit"], counted["miss"], counted["hit_ratio"]
             print(f"  {cache:17} {part:9} hit {hit:6.2f} miss {miss:6.2f} ratio {ratio}")
     print("  evictions per recall:", result["evictions_per_recall"])
-    print("  held:", json.dumps(result["held"]))
+    print("  held:", json.dumps(result["held"]), "worker RSS MB:", rss)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0 if result["errors"] == 0 else 1

@@ -66,10 +66,12 @@ class RecallDefaults(BaseSettings):
     # distinct (tenant, user, grants, scope list) of a minute at ~270 recalls/s per process. The
     # memory bound is an estimate that counts each entry's beliefs as its own (~10 KB an entry of
     # ~1.8 beliefs on the benchmark corpus; ~0.6 KB actually added while the decode cache shares
-    # them): 64 MB holds ~6,700 such entries at most; dense personas (80 beliefs) hit it sooner.
-    # docs/operations.md "Recall caches".
+    # them): 128 MB holds ~13,000 such entries at most; dense tenants hit it sooner (1M beliefs over
+    # 1,000 tenants: ~40 KB estimated an entry, ~3,400 entries, where 1,000 sessions at once in one
+    # process kept 85 % of their filter tiers, 54 % with the former 64 MB; ~+30 MB of RSS a
+    # process). docs/operations.md "Recall caches".
     tier_cache_entries: int = Field(16_384, ge=0, le=1_000_000)
-    tier_cache_mb: int = Field(64, ge=0, le=65_536)
+    tier_cache_mb: int = Field(128, ge=0, le=65_536)
     tier_cache_max_age_s: float = Field(60.0, ge=0.0, le=86_400.0)
     # Each message's analysis by the index's search analyzers (one _mtermvectors round trip), kept
     # per API process, tenant, analyzers and text until the tenant writes

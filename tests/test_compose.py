@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from service.api.http_protocol import MIN_KEEP_ALIVE_S
-from service.config import Settings, environment_names
+from service.config import RecallDefaults, Settings, environment_names
+from tests.api_memory_budget import process_budget_mb, size_mb
 from tests.caddy import CADDYFILE, adapted_caddyfile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -458,6 +459,14 @@ def test_worker_consumes_the_queues_the_app_declares(monkeypatch: pytest.MonkeyP
         settings = _settings_from(worker["environment"], monkeypatch)
         command = _command(worker)
         assert set(command[command.index("-Q") + 1].split(",")) == set(queue_names(settings))
+
+
+def test_the_api_container_holds_its_processes_with_their_caches_full() -> None:
+    api = _services(resolved())["api"]
+    command = _command(api)
+    workers = int(command[command.index("--workers") + 1])
+    needed = workers * process_budget_mb(RecallDefaults())
+    assert size_mb(api["mem_limit"]) >= needed, f"{workers} API processes may hold {needed:.0f} MB"
 
 
 def test_commands_point_at_real_entry_points() -> None:

@@ -14,7 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from service.config import environment_names
+from service.config import RecallDefaults, environment_names
+from tests.api_memory_budget import process_budget_mb, size_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy/helm/tenure"
@@ -87,6 +88,13 @@ def test_it_runs_what_the_compose_file_runs() -> None:
     for doc in (by_kind(docs, "Deployment", "-api"), by_kind(docs, "Deployment", "-worker")):
         env = {e["name"]: e["value"] for e in container(doc)["env"]}
         assert env["PROMETHEUS_MULTIPROC_DIR"] == "/run/tenure-metrics"
+
+
+def test_an_api_pod_holds_its_processes_with_their_caches_full() -> None:
+    api = container(by_kind(render(), "Deployment", "-api"))
+    workers = int(api["command"][api["command"].index("--workers") + 1])
+    needed = workers * process_budget_mb(RecallDefaults())
+    assert size_mb(api["resources"]["limits"]["memory"]) >= needed, f"{workers} processes may hold {needed:.0f} MB"
 
 
 def test_configuration_names_real_settings_and_sets_no_upstream() -> None:
