@@ -11,8 +11,11 @@ smaller tenants, but would OOM-kill a deployment whose caches fill."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
-from service.config import RecallDefaults
+import pytest
+
+from service.config import RecallDefaults, Settings, environment_names
 
 # the interpreter, the app and the analysis JVM (128 MB heap cap, the CJK dictionaries) at rest
 BASE_MB = 225
@@ -26,6 +29,15 @@ _MB_PER_UNIT = {"": 1 / 2**20, "k": 1 / 1024, "ki": 1 / 1024, "m": 1, "mi": 1, "
 def process_budget_mb(recall: RecallDefaults) -> float:
     caches = recall.vocabulary_cache_mb + recall.tier_cache_mb + recall.analysis_cache_mb
     return BASE_MB + caches + recall.decode_cache_entries * DECODED_BELIEF_KB / 1024
+
+
+def settings_of(environment: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings a deployment's environment gives the service (none from this process's)."""
+    for name in environment_names():
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return Settings(_env_file=None)  # type: ignore[call-arg]
 
 
 def size_mb(text: str) -> float:

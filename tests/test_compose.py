@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from service.api.http_protocol import MIN_KEEP_ALIVE_S
-from service.config import RecallDefaults, Settings, environment_names
-from tests.api_memory_budget import process_budget_mb, size_mb
+from service.config import environment_names
+from tests.api_memory_budget import process_budget_mb, settings_of, size_mb
 from tests.caddy import CADDYFILE, adapted_caddyfile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -427,21 +427,13 @@ def test_the_pepper_is_required() -> None:
         interpolate(load_raw(), {"TENURE_AUTH_API_KEY_PEPPER": ""})
 
 
-def _settings_from(environment: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
-    for name in environment_names():
-        monkeypatch.delenv(name, raising=False)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    return Settings(_env_file=None)  # type: ignore[call-arg]
-
-
 def test_shared_environment_is_a_valid_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     services = _services(resolved())
     environments = {
         name: services[name]["environment"] for name in CORE - {"opensearch", "redis", "tls"} | LOAD_PROFILE
     }
     assert len({json.dumps(env, sort_keys=True) for env in environments.values()}) == 1  # one shared block
-    settings = _settings_from(environments["api"], monkeypatch)
+    settings = settings_of(environments["api"], monkeypatch)
     assert settings.opensearch_url == "http://opensearch:9200" and settings.redis_url == "redis://redis:6379/0"
     assert settings.auth.api_key_pepper.get_secret_value() == PEPPER
     assert not settings.auth.jwks_url and not settings.loop.upstream_api_key  # empty means "not set"
@@ -456,16 +448,16 @@ def test_worker_consumes_the_queues_the_app_declares(monkeypatch: pytest.MonkeyP
     for prefix in (None, "blue"):
         doc = resolved(**({"TENURE_CELERY_QUEUE_PREFIX": prefix} if prefix else {}))
         worker = _services(doc)["worker"]
-        settings = _settings_from(worker["environment"], monkeypatch)
+        settings = settings_of(worker["environment"], monkeypatch)
         command = _command(worker)
         assert set(command[command.index("-Q") + 1].split(",")) == set(queue_names(settings))
 
 
-def test_the_api_container_holds_its_processes_with_their_caches_full() -> None:
+def test_the_api_container_holds_its_processes_with_their_caches_full(monkeypatch: pytest.MonkeyPatch) -> None:
     api = _services(resolved())["api"]
     command = _command(api)
     workers = int(command[command.index("--workers") + 1])
-    needed = workers * process_budget_mb(RecallDefaults())
+    needed = workers * process_budget_mb(settings_of(api["environment"], monkeypatch).recall)
     assert size_mb(api["mem_limit"]) >= needed, f"{workers} API processes may hold {needed:.0f} MB"
 
 

@@ -14,8 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from service.config import RecallDefaults, environment_names
-from tests.api_memory_budget import process_budget_mb, size_mb
+from service.config import environment_names
+from tests.api_memory_budget import process_budget_mb, settings_of, size_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy/helm/tenure"
@@ -90,10 +90,12 @@ def test_it_runs_what_the_compose_file_runs() -> None:
         assert env["PROMETHEUS_MULTIPROC_DIR"] == "/run/tenure-metrics"
 
 
-def test_an_api_pod_holds_its_processes_with_their_caches_full() -> None:
-    api = container(by_kind(render(), "Deployment", "-api"))
+def test_an_api_pod_holds_its_processes_with_their_caches_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = render()
+    api = container(by_kind(docs, "Deployment", "-api"))
     workers = int(api["command"][api["command"].index("--workers") + 1])
-    needed = workers * process_budget_mb(RecallDefaults())
+    environment = {**by_kind(docs, "ConfigMap")["data"], **{e["name"]: e["value"] for e in api["env"] if "value" in e}}
+    needed = workers * process_budget_mb(settings_of(environment, monkeypatch).recall)
     assert size_mb(api["resources"]["limits"]["memory"]) >= needed, f"{workers} processes may hold {needed:.0f} MB"
 
 

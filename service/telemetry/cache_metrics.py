@@ -47,7 +47,7 @@ class CachePublisher:
     def __init__(self, sources: Mapping[str, CacheSource]):
         self._sources = dict(sources)
         self._published: dict[str, CacheCounts] = {name: CacheCounts() for name in self._sources}
-        self._lock = threading.Lock()  # a scrape (thread pool) and the periodic task may overlap
+        self._lock = threading.Lock()  # callable from any thread: one publication at a time
 
     def publish(self) -> None:
         with self._lock:
