@@ -41,7 +41,7 @@ class _Entry(Generic[V]):
 
 class TenantVersionedCache(Generic[V]):
     """Entries keyed by (tenant, ``key`` bytes), valid for one tenant write version and
-    ``max_age_s``; see the module docstring. ``hits`` and ``misses`` count lookups."""
+    ``max_age_s``; see the module docstring. ``hits`` and ``misses`` count lookups (all parts)."""
 
     def __init__(
         self,
@@ -61,8 +61,6 @@ class TenantVersionedCache(Generic[V]):
         self._by_tenant: dict[str, set[bytes]] = {}
         self._versions: dict[str, int] = {}
         self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
         # [hits, misses] by the part a lookup named (the tier cache's filters, relevant, linked)
         self._by_part: dict[str, list[int]] = {}
 
@@ -92,13 +90,21 @@ class TenantVersionedCache(Generic[V]):
                 counted = self._by_part[part] = [0, 0]
             entry = self._entries.peek((tenant_id, key))  # a stale entry keeps its place
             if entry is None or entry.version != version or time.monotonic() - entry.stored_at > self.max_age_s:
-                self.misses += 1
                 counted[1] += 1
                 return None
             self._entries.get((tenant_id, key))  # now the most recently used
-            self.hits += 1
             counted[0] += 1
             return entry.value
+
+    @property
+    def hits(self) -> int:
+        with self._lock:
+            return sum(hits for hits, _ in self._by_part.values())
+
+    @property
+    def misses(self) -> int:
+        with self._lock:
+            return sum(misses for _, misses in self._by_part.values())
 
     def counts(self) -> CacheCounts:
         """Lookups by part, evictions, entries and estimated bytes (service/telemetry/cache_metrics.py)."""
