@@ -61,7 +61,7 @@ def tier_cache_bytes(store: BeliefStore, spec: Spec, count: int, *, shared: bool
     gc.collect()
     grown = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    held = [len(e.tiers.persona) + len(e.tiers.pinned) + len(e.tiers.questions) for e in cache._entries.values()]
+    held = [len(e.value.persona) + len(e.value.pinned) + len(e.value.questions) for e in cache._entries.values()]
     return {
         "entries": len(cache),
         "measured_bytes_per_entry": round(grown / len(cache)),

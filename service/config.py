@@ -66,12 +66,17 @@ class RecallDefaults(BaseSettings):
     # distinct (tenant, user, grants, scope list) of a minute at ~270 recalls/s per process. The
     # memory bound is an estimate that counts each entry's beliefs as its own (~10 KB an entry of
     # ~1.8 beliefs on the benchmark corpus; ~0.6 KB actually added while the decode cache shares
-    # them): 128 MB holds ~13,000 such entries at most; dense tenants hit it sooner (1M beliefs over
-    # 1,000 tenants: ~40 KB estimated an entry, ~3,400 entries, where 1,000 sessions at once in one
-    # process kept 85 % of their filter tiers, 54 % with the former 64 MB; ~+30 MB of RSS a
-    # process). docs/operations.md "Recall caches".
+    # them): 96 MB holds ~9,800 such entries at most; dense tenants hit it sooner (1M beliefs over
+    # 1,000 tenants: ~42 KB estimated an entry, ~2,400 entries, where 1,000 sessions at once in one
+    # process kept 97 % of their filter tiers once the per-message entries had their own budget
+    # below; 85 % when both shared 128 MB, 54 % at 64). docs/operations.md "Recall caches".
     tier_cache_entries: int = Field(16_384, ge=0, le=1_000_000)
-    tier_cache_mb: int = Field(128, ge=0, le=65_536)
+    tier_cache_mb: int = Field(96, ge=0, le=65_536)
+    # The relevant tier of a message and the relation hop's read, kept beside the filter tiers
+    # under this byte bound of their own (same entry count and age): they hit only when a message
+    # comes again (agent loops, retries), so in the filter tiers' budget they would push out the
+    # entries every recall of a session looks up. 0: not kept (service/recall/tier_cache.py).
+    message_tier_cache_mb: int = Field(32, ge=0, le=65_536)
     tier_cache_max_age_s: float = Field(60.0, ge=0.0, le=86_400.0)
     # Each message's analysis by the index's search analyzers (one _mtermvectors round trip), kept
     # per API process, tenant, analyzers and text until the tenant writes

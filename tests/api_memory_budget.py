@@ -27,7 +27,7 @@ _MB_PER_UNIT = {"": 1 / 2**20, "k": 1 / 1024, "ki": 1 / 1024, "m": 1, "mi": 1, "
 
 
 def process_budget_mb(recall: RecallDefaults) -> float:
-    caches = recall.vocabulary_cache_mb + recall.tier_cache_mb + recall.analysis_cache_mb
+    caches = recall.vocabulary_cache_mb + recall.tier_cache_mb + recall.message_tier_cache_mb + recall.analysis_cache_mb
     return BASE_MB + caches + recall.decode_cache_entries * DECODED_BELIEF_KB / 1024
 
 

@@ -153,6 +153,7 @@ class Services:
                         max_entries=settings.recall.tier_cache_entries,
                         max_age_s=settings.recall.tier_cache_max_age_s,
                         max_bytes=settings.recall.tier_cache_mb * 1024 * 1024,
+                        message_max_bytes=settings.recall.message_tier_cache_mb * 1024 * 1024,
                     ),
                 ),
                 receipts,
@@ -178,6 +179,7 @@ class Services:
         sources: dict[str, CacheSource] = {"decoded_beliefs": self.store.decoded.counts}
         if builder.tier_cache is not None:
             sources["tiers"] = builder.tier_cache.counts
+            sources["message_tiers"] = builder.tier_cache.messages.counts
         if builder.matcher is not None:
             sources["vocabularies"] = builder.matcher.cache.counts
             if builder.matcher.analyses is not None:

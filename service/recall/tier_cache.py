@@ -33,6 +33,16 @@ Recall without a known write version (Redis unreachable, a caller that has none)
 cache at all. The entries' rules (version, age, bounds, dropping a tenant's entries when it writes)
 are :class:`service.recall.versioned_cache.TenantVersionedCache`'s.
 
+Two budgets. The filter tiers of a caller are looked up at every recall of their session and hit
+~90 % of the time; the relevant tier and the relation hop's read are entries per message, which
+hit only when a message comes again (agent loops, retries) and otherwise churn through. In one
+LRU the per-message entries, larger and far more numerous, pushed the filter tiers out once many
+sessions were active (1,000 sessions at 1M: 0.541 of filter lookups hit at 64 MB;
+docs/benchmarks.md). So the filter tiers have this cache's own bounds and the per-message entries
+a second cache beside it (:attr:`TierCache.messages`, its own ``message_max_bytes``), with the
+same rules; a recall observes its version in both, so a write drops the tenant's entries from
+both even when the recall looks up only one.
+
 Bounds: ``max_entries`` and ``max_bytes`` (LRU, whichever is reached first) and ``max_age_s``: an
 entry older than that is recomputed even at the same version. An entry's bytes are estimated when
 it is stored, conservatively: its own overhead plus every belief it holds as if no other entry or
@@ -70,8 +80,17 @@ from service.domain.belief import Belief
 from service.lru import BoundedLru
 from service.recall.versioned_cache import TenantVersionedCache
 from service.storage import calls
-from service.storage.beliefs import BeliefStore, CachedTier, FilterTierQuery, FilterTiers, LinkedBeliefs, RelevantTier
-from service.telemetry.cache_metrics import ALL_PARTS
+from service.storage.beliefs import (
+    TIER_PARTS,
+    BeliefStore,
+    CachedTier,
+    FilterTierQuery,
+    FilterTiers,
+    LinkedBeliefs,
+    RelevantTier,
+)
+
+FILTERS = TIER_PARTS[FilterTiers]
 
 # Estimated bytes (measured with tracemalloc, docs/operations.md "Recall caches"): an entry's own
 # structures (key digest, tuples, records, LRU and per-tenant index slots), and a decoded belief
@@ -107,9 +126,26 @@ QUERIES_PER_TENANT = 8
 QUERY_TENANTS = 2048
 
 
-class TierCache(TenantVersionedCache[CachedTier]):
-    def __init__(self, *, max_entries: int, max_age_s: float, max_bytes: int | None = None):
+MessageTier = RelevantTier | LinkedBeliefs
+
+
+class TierCache(TenantVersionedCache[FilterTiers]):
+    """The filter tiers (this cache's own entries and bounds) and, in :attr:`messages`, the
+    per-message entries (the relevant tier, the relation hop's read) under their own byte bound
+    ``message_max_bytes`` (None: the entry count only); the entry count and age apply to both."""
+
+    def __init__(
+        self,
+        *,
+        max_entries: int,
+        max_age_s: float,
+        max_bytes: int | None = None,
+        message_max_bytes: int | None = None,
+    ):
         super().__init__(max_entries=max_entries, max_age_s=max_age_s, max_bytes=max_bytes, weigh=estimated_bytes)
+        self.messages: TenantVersionedCache[MessageTier] = TenantVersionedCache(
+            max_entries=max_entries, max_age_s=max_age_s, max_bytes=message_max_bytes, weigh=estimated_bytes
+        )
         # tenant -> {key: (the filter tiers' searches, monotonic time of their last use)}
         self._queries: BoundedLru[str, dict[bytes, tuple[FilterTierQuery, float]]] = BoundedLru(QUERY_TENANTS)
         self._queries_lock = threading.Lock()
@@ -146,6 +182,10 @@ class TierCache(TenantVersionedCache[CachedTier]):
         the version is unknown or the cache is off."""
         if version is None or not self.enabled:
             return None
+        # the recall may look up only one of the two (an ``explain`` recall skips the relevant
+        # entries): both drop the tenant's older entries now
+        self.observe(tenant_id, version)
+        self.messages.observe(tenant_id, version)
         return BoundTierCache(self, tenant_id, version)
 
 
@@ -158,13 +198,20 @@ class BoundTierCache:
     tenant_id: str
     version: int
 
-    def get(self, key: bytes, part: str = ALL_PARTS) -> CachedTier | None:
+    def get(self, key: bytes, part: str) -> CachedTier | None:
+        """``part``: :data:`~service.storage.beliefs.TIER_PARTS`' name for what is looked up, which
+        also says which of the two caches holds it."""
+        if part != FILTERS:
+            return self.cache.messages.lookup(self.tenant_id, self.version, key, part)
         found = self.cache.lookup(self.tenant_id, self.version, key, part)
-        if isinstance(found, FilterTiers):
+        if found is not None:
             self.cache.used(self.tenant_id, key)
         return found
 
     def put(self, key: bytes, tiers: CachedTier, query: FilterTierQuery | None = None) -> None:
+        if not isinstance(tiers, FilterTiers):
+            self.cache.messages.store(self.tenant_id, self.version, key, tiers)
+            return
         self.cache.store(self.tenant_id, self.version, key, tiers)
         if query is not None:
             self.cache.remember(self.tenant_id, query)

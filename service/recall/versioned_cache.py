@@ -120,6 +120,12 @@ class TenantVersionedCache(Generic[V]):
                 entry is not None and entry.version == version and time.monotonic() - entry.stored_at <= self.max_age_s
             )
 
+    def observe(self, tenant_id: str, version: int) -> None:
+        """A recall of ``tenant_id`` read ``version``: as a lookup would, drop the tenant's entries
+        if it is newer than any seen (for a cache this recall may not look up)."""
+        with self._lock:
+            self._observe(tenant_id, version)
+
     def store(self, tenant_id: str, version: int, key: bytes, value: V) -> None:
         """Keep ``value``, computed at ``version``, unless a newer version of the tenant was seen
         meanwhile or it is larger than the whole cache."""

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from service.api.state import Services
 from service.domain.belief import Belief
 from service.recall.tier_cache import TierCache, refresh_filter_tiers
-from service.storage.beliefs import BeliefStore, FilterTiers
+from service.storage.beliefs import BeliefStore, FilterTiers, RelevantTier
 from tests.api.conftest import RequestLog, Team, belief_body, ok
 
 SCOPES = ["domain:code", "project:pay"]
@@ -183,9 +183,9 @@ def test_the_cache_is_bounded_by_entries_and_age() -> None:
     assert bound is not None
     for key in (b"a", b"b", b"c"):
         bound.put(key, _tiers(key.decode()))
-    assert len(cache) == 2 and bound.get(b"a") is None and bound.get(b"c") == _tiers("c")
+    assert len(cache) == 2 and bound.get(b"a", "filters") is None and bound.get(b"c", "filters") == _tiers("c")
     time.sleep(0.25)
-    assert bound.get(b"c") is None  # too old, even at the same version
+    assert bound.get(b"c", "filters") is None  # too old, even at the same version
 
 
 def test_a_new_version_drops_the_tenants_older_entries() -> None:
@@ -194,10 +194,10 @@ def test_a_new_version_drops_the_tenants_older_entries() -> None:
     assert old is not None and new is not None and other is not None
     old.put(b"k", _tiers("old"))
     other.put(b"k", _tiers("other"))
-    assert new.get(b"k") is None
-    assert len(cache) == 1 and other.get(b"k") == _tiers("other")  # another tenant's stay
+    assert new.get(b"k", "filters") is None
+    assert len(cache) == 1 and other.get(b"k", "filters") == _tiers("other")  # another tenant's stay
     old.put(b"k", _tiers("late"))  # a recall that read v1 before the write finishes after it
-    assert new.get(b"k") is None and old.get(b"k") is None and len(cache) == 1
+    assert new.get(b"k", "filters") is None and old.get(b"k", "filters") is None and len(cache) == 1
 
 
 def test_an_unknown_version_or_a_disabled_cache_binds_nothing() -> None:
@@ -222,7 +222,7 @@ def test_the_cache_is_bounded_by_estimated_bytes() -> None:
     for key in (b"a", b"b", b"c"):
         bound.put(key, heavy)
     assert len(cache) == 2 and cache.estimated_bytes == 2 * size
-    assert bound.get(b"a") is None and bound.get(b"c") == heavy
+    assert bound.get(b"a", "filters") is None and bound.get(b"c", "filters") == heavy
     bound.put(b"c", heavy)  # stored again: replaced, not counted twice
     assert len(cache) == 2 and cache.estimated_bytes == 2 * size
     small = TierCache(max_entries=100, max_age_s=60, max_bytes=size - 1)
@@ -230,5 +230,31 @@ def test_the_cache_is_bounded_by_estimated_bytes() -> None:
     assert small_bound is not None
     small_bound.put(b"a", heavy)
     assert len(small) == 0 and small.estimated_bytes == 0
-    assert cache.bind(tenant, 2) is not None and cache.bind(tenant, 2).get(b"c") is None  # type: ignore[union-attr]
+    assert cache.bind(tenant, 2) is not None and cache.bind(tenant, 2).get(b"c", "filters") is None  # type: ignore[union-attr]
     assert cache.estimated_bytes == 0  # a newer version dropped the tenant's entries and their bytes
+
+
+def test_per_message_entries_have_their_own_budget() -> None:
+    """Relevant-tier entries (one per message) fill their own bound and never push a filter-tier
+    entry out; a recall that binds a newer version drops the tenant's entries from both caches,
+    even if it looks up only its filter tiers (an ``explain`` recall: an erased belief's text
+    does not stay in the per-message entries)."""
+    from tests.factories import make_belief
+
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    hit = make_belief(tenant, "u", "ledger_sync", content="x" * 2000)
+    relevant = RelevantTier(hits=(), quarantined=(hit.id,))
+    cache = TierCache(max_entries=100, max_age_s=60, max_bytes=10_000, message_max_bytes=3_000)
+    bound = cache.bind(tenant, 1)
+    assert bound is not None
+    bound.put(b"persona", _tiers("persona"))
+    for n in range(50):  # far more messages than either bound holds
+        bound.put(f"message-{n}".encode(), relevant)
+    assert bound.get(b"persona", "filters") == _tiers("persona")
+    assert bound.get(b"message-49", "relevant") == relevant and bound.get(b"message-0", "relevant") is None
+    assert len(cache) == 1 and 1 <= len(cache.messages) < 50 and cache.messages.estimated_bytes <= 3_000
+    assert cache.counts().lookups == {"filters": (1, 0)}
+    assert cache.messages.counts().lookups == {"relevant": (1, 1)}
+    newer = cache.bind(tenant, 2)
+    assert newer is not None and newer.get(b"persona", "filters") is None
+    assert len(cache.messages) == 0 and cache.messages.estimated_bytes == 0

@@ -98,8 +98,9 @@ def test_metrics_after_a_recall_and_a_chat(api: TestClient, crew: Team, llm: Scr
 
 
 def test_the_recall_caches_are_counted(api: TestClient, crew: Team) -> None:
-    """The same message twice: the second recall's filter tiers, relevant tier, message analysis
-    and vocabulary come from the process's caches, and the scrape says so."""
+    """The same message twice: the second recall's filter tiers, relevant tier (in the per-message
+    entries' own cache), message analysis and vocabulary come from the process's caches, and the
+    scrape says so."""
     seed(api, crew)
     recall = {"scopes": ["domain:code"], "query": f"redis eviction for {uuid.uuid4().hex[:6]}?"}
     before = scrape(api)
@@ -114,12 +115,13 @@ def test_the_recall_caches_are_counted(api: TestClient, crew: Team) -> None:
         return value(after, name, **labels) - value(before, name, **labels)
 
     assert grew("tiers", "filters", "miss") >= 2 and grew("tiers", "filters", "hit") >= 2  # persona, scoped
-    assert grew("tiers", "relevant", "miss") >= 1 and grew("tiers", "relevant", "hit") >= 1
+    assert grew("message_tiers", "relevant", "miss") >= 1 and grew("message_tiers", "relevant", "hit") >= 1
     assert grew("message_analyses", "all", "hit") >= 1 and grew("vocabularies", "all", "hit") >= 1
     assert grew("decoded_beliefs", "all", "miss") + grew("decoded_beliefs", "all", "hit") >= 1
-    for cache in ("tiers", "message_analyses", "vocabularies", "decoded_beliefs"):
+    for cache in ("tiers", "message_tiers", "message_analyses", "vocabularies", "decoded_beliefs"):
         assert value(after, "tenure_cache_entries", cache=cache) >= 1
     assert value(after, "tenure_cache_estimated_bytes", cache="tiers") > 0
+    assert value(after, "tenure_cache_estimated_bytes", cache="message_tiers") > 0
     assert ("tenure_cache_estimated_bytes", frozenset({("cache", "decoded_beliefs")})) not in after  # not estimated
 
 
