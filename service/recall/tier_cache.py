@@ -179,8 +179,8 @@ class TierCache(TenantVersionedCache[FilterTiers]):
 
     def bind(self, tenant_id: str, version: int | None) -> BoundTierCache | None:
         """The cache as seen by one recall of ``tenant_id`` at ``version``; None (no caching) when
-        the version is unknown or the cache is off."""
-        if version is None or not self.enabled:
+        the version is unknown or both caches are off (one of them off: it keeps nothing)."""
+        if version is None or not (self.enabled or self.messages.enabled):
             return None
         # the recall may look up only one of the two (an ``explain`` recall skips the relevant
         # entries): both drop the tenant's older entries now
@@ -213,7 +213,7 @@ class BoundTierCache:
             self.cache.messages.store(self.tenant_id, self.version, key, tiers)
             return
         self.cache.store(self.tenant_id, self.version, key, tiers)
-        if query is not None:
+        if query is not None and self.cache.enabled:  # a refresh needs the filter tiers kept
             self.cache.remember(self.tenant_id, query)
 
 

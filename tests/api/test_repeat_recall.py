@@ -105,6 +105,7 @@ def test_with_the_caches_off_a_repeat_costs_its_round_trips(
     tiers = services.recall.builder.tier_cache
     assert tiers is not None
     monkeypatch.setattr(tiers, "max_entries", 0)
+    monkeypatch.setattr(tiers.messages, "max_entries", 0)  # the per-message entries' own bounds
     monkeypatch.setattr(_analyses(services), "max_entries", 0)
     requests_log.sent.clear()
     assert _recall(client, team, "alice") == cached and _relevant(cached) == [belief_id]

@@ -203,6 +203,20 @@ def test_a_new_version_drops_the_tenants_older_entries() -> None:
 def test_an_unknown_version_or_a_disabled_cache_binds_nothing() -> None:
     assert TierCache(max_entries=10, max_age_s=60).bind("t", None) is None
     assert TierCache(max_entries=0, max_age_s=60).bind("t", 1) is None
+    assert TierCache(max_entries=10, max_age_s=60, max_bytes=0, message_max_bytes=0).bind("t", 1) is None
+
+
+def test_either_budget_at_zero_turns_off_its_own_entries_only() -> None:
+    only_messages = TierCache(max_entries=10, max_age_s=60, max_bytes=0).bind("t", 1)
+    only_filters = TierCache(max_entries=10, max_age_s=60, message_max_bytes=0).bind("t", 1)
+    assert only_messages is not None and only_filters is not None
+    relevant = RelevantTier(hits=(), quarantined=("b-1",))
+    for bound in (only_messages, only_filters):
+        bound.put(b"persona", _tiers("persona"))
+        bound.put(b"message", relevant)
+    assert only_messages.get(b"persona", "filters") is None and only_messages.get(b"message", "relevant") == relevant
+    assert only_filters.get(b"persona", "filters") == _tiers("persona")
+    assert only_filters.get(b"message", "relevant") is None
 
 
 def test_the_cache_is_bounded_by_estimated_bytes() -> None:
@@ -242,8 +256,7 @@ def test_per_message_entries_have_their_own_budget() -> None:
     from tests.factories import make_belief
 
     tenant = f"t-{uuid.uuid4().hex[:6]}"
-    hit = make_belief(tenant, "u", "ledger_sync", content="x" * 2000)
-    relevant = RelevantTier(hits=(), quarantined=(hit.id,))
+    relevant = RelevantTier(hits=(), quarantined=(make_belief(tenant, "u", "ledger_sync").id,))
     cache = TierCache(max_entries=100, max_age_s=60, max_bytes=10_000, message_max_bytes=3_000)
     bound = cache.bind(tenant, 1)
     assert bound is not None
