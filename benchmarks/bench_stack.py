@@ -6,7 +6,9 @@ the node keeps its corpora (1M beliefs take ~10 minutes to build), so it is star
 state dir and restarted on the same data after a reboot. This module does that with the same
 ``deploy/devstack.py`` calls the tests use (the node's JVM options included), writes the four
 values to ``<state-dir>/stack.env`` and prints them; the processes run in their own sessions and
-outlive this command until ``down``.
+outlive this command until ``down``. (``deploy/localstack.py`` starts the whole topology, API and
+workers included, for as long as the process that holds it: the benchmarks start their own API
+per variant and need only these two servers, across many runs.)
 
     .venv/bin/python -m benchmarks.bench_stack up --heap 4g          # prints OS=… REDIS=… OS_PID=… REDIS_PID=…
     set -a; . /tmp/tenure-fastpath/stack.env; set +a
