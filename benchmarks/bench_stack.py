@@ -30,7 +30,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from deploy.devstack import JVM_FLAGS, start_opensearch, start_redis, stop_pid
+from deploy.devstack import JVM_FLAGS, process_alive, start_opensearch, start_redis, stop_pid
 
 DEFAULT_STATE_DIR = Path("/tmp/tenure-fastpath")  # noqa: S108 - the benchmarks' shared default
 ENV_FILE = "stack.env"
@@ -45,23 +45,30 @@ def read_env(state_dir: Path) -> dict[str, str]:
     return {key: shlex.split(value)[0] if value else "" for key, value in pairs}
 
 
-def _alive(pid: str | None) -> bool:
-    if not pid:
+def _running(pid: str | None, state_dir: Path) -> bool:
+    """Whether ``pid`` is still a server ``up`` started there: alive, and its command line (the
+    node's) or its working directory (Redis's: it rewrites its command line and changes into its
+    ``--dir``) names the state dir. After a reboot the number may belong to another process, which
+    ``down`` must never stop."""
+    if not pid or not process_alive(pid):
         return False
+    where = str(state_dir.resolve())
     try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, ValueError):
+        command_line = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        working_dir = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
         return False
-    return True
+    return where in command_line or working_dir == where or working_dir.startswith(where + os.sep)
 
 
 def up(state_dir: Path, *, heap: str, gc_log: Path | None, keep_redis: bool) -> dict[str, str]:
     """Start what is not running yet; the node reuses its data dir when there is one."""
     env = read_env(state_dir)
-    if _alive(env.get("OS_PID")) and _alive(env.get("REDIS_PID")):
+    if _running(env.get("OS_PID"), state_dir) and _running(env.get("REDIS_PID"), state_dir):
         return env
     down(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir = state_dir.resolve()
     home = state_dir / "opensearch"
     flags = [*JVM_FLAGS, *([f"-Xlog:gc*:file={gc_log}:uptime,tid"] if gc_log else [])]
     node = start_opensearch(home, heap=heap, timeout_s=900, fresh=not home.exists(), jvm_flags=flags)
@@ -80,7 +87,7 @@ def down(state_dir: Path) -> None:
     """Stop both processes (the node flushes its data); the state dir stays for the next ``up``."""
     env = read_env(state_dir)
     for key in ("OS_PID", "REDIS_PID"):
-        if _alive(env.get(key)):
+        if _running(env.get(key), state_dir):
             stop_pid(int(env[key]), timeout_s=120)
     (state_dir / ENV_FILE).unlink(missing_ok=True)
 

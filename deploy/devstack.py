@@ -259,7 +259,7 @@ def _save(state: dict[str, dict[str, object]]) -> None:
     (STATE_DIR / "state.json").write_text(json.dumps(state, indent=2))
 
 
-def _alive(pid: object) -> bool:
+def process_alive(pid: object) -> bool:
     try:
         os.kill(int(str(pid)), 0)
         return True
@@ -268,7 +268,7 @@ def _alive(pid: object) -> bool:
 
 
 def up(os_port: int, redis_port: int, heap: str) -> dict[str, dict[str, object]]:
-    state = {k: v for k, v in _state().items() if _alive(v.get("pid"))}
+    state = {k: v for k, v in _state().items() if process_alive(v.get("pid"))}
     if "opensearch" not in state:
         svc = start_opensearch(STATE_DIR / "opensearch", os_port, heap=heap)
         state["opensearch"] = {"pid": svc.process.pid, "url": svc.url}
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         down()
     else:
         state = _state()
-        print(json.dumps({k: {**v, "alive": _alive(v.get("pid"))} for k, v in state.items()}, indent=2))
+        print(json.dumps({k: {**v, "alive": process_alive(v.get("pid"))} for k, v in state.items()}, indent=2))
     return 0
 
 

@@ -6,7 +6,7 @@ on a running stack must hand back the same processes rather than start a second 
 
 from __future__ import annotations
 
-import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,16 +15,9 @@ import redis
 from opensearchpy import OpenSearch
 
 from benchmarks.bench_stack import down, read_env, up
+from deploy.devstack import process_alive
 
 HEAP = "512m"
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture
@@ -47,11 +40,28 @@ def test_the_node_keeps_its_data_and_redis_starts_empty(state_dir: Path) -> None
     assert (state_dir.parent / "gc.log").stat().st_size > 0
 
     down(state_dir)
-    assert not _alive(env["OS_PID"])
-    assert not _alive(env["REDIS_PID"])
+    assert not process_alive(env["OS_PID"])
+    assert not process_alive(env["REDIS_PID"])
     assert read_env(state_dir) == {}
 
     again = up(state_dir, heap=HEAP, gc_log=None, keep_redis=False)
     assert again["OS_PID"] != env["OS_PID"]
     assert OpenSearch(again["OS"]).get("kept-corpus", "1")["_source"] == {"belief": "kept"}
     assert redis.Redis.from_url(again["REDIS"]).get("counter") is None
+
+
+def test_down_never_stops_a_process_it_did_not_start(tmp_path: Path) -> None:
+    """After a reboot the pids in ``stack.env`` may name other processes: ``down`` leaves them be."""
+    stranger = subprocess.Popen(["sleep", "60"], cwd=tmp_path)  # noqa: S607 - coreutils
+    try:
+        state_dir = tmp_path / "stack"
+        state_dir.mkdir()
+        (state_dir / "stack.env").write_text(
+            f"OS=http://127.0.0.1:9\nREDIS=redis://127.0.0.1:9/0\nOS_PID={stranger.pid}\nREDIS_PID={stranger.pid}\n"
+        )
+        down(state_dir)
+        assert stranger.poll() is None
+        assert read_env(state_dir) == {}
+    finally:
+        stranger.kill()
+        stranger.wait()
