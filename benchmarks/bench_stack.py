@@ -54,15 +54,20 @@ def _running(pid: str | None, state_dir: Path) -> bool:
         return False
     where = str(state_dir.resolve())
     try:
-        command_line = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
         working_dir = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return False
-    return where in command_line or working_dir == where or working_dir.startswith(where + os.sep)
+
+    def inside(path: str) -> bool:  # the dir itself or below it, not a sibling sharing its prefix
+        return path == where or path.startswith(where + os.sep) or f"={where}{os.sep}" in path
+
+    return inside(working_dir) or any(inside(argument) for argument in arguments)
 
 
 def up(state_dir: Path, *, heap: str, gc_log: Path | None, keep_redis: bool) -> dict[str, str]:
-    """Start what is not running yet; the node reuses its data dir when there is one."""
+    """Both servers already running: the same pair. Otherwise both are (re)started, the node on
+    its data dir when there is one."""
     env = read_env(state_dir)
     if _running(env.get("OS_PID"), state_dir) and _running(env.get("REDIS_PID"), state_dir):
         return env
