@@ -64,7 +64,7 @@ from opensearchpy import OpenSearch, helpers
 from tenure_client import AsyncTenure, ConnectionFailed, Tenure, TenureError
 from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
 
-from benchmarks import run_queue, thread_bursts
+from benchmarks import pacer, run_queue, thread_bursts
 from benchmarks.machine_speed import speed_check, speed_line
 from benchmarks.recall_bench import Query, Spec, draw_queries, draw_sessions, load_range, loadavg, tenant_of
 from deploy.devstack import Service, free_port, start_opensearch, start_redis
@@ -676,17 +676,32 @@ async def paced(
         )
     if unanswered:
         tally.causes["unanswered"] = len(unanswered)
+    first_due = first_due_utc(tally.answered, clock_at)
+    return paced_figures(tally.answered, tally.kinds, tally.causes, total, wall, first_due)
+
+
+def paced_figures(
+    answered: list[tuple[float, float]],
+    kinds: list[str],
+    causes: dict[str, int],
+    total: int,
+    wall_s: float,
+    first_due: str | None,
+) -> dict[str, Any]:
+    """A paced pass's figures from its answers ((due time s, latency ms), in the order they came,
+    and their message kinds), its failures by cause, the requests due and its wall time."""
+    by_kind = latencies_by_kind(kinds, answered)
     return {
-        **latency_block(tally.timings),
-        "errors": sum(tally.causes.values()),
-        "error_causes": tally.causes,
+        **latency_block([latency_ms for _, latency_ms in answered]),
+        "errors": sum(causes.values()),
+        "error_causes": causes,
         "sent": total,
-        "achieved_per_s": round(len(tally.timings) / wall, 1),
-        "timeline": timeline(tally.answered),
-        "by_kind": {kind: latency_block(times) for kind, times in sorted(tally.by_kind().items())},
-        "p99_by_tenth_of_second": by_phase(tally.answered),
+        "achieved_per_s": round(len(answered) / wall_s, 1),
+        "timeline": timeline(answered),
+        "by_kind": {kind: latency_block(times) for kind, times in sorted(by_kind.items())},
+        "p99_by_tenth_of_second": by_phase(answered),
         # when the timeline's second 0 began, to line it up with other logs (a JVM's GC log)
-        "first_due_utc": first_due_utc(tally.answered, clock_at),
+        "first_due_utc": first_due,
     }
 
 
@@ -730,6 +745,14 @@ def by_phase(answered: list[tuple[float, float]], period_s: float = 1.0, bins: i
     return [latency_block(by_bin.get(b, [])).get("p99_ms", 0.0) for b in range(bins)]
 
 
+def latencies_by_kind(kinds: list[str], answered: list[tuple[float, float]]) -> dict[str, list[float]]:
+    """The answers' latencies (ms) by message kind (``kinds[i]`` is ``answered[i]``'s)."""
+    out: dict[str, list[float]] = {}
+    for kind, (_, latency_ms) in zip(kinds, answered, strict=True):
+        out.setdefault(kind, []).append(latency_ms)
+    return out
+
+
 @dataclass
 class Tally:
     """What the paced requests to one API got: each answer's latency from its due time, and why
@@ -750,10 +773,7 @@ class Tally:
 
     def by_kind(self) -> dict[str, list[float]]:
         """The answers' latencies (ms) by message kind."""
-        out: dict[str, list[float]] = {}
-        for kind, (_, latency_ms) in zip(self.kinds, self.answered, strict=True):
-            out.setdefault(kind, []).append(latency_ms)
-        return out
+        return latencies_by_kind(self.kinds, self.answered)
 
     async def send(self, callers: AsyncCallers, q: Query, due: float) -> None:
         if self.in_flight >= MAX_IN_FLIGHT:
@@ -912,6 +932,75 @@ async def ceiling(
     }
 
 
+GO = "go"  # --seq-client / --load-client: the compiled client, benchmarks/pacer.py
+
+
+class GoPasses:
+    """The passes sent by the compiled client (``benchmarks/pacer.py``): each phase's requests
+    written before anything is timed, each pass one run of the pacer. Each pass returns its
+    figures in the shape of the Python clients' and the pacer's own CPU seconds, which the meter
+    cannot see (another process, gone when the pass ends): :func:`charged` adds them to the client."""
+
+    def __init__(self, api: Api, phases: Phases, state_dir: Path):
+        self.binary = pacer.build(state_dir / "bin")
+        scratch = state_dir / "plans"
+
+        def key_for(q: Query) -> str:
+            return key_of(q.principal.tenant_id, q.principal.user_id)[1]
+
+        phase_calls = (phases.timed, phases.paced, phases.ceiling)
+        self.plans = [pacer.Plan.write(api.url, calls, key_for, scratch) for calls in phase_calls]
+
+    def sequential(self, max_s: float | None) -> tuple[dict[str, Any], int, float]:
+        plan = self.plans[0]
+        out = pacer.run(self.binary, plan, "sequential", timeout_s=TIMEOUT_S, max_s=max_s or 0.0)
+        sent = len(out.answered) + sum(out.causes.values())
+        figures = {
+            **latency_block([ms for _, ms, _ in out.answered]),
+            "errors": sum(out.causes.values()),
+            "sent": sent,
+            "stopped_at_max_s": sent < len(plan.kinds),
+        }
+        return figures, sent, out.cpu_s
+
+    def paced(self, rate: float, seconds: float, grace_s: float) -> tuple[dict[str, Any], float]:
+        out = pacer.run(
+            self.binary, self.plans[1], "paced", timeout_s=TIMEOUT_S,
+            rate=rate, seconds=seconds, grace_s=grace_s, max_in_flight=MAX_IN_FLIGHT,
+        )  # fmt: skip
+        answered = [(due_s, ms) for due_s, ms, _ in out.answered]
+        first = min((due_s for due_s, _ in answered), default=None)
+        first_due = None if first is None else datetime.fromtimestamp(out.start_unix_s + first, UTC)
+        figures = paced_figures(
+            answered, [kind for _, _, kind in out.answered], out.causes, int(rate * seconds), out.wall_s,
+            None if first_due is None else first_due.isoformat(timespec="milliseconds"),
+        )  # fmt: skip
+        return figures, out.cpu_s
+
+    def ceiling(self, clients: int, seconds: float) -> tuple[dict[str, Any], float]:
+        plan = self.plans[2]
+        out = pacer.run(self.binary, plan, "ceiling", timeout_s=TIMEOUT_S, connections=clients, seconds=seconds)
+        figures = {
+            **latency_block([ms for _, ms, _ in out.answered]),
+            "errors": sum(out.causes.values()),
+            "error_causes": out.causes,
+            "recalls_per_s": round(len(out.answered) / out.wall_s, 1),
+        }
+        return figures, out.cpu_s
+
+    def close(self) -> None:
+        for plan in self.plans:
+            plan.remove()
+
+
+def charged(used: dict[str, Any], pacer_cpu_s: float) -> dict[str, Any]:
+    """A ``CpuMeter`` reading with the pacer's CPU moved from "other processes" to the client."""
+    if pacer_cpu_s:
+        used["cpu_s"]["loadgen"] = round(used["cpu_s"]["loadgen"] + pacer_cpu_s, 2)
+        used["other_processes_cpu_s"] = round(used["other_processes_cpu_s"] - pacer_cpu_s, 2)
+    return used
+
+
 def cpu_per_recall(used: dict[str, Any], recalls: int) -> dict[str, float]:
     """CPU ms per recall by component, from a ``CpuMeter`` reading over ``recalls`` calls."""
     cpu = {name: round(seconds * 1000 / recalls, 2) for name, seconds in used["cpu_s"].items()}
@@ -1018,13 +1107,67 @@ def client_heap(*, frozen: bool) -> Iterator[None]:
         gc.unfreeze()
 
 
+@dataclass(frozen=True)
+class Passes:
+    """The three timed passes over the clients the command line chose (``--seq-client``,
+    ``--load-client``); each returns its figures, the sequential one also how many it sent, and
+    the CPU seconds of a client process the meter cannot see (the pacer's; 0 for the Python
+    clients, which run in this process)."""
+
+    sequential: Callable[[], tuple[dict[str, Any], int, float]]
+    paced: Callable[[], tuple[dict[str, Any], float]]
+    ceiling: Callable[[], tuple[dict[str, Any], float]]
+    close: Callable[[], None]
+
+
+def passes_for(api: Api, phases: Phases, args: argparse.Namespace) -> Passes:
+    go = GoPasses(api, phases, args.state_dir) if GO in (args.seq_client, args.load_client) else None
+
+    def sequential_in_python() -> tuple[dict[str, Any], int, float]:
+        figures, sent = sequential_by(args.seq_client)(api, phases.timed, 0, args.seq_max_s)
+        return figures, sent, 0.0
+
+    def paced_in_python() -> tuple[dict[str, Any], float]:
+        connect = CONNECTS[args.load_client]
+        return asyncio.run(paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s, connect=connect)), 0.0
+
+    def ceiling_in_python() -> tuple[dict[str, Any], float]:
+        connect = CONNECTS[args.load_client]
+        return asyncio.run(ceiling(api, phases.ceiling, args.clients, args.ceiling_s, connect=connect)), 0.0
+
+    if go is None:
+        return Passes(sequential_in_python, paced_in_python, ceiling_in_python, lambda: None)
+    loaded_by_go = args.load_client == GO
+    return Passes(
+        (lambda: go.sequential(args.seq_max_s)) if args.seq_client == GO else sequential_in_python,
+        (lambda: go.paced(args.rate, args.paced_s, args.paced_grace_s)) if loaded_by_go else paced_in_python,
+        (lambda: go.ceiling(args.clients, args.ceiling_s)) if loaded_by_go else ceiling_in_python,
+        go.close,
+    )
+
+
 def measure_traffic(
     api: Api, args: argparse.Namespace, queries: list[Query], pids: dict[str, list[int]]
 ) -> dict[str, Any]:
     phases = Phases.split(queries, args)
     backlog = {"pending": api.drain.pending(), "drained_in_s": api.drain.wait_empty()}
-    sequential_pass = sequential_by(args.seq_client)
     warmed = asyncio.run(warm(api, phases.warmup, WARM_LANES))
+    passes = passes_for(api, phases, args)
+    try:
+        return measure_passes(api, args, phases, passes, pids, {"warmup": warmed, "backlog": backlog})
+    finally:
+        passes.close()
+
+
+def measure_passes(
+    api: Api,
+    args: argparse.Namespace,
+    phases: Phases,
+    passes: Passes,
+    pids: dict[str, list[int]],
+    before: dict[str, Any],
+) -> dict[str, Any]:
+    """:func:`measure_traffic`'s timed passes: sequential, paced, ceiling, each with its CPU."""
 
     def stack() -> dict[str, list[int]]:
         return {**pids, "api": api.pids(), "drain": api.drain.pids()}
@@ -1035,33 +1178,33 @@ def measure_traffic(
     meter = CpuMeter(stack)  # the load client's own CPU is the meter's "loadgen"
     load_before = loadavg()
     meter.begin()
-    seq, sent = sequential_pass(api, phases.timed, 0, args.seq_max_s)
-    used = meter.finish()
+    seq, sent, pacer_cpu = passes.sequential()
+    used = charged(meter.finish(), pacer_cpu)
     cpu = cpu_per_recall(used, max(sent, 1))
     seq["machine_steal"] = steal_share(used)
-    receipts: dict[str, Any] = {"backlog_before": backlog, "pending_after": {"sequential": api.drain.pending()}}
+    receipts: dict[str, Any] = {"backlog_before": before["backlog"]}
+    receipts["pending_after"] = {"sequential": api.drain.pending()}
     result: dict[str, Any] = {
-        "warmup": warmed,
+        "warmup": before["warmup"],
         "sequential": seq,
         "cpu_ms_per_recall": cpu,
         "loadavg_before": load_before,
+        "clients": {"sequential": args.seq_client, "paced and ceiling": args.load_client},
     }
     result["receipt_outbox"] = receipts
-    connect = CONNECTS[args.load_client]
     meter.begin()
     workers = api.worker_cpu()
     queued = run_queue.reading(components())
     rewrite = AofRewrite(api.drain.redis, args.paced_aof_rewrite_at_s)
     bursts = BurstWatch(args.paced_thread_bursts, components(), pids.get("opensearch", []))
     with api.drain.paused(args.paced_drain == "paused"), rewrite, bursts:
-        result["paced"] = asyncio.run(
-            paced(api, phases.paced, args.rate, args.paced_s, args.paced_grace_s, connect=connect)
-        )
+        result["paced"], pacer_cpu = passes.paced()
     bursts.summarise_into(result["paced"])
     result["paced"]["drain"] = args.paced_drain
     result["paced"]["aof_rewrite"] = rewrite.outcome()
+    # the run queue's "client" is this process: the pacer's own wait for a core is not in it
     result["paced"]["run_queue"] = run_queue.per_call(queued, run_queue.reading(components()), result["paced"]["sent"])
-    result["paced"].update(machine_use(meter.finish(), result["paced"]["sent"]))
+    result["paced"].update(machine_use(charged(meter.finish(), pacer_cpu), result["paced"]["sent"]))
     # how the load client's connections fell on the workers (the kernel's choice, per connection)
     result["paced"]["worker_cpu_s"] = api.worker_cpu_since(workers)
     if args.paced_drain == "paused":  # the receipts it held back, drained before the next pass
@@ -1069,8 +1212,8 @@ def measure_traffic(
     result["paced"]["drain_s"] = drain(api, phases.paced[0])
     receipts["pending_after"]["paced"] = api.drain.pending()
     meter.begin()
-    result["ceiling"] = asyncio.run(ceiling(api, phases.ceiling, args.clients, args.ceiling_s, connect=connect))
-    used = meter.finish()
+    result["ceiling"], pacer_cpu = passes.ceiling()
+    used = charged(meter.finish(), pacer_cpu)
     receipts["pending_after"]["ceiling"] = api.drain.pending()
     # every receipt in the audit index before the API stops: the run leaves an empty outbox
     receipts["drained_at_end_s"] = api.drain.wait_empty(timeout_s=300, below=1)
@@ -1159,11 +1302,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--client-gc", choices=("frozen", "default"), default="frozen",
                         help="the load generator's heap while measuring (client_heap)")  # fmt: skip
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--seq-client", choices=("sync", "sync-keepalive", "keepalive"), default="sync",
-                        help="the sequential pass's SDK: sync (httpx's transport), sync over "
-                             "KeepAliveSyncTransport, or async over KeepAliveTransport")  # fmt: skip
-    parser.add_argument("--load-client", choices=tuple(CONNECTS), default="keepalive",
-                        help="how the paced and ceiling passes reach the API (lanes: before 2026-12-03)")  # fmt: skip
+    parser.add_argument("--seq-client", choices=("sync", "sync-keepalive", "keepalive", GO), default="sync",
+                        help="the sequential pass's client: the SDK, sync (httpx's transport), sync over "
+                             "KeepAliveSyncTransport, or async over KeepAliveTransport; go: the compiled "
+                             "client (benchmarks/pacer.py)")  # fmt: skip
+    parser.add_argument("--load-client", choices=(*CONNECTS, GO), default="keepalive",
+                        help="how the paced and ceiling passes reach the API (lanes: before 2026-12-03; "
+                             "go: the compiled client, benchmarks/pacer.py)")  # fmt: skip
     parser.add_argument("--ceiling-s", type=float, default=20.0)
     parser.add_argument(
         "--ceiling-calls", type=int, default=20_000, help="calls drawn for the ceiling (reused if it outlasts them)"

@@ -1,0 +1,3 @@
+module tenure/benchmarks/pacer
+
+go 1.19
