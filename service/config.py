@@ -160,6 +160,13 @@ class ApiSettings(BaseSettings):
     # ~8.5 kB/s).
     request_head_timeout_s: float = Field(30.0, gt=0.0, le=3600.0)
     request_body_timeout_s: float = Field(120.0, gt=0.0, le=86_400.0)
+    # Requests one connection serves before its answer closes it (``connection: close``; 0: no
+    # limit), as nginx's keepalive_requests. Clients reuse their most recently used idle
+    # connection first (httpx, the SDK, Go's pool in Caddy), so a few connections carry most
+    # requests, each held by the worker process that accepted it: one worker can run hot while
+    # the other idles. A connection closed after N requests is replaced by one that the worker
+    # idle at that moment accepts (docs/operations.md, "Keep-alive").
+    max_requests_per_connection: int = Field(1000, ge=0, le=10_000_000)
     # Threads that run the synchronous parts of requests (anyio's limiter, 40 by default). The
     # OpenSearch connection pool is sized to match (service/storage/client.py): a smaller pool
     # makes threads wait for a connection or open and discard extra ones on every burst.

@@ -8,6 +8,10 @@ proxy's routes their SDK's, when the request line was read before the fault, whi
 parser tells), with code ``bad_request`` and a request id. Served with
 ``uvicorn --http service.api.http_protocol:JsonErrorHttpProtocol``.
 
+With ``max_requests_per_connection`` set (``TENURE_API_MAX_REQUESTS_PER_CONNECTION``) a connection
+closes after that many requests, its last answer saying so, so that the load over the worker
+processes is spread again as new connections arrive (docs/operations.md, "Keep-alive").
+
 They also keep an idle keep-alive connection open for at least :data:`MIN_KEEP_ALIVE_S`, whatever
 ``--timeout-keep-alive`` says below that. uvicorn's default, 5 s, equals httpx's idle expiry (the
 SDK's, the OpenAI and Anthropic SDKs'): a client that reuses a connection idle for almost 5 s
@@ -146,6 +150,8 @@ class JsonErrorHttpProtocol(HttpToolsProtocol):
         self._paused_at_start = 0.0
         self._deadline: asyncio.TimerHandle | None = None
         self._clock: ClockedFlowControl | None = None
+        self._max_requests = api.max_requests_per_connection
+        self._requests = 0  # requests begun on this connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -173,8 +179,19 @@ class JsonErrorHttpProtocol(HttpToolsProtocol):
         self._begin_phase("headers")
 
     def on_headers_complete(self) -> None:
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before:  # a request to answer (not an upgrade)
+            self._count_request()
         self._begin_phase("body")
+
+    def _count_request(self) -> None:
+        """The connection's last request once it reaches ``max_requests_per_connection``: its
+        answer says ``connection: close`` and the connection closes after it (uvicorn's own
+        handling of a request that asked to close)."""
+        self._requests += 1
+        if self._max_requests and self._requests >= self._max_requests and self.cycle is not None:
+            self.cycle.keep_alive = False
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
