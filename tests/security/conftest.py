@@ -28,19 +28,26 @@ from tests.api.conftest import (  # noqa: F401 - fixtures shared with the API su
 )
 
 
-@pytest.fixture(scope="module")
-def served_api(tmp_path_factory: pytest.TempPathFactory, opensearch_url: str, redis_url: str) -> Iterator[LocalStack]:
-    """The app under uvicorn (one worker), on the session's OpenSearch and Redis."""
+def api_only_stack(root: Path, opensearch_url: str, redis_url: str, env: dict[str, str] | None = None) -> LocalStack:
+    """The app under uvicorn (one worker), without the scripted LLM, a worker or beat; ``env``:
+    extra ``TENURE_*`` settings for it."""
     config = StackConfig(
-        root=Path(tmp_path_factory.mktemp("served-api")),
+        root=root,
         opensearch_url=opensearch_url,
         redis_url=redis_url,
         api_workers=1,
         with_llm=False,
         with_worker=False,
         with_beat=False,
+        env=env or {},
     )
-    with LocalStack(config) as stack:
+    return LocalStack(config)
+
+
+@pytest.fixture(scope="module")
+def served_api(tmp_path_factory: pytest.TempPathFactory, opensearch_url: str, redis_url: str) -> Iterator[LocalStack]:
+    """The app under uvicorn (one worker), on the session's OpenSearch and Redis."""
+    with api_only_stack(Path(tmp_path_factory.mktemp("served-api")), opensearch_url, redis_url) as stack:
         yield stack
 
 

@@ -21,8 +21,9 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from deploy.localstack import LocalStack, StackConfig
+from deploy.localstack import LocalStack
 from service.api.http_protocol import MIN_KEEP_ALIVE_S, JsonErrorHttpProtocol, keep_alive_s
+from tests.security.conftest import api_only_stack
 
 HTTPX_IDLE_EXPIRY_S = httpx.Limits().keepalive_expiry or 0.0
 
@@ -104,17 +105,8 @@ def _head_of(sock: socket.socket, path: str) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def api_closing_after_3(tmp_path_factory: pytest.TempPathFactory, opensearch_url: str, redis_url: str) -> Any:
-    config = StackConfig(
-        root=tmp_path_factory.mktemp("served-api-3"),
-        opensearch_url=opensearch_url,
-        redis_url=redis_url,
-        api_workers=1,
-        with_llm=False,
-        with_worker=False,
-        with_beat=False,
-        env={"TENURE_API_MAX_REQUESTS_PER_CONNECTION": "3"},
-    )
-    with LocalStack(config) as stack:
+    env = {"TENURE_API_MAX_REQUESTS_PER_CONNECTION": "3"}
+    with api_only_stack(tmp_path_factory.mktemp("served-api-3"), opensearch_url, redis_url, env) as stack:
         yield stack
 
 
