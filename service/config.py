@@ -164,8 +164,8 @@ class ApiSettings(BaseSettings):
     # limit), as nginx's keepalive_requests. Clients reuse their most recently used idle
     # connection first (httpx, the SDK, Go's pool in Caddy), so a few connections carry most
     # requests, each held by the worker process that accepted it: one worker can run hot while
-    # the other idles. A connection closed after N requests is replaced by one that the worker
-    # idle at that moment accepts (docs/operations.md, "Keep-alive").
+    # the other idles. A connection closed after N requests is replaced by a new one, which the
+    # kernel hands to whichever worker accepts first (docs/operations.md, "Requests per connection").
     max_requests_per_connection: int = Field(1000, ge=0, le=10_000_000)
     # Threads that run the synchronous parts of requests (anyio's limiter, 40 by default). The
     # OpenSearch connection pool is sized to match (service/storage/client.py): a smaller pool

@@ -9,8 +9,8 @@ parser tells), with code ``bad_request`` and a request id. Served with
 ``uvicorn --http service.api.http_protocol:JsonErrorHttpProtocol``.
 
 With ``max_requests_per_connection`` set (``TENURE_API_MAX_REQUESTS_PER_CONNECTION``) a connection
-closes after that many requests, its last answer saying so, so that the load over the worker
-processes is spread again as new connections arrive (docs/operations.md, "Keep-alive").
+closes after that many requests, its last answer saying so, so that the client's next connection
+re-draws the worker process that serves it (docs/operations.md, "Requests per connection").
 
 They also keep an idle keep-alive connection open for at least :data:`MIN_KEEP_ALIVE_S`, whatever
 ``--timeout-keep-alive`` says below that. uvicorn's default, 5 s, equals httpx's idle expiry (the
