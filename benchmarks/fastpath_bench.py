@@ -936,23 +936,23 @@ GO = "go"  # --seq-client / --load-client: the compiled client, benchmarks/pacer
 
 
 class GoPasses:
-    """The passes sent by the compiled client (``benchmarks/pacer.py``): each phase's requests
-    written before anything is timed, each pass one run of the pacer. Each pass returns its
-    figures in the shape of the Python clients' and the pacer's own CPU seconds, which the meter
-    cannot see (another process, gone when the pass ends): :func:`charged` adds them to the client."""
+    """The passes sent by the compiled client (``benchmarks/pacer.py``): the requests of each pass
+    it sends (``calls``: ``sequential``, ``paced``, ``ceiling``) written before anything is timed,
+    each pass one run of the pacer. Each pass returns its figures in the shape of the Python
+    clients' and the pacer's own CPU seconds, which the meter cannot see (another process, gone
+    when the pass ends): :func:`charged` adds them to the client."""
 
-    def __init__(self, api: Api, phases: Phases, state_dir: Path):
+    def __init__(self, api: Api, calls: dict[str, list[Query]], state_dir: Path):
         self.binary = pacer.build(state_dir / "bin")
         scratch = state_dir / "plans"
 
         def key_for(q: Query) -> str:
             return key_of(q.principal.tenant_id, q.principal.user_id)[1]
 
-        phase_calls = (phases.timed, phases.paced, phases.ceiling)
-        self.plans = [pacer.Plan.write(api.url, calls, key_for, scratch) for calls in phase_calls]
+        self.plans = {name: pacer.Plan.write(api.url, queries, key_for, scratch) for name, queries in calls.items()}
 
     def sequential(self, max_s: float | None) -> tuple[dict[str, Any], int, float]:
-        plan = self.plans[0]
+        plan = self.plans["sequential"]
         out = pacer.run(self.binary, plan, "sequential", timeout_s=TIMEOUT_S, max_s=max_s or 0.0)
         sent = len(out.answered) + sum(out.causes.values())
         figures = {
@@ -965,7 +965,7 @@ class GoPasses:
 
     def paced(self, rate: float, seconds: float, grace_s: float) -> tuple[dict[str, Any], float]:
         out = pacer.run(
-            self.binary, self.plans[1], "paced", timeout_s=TIMEOUT_S,
+            self.binary, self.plans["paced"], "paced", timeout_s=TIMEOUT_S,
             rate=rate, seconds=seconds, grace_s=grace_s, max_in_flight=MAX_IN_FLIGHT,
         )  # fmt: skip
         answered = [(due_s, ms) for due_s, ms, _ in out.answered]
@@ -978,7 +978,7 @@ class GoPasses:
         return figures, out.cpu_s
 
     def ceiling(self, clients: int, seconds: float) -> tuple[dict[str, Any], float]:
-        plan = self.plans[2]
+        plan = self.plans["ceiling"]
         out = pacer.run(self.binary, plan, "ceiling", timeout_s=TIMEOUT_S, connections=clients, seconds=seconds)
         figures = {
             **latency_block([ms for _, ms, _ in out.answered]),
@@ -989,7 +989,7 @@ class GoPasses:
         return figures, out.cpu_s
 
     def close(self) -> None:
-        for plan in self.plans:
+        for plan in self.plans.values():
             plan.remove()
 
 
@@ -1121,7 +1121,10 @@ class Passes:
 
 
 def passes_for(api: Api, phases: Phases, args: argparse.Namespace) -> Passes:
-    go = GoPasses(api, phases, args.state_dir) if GO in (args.seq_client, args.load_client) else None
+    by_go: dict[str, list[Query]] = {"sequential": phases.timed} if args.seq_client == GO else {}
+    if args.load_client == GO:
+        by_go.update(paced=phases.paced, ceiling=phases.ceiling)
+    go = GoPasses(api, by_go, args.state_dir) if by_go else None
 
     def sequential_in_python() -> tuple[dict[str, Any], int, float]:
         figures, sent = sequential_by(args.seq_client)(api, phases.timed, 0, args.seq_max_s)

@@ -90,13 +90,18 @@ func (s *sender) conn() *conn { return &conn{addr: s.addr, timeout: s.timeout} }
 // send makes request k over c and returns why it failed ("" for a 200).
 func (s *sender) send(c *conn, k int) string {
 	status, err := c.do(s.wire[k%len(s.wire)])
-	switch {
-	case err != nil:
+	if err != nil {
 		return causeOf(err)
-	case status != 200:
-		return fmt.Sprintf("HTTP %d", status)
 	}
-	return ""
+	return causeOfStatus(status)
+}
+
+// causeOfStatus names an answer that is not a 200 as the Python clients do ("" for a 200).
+func causeOfStatus(status int) string {
+	if status == 200 {
+		return ""
+	}
+	return fmt.Sprintf("HTTP %d", status)
 }
 
 // causeOf names a failure without an answer the way the Python clients' httpx errors read.
@@ -193,18 +198,20 @@ func readPlan(path string) (*Plan, error) {
 	if plan.TimeoutS <= 0 {
 		plan.TimeoutS = 30
 	}
+	switch {
+	case plan.Mode == "paced" && (plan.MaxInFlight < 1 || plan.Rate <= 0):
+		return nil, errors.New("paced: max_in_flight and rate must be > 0")
+	case plan.Mode == "ceiling" && plan.Connections < 1:
+		return nil, errors.New("ceiling: connections must be > 0")
+	case plan.Mode != "sequential" && plan.Mode != "paced" && plan.Mode != "ceiling":
+		return nil, fmt.Errorf("mode %q: need sequential, paced or ceiling", plan.Mode)
+	}
 	return plan, nil
 }
 
+// run runs the plan's pass; every request it sent has its record when it returns (the paced
+// loop counts what is still unanswered at its deadline and leaves it).
 func run(plan *Plan) (*Result, error) {
-	// how many connections the mode needs: at least one
-	connections := map[string]int{"sequential": 1, "paced": plan.MaxInFlight, "ceiling": plan.Connections}[plan.Mode]
-	if connections < 1 {
-		return nil, fmt.Errorf("mode %q: need sequential, paced (max_in_flight > 0) or ceiling (connections > 0)", plan.Mode)
-	}
-	if plan.Mode == "paced" && plan.Rate <= 0 {
-		return nil, errors.New("paced: rate must be > 0")
-	}
 	s, err := newSender(plan)
 	if err != nil {
 		return nil, err
@@ -225,13 +232,9 @@ func run(plan *Plan) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.result.WallS = time.Since(s.start).Seconds()
 	s.result.CPUS = cpuSeconds() - cpuBefore
-	out := s.result
-	out.Records = append([]Record(nil), s.result.Records...)
-	return &out, nil
+	return &s.result, nil
 }
 
 func main() {

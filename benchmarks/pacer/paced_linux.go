@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -285,10 +284,8 @@ func (l *loop) ready(i int, events uint32) int {
 		case len(lane.in) > length: // bytes beyond the answer: nothing was asked for them
 			l.finish(i, causeOf(errMalformed), false)
 			return 1
-		case status != 200:
-			l.finish(i, fmt.Sprintf("HTTP %d", status), keep)
 		default:
-			l.finish(i, "", keep)
+			l.finish(i, causeOfStatus(status), keep)
 		}
 		return 1
 	}

@@ -191,7 +191,8 @@ def test_fastpath_figures_from_the_pacer(server: ThreadingHTTPServer, binary: Pa
     class Api:
         url = url_of(server)
 
-    passes = GoPasses(Api(), Phases(), tmp_path)  # type: ignore[arg-type]
+    calls = {"sequential": Phases.timed, "paced": Phases.paced, "ceiling": Phases.ceiling}
+    passes = GoPasses(Api(), calls, tmp_path)  # type: ignore[arg-type]
     try:
         seq, sent, cpu_s = passes.sequential(None)
         assert (seq["n"], seq["errors"], sent, seq["stopped_at_max_s"]) == (6, 0, 6, False)
