@@ -975,7 +975,7 @@ class GoPasses:
             answered, [kind for _, _, kind in out.answered], out.causes, int(rate * seconds), out.wall_s,
             None if first_due is None else first_due.isoformat(timespec="milliseconds"),
         )  # fmt: skip
-        return figures, out.cpu_s
+        return {**figures, "connects": out.connects}, out.cpu_s
 
     def ceiling(self, clients: int, seconds: float) -> tuple[dict[str, Any], float]:
         plan = self.plans["ceiling"]
@@ -985,6 +985,7 @@ class GoPasses:
             "errors": sum(out.causes.values()),
             "error_causes": out.causes,
             "recalls_per_s": round(len(out.answered) / out.wall_s, 1),
+            "connects": out.connects,
         }
         return figures, out.cpu_s
 

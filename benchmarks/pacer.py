@@ -101,14 +101,16 @@ class Plan:
 @dataclass(frozen=True)
 class Outcome:
     """What the pacer saw: each answered request's (offset from the start in s, latency ms, kind),
-    the failures by cause, the pass's wall time, the pacer's own CPU seconds, and the wall-clock
-    time of its start (the paced pass's first due time)."""
+    the failures by cause, the pass's wall time, the pacer's own CPU seconds, the wall-clock
+    time of its start (the paced pass's first due time) and the TCP connections it opened (one
+    per lane or client, one more each time the server closed one)."""
 
     answered: list[tuple[float, float, str]]
     causes: dict[str, int]
     wall_s: float
     cpu_s: float
     start_unix_s: float
+    connects: int
 
 
 def run(binary: Path, plan: Plan, mode: str, *, timeout_s: float = 30.0, **params: float) -> Outcome:
@@ -137,4 +139,5 @@ def run(binary: Path, plan: Plan, mode: str, *, timeout_s: float = 30.0, **param
         wall_s=float(result["wall_s"]),
         cpu_s=float(result["cpu_s"]),
         start_unix_s=result["start_unix_ns"] / 1e9,
+        connects=int(result["connects"]),
     )

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,10 +17,11 @@ import (
 // here (its read and write goroutines, per-request headers and buffers), as much as the Python
 // client it replaces; this costs a few tens of microseconds.
 type conn struct {
-	addr    string
-	timeout time.Duration
-	c       net.Conn
-	in      []byte // what has arrived of the answer
+	addr     string
+	timeout  time.Duration
+	c        net.Conn
+	in       []byte        // what has arrived of the answer
+	connects *atomic.Int64 // the pass's count of connections opened
 }
 
 // wire builds the bytes of each request once, before any pass is timed.
@@ -49,6 +51,7 @@ func (c *conn) do(request []byte) (int, error) {
 			return 0, err
 		}
 		c.c = d
+		c.connects.Add(1)
 	}
 	if err := c.c.SetDeadline(time.Now().Add(c.timeout)); err != nil {
 		return 0, c.drop(err)

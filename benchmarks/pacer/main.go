@@ -23,6 +23,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -64,16 +65,20 @@ type Result struct {
 	Records     []Record       `json:"records"`
 	Causes      map[string]int `json:"causes"`
 	CPUS        float64        `json:"cpu_s"`
+	// TCP connections the pass opened: one per lane or client, and one more each time the
+	// server closed one (a connection cap, an answer saying connection: close)
+	Connects int64 `json:"connects"`
 }
 
 type sender struct {
-	plan    *Plan
-	wire    [][]byte // each request's bytes
-	addr    string
-	timeout time.Duration
-	start   time.Time
-	mu      sync.Mutex
-	result  Result
+	plan     *Plan
+	wire     [][]byte // each request's bytes
+	addr     string
+	timeout  time.Duration
+	start    time.Time
+	mu       sync.Mutex
+	result   Result
+	connects atomic.Int64
 }
 
 func newSender(plan *Plan) (*sender, error) {
@@ -85,7 +90,7 @@ func newSender(plan *Plan) (*sender, error) {
 	return &sender{plan: plan, wire: requests, addr: addr, timeout: timeout, result: Result{Causes: map[string]int{}}}, nil
 }
 
-func (s *sender) conn() *conn { return &conn{addr: s.addr, timeout: s.timeout} }
+func (s *sender) conn() *conn { return &conn{addr: s.addr, timeout: s.timeout, connects: &s.connects} }
 
 // send makes request k over c and returns why it failed ("" for a 200).
 func (s *sender) send(c *conn, k int) string {
@@ -234,6 +239,7 @@ func run(plan *Plan) (*Result, error) {
 	}
 	s.result.WallS = time.Since(s.start).Seconds()
 	s.result.CPUS = cpuSeconds() - cpuBefore
+	s.result.Connects = s.connects.Load()
 	return &s.result, nil
 }
 

@@ -203,6 +203,7 @@ func (l *loop) connect(i int) error {
 		return err
 	}
 	l.lanes[i].fd = fd
+	l.s.connects.Add(1)
 	return nil
 }
 

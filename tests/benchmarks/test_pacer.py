@@ -21,7 +21,7 @@ import pytest
 from tenure_client import Tenure
 
 from benchmarks import pacer
-from benchmarks.fastpath_bench import GoPasses, charged
+from benchmarks.fastpath_bench import MAX_IN_FLIGHT, GoPasses, charged
 from benchmarks.recall_bench import Query
 from deploy.devstack import free_port
 from service.domain.principal import Principal
@@ -125,6 +125,7 @@ def test_sends_the_sdks_request_and_paces_from_due_times(
     assert sorted(quick)[len(quick) // 2] < SLOW_S * 1000
     assert out.cpu_s > 0
     assert abs(out.start_unix_s - time.time()) < 60
+    assert 1 <= out.connects <= 8  # at most one per lane: the server closed none
 
 
 @pytest.mark.timeout(120)
@@ -171,6 +172,7 @@ def test_reads_chunked_and_closing_answers_and_reconnects(
     sequential = pacer.run(binary, plan, "sequential")
     assert len(sequential.answered) == 3  # the plan once, in order
     assert [kind for _, _, kind in sequential.answered] == ["kind-chunked", "kind-close", "kind-plain"]
+    assert sequential.connects == 2  # the answer that closed its connection made the second
 
 
 def test_the_pacers_cpu_is_charged_to_the_client() -> None:
@@ -207,6 +209,8 @@ def test_fastpath_figures_from_the_pacer(server: ThreadingHTTPServer, binary: Pa
         ceiling, _ = passes.ceiling(clients=2, seconds=0.3)
         assert ceiling["errors"] == 0
         assert ceiling["recalls_per_s"] > 50
+        assert ceiling["connects"] == 2  # one per client
+        assert 1 <= paced["connects"] <= MAX_IN_FLIGHT
     finally:
         passes.close()
     assert not list(tmp_path.glob("plans/*"))
