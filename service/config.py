@@ -167,13 +167,6 @@ class ApiSettings(BaseSettings):
     # the other idles. A connection closed after N requests is replaced by a new one, which the
     # kernel hands to whichever worker accepts first (docs/operations.md, "Requests per connection").
     max_requests_per_connection: int = Field(1000, ge=0, le=10_000_000)
-    # With more than one worker process: a request that arrives while at least this many others
-    # are in flight in its worker (it queues behind them) is answered with ``connection: close``
-    # (0: never). The client's next connection goes to whichever worker accepts first, and a
-    # worker blocked in its event loop's poll (an idle one) is woken first; a busy one reaches
-    # accept only after its running callback. The cap above re-draws a hot connection's worker
-    # after N requests whatever the load; this moves it when its worker is the contended one.
-    close_connection_when_inflight: int = Field(0, ge=0, le=100_000)
     # Threads that run the synchronous parts of requests (anyio's limiter, 40 by default). The
     # OpenSearch connection pool is sized to match (service/storage/client.py): a smaller pool
     # makes threads wait for a connection or open and discard extra ones on every burst.

@@ -23,20 +23,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(app: FastAPI, timeout_s: float = 30.0, workers: int = 1) -> Iterator[str]:
-    """Run ``app`` (its lifespan on) until the block ends; yields its base URL. ``workers`` is
-    what the server's configuration says (it still runs in this one process), for what the
-    protocol does only when other workers share the port."""
+def serve(app: FastAPI, timeout_s: float = 30.0) -> Iterator[str]:
+    """Run ``app`` (its lifespan on) until the block ends; yields its base URL."""
     port = free_port()
     # served as in production: the service's protocol class (JSON 400s, the keep-alive floor)
     config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
-        http=JsonErrorHttpProtocol,
-        workers=workers,
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", http=JsonErrorHttpProtocol
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

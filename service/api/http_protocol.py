@@ -151,9 +151,6 @@ class JsonErrorHttpProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._clock: ClockedFlowControl | None = None
         self._max_requests = api.max_requests_per_connection
-        # moving a connection only makes sense when another worker can take it
-        workers = getattr(self.config, "workers", None) or 1
-        self._close_when_inflight = api.close_connection_when_inflight if workers > 1 else 0
         self._requests = 0  # requests begun on this connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -189,31 +186,12 @@ class JsonErrorHttpProtocol(HttpToolsProtocol):
         self._begin_phase("body")
 
     def _count_request(self) -> None:
-        """The connection's last request once it reaches ``max_requests_per_connection``, or when
-        it arrives while ``close_connection_when_inflight`` others are in flight in this worker:
-        its answer says ``connection: close`` and the connection closes after it (uvicorn's own
+        """The connection's last request once it reaches ``max_requests_per_connection``: its
+        answer says ``connection: close`` and the connection closes after it (uvicorn's own
         handling of a request that asked to close)."""
         self._requests += 1
-        if self.cycle is not None and (self._reached_cap() or self._queued_behind_others()):
+        if self._max_requests and self._requests >= self._max_requests and self.cycle is not None:
             self.cycle.keep_alive = False
-
-    def _reached_cap(self) -> bool:
-        return bool(self._max_requests) and self._requests >= self._max_requests
-
-    def _queued_behind_others(self) -> bool:
-        """Whether ``close_connection_when_inflight`` other connections of this worker have a
-        request not yet answered. Read from the connections themselves, not kept in a counter:
-        nothing to leak when a connection is lost mid-request (it leaves ``connections`` then)."""
-        enough, busy = self._close_when_inflight, 0
-        if not enough:
-            return False
-        for connection in self.server_state.connections:
-            cycle = getattr(connection, "cycle", None)
-            if connection is not self and cycle is not None and not cycle.response_complete:
-                busy += 1
-                if busy >= enough:
-                    return True
-        return False
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

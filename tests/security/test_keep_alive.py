@@ -4,33 +4,25 @@ httpx (the SDK's transport, and the OpenAI and Anthropic SDKs') reuses a connect
 than 5 s. uvicorn closed its side after 5 s idle by default, so a request sent on a connection idle
 for almost 5 s could meet the server's close and be lost with a reset (``ReadError``), before the
 app saw it: the paced 1M runs of docs/benchmarks.md lost one to three recalls that way. And with
-``max_requests_per_connection`` a connection ends after that many answers, the last one saying so;
-with ``close_connection_when_inflight`` a request that queues behind others in its worker does.
+``max_requests_per_connection`` a connection ends after that many answers, the last one saying so.
 
 Against the API under a real uvicorn process, started like production (``deploy/localstack.py``,
-with the service's protocol class); the in-flight rule against the protocol under an in-process
-uvicorn (``tests/live.py``) and an app whose requests wait until the test lets them answer."""
+with the service's protocol class)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import anyio.to_thread
 import httpx
 import pytest
 import uvicorn
-from fastapi import FastAPI
 from uvicorn.server import ServerState
 
 from deploy.localstack import LocalStack
 from service.api.http_protocol import MIN_KEEP_ALIVE_S, JsonErrorHttpProtocol, keep_alive_s
-from service.config import get_settings
-from tests.live import serve
 from tests.security.conftest import api_only_stack
 
 HTTPX_IDLE_EXPIRY_S = httpx.Limits().keepalive_expiry or 0.0
@@ -97,11 +89,6 @@ def test_a_connection_idle_past_a_clients_expiry_still_answers(served_api: Local
 def _head_of(sock: socket.socket, path: str) -> tuple[int, str]:
     """One GET's status and the answer's ``connection`` header ("" when it has none)."""
     sock.sendall(f"GET {path} HTTP/1.1\r\nHost: api\r\n\r\n".encode())
-    return _answer_head(sock)
-
-
-def _answer_head(sock: socket.socket) -> tuple[int, str]:
-    """The next answer's status and ``connection`` header ("" when it has none), its body read."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
@@ -140,80 +127,3 @@ def test_without_a_limit_a_connection_stays_open(served_api: LocalStack) -> None
     host, port = served_api.api_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         assert [_head_of(sock, "/healthz") for _ in range(5)] == [(200, "")] * 5
-
-
-class HeldRequests:
-    """An app whose ``/held`` requests wait until :meth:`release` (``started`` is set once one
-    is in flight); ``/quick`` answers at once."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.released = threading.Event()
-        self.app = FastAPI()
-
-        @self.app.get("/held")
-        async def held() -> dict[str, str]:
-            self.started.set()
-            await anyio.to_thread.run_sync(self.released.wait, 30)
-            return {"answer": "held"}
-
-        @self.app.get("/quick")
-        async def quick() -> dict[str, str]:
-            return {"answer": "quick"}
-
-    def release(self) -> None:
-        self.released.set()
-
-
-@pytest.fixture
-def close_when_one_other_inflight(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Settings with ``close_connection_when_inflight`` 1 and no cap, for servers started in
-    this process (the protocol reads them per connection)."""
-    monkeypatch.setenv("TENURE_API_CLOSE_CONNECTION_WHEN_INFLIGHT", "1")
-    monkeypatch.setenv("TENURE_API_MAX_REQUESTS_PER_CONNECTION", "0")
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()  # the environment is restored after this, and read again then
-
-
-def _connect(url: str) -> socket.socket:
-    host, port = url.removeprefix("http://").split(":")
-    return socket.create_connection((host, int(port)), timeout=10)
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize(("workers", "closes"), [(2, "close"), (1, "")])
-@pytest.mark.usefixtures("close_when_one_other_inflight")
-def test_a_request_queued_behind_another_closes_its_connection(workers: int, closes: str) -> None:
-    """A request that arrives while another is in flight in its worker is answered with
-    ``connection: close`` (when another worker could take its next connection); the request
-    in flight, which arrived alone, keeps its connection."""
-    held = HeldRequests()
-    with serve(held.app, workers=workers) as url, _connect(url) as holding, _connect(url) as queued:
-        holding.sendall(b"GET /held HTTP/1.1\r\nHost: api\r\n\r\n")
-        assert held.started.wait(10)
-        assert _head_of(queued, "/quick") == (200, closes)
-        held.release()
-        assert _answer_head(holding) == (200, "")
-        with _connect(url) as alone:  # nothing in flight any more
-            assert [_head_of(alone, "/quick") for _ in range(3)] == [(200, "")] * 3
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.usefixtures("close_when_one_other_inflight")
-def test_a_request_whose_client_left_stops_counting() -> None:
-    """A connection lost while its request is still running no longer counts as in flight."""
-    held = HeldRequests()
-    with serve(held.app, workers=2) as url:
-        with _connect(url) as leaving:
-            leaving.sendall(b"GET /held HTTP/1.1\r\nHost: api\r\n\r\n")
-            assert held.started.wait(10)
-        deadline = time.monotonic() + 10
-        with _connect(url) as staying:
-            # the server notices the close on its next loop turn
-            while (answer := _head_of(staying, "/quick")) != (200, ""):
-                assert answer == (200, "close") and time.monotonic() < deadline
-                staying.close()
-                staying = _connect(url)
-            assert _head_of(staying, "/quick") == (200, "")
-        held.release()
