@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Iterable, Iterator
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +69,14 @@ def passes_of(result: dict[str, Any], source: str) -> Iterator[PacedPass]:
             )
 
 
+def band_labels(edges: tuple[float, ...]) -> list[str]:
+    """The bands ``edges`` make, in order: ``< a``, ``a–b``, …, ``≥ z``."""
+    return [f"< {edges[0]}", *(f"{low}–{high}" for low, high in pairwise(edges)), f"≥ {edges[-1]}"]
+
+
 def band_of(value: float, edges: tuple[float, ...]) -> str:
-    """The band of ``edges`` that holds ``value``: ``< a``, ``a–b`` or ``≥ z``."""
-    if value < edges[0]:
-        return f"< {edges[0]}"
-    for low, high in zip(edges, edges[1:], strict=False):
-        if value < high:
-            return f"{low}–{high}"
-    return f"≥ {edges[-1]}"
+    """The band of ``edges`` that holds ``value`` (each band holds its lower edge)."""
+    return band_labels(edges)[bisect_right(edges, value)]
 
 
 def summary(passes: list[PacedPass], key: str) -> dict[str, Any]:
@@ -101,12 +103,11 @@ def grouped(passes: list[PacedPass]) -> dict[int, dict[str, list[dict[str, Any]]
     return out
 
 
-def _bands(passes: list[PacedPass], band: Any, edges: tuple[float, ...]) -> list[dict[str, Any]]:
-    order = [band_of(edges[0] - 1, edges)] + [band_of(e, edges) for e in edges]
+def _bands(passes: list[PacedPass], band: Callable[[PacedPass], str], edges: tuple[float, ...]) -> list[dict[str, Any]]:
     groups: dict[str, list[PacedPass]] = {}
     for p in passes:
         groups.setdefault(band(p), []).append(p)
-    return [summary(groups[key], key) for key in order if key in groups]
+    return [summary(groups[key], key) for key in band_labels(edges) if key in groups]
 
 
 def main() -> None:
