@@ -969,12 +969,11 @@ class GoPasses:
             rate=rate, seconds=seconds, grace_s=grace_s, max_in_flight=MAX_IN_FLIGHT,
         )  # fmt: skip
         answered = [(due_s, ms) for due_s, ms, _ in out.answered]
-        first = min((due_s for due_s, _ in answered), default=None)
-        first_due = None if first is None else datetime.fromtimestamp(out.start_unix_s + first, UTC)
+        # due times are offsets from the pass's start, whose wall-clock time the pacer gives
+        first_due = first_due_utc(answered, (out.start_unix_s, 0.0))
         figures = paced_figures(
-            answered, [kind for _, _, kind in out.answered], out.causes, int(rate * seconds), out.wall_s,
-            None if first_due is None else first_due.isoformat(timespec="milliseconds"),
-        )  # fmt: skip
+            answered, [kind for _, _, kind in out.answered], out.causes, int(rate * seconds), out.wall_s, first_due
+        )
         return {**figures, "connects": out.connects}, out.cpu_s
 
     def ceiling(self, clients: int, seconds: float) -> tuple[dict[str, Any], float]:
