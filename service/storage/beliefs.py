@@ -21,7 +21,7 @@ from opensearchpy import OpenSearch, helpers
 
 from service.domain.belief import Belief
 from service.domain.principal import Principal
-from service.errors import Conflict, NotFound, Unreadable
+from service.errors import Conflict, NotFound
 from service.interning import SharedValues
 from service.lru import BoundedLru
 from service.storage import access, calls, cursor, queries
@@ -39,7 +39,14 @@ from service.storage.client import (
 )
 from service.storage.local_analysis import LocalAnalysis
 from service.storage.templates import BELIEFS
-from service.storage.unreadable import DecodedBeliefs, LoadedBeliefs, document_id, load_belief, load_beliefs
+from service.storage.unreadable import (
+    BELIEF_RECORDS,
+    DecodedBeliefs,
+    LoadedBeliefs,
+    document_id,
+    load_belief,
+    load_beliefs,
+)
 from service.storage.vocabulary import UNITS_FIELD, VocabularyStore
 from service.write_versions import TenantWriteVersions
 
@@ -582,10 +589,7 @@ class BeliefStore:
         hit = whole[0]
         belief = load_belief(hit["_source"], hit_id=hit.get("_id"))
         if belief is None:
-            raise Unreadable(
-                f"belief {belief_id!r} is stored in a form this version cannot load (quarantined); "
-                "an admin can erase it at /v1/admin/quarantine"
-            )
+            raise BELIEF_RECORDS.unreadable(belief_id)
         seq_no, term = int(hit["_seq_no"]), int(hit["_primary_term"])
         ref = hit["_source"].get(REF_FIELD)
         self._refs_seen.put((belief.tenant_id, belief.id, seq_no, term), ref if isinstance(ref, str) else "")

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
-from service.errors import Conflict, NotFound, Unreadable
+from service.errors import Conflict, NotFound
 from service.storage import access
 from service.storage.client import get_routed, index_routed, routed_id, translate_errors
 from service.storage.templates import REVIEWS as REVIEWS  # re-exported: defined in the registry
@@ -52,14 +52,7 @@ class ReviewItem(BaseModel):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
-REVIEW_RECORDS = RecordKind("review", ReviewItem, "review_id")
-
-
-def _unreadable(review_id: str) -> Unreadable:
-    return Unreadable(
-        f"review item {review_id!r} is stored in a form this version cannot load (quarantined); "
-        f"an admin can erase it at /v1/admin/quarantine/review/{review_id}"
-    )
+REVIEW_RECORDS = RecordKind("review", ReviewItem, "review_id", noun="review item")
 
 
 class ReviewStore:
@@ -99,7 +92,7 @@ class ReviewStore:
             return None
         item = load_record(REVIEW_RECORDS, hit.get("_source"), hit_id=review_id)
         if item is None:
-            raise _unreadable(review_id)
+            raise REVIEW_RECORDS.unreadable(review_id)
         return item, int(hit["_seq_no"]), int(hit["_primary_term"])
 
     def save(self, item: ReviewItem, *, seq_no: int, primary_term: int) -> None:
@@ -157,5 +150,5 @@ class ReviewStore:
             raise NotFound(f"review item {review_id!r} not found")
         item = load_record(REVIEW_RECORDS, hits[0].get("_source"), hit_id=review_id)
         if item is None:
-            raise _unreadable(review_id)
+            raise REVIEW_RECORDS.unreadable(review_id)
         return item

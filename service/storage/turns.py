@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
-from service.errors import NotFound, Unreadable
+from service.errors import NotFound
 from service.storage import access
 from service.storage.client import get_routed, index_routed, routed_id, translate_errors
 from service.storage.templates import TURNS as TURNS  # re-exported: defined in the registry
@@ -95,10 +95,7 @@ class TurnStore:
             raise NotFound(f"turn {turn_id!r} not found")
         turn = load_record(TURN_RECORDS, hit.get("_source"), hit_id=turn_id)
         if turn is None:
-            raise Unreadable(
-                f"turn {turn_id!r} is stored in a form this version cannot load (quarantined); "
-                "an admin can erase it at /v1/admin/quarantine/turn/{turn_id}"
-            )
+            raise TURN_RECORDS.unreadable(turn_id)
         if turn.tenant_id != tenant_id:  # defence in depth: the key already embeds the tenant
             raise NotFound(f"turn {turn_id!r} not found")
         return turn, int(hit["_seq_no"]), int(hit["_primary_term"])

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from service.domain.belief import Belief
 from service.domain.stored_belief import decode_stored
+from service.errors import Unreadable
 from service.lru import BoundedLru, LruBound
 from service.telemetry.cache_metrics import ALL_PARTS, CacheCounts
 
@@ -59,6 +60,7 @@ class RecordKind(Generic[M]):
     name: str
     model: type[M]
     id_field: str
+    noun: str = ""  # how an error message names one (default: the name)
 
     def record_id(self, source: Any, fallback: str | None = None) -> str:
         value = source.get(self.id_field) if isinstance(source, dict) else None
@@ -67,6 +69,18 @@ class RecordKind(Generic[M]):
     def parse(self, source: Any) -> M:
         return self.model.model_validate(source)
 
+    def erase_path(self, record_id: str) -> str:
+        """Where an admin erases a quarantined record of this kind (service/api/routes/quarantine.py)."""
+        return f"/v1/admin/quarantine/{self.name}/{record_id}"
+
+    def unreadable(self, record_id: str) -> Unreadable:
+        """The error of a by-key read whose stored record cannot be loaded: it names the record
+        and where an admin erases it."""
+        return Unreadable(
+            f"{self.noun or self.name} {record_id!r} is stored in a form this version cannot load "
+            f"(quarantined); an admin can erase it at {self.erase_path(record_id)}"
+        )
+
 
 class _BeliefKind(RecordKind[Belief]):
     # a stored belief loads through its own document mapping, not plain model validation; one
@@ -74,6 +88,9 @@ class _BeliefKind(RecordKind[Belief]):
     # refusals: service/domain/stored_belief.py)
     def parse(self, source: Any) -> Belief:
         return decode_stored(source)
+
+    def erase_path(self, record_id: str) -> str:
+        return f"/v1/admin/quarantine/{record_id}"  # beliefs have their own route, without a kind
 
 
 BELIEF_RECORDS: RecordKind[Belief] = _BeliefKind("belief", Belief, "id")

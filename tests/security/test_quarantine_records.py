@@ -109,7 +109,8 @@ def test_turn_reads_never_fail_on_a_stored_turn_they_cannot_load(http: httpx.Cli
     for user in ("alice", "carol"):  # the owner and the tenant's admin
         refused = http.get("/v1/turns/turn-poison", headers=team.h(user))
         assert refused.status_code == 409, refused.text
-        assert "quarantine" in refused.json()["error"]["message"]
+        # the message names the record and where an admin erases it
+        assert "/v1/admin/quarantine/turn/turn-poison" in refused.json()["error"]["message"]
     # a client retrying a post under the poisoned turn's id gets the same answer, not a 5xx
     again = {"turn_id": "turn-poison", "model": "gpt-4o", "user_message": "hi", "assistant_message": "Noted."}
     assert http.post("/v1/turns", json=again, headers=team.h("alice")).status_code == 409
@@ -126,6 +127,9 @@ def test_review_and_audit_reads_skip_what_they_cannot_load(
         assert [i["review_id"] for i in ok(http.get(path, headers=team.h(user)))] == [planted.good_review]
     resolve = http.post("/v1/admin/reviews/rv-poison/resolve", json={"action": "dismiss"}, headers=team.h("carol"))
     assert resolve.status_code == 409, resolve.text
+    assert "/v1/admin/quarantine/review/rv-poison" in resolve.json()["error"]["message"]
+    belief = http.get("/v1/beliefs/b-poison", headers=team.h("alice"))  # beliefs have their own erase route
+    assert belief.status_code == 409 and "/v1/admin/quarantine/b-poison" in belief.json()["error"]["message"]
     page = ok(http.get("/v1/admin/audit", headers=team.h("carol")))
     assert "ev-poison" not in [e["event_id"] for e in page["items"]] and page["quarantined"] == 1
     # page by page, one event at a time: the cursor walks past the bad one
