@@ -18,7 +18,8 @@ from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, NotFound
 from service.storage import access
-from service.storage.client import get_routed, index_routed, routed_id, translate_errors
+from service.storage.client import translate_errors
+from service.storage.keyed_records import KeyedRecords
 from service.storage.templates import REVIEWS as REVIEWS  # re-exported: defined in the registry
 from service.storage.unreadable import Loaded, RecordKind, load_record, load_records
 
@@ -59,21 +60,12 @@ class ReviewStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
         self.alias = REVIEWS.alias(namespace)
+        self.items = KeyedRecords(client, self.alias, REVIEW_RECORDS, refresh="true")
 
     def create(self, item: ReviewItem) -> bool:
         """File an item; False (and no change) if an item with this id already exists."""
         try:
-            index_routed(
-                self.client,
-                index=self.alias,
-                doc_id=routed_id(item.tenant_id, item.review_id),
-                body=item.model_dump(mode="json"),
-                routing=item.tenant_id,
-                refresh="true",
-                action="file a review item",
-                on_conflict=f"review item {item.review_id!r} already exists",
-                op_type="create",
-            )
+            self.items.create(item, action="file a review item")
         except Conflict:
             return False
         return True
@@ -81,34 +73,11 @@ class ReviewStore:
     def load(self, tenant_id: str, review_id: str) -> tuple[ReviewItem, int, int] | None:
         """By key (workers: the key embeds the tenant); None if absent, Unreadable if it cannot be
         loaded."""
-        hit = get_routed(
-            self.client,
-            index=self.alias,
-            doc_id=routed_id(tenant_id, review_id),
-            routing=tenant_id,
-            action="read a review item",
-        )
-        if hit is None:
-            return None
-        item = load_record(REVIEW_RECORDS, hit.get("_source"), hit_id=review_id)
-        if item is None:
-            raise REVIEW_RECORDS.unreadable(review_id)
-        return item, int(hit["_seq_no"]), int(hit["_primary_term"])
+        return self.items.load(tenant_id, review_id, action="read a review item")
 
     def save(self, item: ReviewItem, *, seq_no: int, primary_term: int) -> None:
         item.updated_at = utcnow()
-        index_routed(
-            self.client,
-            index=self.alias,
-            doc_id=routed_id(item.tenant_id, item.review_id),
-            body=item.model_dump(mode="json"),
-            routing=item.tenant_id,
-            refresh="true",
-            action="update a review item",
-            on_conflict=f"review item {item.review_id!r} changed concurrently",
-            if_seq_no=seq_no,
-            if_primary_term=primary_term,
-        )
+        self.items.save(item, seq_no=seq_no, primary_term=primary_term, action="update a review item")
 
     @staticmethod
     def _filters(principal: Principal, tenant_wide: bool) -> access.AccessFilters:

@@ -20,7 +20,8 @@ from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import NotFound
 from service.storage import access
-from service.storage.client import get_routed, index_routed, routed_id, translate_errors
+from service.storage.client import translate_errors
+from service.storage.keyed_records import KeyedRecords
 from service.storage.templates import TURNS as TURNS  # re-exported: defined in the registry
 from service.storage.unreadable import RecordKind, load_record
 
@@ -71,50 +72,23 @@ class TurnStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
         self.alias = TURNS.alias(namespace)
+        self.turns = KeyedRecords(client, self.alias, TURN_RECORDS, refresh="false")
 
     def create(self, turn: TurnRecord) -> None:
         """Durably record a new turn (readable by key at once). Conflict if the id exists."""
-        index_routed(
-            self.client,
-            index=self.alias,
-            doc_id=routed_id(turn.tenant_id, turn.turn_id),
-            body=turn.model_dump(mode="json"),
-            routing=turn.tenant_id,
-            refresh="false",
-            action="record a turn",
-            on_conflict=f"turn {turn.turn_id!r} already exists",
-            op_type="create",
-        )
+        self.turns.create(turn, action="record a turn")
 
     def load(self, tenant_id: str, turn_id: str) -> tuple[TurnRecord, int, int]:
         """A turn by key, with its concurrency token. The key embeds the tenant."""
-        hit = get_routed(
-            self.client, index=self.alias, doc_id=routed_id(tenant_id, turn_id), routing=tenant_id, action="read a turn"
-        )
-        if hit is None:
+        loaded = self.turns.load(tenant_id, turn_id, action="read a turn")
+        if loaded is None:
             raise NotFound(f"turn {turn_id!r} not found")
-        turn = load_record(TURN_RECORDS, hit.get("_source"), hit_id=turn_id)
-        if turn is None:
-            raise TURN_RECORDS.unreadable(turn_id)
-        if turn.tenant_id != tenant_id:  # defence in depth: the key already embeds the tenant
-            raise NotFound(f"turn {turn_id!r} not found")
-        return turn, int(hit["_seq_no"]), int(hit["_primary_term"])
+        return loaded
 
     def save(self, turn: TurnRecord, *, seq_no: int, primary_term: int) -> None:
         """Optimistic update of a turn's extraction state."""
         turn.updated_at = utcnow()
-        index_routed(
-            self.client,
-            index=self.alias,
-            doc_id=routed_id(turn.tenant_id, turn.turn_id),
-            body=turn.model_dump(mode="json"),
-            routing=turn.tenant_id,
-            refresh="false",
-            action="update a turn",
-            on_conflict=f"turn {turn.turn_id!r} changed concurrently",
-            if_seq_no=seq_no,
-            if_primary_term=primary_term,
-        )
+        self.turns.save(turn, seq_no=seq_no, primary_term=primary_term, action="update a turn")
 
     def get(self, principal: Principal, turn_id: str) -> TurnRecord:
         """A turn of the principal (real-time, by key: the key embeds the principal's tenant).
