@@ -31,7 +31,9 @@ class KeyedRecords(Generic[M]):
         tenant_id, record_id = getattr(record, "tenant_id"), getattr(record, self.kind.id_field)  # noqa: B009
         return str(tenant_id), str(record_id)
 
-    def _write(self, record: M, *, action: str, on_conflict: str, **options: object) -> None:
+    def _write(self, record: M, *, action: str, conflict: str, **options: object) -> None:
+        """Index ``record`` under its key; a 409 is :class:`~service.errors.Conflict` saying the
+        record ``conflict``."""
         tenant_id, record_id = self._key(record)
         index_routed(
             self.client,
@@ -41,20 +43,20 @@ class KeyedRecords(Generic[M]):
             routing=tenant_id,
             refresh=self.refresh,
             action=action,
-            on_conflict=on_conflict.format(name=f"{self.kind.noun or self.kind.name} {record_id!r}"),
+            on_conflict=f"{self.kind.named(record_id)} {conflict}",
             **options,
         )
 
     def create(self, record: M, *, action: str) -> None:
         """Store a new record; :class:`~service.errors.Conflict` if one has its key."""
-        self._write(record, action=action, on_conflict="{name} already exists", op_type="create")
+        self._write(record, action=action, conflict="already exists", op_type="create")
 
     def save(self, record: M, *, seq_no: int, primary_term: int, action: str) -> None:
         """Replace the record as loaded at ``seq_no``/``primary_term``; Conflict if it changed since."""
         self._write(
             record,
             action=action,
-            on_conflict="{name} changed concurrently",
+            conflict="changed concurrently",
             if_seq_no=seq_no,
             if_primary_term=primary_term,
         )

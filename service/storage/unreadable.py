@@ -69,6 +69,10 @@ class RecordKind(Generic[M]):
     def parse(self, source: Any) -> M:
         return self.model.model_validate(source)
 
+    def named(self, record_id: str) -> str:
+        """How a message names one record of this kind: ``review item 'rv-1'``."""
+        return f"{self.noun or self.name} {record_id!r}"
+
     def erase_path(self, record_id: str) -> str:
         """Where an admin erases a quarantined record of this kind (service/api/routes/quarantine.py)."""
         return f"/v1/admin/quarantine/{self.name}/{record_id}"
@@ -77,7 +81,7 @@ class RecordKind(Generic[M]):
         """The error of a by-key read whose stored record cannot be loaded: it names the record
         and where an admin erases it."""
         return Unreadable(
-            f"{self.noun or self.name} {record_id!r} is stored in a form this version cannot load "
+            f"{self.named(record_id)} is stored in a form this version cannot load "
             f"(quarantined); an admin can erase it at {self.erase_path(record_id)}"
         )
 
