@@ -60,12 +60,12 @@ class ReviewStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
         self.alias = REVIEWS.alias(namespace)
-        self.items = KeyedRecords(client, self.alias, REVIEW_RECORDS, refresh="true")
+        self.records = KeyedRecords(client, self.alias, REVIEW_RECORDS, refresh="true")
 
     def create(self, item: ReviewItem) -> bool:
         """File an item; False (and no change) if an item with this id already exists."""
         try:
-            self.items.create(item, action="file a review item")
+            self.records.create(item, action="file a review item")
         except Conflict:
             return False
         return True
@@ -73,11 +73,11 @@ class ReviewStore:
     def load(self, tenant_id: str, review_id: str) -> tuple[ReviewItem, int, int] | None:
         """By key (workers: the key embeds the tenant); None if absent, Unreadable if it cannot be
         loaded."""
-        return self.items.load(tenant_id, review_id, action="read a review item")
+        return self.records.load(tenant_id, review_id, action="read a review item")
 
     def save(self, item: ReviewItem, *, seq_no: int, primary_term: int) -> None:
         item.updated_at = utcnow()
-        self.items.save(item, seq_no=seq_no, primary_term=primary_term, action="update a review item")
+        self.records.save(item, seq_no=seq_no, primary_term=primary_term, action="update a review item")
 
     @staticmethod
     def _filters(principal: Principal, tenant_wide: bool) -> access.AccessFilters:

@@ -72,15 +72,15 @@ class TurnStore:
     def __init__(self, client: OpenSearch, namespace: str):
         self.client = client
         self.alias = TURNS.alias(namespace)
-        self.turns = KeyedRecords(client, self.alias, TURN_RECORDS, refresh="false")
+        self.records = KeyedRecords(client, self.alias, TURN_RECORDS, refresh="false")
 
     def create(self, turn: TurnRecord) -> None:
         """Durably record a new turn (readable by key at once). Conflict if the id exists."""
-        self.turns.create(turn, action="record a turn")
+        self.records.create(turn, action="record a turn")
 
     def load(self, tenant_id: str, turn_id: str) -> tuple[TurnRecord, int, int]:
         """A turn by key, with its concurrency token. The key embeds the tenant."""
-        loaded = self.turns.load(tenant_id, turn_id, action="read a turn")
+        loaded = self.records.load(tenant_id, turn_id, action="read a turn")
         if loaded is None:
             raise NotFound(f"turn {turn_id!r} not found")
         return loaded
@@ -88,7 +88,7 @@ class TurnStore:
     def save(self, turn: TurnRecord, *, seq_no: int, primary_term: int) -> None:
         """Optimistic update of a turn's extraction state."""
         turn.updated_at = utcnow()
-        self.turns.save(turn, seq_no=seq_no, primary_term=primary_term, action="update a turn")
+        self.records.save(turn, seq_no=seq_no, primary_term=primary_term, action="update a turn")
 
     def get(self, principal: Principal, turn_id: str) -> TurnRecord:
         """A turn of the principal (real-time, by key: the key embeds the principal's tenant).
