@@ -57,7 +57,7 @@ from service.domain.belief import (
 )
 from service.domain.principal import Principal
 from service.domain.text import clip
-from service.errors import Conflict, Forbidden, NotFound, Unreadable, ValidationFailed
+from service.errors import Conflict, Forbidden, NotFound, TenureError, Unreadable, ValidationFailed
 from service.recall.cache import RenderCache
 from service.recall.query import clean_query
 from service.storage import beliefs as belief_storage
@@ -560,7 +560,8 @@ class BeliefLifecycle:
         self, change: Change, old: Belief, spec: Replacement, *, tenant_wide: bool
     ) -> tuple[Belief, Belief, Belief]:
         """Store the version that replaces ``old`` and retire ``old``; returns (old before,
-        old retired, new). If retiring fails, the new version written by this call is removed."""
+        old retired, new). If retiring fails, the new version written by this call is removed,
+        unless the retirement took effect after all (its answer was lost)."""
         if not old.is_live and (spec.id is None or old.superseded_by != spec.id):
             raise Conflict(f"belief {old.id!r} is {old.lifecycle.value}; cannot supersede it")
         new = self.replacement_for(change, old, spec)
@@ -568,10 +569,22 @@ class BeliefLifecycle:
         try:
             before, retired = self.retire(change, old.id, new.id, note=spec.reason, tenant_wide=tenant_wide)
         except Exception:
-            if created:
+            if created and self._surely_not_retired(change, old.id, new.id):
                 belief_storage.delete_ids(self.store, change.principal, [new.id])  # undo the half-done write
             raise
         return before, retired, new
+
+    def _surely_not_retired(self, change: Change, belief_id: str, successor_id: str) -> bool:
+        """After a failed retire: True only when a real-time read shows ``belief_id`` is not
+        superseded by ``successor_id``. A timed-out update may still have been applied; deleting the
+        successor then would leave the old version pointing at nothing and both out of recall. When
+        the read fails too, the successor is kept: a live duplicate is visible and mendable, a lost
+        version is not."""
+        try:
+            successor = self.store.successor_now(change.principal.tenant_id, belief_id)
+        except TenureError:
+            return False
+        return successor != successor_id
 
     def merge(self, change: Change, merged: Belief, sources: list[Belief], note: str) -> bool:
         """Compaction: ``merged`` (built by the caller from ``sources``) replaces them all. Each

@@ -600,6 +600,20 @@ class BeliefStore:
         beliefs to show their history or write them back; service/storage/change_logs.py)."""
         return self.logs.attach(hits, self._reread)
 
+    def successor_now(self, tenant_id: str, belief_id: str) -> str | None:
+        """The id that supersedes one of the tenant's beliefs, read by key in real time (what a write
+        whose answer was lost left, before any refresh); None when it is not superseded or gone."""
+        found = get_routed(
+            self.client,
+            index=self.alias,
+            doc_id=doc_id(tenant_id, belief_id),
+            routing=tenant_id,
+            action="read a belief's successor",
+        )
+        source = found.get("_source") if found else None
+        successor = source.get("superseded_by") if isinstance(source, dict) else None
+        return successor if isinstance(successor, str) else None
+
     def _reread(self, hit: dict[str, Any]) -> dict[str, Any] | None:
         """The hit's belief as it is stored now (real time), or None once it is deleted. The hit came
         through the caller's filters, so its own tenant and id address the same document."""
