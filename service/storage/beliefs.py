@@ -424,13 +424,7 @@ class BeliefStore:
         (timestamps and change log included): a later write with the same id still gets its 409.
         The stored document may point at the first attempt's log document, with the same entries:
         this attempt's own log document is then retired."""
-        found = get_routed(
-            self.client,
-            index=self.alias,
-            doc_id=doc_id(belief.tenant_id, belief.id),
-            routing=belief.tenant_id,
-            action="read back a belief",
-        )
+        found = self._by_key(belief.tenant_id, belief.id, "read back a belief")
         stored = found.get("_source") if found else None
         if not isinstance(stored, dict) or not self._same_write(stored, body, pending):
             return False
@@ -600,16 +594,16 @@ class BeliefStore:
         beliefs to show their history or write them back; service/storage/change_logs.py)."""
         return self.logs.attach(hits, self._reread)
 
+    def _by_key(self, tenant_id: str, belief_id: str, action: str) -> dict[str, Any] | None:
+        """One of the tenant's belief documents by key, in real time; None when it is absent."""
+        return get_routed(
+            self.client, index=self.alias, doc_id=doc_id(tenant_id, belief_id), routing=tenant_id, action=action
+        )
+
     def successor_now(self, tenant_id: str, belief_id: str) -> str | None:
         """The id that supersedes one of the tenant's beliefs, read by key in real time (what a write
         whose answer was lost left, before any refresh); None when it is not superseded or gone."""
-        found = get_routed(
-            self.client,
-            index=self.alias,
-            doc_id=doc_id(tenant_id, belief_id),
-            routing=tenant_id,
-            action="read a belief's successor",
-        )
+        found = self._by_key(tenant_id, belief_id, "read a belief's successor")
         source = found.get("_source") if found else None
         successor = source.get("superseded_by") if isinstance(source, dict) else None
         return successor if isinstance(successor, str) else None
@@ -619,13 +613,7 @@ class BeliefStore:
         through the caller's filters, so its own tenant and id address the same document."""
         source = hit.get("_source") or {}
         tenant_id, belief_id = str(source.get("tenant_id")), str(source.get("id"))
-        found = get_routed(
-            self.client,
-            index=self.alias,
-            doc_id=doc_id(tenant_id, belief_id),
-            routing=tenant_id,
-            action="read a belief again",
-        )
+        found = self._by_key(tenant_id, belief_id, "read a belief again")
         if found is None or not isinstance(found.get("_source"), dict):
             return None
         return {
