@@ -139,10 +139,15 @@ class Services:
                 negative_cache_s=settings.api.failed_auth_cache_s,
             ),
             beliefs=BeliefService(
-                BeliefLifecycle(store, audit, refresh=settings.api.write_refresh, render_cache=render_cache),
+                BeliefLifecycle(
+                    store,
+                    audit,
+                    refresh=settings.api.write_refresh,
+                    render_cache=render_cache,
+                    drain_receipts=AuditTrail(audit, receipts).drain_before_erase,
+                ),
                 max_import=settings.api.max_import_records,
                 user_exists=accounts.user_exists,
-                drain_receipts=AuditTrail(audit, receipts).drain_pending,
             ),
             recall=RecallService(
                 ContextBuilder(

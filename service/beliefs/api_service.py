@@ -162,15 +162,11 @@ class BeliefService:
         *,
         max_import: int = 5000,
         user_exists: Callable[[str, str], bool] | None = None,
-        drain_receipts: Callable[[], None] | None = None,
     ):
         self.lifecycle = lifecycle
         self.store = lifecycle.store
         self.max_import = max_import
         self.user_exists = user_exists  # (tenant, user) -> exists: admin imports warn about owners
-        # moves injection receipts still waiting in the Redis outbox into the audit index, so an
-        # erase redacts their query text with the rest (every erase path: API, console)
-        self.drain_receipts = drain_receipts
 
     # ---------------------------------------------------------------- create
 
@@ -386,6 +382,4 @@ class BeliefService:
         return self.lifecycle.retract(_change(actor), belief_id, reason)
 
     def erase(self, actor: Actor, belief_id: str, *, expunge: bool = False) -> ErasureReceipt:
-        if self.drain_receipts is not None:
-            self.drain_receipts()
         return self.lifecycle.erase(_change(actor), belief_id, expunge=expunge)

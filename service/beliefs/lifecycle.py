@@ -336,11 +336,15 @@ class BeliefLifecycle:
         *,
         refresh: Refresh = "wait_for",
         render_cache: RenderCache | None = None,
+        drain_receipts: Callable[[], None] | None = None,
     ):
         self.store = store
         self.audit = audit
         self.refresh: Refresh = refresh
         self.render_cache = render_cache
+        # moves the injection receipts still waiting in the Redis outbox into the audit index
+        # (service/recall/audit_trail.py), so every erase path redacts their query text too
+        self.drain_receipts = drain_receipts
 
     # ------------------------------------------------------------------ audit
 
@@ -829,13 +833,14 @@ class BeliefLifecycle:
         if root is None:
             raise NotFound(f"belief {belief_id!r} not found")
         versions = self.chain(principal, root)
-        removed = belief_storage.delete_ids(self.store, principal, [b.id for b in versions])
-        payloads = self.audit.erase_payloads(principal, removed)
-        reviews = erasure.remove_reviews_about(
-            self.store.client, REVIEWS.alias(self.store.namespace), principal, removed
-        )
-        texts = [t for b in versions if b.id in removed for t in _erasable_texts(b)]
-        redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
+        ids = [b.id for b in versions]
+        # the copies first, the beliefs last: an erase that fails part-way (a timeout, Redis down)
+        # leaves the root in place, so the admin's retry finds it and redoes every step (each is
+        # idempotent); deleted first, the copies' texts would be known to nothing any more
+        self._drain_receipts()
+        texts = [t for b in versions for t in _erasable_texts(b)]
+        payloads, reviews, redacted = self._erase_copies(principal, ids, texts)
+        removed = belief_storage.delete_ids(self.store, principal, ids)
         cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
         if expunge:
             erasure.expunge_deletes(self.store.client, [self.store.alias, self.store.logs.alias, *self._copy_aliases()])
@@ -863,6 +868,24 @@ class BeliefLifecycle:
         )
         return receipt
 
+    def _erase_copies(self, principal: Principal, belief_ids: list[str], texts: list[str]) -> tuple[int, int, int]:
+        """Every copy of erased beliefs outside their own documents: the audit payload copies, the
+        review items about them, and their texts wherever the namespace kept one. Returns
+        (payload copies, review items, documents redacted)."""
+        payloads = self.audit.erase_payloads(principal, belief_ids)
+        reviews = erasure.remove_reviews_about(
+            self.store.client, REVIEWS.alias(self.store.namespace), principal, belief_ids
+        )
+        redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
+        return payloads, reviews, redacted
+
+    def _drain_receipts(self) -> None:
+        """Pending injection receipts into the audit index before an erase redacts it: a receipt
+        left in the Redis outbox would land there later with the erased text in its query. Fails
+        the erase (StoreUnavailable) when they cannot be moved."""
+        if self.drain_receipts is not None:
+            self.drain_receipts()
+
     def _copy_aliases(self) -> list[str]:
         """The indices that keep copies of belief text: turns, the review queue, the audit trail."""
         ns = self.store.namespace
@@ -883,13 +906,9 @@ class BeliefLifecycle:
         reason = why_unreadable(source)
         if reason is None:
             raise Conflict(f"belief {belief_id!r} loads fine: erase it with DELETE /v1/beliefs/{belief_id}")
+        self._drain_receipts()  # copies first, the document last, as in erase
+        payloads, reviews, redacted = self._erase_copies(principal, [belief_id], _raw_erasable_texts(source))
         removed = belief_storage.delete_ids(self.store, principal, [belief_id])
-        payloads = self.audit.erase_payloads(principal, removed)
-        reviews = erasure.remove_reviews_about(
-            self.store.client, REVIEWS.alias(self.store.namespace), principal, removed
-        )
-        texts = _raw_erasable_texts(source) if removed else []
-        redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
         cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
         if expunge:
             erasure.expunge_deletes(self.store.client, [self.store.alias, self.store.logs.alias, *self._copy_aliases()])

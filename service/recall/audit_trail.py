@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import redis
 
 from service.domain.principal import Principal
+from service.errors import StoreUnavailable
 from service.recall.receipts import ReceiptOutbox
 from service.storage.audit import AuditEvent, AuditQuery, AuditStore
 from service.storage.unreadable import Loaded
@@ -57,6 +58,16 @@ class AuditTrail:
         except redis.RedisError as exc:
             # the receipts are safe in Redis; this page may miss the newest until Redis is back
             log.warning("audit read without draining pending receipts: %s", exc)
+
+    def drain_before_erase(self) -> None:
+        """Move every pending receipt into the audit index, or fail: an erase redacts the index,
+        and a receipt still in Redis would arrive afterwards with the erased text in its query."""
+        if not self.receipts.enabled:
+            return
+        try:
+            self.receipts.drain()
+        except redis.RedisError as exc:
+            raise StoreUnavailable("erase: the pending injection receipts cannot be read from Redis") from exc
 
     def _drain_pending(self) -> None:
         """Before a read: drain, then refresh. The index refreshes only every 30 s (its template):

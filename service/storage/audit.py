@@ -24,6 +24,7 @@ from service.domain.principal import Principal
 from service.errors import Conflict, StoreUnavailable
 from service.storage import access, cursor
 from service.storage.client import already_exists, bulk_item, translate_errors
+from service.storage.erasure import ERASE_TIMEOUT_S
 from service.storage.templates import AUDIT
 from service.storage.unreadable import Loaded, RecordKind, load_records
 
@@ -223,7 +224,7 @@ class AuditStore:
         filters = access.for_admin(principal)
         with translate_errors("erase audit payloads"):
             # Events appended within the last refresh interval are not searchable yet.
-            self.client.indices.refresh(index=self.alias)
+            self.client.indices.refresh(index=self.alias, request_timeout=ERASE_TIMEOUT_S)
             result = self.client.update_by_query(
                 index=self.alias,
                 routing=filters.routing,
@@ -237,6 +238,7 @@ class AuditStore:
                 },
                 conflicts="proceed",
                 refresh=True,
+                request_timeout=ERASE_TIMEOUT_S,
             )
         return int(result.get("updated", 0))
 

@@ -25,6 +25,10 @@ from service.storage import access
 from service.storage.client import translate_errors
 
 REDACTED = "[erased]"
+# An erase rewrites every document of the tenant in each copy index (a painless walk of each): on
+# a tenant with millions of recall receipts that takes far longer than a search's timeout, and a
+# call cut off by the client would stop the erase half-way.
+ERASE_TIMEOUT_S = 900
 MIN_NEEDLE_CHARS = 8  # shorter texts ("yes", "Redis") are everywhere; only whole statements are redacted
 
 # Identifiers, scopes and vocabulary words are never text a statement was copied into: a belief
@@ -113,7 +117,7 @@ def redact(client: OpenSearch, aliases: Iterable[str], principal: Principal, tex
     filters = access.for_admin(principal)
     with translate_errors("redact erased text"):
         for alias in aliases:
-            client.indices.refresh(index=alias)  # what was written a moment ago is searchable
+            client.indices.refresh(index=alias, request_timeout=ERASE_TIMEOUT_S)  # written a moment ago: searchable
             result = client.update_by_query(
                 index=alias,
                 routing=filters.routing,
@@ -127,6 +131,7 @@ def redact(client: OpenSearch, aliases: Iterable[str], principal: Principal, tex
                 },
                 conflicts="proceed",
                 refresh=True,
+                request_timeout=ERASE_TIMEOUT_S,
             )
             rewritten += int(result.get("updated", 0))
     return rewritten
@@ -153,6 +158,7 @@ def remove_reviews_about(client: OpenSearch, alias: str, principal: Principal, b
             body={"query": filters.query(about)},
             conflicts="proceed",
             refresh=True,
+            request_timeout=ERASE_TIMEOUT_S,
         )
     return int(result.get("deleted", 0))
 
@@ -161,4 +167,4 @@ def expunge_deletes(client: OpenSearch, aliases: Iterable[str]) -> None:
     """Merge away the deleted and superseded copies in the segments of ``aliases`` (I/O heavy:
     admin-requested only)."""
     with translate_errors("expunge deleted documents"):
-        client.indices.forcemerge(index=",".join(aliases), only_expunge_deletes=True)
+        client.indices.forcemerge(index=",".join(aliases), only_expunge_deletes=True, request_timeout=3600)

@@ -20,8 +20,10 @@ from opensearchpy import OpenSearch, helpers
 from service.api.state import Services
 from service.config import Settings
 from service.domain.belief import Belief
+from service.errors import StoreUnavailable
 from service.extraction.sidecar import BEGIN, END
 from service.recall.query import clean_query
+from service.storage import erasure
 from service.storage.vocabulary import UNITS_FIELD
 from tests.api.conftest import Team, belief_body, ok
 from tests.api.test_console import csrf_of, sign_in
@@ -294,3 +296,57 @@ def test_an_erase_never_rewrites_identifiers_that_equal_the_erased_text(
     assert kept["session_id"] == session
     events = ok(client.get("/v1/admin/audit", headers=team.h("carol")))["items"]
     assert events and all(e["tenant_id"] == team.tenant for e in events)
+
+
+def test_an_erase_cut_off_part_way_is_finished_by_its_retry(
+    client: TestClient, team: Team, os_client: OpenSearch, api_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copies are erased before the beliefs: an erase that fails part-way (here the redaction,
+    as a timeout on a large tenant would) leaves the belief in place, so the admin's retry finds
+    it and finishes. Deleted first, the belief was gone and the retry answered 404, with its text
+    left in the turns for good."""
+    ns = api_settings.opensearch_namespace
+    secret = f"Retried secret {uuid.uuid4().hex}: the vault code changes at dawn"
+    doomed = ok(
+        client.post(
+            "/v1/beliefs", json=belief_body("vault_code", scope="project:pay", content=secret), headers=team.h("bob")
+        ),
+        201,
+    )["id"]
+    turn = {"model": "gpt-4o", "user_message": f"Remember: {secret}", "assistant_message": "ok", "scope": []}
+    ok(client.post("/v1/turns", json=turn, headers=team.h("bob")), 202)
+    real_redact = erasure.redact
+
+    def cut_off(*args: Any, **kwargs: Any) -> int:
+        raise StoreUnavailable("redact erased text: the node did not answer in time")
+
+    monkeypatch.setattr(erasure, "redact", cut_off)
+    failed = client.delete(f"/v1/beliefs/{doomed}", headers=team.h("carol"))
+    assert failed.status_code == 503, failed.text
+    assert ok(client.get(f"/v1/beliefs/{doomed}", headers=team.h("bob")))["content"] == secret
+    monkeypatch.setattr(erasure, "redact", real_redact)
+    receipt = ok(client.delete(f"/v1/beliefs/{doomed}", headers=team.h("carol")))
+    assert receipt["belief_versions_removed"] == [doomed] and receipt["text_copies_redacted"] >= 1
+    assert _occurrences(os_client, ns, secret) == []
+
+
+def test_a_quarantine_erase_drains_the_receipt_outbox_first(
+    client: TestClient, team: Team, os_client: OpenSearch, api_settings: Settings, services: Services
+) -> None:
+    """The quarantine's erase moves pending receipts into the audit index before redacting, like
+    the API's and the console's: a recall that quoted the text does not bring it back later."""
+    ns = api_settings.opensearch_namespace
+    secret = f"Quarantined receipt secret {uuid.uuid4().hex}: the vault opens at noon"
+    recorded = clean_query(secret).text
+    belief_id = f"b-q-{uuid.uuid4().hex[:10]}"
+    broken = Belief(
+        id=belief_id, tenant_id=team.tenant, owner_id="bob", type="decision", canonical_name="v", content=secret,
+        scope=["project:pay"],
+    )  # fmt: skip
+    store_as_is(os_client, ns, broken, scope="project:pay")
+    ok(client.post("/v1/recall", json={"scopes": ["project:pay"], "query": f"is it {secret}"}, headers=team.h("alice")))
+    assert _redis_occurrences(services, ns, recorded), "the receipt waits in the outbox"
+    ok(client.delete(f"/v1/admin/quarantine/{belief_id}", headers=team.h("carol")))
+    for text in (secret, recorded):
+        assert _redis_occurrences(services, ns, text) == [], text
+        assert _occurrences(os_client, ns, text) == [], text
