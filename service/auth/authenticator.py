@@ -60,7 +60,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import redis
 from opensearchpy import AsyncOpenSearch
@@ -68,9 +68,9 @@ from opensearchpy import AsyncOpenSearch
 from service import redis_keys
 from service.auth import keys
 from service.auth.last_used import LastUsedRecorder
-from service.auth.tokens import TokenVerifier, principal_from_claims
+from service.auth.tokens import DEV_TOKEN_PREFIX, TokenVerifier, principal_from_claims
 from service.config import AuthSettings
-from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord, effective_principal
+from service.domain.accounts import ApiKeyRecord, Grants, TenantRecord, UserRecord, effective_principal, narrowed
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import InvalidCredential, NotFound, StoreUnavailable, TenureError, Unauthenticated
@@ -91,6 +91,7 @@ class Identity:
     kind: CredentialKind
     credential_id: str | None = None  # the key id for API keys, the jti (if any) for JWTs
     expires_at: int | None = None  # a JWT's exp (epoch seconds): a console session never outlives it
+    issued_here: bool = False  # a development token of this service: its grants follow the user's
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ class _Status:
     accounts_version: int | None
     loaded_at: float
     until: float
+    grants: Grants | None = None  # the user record's, when the user is provisioned here
+    grants_known: bool = True  # False: the store did not answer and nothing was known before
 
 
 class Authenticator:
@@ -246,7 +249,8 @@ class Authenticator:
     def revalidate(self, identity: Identity) -> Identity:
         """The identity a console session was opened with, checked again without its secret:
         an API key must still exist, be unrevoked and unexpired, and its user and tenant enabled
-        (grant changes apply); a JWT must not be revoked and its account not disabled. The same
+        (grant changes apply); a JWT must not be revoked and its account not disabled (a development
+        token of this service narrowed to its user's grants as they are now). The same
         cache and accounts version as a bearer credential, read here, so a session learns of a
         change at once. Raises :class:`Unauthenticated` otherwise."""
         current = self.accounts.versions.current(identity.principal.tenant_id)
@@ -259,8 +263,11 @@ class Authenticator:
             return self._load_key(identity.credential_id, _owner(identity), current).identity
         if identity.credential_id is not None and self._jti_revoked(identity.principal, identity.credential_id):
             raise Unauthenticated("this token has been revoked")
-        if self._status_of(identity.principal.tenant_id, identity.principal.user_id, current).disabled:
+        status = self._status_of(identity.principal.tenant_id, identity.principal.user_id, current)
+        if status.disabled:
             raise Unauthenticated("this account is disabled")
+        if identity.issued_here:  # narrowed again: a grant taken back since sign-in applies at once
+            return replace(identity, principal=self._as_provisioned_now(identity.principal, status))
         return identity
 
     def cached_keys(self) -> int:
@@ -290,9 +297,31 @@ class Authenticator:
         status = self._status_of(principal.tenant_id, principal.user_id, accounts_version)
         if status.disabled:
             raise Unauthenticated("this account is disabled")
+        issued_here = self._issued_here(claims, jti)
+        if issued_here:
+            principal = self._as_provisioned_now(principal, status)
         exp = claims.get("exp")
-        identity = Identity(principal, "jwt", jti, exp if isinstance(exp, int) else None)
+        identity = Identity(principal, "jwt", jti, exp if isinstance(exp, int) else None, issued_here)
         return Verified(identity, status.accounts_version, status.loaded_at, status.until)
+
+    def _issued_here(self, claims: dict[str, Any], jti: str | None) -> bool:
+        """A development token this service issued (``tenure dev-token``): its claims copy the
+        user's grants at issue time, so they are only an upper bound. An identity provider's
+        token is its own authority over what it grants."""
+        return jti is not None and jti.startswith(DEV_TOKEN_PREFIX) and claims.get("iss") == self.settings.jwt_issuer
+
+    @staticmethod
+    def _as_provisioned_now(principal: Principal, status: _Status) -> Principal:
+        """A development token's principal narrowed to its user's grants as they are now, as an
+        API key's is: a grant taken back applies at once, not when the token expires (up to 30
+        days). Its user removed, the token is refused. With the store unreachable and nothing known
+        of the user, the claims serve as they are, as the disabled check passes then (the proxy
+        keeps answering without the store)."""
+        if not status.grants_known:
+            return principal
+        if status.grants is None:
+            raise Unauthenticated("this token's user no longer exists")
+        return narrowed(principal, status.grants)
 
     def _revoked_key(self, principal: Principal, jti: str) -> str:
         """A ``jti`` is only unique per issuer and subject (RFC 7519 4.1.7): the revocation is
@@ -340,14 +369,16 @@ class Authenticator:
             accounts_version = self.accounts.versions.current(tenant_id)
         loaded_at = time.monotonic()
         try:
-            status = _Status(self.accounts.is_disabled(tenant_id, user_id), accounts_version, loaded_at, 0.0)
-            status = replace(status, until=self._until(loaded_at))
+            disabled, grants = self.accounts.account_status(tenant_id, user_id)
+            status = _Status(disabled, accounts_version, loaded_at, self._until(loaded_at), grants)
         except StoreUnavailable as exc:
             # Also cached (so an outage does not cost every request a timeout), but only for the
             # time bound: the store is asked again soon.
             disabled = known.disabled if known is not None else False
+            grants = known.grants if known is not None else None
             log.warning("account status of %s/%s unknown (%s); using %s", tenant_id, user_id, exc.message, disabled)
-            status = _Status(disabled, accounts_version, loaded_at, loaded_at + self.settings.api_key_cache_s)
+            until = loaded_at + self.settings.api_key_cache_s
+            status = _Status(disabled, accounts_version, loaded_at, until, grants, grants_known=known is not None)
         if accounts_version is not None or self.settings.api_key_cache_s > 0:
             self._status.put(account, status)
         return status

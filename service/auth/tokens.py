@@ -31,6 +31,7 @@ HMAC_ALGS = frozenset({"HS256"})
 ASYMMETRIC_ALGS = {"RS256": "RSA", "ES256": "EC"}
 SUPPORTED_ALGS = HMAC_ALGS | set(ASYMMETRIC_ALGS)
 TENANT_CLAIM = "tenant_id"
+DEV_TOKEN_PREFIX = "dev-"  # noqa: S105 - the jti prefix of a development token this service issued
 
 
 class KeySource:
@@ -134,7 +135,7 @@ class TokenVerifier:
             "iat": now,
             "nbf": now,
             "exp": exp,
-            "jti": f"dev-{uuid.uuid4().hex}",  # the handle for revoking this token
+            "jti": f"{DEV_TOKEN_PREFIX}{uuid.uuid4().hex}",  # the handle for revoking this token
         }
         key = OctKey.import_key(secret.get_secret_value().encode())
         return jwt.encode({"alg": "HS256", "typ": "JWT"}, payload, key, algorithms=["HS256"]), exp

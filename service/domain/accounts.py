@@ -106,6 +106,18 @@ def effective_principal(user: UserRecord, grants: Grants | None = None) -> Princ
     )
 
 
+def narrowed(principal: Principal, grants: Grants) -> Principal:
+    """``principal`` limited to what ``grants`` allow now: a credential that copied its user's
+    grants when it was issued (a development token) holds no more than the user still has."""
+    return Principal(
+        tenant_id=principal.tenant_id,
+        user_id=principal.user_id,
+        roles=frozenset((principal.roles & set(grants.roles)) | {Role.MEMBER}),
+        projects=principal.projects & frozenset(grants.projects),
+        teams=principal.teams & frozenset(grants.teams),
+    )
+
+
 def is_operator(principal: Principal) -> bool:
     """An admin of the reserved system tenant: may provision any tenant."""
     return principal.tenant_id == SYSTEM_TENANT and principal.is_admin

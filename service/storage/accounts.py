@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from opensearchpy import OpenSearch
 from pydantic import BaseModel
 
-from service.domain.accounts import ApiKeyRecord, TenantRecord, UserRecord
+from service.domain.accounts import ApiKeyRecord, Grants, TenantRecord, UserRecord
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import NotFound
@@ -38,6 +38,8 @@ R = TypeVar("R", bound=BaseModel)
 
 # Keys live under a fixed routing value: a key is looked up by id alone before the tenant is known.
 KEY_ROUTING = "_keys"
+
+GRANT_FIELDS = tuple(Grants.model_fields)  # what a user record grants: roles, projects, teams
 
 
 def _tenant_doc(tenant_id: str) -> str:
@@ -147,20 +149,26 @@ class AccountStore:
             hits = self.client.search(index=self.alias, body=body)["hits"]["hits"]
         return [_record(TenantRecord, h["_source"]) for h in hits]
 
-    def is_disabled(self, tenant_id: str, user_id: str) -> bool:
-        """Whether the tenant or the user is disabled, in one real-time ``mget`` (both documents
-        share the tenant's routing). A missing record is not a disabled one: JWT subjects from an
-        identity provider need not be provisioned here."""
+    def account_status(self, tenant_id: str, user_id: str) -> tuple[bool, Grants | None]:
+        """Whether the tenant or the user is disabled, and the user's grants as provisioned here
+        (None without a user record), in one real-time ``mget`` (both documents share the tenant's
+        routing). A missing record is not a disabled one: JWT subjects from an identity provider
+        need not be provisioned here."""
         docs = [
             {"_id": _tenant_doc(tenant_id), "routing": tenant_id, "_source": ["disabled"]},
-            {"_id": _user_doc(tenant_id, user_id), "routing": tenant_id, "_source": ["disabled"]},
+            {"_id": _user_doc(tenant_id, user_id), "routing": tenant_id, "_source": ["disabled", *GRANT_FIELDS]},
         ]
         try:
             with translate_errors("check whether an account is disabled", on_missing="no accounts index"):
                 found = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
         except NotFound:  # no accounts index yet: no record, so nothing disabled
-            return False
-        return any(d.get("found") and d.get("_source", {}).get("disabled") is True for d in found)
+            return False, None
+        disabled = any(d.get("found") and d.get("_source", {}).get("disabled") is True for d in found)
+        user = found[1]
+        if not user.get("found"):
+            return disabled, None
+        source = user.get("_source", {})
+        return disabled, _record(Grants, {name: source[name] for name in GRANT_FIELDS if name in source})
 
     def key_and_owner(self, key_id: str, tenant_id: str, user_id: str) -> tuple[ApiKeyRecord, UserRecord, TenantRecord]:
         """An API key, its user and its tenant in one real-time ``mget`` (each document with its own

@@ -16,7 +16,7 @@ from service.api.state import Services
 from service.auth.tokens import TokenVerifier
 from service.config import AuthSettings, Settings
 from service.errors import Unauthenticated
-from tests.api.conftest import HS_SECRET, SigningKeys, Team, auth, ok, sign_jwt
+from tests.api.conftest import HS_SECRET, SigningKeys, Team, auth, belief_body, ok, sign_jwt
 
 
 def _claims(team: Team, **over: Any) -> dict[str, Any]:
@@ -216,6 +216,33 @@ def test_dev_token_endpoint(client: TestClient, team: Team) -> None:
     assert (me["tenant_id"], me["user_id"], me["projects"]) == (team.tenant, "bob", ["pay"])
     member = client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/tokens", json={}, headers=team.h("alice"))
     assert member.status_code == 403
+
+
+def test_dev_token_grants_follow_the_user_grants_at_once(
+    client: TestClient, team: Team, operator: dict[str, str]
+) -> None:
+    """A development token copies its user's grants when issued; a grant taken back applies to it
+    at once, as to the user's API keys, not when the token expires (up to 30 days later)."""
+    pinned = belief_body("settlement_window", scope="project:pay", pinned=True)
+    shared = ok(client.post("/v1/beliefs", json=pinned, headers=team.h("alice")), 201)["id"]
+    token = ok(client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/tokens", json={}, headers=team.h("carol")), 201)[
+        "token"
+    ]
+    recall = {"scopes": ["project:pay"], "query": "settlement window"}
+
+    def recalled() -> list[str]:
+        return list(ok(client.post("/v1/recall", json=recall, headers=auth(token)))["injected_ids"])
+
+    assert ok(client.get("/v1/whoami", headers=auth(token)))["projects"] == ["pay"]
+    assert shared in recalled()
+    grants = f"/v1/admin/tenants/{team.tenant}/users/bob/grants"
+    ok(client.patch(grants, json={"remove_projects": ["pay"]}, headers=operator))
+    assert ok(client.get("/v1/whoami", headers=auth(token)))["projects"] == []
+    assert shared not in recalled()
+    # given back, the grant counts again; the token never holds more than it was issued with
+    ok(client.patch(grants, json={"add_projects": ["pay", "ops"]}, headers=operator))
+    assert ok(client.get("/v1/whoami", headers=auth(token)))["projects"] == ["pay"]
+    assert shared in recalled()
 
 
 def test_dev_token_revocation(client: TestClient, team: Team) -> None:
