@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from opensearchpy import exceptions as os_exc
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -236,6 +236,15 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return _respond(request, 422, ErrorCode.VALIDATION_ERROR, f"invalid request: {where}", details)
 
 
+async def _stray_model_error(request: Request, exc: Exception) -> JSONResponse:
+    """A model's ValidationError no service turned into ValidationFailed: the input that caused it
+    came from the request, so it is a 422 with the field paths, never a 500."""
+    assert isinstance(exc, ValidationError)
+    log.warning("untranslated model validation error in request %s: %s", request_id_of(request), exc.title)
+    details = [{"loc": list(err["loc"]), "msg": err["msg"], "type": err["type"]} for err in exc.errors()]
+    return _respond(request, 422, ErrorCode.VALIDATION_ERROR, f"invalid {exc.title}", details)
+
+
 _HTTP_CODES = {
     401: ErrorCode.UNAUTHENTICATED,
     403: ErrorCode.FORBIDDEN,
@@ -296,6 +305,7 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TenureError, _tenure_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ValidationError, _stray_model_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(os_exc.ConnectionError, _store_down)
     app.add_exception_handler(os_exc.TransportError, _opensearch_error)

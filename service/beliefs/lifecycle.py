@@ -128,9 +128,7 @@ def mutate(
         current, seq_no, term = store.get_versioned(principal, belief_id, tenant_wide=tenant_wide)
         updated = change(current.model_copy(deep=True))
         updated = updated.model_copy(update={"version": current.version + 1, "updated_at": utcnow()})
-        # re-validate the whole belief after the change, and store what validation made of it (a
-        # change log past its cap is rolled over there)
-        updated = Belief.model_validate(updated.model_dump())
+        updated = revalidated(updated)
         try:
             store.replace(updated, if_seq_no=seq_no, if_primary_term=term, refresh=refresh)
             return updated
@@ -138,6 +136,16 @@ def mutate(
             if attempt == MAX_RETRIES - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def revalidated(changed: Belief) -> Belief:
+    """The whole belief validated again after a change, as it will be stored (a change log past
+    its cap is rolled over there). A change can break a rule only the whole belief checks (an alias
+    NFKC-normalised past its length limit): that is the caller's invalid input, a 422."""
+    try:
+        return Belief.model_validate(changed.model_dump())
+    except ValidationError as exc:
+        raise ValidationFailed("the change makes the belief invalid", details=pydantic_details(exc, ("body",))) from exc
 
 
 def merge_aliases(existing: list[str], new: list[str], *, cap: int = MAX_ALIASES) -> tuple[list[str], list[str]]:

@@ -167,7 +167,13 @@ def content_fingerprint(content: str) -> str:
 def _as_utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        # 9999-12-31T23:59:59-05:00 is in year 10000 in UTC: a ValueError is pydantic's 422
+        raise ValueError("date out of range once converted to UTC") from None
 
 
 class Provenance(BaseModel):

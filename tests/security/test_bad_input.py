@@ -143,3 +143,36 @@ def test_unpaired_surrogates_in_belief_text_are_dropped_not_a_500(client: TestCl
     )
     names = {e["canonical_name"] for e in recalled["tiers"]["relevant"]}
     assert names >= {"surrogate_probe", "surrogate_import"}
+
+
+# Each of these used to answer 500 (the reviewer's probes): now a 4xx naming the field.
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00"])
+def test_a_date_beyond_the_utc_calendar_is_422(client: TestClient, team: Team, when: str) -> None:
+    """Converting such an offset time to UTC leaves year 1..9999: datetime raised OverflowError."""
+    created = client.post("/v1/beliefs", json=belief_body("far_date", resolved_at=when), headers=team.h("alice"))
+    assert _json_error(created, 422)["code"] == "validation_error"
+    record = belief_body("far_import", provenance={"extracted_at": when})
+    imported = client.post("/v1/beliefs/import", json=[record], headers=team.h("alice"))
+    error = _json_error(imported, 422)
+    assert ["body", 0, "provenance", "extracted_at"] in [d["loc"] for d in error["details"]]
+
+
+def test_an_import_with_a_number_of_too_many_digits_is_422(client: TestClient, team: Team) -> None:
+    """Python's json refuses integers above 4300 digits with a plain ValueError."""
+    body = '[{"confidence": ' + "1" * 5000 + "}]"
+    headers = {**team.h("alice"), "Content-Type": "application/json"}
+    response = client.post("/v1/beliefs/import", content=body.encode(), headers=headers)
+    assert _json_error(response, 422)["code"] == "validation_error"
+
+
+@pytest.mark.parametrize("route", ["aliases", "reinforce"])
+def test_an_alias_that_grows_past_the_limit_when_normalised_is_422(client: TestClient, team: Team, route: str) -> None:
+    """Six characters sent, 108 once NFKC-normalised: the re-validation of the changed belief
+    refused it, uncaught."""
+    belief = ok(client.post("/v1/beliefs", json=belief_body(f"grown_{route}"), headers=team.h("alice")), 201)
+    response = client.post(f"/v1/beliefs/{belief['id']}/{route}", json={"aliases": ["ﷺ" * 6]}, headers=team.h("alice"))
+    error = _json_error(response, 422)
+    assert error["code"] == "validation_error" and ["body", "aliases"] in [d["loc"] for d in error["details"]]
+

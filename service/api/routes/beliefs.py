@@ -143,6 +143,9 @@ def _loads(text: str, where: str, loc: list[Any]) -> Any:
         ) from exc
     except RecursionError as exc:  # absurdly deep nesting: still the client's problem
         raise ValidationFailed(f"{where} nests too deeply", details=[{"loc": loc}]) from exc
+    except ValueError as exc:  # not a JSONDecodeError: Python refuses integers of more than 4300 digits
+        msg = "a number has too many digits"
+        raise ValidationFailed(f"{where} is not valid JSON: {msg}", details=[{"loc": loc, "msg": msg}]) from exc
 
 
 def _parse_import(raw: bytes, content_type: str) -> list[dict[str, Any]]:
