@@ -38,3 +38,17 @@ def visible_text(value: str) -> str:
     text = _SURROGATES.sub("", text.translate(_DROP))
     text = _MARKER_RUNS.sub(lambda m: m.group(0)[:2], text)
     return text.strip()
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds an unpaired UTF-16 surrogate (see the module doc)."""
+    return _SURROGATES.search(text) is not None
+
+
+def has_control_or_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a control character (newline and tab included) or an unpaired
+    surrogate: what an identifier sent on in a header or a JSON answer must never carry."""
+    return _CONTROL_OR_SURROGATE.search(text) is not None
+
+
+_CONTROL_OR_SURROGATE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")

@@ -26,6 +26,7 @@ from service.domain.belief import (
     normalize_alias,
     normalize_canonical_name,
 )
+from service.domain.json_tree import nesting_depth
 from service.domain.text import clip
 from service.extraction.sidecar import ParseStatus
 
@@ -183,7 +184,7 @@ def validate_sidecar(raw: str | None, status: ParseStatus, *, max_chars: int = 3
         return _rejected(status, f"sidecar is not valid JSON: {str(exc)[:120]}")
     if not isinstance(data, dict):
         return _rejected(status, "sidecar top level must be a JSON object")
-    if _depth(data) > MAX_DEPTH:
+    if nesting_depth(data) > MAX_DEPTH:
         return _rejected(status, f"sidecar nested deeper than {MAX_DEPTH} levels")
     signal = data.get("turn_signal")
     if signal not in TURN_SIGNALS:
@@ -200,21 +201,6 @@ def validate_sidecar(raw: str | None, status: ParseStatus, *, max_chars: int = 3
     out.new_open_questions = _section(data, "new_open_questions", _open_question, out.skipped)
     out.style_signal_count = len(_section(data, "style_signals", _any_object, out.skipped))
     return out
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth, iteratively (a hostile payload must not blow the stack here either)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, level = stack.pop()
-        if isinstance(node, dict):
-            deepest = max(deepest, level)
-            stack.extend((v, level + 1) for v in node.values())
-        elif isinstance(node, list):
-            deepest = max(deepest, level)
-            stack.extend((v, level + 1) for v in node)
-    return deepest
 
 
 def _section(data: dict[str, Any], name: str, check: Any, skipped: list[Skip]) -> list[Any]:

@@ -27,6 +27,7 @@ from service.config import Settings
 from service.domain import scopes as scope_rules
 from service.domain.belief import Belief
 from service.domain.principal import Principal
+from service.domain.visible_text import has_control_or_surrogate
 from service.errors import Conflict, StoreUnavailable, ValidationFailed
 from service.extraction.model_gate import GateDecision, ModelGate
 from service.extraction.parked_turns import ParkedTurns
@@ -97,6 +98,18 @@ def session_and_scope(
     return session_and_scope_of(body.metadata or {}, first, actor, header_session, header_scope)
 
 
+def _sendable_session(session: Any) -> bool:
+    """A session id goes back in the JSON answer and into the turn record: a control character or
+    an unpaired surrogate (which no UTF-8 encoder takes) in it failed the answer after the model
+    had been paid for."""
+    return (
+        isinstance(session, str)
+        and bool(session.strip())
+        and len(session) <= 200
+        and not has_control_or_surrogate(session)
+    )
+
+
 def session_and_scope_of(
     meta: dict[str, Any],
     first_messages: list[Any],
@@ -107,8 +120,10 @@ def session_and_scope_of(
     """The session id and scopes of a proxied request, whatever its API: header, else the body's
     ``metadata``, else derived from the caller and the first (at most three) messages."""
     session = header_session or meta.get("session_id")
-    if session is not None and (not isinstance(session, str) or not session.strip() or len(session) > 200):
-        raise ValidationFailed("session id must be a non-empty string of at most 200 characters")
+    if session is not None and not _sendable_session(session):
+        raise ValidationFailed(
+            "session id must be a non-empty string of at most 200 characters, without control characters"
+        )
     if not session:
         who = f"{actor.principal.tenant_id}|{actor.principal.user_id}"
         raw = f"{who}|{json.dumps(first_messages[:3], sort_keys=True)}"
@@ -352,14 +367,11 @@ class ChatProxy(ProxyTurns):
     async def prepare(
         self, actor: Actor, body: ChatRequest, header_session: str | None, header_scope: str | None
     ) -> tuple[TurnContext, dict[str, Any]]:
-        self.loop.upstream.target(actor.principal.tenant_id)  # no provider configured: 503 before any recall
+        # bad input is refused first (as /v1/messages does), then a missing provider before any recall
+        session_scope = session_and_scope(body, actor, header_session, header_scope)
+        self.loop.upstream.target(actor.principal.tenant_id)  # no provider configured: 503
         users = [m for m in body.messages if m.role == "user"]
-        ctx, block = await self.begin(
-            actor,
-            body.model,
-            session_and_scope(body, actor, header_session, header_scope),
-            text_of(users[-1].content) if users else "",
-        )
+        ctx, block = await self.begin(actor, body.model, session_scope, text_of(users[-1].content) if users else "")
         client_system = "\n\n".join(
             text_of(m.content) for m in body.messages if m.role in ("system", "developer") and m.content
         )

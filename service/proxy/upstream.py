@@ -25,7 +25,7 @@ from typing import Any
 import httpx2
 
 from service.config import MemoryLoopSettings
-from service.errors import ErrorCode, TenureError
+from service.errors import ErrorCode, TenureError, ValidationFailed
 from service.telemetry.tracing import client_span, record_status
 
 
@@ -168,9 +168,14 @@ class Upstream:
             options: dict[str, Any] = {"json": body} if body is not None else {}
             if timeout_s is not None:
                 options["timeout"] = timeout_s
-            request = self.client.build_request(method, url, headers=headers, **options)
             try:
+                # inside the try: building the request encodes the body as UTF-8 JSON
+                request = self.client.build_request(method, url, headers=headers, **options)
                 response = await self.client.send(request, stream=stream)
+            except UnicodeEncodeError as exc:
+                # the routes refuse unpaired surrogates first; one that still got here is the
+                # client's text, never a crash
+                raise ValidationFailed("the request holds text that cannot be encoded as UTF-8") from exc
             except httpx2.TimeoutException as exc:
                 raise UpstreamFailure(
                     "the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT

@@ -176,3 +176,50 @@ def test_an_alias_that_grows_past_the_limit_when_normalised_is_422(client: TestC
     error = _json_error(response, 422)
     assert error["code"] == "validation_error" and ["body", "aliases"] in [d["loc"] for d in error["details"]]
 
+
+def _proxy_post(client: TestClient, team: Team, path: str, body: dict[str, Any]) -> Any:
+    escaped = json.dumps(body).replace("SURROGATE", "\\ud800")
+    headers = {**team.h("alice"), "Content-Type": "application/json"}
+    return client.post(path, content=escaped.encode(), headers=headers)
+
+
+def _proxy_error(response: Any, path: str) -> dict[str, Any]:
+    assert response.status_code == 422, response.text
+    error: dict[str, Any] = response.json()["error"]
+    assert error["code"] == "validation_error" and error["message"], error
+    assert path != "/v1/chat/completions" or error["request_id"] == response.headers["X-Request-ID"]
+    return error
+
+
+PROXY_PATHS = ["/v1/chat/completions", "/v1/messages"]
+
+
+@pytest.mark.parametrize("path", PROXY_PATHS)
+def test_a_lone_surrogate_in_a_proxied_message_is_422(client: TestClient, team: Team, path: str) -> None:
+    """No UTF-8 encoder takes it: building the upstream request failed with UnicodeEncodeError."""
+    body = {"model": "gpt-4o", "max_tokens": 8, "messages": [{"role": "user", "content": "hi SURROGATE"}]}
+    assert "surrogate" in _proxy_error(_proxy_post(client, team, path, body), path)["message"]
+
+
+@pytest.mark.parametrize("path", PROXY_PATHS)
+@pytest.mark.parametrize("session", ["s-SURROGATE", "s-\u0007bell", "s-\nline"])
+def test_a_session_id_the_answer_cannot_carry_is_422(client: TestClient, team: Team, path: str, session: str) -> None:
+    """A surrogate in ``metadata.session_id`` failed the JSON answer after the upstream call."""
+    body = {
+        "model": "gpt-4o",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "hi"}],
+        "metadata": {"session_id": session},
+    }
+    _proxy_error(_proxy_post(client, team, path, body), path)
+
+
+@pytest.mark.parametrize("path", PROXY_PATHS)
+def test_pass_through_json_nested_too_deeply_to_forward_is_422(client: TestClient, team: Team, path: str) -> None:
+    """300 levels parse, but pydantic refuses to serialise them for the upstream."""
+    deep = '{"model": "gpt-4o", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "extra": '
+    body = deep + "[" * 300 + "]" * 300 + "}"
+    headers = {**team.h("alice"), "Content-Type": "application/json"}
+    response = client.post(path, content=body.encode(), headers=headers)
+    assert "nested" in _proxy_error(response, path)["message"]
+

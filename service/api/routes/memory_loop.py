@@ -25,6 +25,7 @@ from service.api.deps import (
 from service.api.errors import OpenAIErrorOut, openai_error_responses, request_id_of
 from service.auth.actor import Actor
 from service.domain.belief import MAX_CONTENT_CHARS, MAX_WHY_CHARS
+from service.domain.json_tree import holds_lone_surrogate, nesting_depth
 from service.errors import ErrorCode, NotFound, StoreUnavailable, TenureError, ValidationFailed
 from service.extraction.reviews import Action, MergeChoice, ReviewService
 from service.extraction.sidecar import split_sidecar
@@ -46,6 +47,8 @@ TurnIdPath = Annotated[str, Path(pattern=_ID, description="A turn id")]
 ReviewIdPath = Annotated[str, Path(pattern=_ID, description="A review item id")]
 WARNING_HEADER = "x-tenure-warning"
 BodyT = TypeVar("BodyT", bound=BaseModel)
+# deeper than any real tool schema; well below the ~255 levels pydantic serializes
+MAX_PROXY_DEPTH = 100
 
 _TYPES = {
     ErrorCode.VALIDATION_ERROR: "invalid_request_error",
@@ -88,6 +91,16 @@ def memory_loop(request: Request) -> MemoryLoop:
     return raw_services(request).loop
 
 
+def refuse_unforwardable(raw: Any) -> None:
+    """What parses but could never be sent on to the model or answered: a body nested past what
+    the serializer takes (pydantic stops near 255 levels), an unpaired surrogate no UTF-8 encoder
+    takes. Refused here, before any recall or upstream work."""
+    if nesting_depth(raw) > MAX_PROXY_DEPTH:
+        raise ValidationFailed(f"the request body is nested too deeply (more than {MAX_PROXY_DEPTH} levels)")
+    if holds_lone_surrogate(raw):
+        raise ValidationFailed("the request body holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape)")
+
+
 async def proxy_body(request: Request, model: type[BodyT], what: str) -> BodyT:
     """A proxy request body, parsed by hand so every failure is a ``ValidationFailed`` the route
     renders in its SDK's error shape (the framework's 422 would use the service's)."""
@@ -98,6 +111,7 @@ async def proxy_body(request: Request, model: type[BodyT], what: str) -> BodyT:
     except RecursionError:
         # json's C decoder recurses per nesting level: 1,000 brackets exhaust the stack
         raise ValidationFailed("the request body is nested too deeply") from None
+    refuse_unforwardable(raw)
     try:
         return model.model_validate(raw)
     except RecursionError:
