@@ -38,6 +38,9 @@ MAX_CHANGE_LOG = 200
 MAX_RELATION_TYPE_CHARS = 64
 MAX_REMOVED_ALIASES = 500  # remembered per belief (the change log's rollover keeps them too)
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+# the largest count or version kept: every JSON reader holds it exactly (2**53), far below the
+# 64 bits the store's encoder and OpenSearch's long take
+MAX_COUNT = 2**53
 # Indexed fields derived from the model, never part of it: the lifecycle and content fingerprint
 # (to_document), the analysed name units the storage layer adds (kept out of the stored source
 # by the mapping; ignored here too, so an index without that exclusion still reads) and the ref of
@@ -176,6 +179,12 @@ def _as_utc(value: datetime | None) -> datetime | None:
         raise ValueError("date out of range once converted to UTC") from None
 
 
+BeliefId = Annotated[str, Field(pattern=ID_RE.pattern)]
+# an alias as the change log remembers it (normalised, so within the alias limit); the constraint
+# also refuses an unpaired surrogate, which the store's JSON encoder cannot write
+RemovedAlias = Annotated[str, Field(max_length=MAX_ALIAS_CHARS)]
+
+
 class Provenance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -201,7 +210,7 @@ class ChangeLogEntry(BaseModel):
     changed_by_turn: str | None = Field(None, max_length=200)
     note: str | None = Field(None, max_length=2000)
     # aliases a person took back (normalised): the memory loop never adds them again
-    removed_aliases: list[str] | None = Field(None, max_length=MAX_REMOVED_ALIASES)
+    removed_aliases: list[RemovedAlias] | None = Field(None, max_length=MAX_REMOVED_ALIASES)
 
     _utc = field_validator("changed_at")(_as_utc)
 
@@ -247,9 +256,6 @@ def removed_in(entries: list[ChangeLogEntry]) -> list[str]:
     return out
 
 
-BeliefId = Annotated[str, Field(pattern=ID_RE.pattern)]
-
-
 class Belief(BaseModel):
     """A stored belief. ``tenant_id`` always comes from the caller's credentials."""
 
@@ -270,10 +276,10 @@ class Belief(BaseModel):
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     pinned: bool = False
     user_edited: bool = False
-    reinforcement_count: int = Field(0, ge=0)
+    reinforcement_count: int = Field(0, ge=0, le=MAX_COUNT)
     last_reinforced_at: datetime | None = None
-    supersedes: str | None = None
-    superseded_by: str | None = None
+    supersedes: BeliefId | None = None
+    superseded_by: BeliefId | None = None
     resolved_at: datetime | None = None
     retracted_at: datetime | None = None
     participants: list[BeliefId] = Field(default_factory=list, max_length=16)
@@ -287,7 +293,7 @@ class Belief(BaseModel):
     change_log: list[ChangeLogEntry] = Field(default_factory=list)  # rolled over past MAX_CHANGE_LOG
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
-    version: int = Field(1, ge=1)
+    version: int = Field(1, ge=1, le=MAX_COUNT)
 
     @field_validator("canonical_name")
     @classmethod

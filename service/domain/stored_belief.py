@@ -37,6 +37,7 @@ from service.domain.belief import (
     MAX_ALIAS_CHARS,
     MAX_ALIASES,
     MAX_CONTENT_CHARS,
+    MAX_COUNT,
     MAX_NAME_CHARS,
     MAX_RELATION_TYPE_CHARS,
     MAX_WHY_CHARS,
@@ -220,7 +221,7 @@ def _fraction(value: Any) -> float:
 
 def _count(minimum: int) -> Callable[[Any], int]:
     def check(value: Any) -> int:
-        _require(type(value) is int and minimum <= value < 2**63)
+        _require(type(value) is int and minimum <= value <= MAX_COUNT)
         return int(value)
 
     return check
@@ -279,8 +280,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "user_edited": _flag,
     "reinforcement_count": _count(0),
     "last_reinforced_at": _optional(_timestamp),
-    "supersedes": _optional_string(),
-    "superseded_by": _optional_string(),
+    "supersedes": _optional(_id),
+    "superseded_by": _optional(_id),
     "resolved_at": _optional(_timestamp),
     "retracted_at": _optional(_timestamp),
     "participants": _participants,

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from service.auth.actor import Actor
 from service.config import Settings
 from service.domain import scopes as scope_rules
-from service.domain.belief import Belief
+from service.domain.belief import Belief, BeliefId
 from service.domain.principal import Principal
 from service.domain.visible_text import has_control_or_surrogate
 from service.errors import Conflict, StoreUnavailable, ValidationFailed
@@ -75,7 +75,9 @@ class TurnIn(BaseModel):
     model: str = Field(..., min_length=1, max_length=200)
     user_message: str = Field(..., max_length=200_000)
     assistant_message: str = Field(..., max_length=200_000)
-    injected_ids: list[str] = Field(default_factory=list, max_length=200)
+    # ids the store looks up: the belief id pattern bounds their length and characters (a
+    # surrogate failed the store's encoder, a 40 kB id OpenSearch's term limit)
+    injected_ids: list[BeliefId] = Field(default_factory=list, max_length=200)
 
     @field_validator("scope")
     @classmethod

@@ -223,3 +223,43 @@ def test_pass_through_json_nested_too_deeply_to_forward_is_422(client: TestClien
     response = client.post(path, content=body.encode(), headers=headers)
     assert "nested" in _proxy_error(response, path)["message"]
 
+
+@pytest.mark.parametrize("injected", ["x\ud800", "b-" + "x" * 40_000, "has space"], ids=["surrogate", "40kB", "space"])
+def test_a_turn_naming_an_impossible_belief_id_is_422(client: TestClient, team: Team, injected: str) -> None:
+    """A surrogate failed the store's serializer (500); a 40 kB id became a retryable 503."""
+    turn = {"model": "gpt-4o", "user_message": "hi", "assistant_message": "hello", "injected_ids": [injected]}
+    escaped = json.dumps(turn).encode()
+    response = client.post(
+        "/v1/turns", content=escaped, headers={**team.h("alice"), "Content-Type": "application/json"}
+    )
+    error = _json_error(response, 422)
+    assert ["body", "injected_ids", 0] in [d["loc"] for d in error["details"]]
+
+
+ADMIN_IMPORT_DAMAGE: list[tuple[str, dict[str, Any]]] = [
+    ("version", {"version": 2**64}),
+    ("reinforcement_count", {"reinforcement_count": 2**64}),
+    ("supersedes", {"supersedes": "b-\ud800"}),
+    ("supersedes", {"supersedes": "b-" + "x" * 5000}),
+    (
+        "change_log",
+        {"change_log": [{"changed_at": "2024-01-01T00:00:00Z", "trigger": "t", "removed_aliases": ["\ud800"]}]},
+    ),
+    (
+        "change_log",
+        {"change_log": [{"changed_at": "2024-01-01T00:00:00Z", "trigger": "t", "removed_aliases": ["x" * 5000]}]},
+    ),
+]
+
+
+@pytest.mark.parametrize(("field", "damage"), ADMIN_IMPORT_DAMAGE, ids=lambda v: str(v)[:20])
+def test_an_admin_import_of_values_the_store_cannot_hold_is_422(
+    client: TestClient, team: Team, field: str, damage: dict[str, Any]
+) -> None:
+    """An admin's import keeps server-owned fields: a 2**64 version failed the store's JSON encoder
+    and a surrogate its serializer (500), long strings went in unchecked."""
+    record = json.dumps([belief_body("admin_import_probe", **damage)])
+    headers = {**team.h("carol"), "Content-Type": "application/json"}
+    response = client.post("/v1/beliefs/import", content=record.encode(), headers=headers)
+    error = _json_error(response, 422)
+    assert any(d["loc"][:3] == ["body", 0, field] for d in error["details"]), error
