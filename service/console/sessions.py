@@ -57,7 +57,14 @@ class ConsoleSession:
         return Identity(principal, self.kind, self.credential_id)
 
     def csrf_ok(self, submitted: str | None) -> bool:
-        return bool(submitted) and hmac.compare_digest(self.csrf_token, str(submitted))
+        return bool(submitted) and same_token(self.csrf_token, str(submitted))
+
+
+def same_token(expected: str, submitted: str) -> bool:
+    """Constant-time comparison of a CSRF token with what a form posted. As bytes: compare_digest
+    raises TypeError on a str that is not ASCII (a posted ``é`` answered 500, not 403)."""
+    encoded = [value.encode("utf-8", "surrogatepass") for value in (expected, submitted)]
+    return hmac.compare_digest(*encoded)
 
 
 class SessionStore:

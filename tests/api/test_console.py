@@ -711,3 +711,15 @@ def test_add_and_remove_aliases(app: FastAPI, client: TestClient, operator: dict
         "/console/beliefs/b-psp/unalias", data={"csrf_token": token, "alias_00": "adyen", "confirmed": "yes"}
     )
     assert unknown.status_code == 422 and "not aliases of this belief" in unknown.text
+
+
+def test_a_non_ascii_csrf_token_is_refused_like_a_wrong_one(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    """compare_digest raises TypeError on a non-ASCII str: a posted ``é`` answered 500."""
+    a, _ = seeded
+    web = browser(app)
+    assert LOGIN_RE.search(web.get("/console/login").text)  # sets the login CSRF cookie
+    login = web.post("/console/login", data={"credential": a.keys["carol"], "login_csrf": "é"})
+    assert login.status_code == 403 and COOKIE not in login.cookies
+    signed_in = sign_in(app, a.keys["carol"])
+    pin = signed_in.post("/console/beliefs/b-pay/pin", data={"csrf_token": "é", "confirmed": "yes"})
+    assert pin.status_code == 403, pin.text

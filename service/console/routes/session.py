@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse
 from service.api.deps import ServicesDep, client_address
 from service.console.charts import bar_chart, column_chart
 from service.console.overview import INJECTION_DAYS, OverviewService
-from service.console.sessions import COOKIE, LOGIN_CSRF_COOKIE
+from service.console.sessions import COOKIE, LOGIN_CSRF_COOKIE, same_token
 from service.console.web import (
     PREFIX,
     ConsoleRoute,
@@ -62,7 +62,7 @@ def login(
     next: Annotated[str, Form(max_length=2000)] = "",  # noqa: A002
 ) -> Response:
     expected = request.cookies.get(LOGIN_CSRF_COOKIE)
-    if not expected or not secrets.compare_digest(expected, login_csrf):
+    if not expected or not same_token(expected, login_csrf):
         raise Forbidden("the sign-in form expired or was not posted from this console; reload it")
     try:
         identity = services.guard.authenticate(credential.strip(), client_address(request))
