@@ -246,6 +246,7 @@ async def _stray_model_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 _HTTP_CODES = {
+    400: ErrorCode.BAD_REQUEST,  # a body the framework could not read at all ("error parsing the body")
     401: ErrorCode.UNAUTHENTICATED,
     403: ErrorCode.FORBIDDEN,
     404: ErrorCode.NOT_FOUND,
@@ -299,7 +300,12 @@ async def _client_disconnected(request: Request, _exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error in request %s", request_id_of(request), exc_info=exc)
-    return _respond(request, 500, ErrorCode.INTERNAL, "internal error; quote the request id when reporting it")
+    # Starlette sends this from its outermost middleware, outside RequestContextMiddleware, which
+    # adds the header to every other response: the id to quote must be in the header here too
+    request_id = request_id_of(request)
+    headers = {REQUEST_ID_HEADER: request_id} if request_id else None
+    message = "internal error; quote the request id when reporting it"
+    return _respond(request, 500, ErrorCode.INTERNAL, message, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -195,6 +195,11 @@ def translate_errors(action: str, *, on_missing: str | None = None, on_conflict:
         yield
     except TenureError:
         raise
+    except os_exc.SerializationError as exc:
+        # the request could not even be encoded (an unpaired surrogate, an integer beyond 64 bits):
+        # input the models let through, never a crash; the value itself goes to the log only
+        log.warning("a request to %s could not be encoded: %s", action, exc.args[-1] if exc.args else exc)
+        raise ValidationFailed(f"the request to {action} holds a value the store cannot encode") from exc
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         metrics.OPENSEARCH_ERRORS.labels("unreachable").inc()
         raise StoreUnavailable(f"OpenSearch is unreachable while trying to {action}") from exc

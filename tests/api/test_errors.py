@@ -6,9 +6,13 @@ import socket
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
 
+from service.api.state import Services
 from service.app import create_app
 from service.config import Settings
+from service.errors import ValidationFailed
+from service.storage.client import translate_errors
 from tests.api.conftest import Team, auth, ok
 
 
@@ -145,3 +149,45 @@ def test_openapi_documents_security_and_the_error_shape(app: object) -> None:
             assert operation.get("security") == [{"BearerAuth": []}], (method, path)
             ref = operation["responses"]["422"]["content"]["application/json"]["schema"]["$ref"]
             assert ref.endswith("/ErrorOut"), (method, path)
+
+
+def test_an_unreadable_body_is_a_400_bad_request(client: TestClient, team: Team) -> None:
+    """FastAPI answers "error parsing the body" with 400; its code was validation_error, which the
+    docs give as a 422."""
+    headers = {**team.h("alice"), "Content-Type": "application/json"}
+    unreadable = b'{"content": ' + b"1" * 5000 + b"}"  # Python refuses integers of more than 4300 digits
+    err = _shape(client.post("/v1/beliefs", content=unreadable, headers=headers), 400, "bad_request")
+    assert err["message"] == "There was an error parsing the body"
+
+
+@pytest.fixture(scope="module")
+def failing_client(api_settings: Settings) -> TestClient:
+    """The app with two routes that fail the way only a bug can: answered by the app's handlers."""
+    app = create_app(api_settings)
+
+    def crash() -> None:
+        raise RuntimeError("a bug")
+
+    def stray_model_error() -> None:
+        TypeAdapter(int).validate_python("not a number")
+
+    app.add_api_route("/test/crash", crash)
+    app.add_api_route("/test/stray-model-error", stray_model_error)
+    return TestClient(app, raise_server_exceptions=False)
+
+
+def test_a_500_carries_the_request_id_header(failing_client: TestClient) -> None:
+    """Starlette sends the 500 from outside the middleware that adds X-Request-ID to the rest."""
+    err = _shape(failing_client.get("/test/crash", headers={"X-Request-ID": "crash-1"}), 500, "internal_error")
+    assert err["request_id"] == "crash-1"
+
+
+def test_a_stray_model_validation_error_is_a_422(failing_client: TestClient) -> None:
+    err = _shape(failing_client.get("/test/stray-model-error"), 422, "validation_error")
+    assert err["details"]
+
+
+def test_a_value_the_store_cannot_encode_is_a_validation_failure(services: Services) -> None:
+    """opensearch-py's SerializationError is no TransportError: it escaped translation as a 500."""
+    with pytest.raises(ValidationFailed), translate_errors("index a probe"):
+        services.opensearch.index(index="no-such-index", body={"text": "x\ud800"})
