@@ -163,6 +163,33 @@ class ExtractionPipeline:
         candidates = ((turn.result or {}).get("alias_candidates") or []) if done else []
         return ExtractionOutcome(turn_id, "already_final", {}, len(candidates))
 
+    def interrupted(self, tenant_id: str, turn_id: str, reason: str) -> None:
+        """Hand back a turn whose attempt was cut short by something other than its sidecar (the
+        task's soft time limit, a store error that is no answer about the data): every merge step
+        is idempotent per turn, so a later attempt finishes what this one began. The turn is
+        pending again, with the reason, for the sweep; the attempt still counts, so a turn that
+        overruns every time ends ``failed`` once its attempts are spent instead of looping.
+        Best effort, like :meth:`_release`: a store that cannot take this leaves the turn running,
+        and the sweep finds it just the same."""
+        with contextlib.suppress(*TRANSIENT_ERRORS, Conflict):
+            current, seq, term = self.turns.load(tenant_id, turn_id)
+            if current.extraction_status != "running":
+                return  # finished or handed back by another delivery meanwhile
+            current.extraction_status = "pending"
+            current.error = reason[:2000]
+            self.turns.save(current, seq_no=seq, primary_term=term)
+        metrics.EXTRACTIONS.labels("interrupted").inc()
+
+    def give_up(self, tenant_id: str, turn_id: str) -> None:
+        """Fail a turn the sweep will not send again: its attempts are spent and none of them
+        finished it. Without this it would stay pending or running for ever, with no error to
+        show an admin. The last interruption's reason is kept in the message."""
+        turn, _, _ = self.turns.load(tenant_id, turn_id)
+        if turn.extraction_status in FINAL:
+            return
+        last = f"; the last one: {turn.error}" if turn.error else ""
+        self.fail(tenant_id, turn_id, f"gave up after {turn.attempts} attempts, none finished{last}")
+
     def fail(self, tenant_id: str, turn_id: str, error: str) -> None:
         """Give up on a turn that cannot be extracted (the sweep will not pick it up again)."""
         turn, _, _ = self.turns.load(tenant_id, turn_id)

@@ -111,21 +111,48 @@ class TurnStore:
             result = self.client.search(index=self.alias, body=body, routing=filters.routing)
         return [(str(b["key"]), int(b["doc_count"])) for b in result["aggregations"]["status"]["buckets"]]
 
-    def stale_keys(self, *, older_than_s: int, max_attempts: int, limit: int = 200) -> list[tuple[str, str]]:
-        """Maintenance sweep: ``(tenant_id, turn_id)`` of turns whose extraction never finished.
-        A turn that cannot be loaded (quarantined) is left out: its extraction could only fail, and
-        the sweep would send it again on every tick."""
-        cutoff = (utcnow() - timedelta(seconds=older_than_s)).isoformat()
+    def stale_keys(
+        self, *, older_than_s: int, running_older_than_s: int, max_attempts: int, limit: int = 200
+    ) -> list[tuple[str, str]]:
+        """Maintenance sweep: ``(tenant_id, turn_id)`` of turns whose extraction never finished
+        and may be sent again: pending for ``older_than_s``, or running for
+        ``running_older_than_s`` (a running turn may be in a live task until its hard time limit;
+        sent again sooner, a second task would run it alongside and spend its attempts). A turn
+        that cannot be loaded (quarantined) is left out: its extraction could only fail, and the
+        sweep would send it again on every tick."""
+        attempts_left = {"range": {"attempts": {"lt": max_attempts}}}
+        return self._unfinished(older_than_s, running_older_than_s, attempts_left, limit, "sweep turns")
+
+    def exhausted_keys(
+        self, *, older_than_s: int, running_older_than_s: int, max_attempts: int, limit: int = 200
+    ) -> list[tuple[str, str]]:
+        """Unfinished turns, stale as for :meth:`stale_keys`, whose attempts are all spent: the
+        sweep sends them no more, so it fails them (else they stay unfinished, with no error)."""
+        spent = {"range": {"attempts": {"gte": max_attempts}}}
+        return self._unfinished(older_than_s, running_older_than_s, spent, limit, "find turns out of attempts")
+
+    def _unfinished(
+        self, older_than_s: int, running_older_than_s: int, attempts: dict[str, Any], limit: int, action: str
+    ) -> list[tuple[str, str]]:
+        def untouched(status: str, seconds: int) -> dict[str, Any]:
+            cutoff = (utcnow() - timedelta(seconds=seconds)).isoformat()
+            in_status = {"term": {"extraction_status": status}}
+            return {"bool": {"filter": [in_status, {"range": {"updated_at": {"lt": cutoff}}}]}}
+
         body = {
             "size": limit,
             "query": access.maintenance_scan("extraction sweep").query(
-                {"terms": {"extraction_status": ["pending", "running"]}},
-                {"range": {"updated_at": {"lt": cutoff}}},
-                {"range": {"attempts": {"lt": max_attempts}}},
+                {
+                    "bool": {
+                        "should": [untouched("pending", older_than_s), untouched("running", running_older_than_s)],
+                        "minimum_should_match": 1,
+                    }
+                },
+                attempts,
             ),
             "sort": [{"created_at": "asc"}],
         }
-        with translate_errors("sweep turns"):
+        with translate_errors(action):
             rows = self.client.search(index=self.alias, body=body)["hits"]["hits"]
         turns = (load_record(TURN_RECORDS, r.get("_source"), hit_id=r.get("_id")) for r in rows)
         return [(t.tenant_id, t.turn_id) for t in turns if t is not None]

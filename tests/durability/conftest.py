@@ -92,6 +92,11 @@ def process_env(settings: Settings, **overrides: str) -> dict[str, str]:
         # the sweep at test speed: a turn untouched for 2 s counts as lost, checked every second
         TENURE_LOOP_SWEEP_STALE_AFTER_S="2",
         TENURE_LOOP_SWEEP_INTERVAL_S="1",
+        # a running turn is only swept once the heavy hard time limit has passed (a live task may
+        # hold it until then): a short limit, so a turn left running by a killed worker comes back soon
+        TENURE_CELERY_HEAVY_SOFT_TIME_LIMIT_S="8",
+        TENURE_CELERY_HEAVY_TIME_LIMIT_S="10",
+        TENURE_CELERY_CHANGE_LOG_SWEEP_BUDGET_S="6",
         PYTHONPATH=str(REPO),
     )
     env.update(overrides)

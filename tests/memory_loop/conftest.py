@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,10 @@ from deploy.localstack import celery_worker_args
 from loadtest.scripted_llm import ScriptedLLM
 from service.api.state import Services
 from service.config import ApiSettings, AuthSettings, CelerySettings, MemoryLoopSettings, Settings
+from service.domain.belief import utcnow
 from service.storage.reviews import REVIEWS
 from service.storage.templates import FAMILIES, apply_templates, drop_namespace
-from service.storage.turns import TURNS
+from service.storage.turns import TURNS, TurnRecord, TurnStore
 from tests.api.conftest import Team, auth, make_team, ok
 
 REPO = Path(__file__).resolve().parents[2]
@@ -271,3 +273,27 @@ def new_belief(name: str, content: str, **extra: Any) -> dict[str, Any]:
         "resolves_open_question": None,
         **extra,
     }
+
+
+def record_turn(turns: TurnStore, team: Team, *names: str, age_s: int = 0, **fields: Any) -> str:
+    """A turn of alice recorded straight in the store (no task sent), last touched ``age_s`` ago,
+    whose sidecar holds one new belief per name."""
+    raw = sidecar(new_beliefs=[new_belief(n, f"{n} holds.") for n in names]).split(">>>", 1)[1].rsplit("<<<", 1)[0]
+    at = utcnow() - timedelta(seconds=age_s)
+    turn_id = f"turn-{uuid.uuid4().hex[:10]}"
+    turns.create(
+        TurnRecord(
+            tenant_id=team.tenant,
+            turn_id=turn_id,
+            owner_id="alice",
+            session_id="s",
+            scope=["domain:code"],
+            model="gpt-4o",
+            sidecar_raw=raw,
+            parse_status="parsed",
+            created_at=at,
+            updated_at=at,
+            **fields,
+        )
+    )
+    return turn_id

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +13,10 @@ from fastapi.testclient import TestClient
 
 from service.api.state import Services
 from service.config import Settings
-from service.domain.belief import utcnow
-from service.domain.principal import Principal
-from service.storage.turns import TurnRecord, TurnStore
+from service.storage.turns import TurnStore
 from tests.api.conftest import Team, ok
 from tests.factories import make_belief, put_all
-from tests.memory_loop.conftest import REPO, WorkerProcess, sidecar, wait_turn, wait_until, worker_env
+from tests.memory_loop.conftest import REPO, WorkerProcess, record_turn, sidecar, wait_turn, wait_until, worker_env
 from tests.memory_loop.test_extraction_worker import post_turn
 
 
@@ -120,36 +116,7 @@ def test_beat_sweep_reenqueues_turns_whose_extraction_never_ran(
     api: TestClient, crew: Team, worker: WorkerProcess, loop_services: Services, loop_settings: Settings, beat: Any
 ) -> None:
     turns = TurnStore(loop_services.opensearch, loop_settings.opensearch_namespace)
-    long_ago = utcnow() - timedelta(minutes=10)
-    turn_id = f"turn-lost-{uuid.uuid4().hex[:8]}"
-    payload = sidecar(
-        new_beliefs=[
-            {
-                "type": "decision",
-                "canonical_name": "lost_turn_fact",
-                "content": "Recovered.",
-                "why_it_matters": "Proves the sweep.",
-                "scope": ["domain:code"],
-                "confidence": 0.9,
-            }
-        ]
-    )
-    raw = payload.split(">>>", 1)[1].rsplit("<<<", 1)[0]
-    owner = Principal(tenant_id=crew.tenant, user_id="alice")
-    turns.create(
-        TurnRecord(
-            tenant_id=owner.tenant_id,
-            turn_id=turn_id,
-            owner_id="alice",
-            session_id="s",
-            scope=["domain:code"],
-            model="gpt-4o",
-            sidecar_raw=raw,
-            parse_status="parsed",
-            created_at=long_ago,
-            updated_at=long_ago,
-        )
-    )
+    turn_id = record_turn(turns, crew, "lost_turn_fact", age_s=600)
     loop_services.opensearch.indices.refresh(index=turns.alias)
     done = wait_turn(api, crew.h("alice"), turn_id, timeout=40)
     assert done["extraction_status"] == "done"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
+from opensearchpy.exceptions import TransportError
+
 from service.extraction.pipeline import TRANSIENT_ERRORS
 from service.extraction.queue import TASK_DRAIN_PARKED_TURNS, TASK_ENRICH_ALIASES, TASK_EXTRACT, TASK_SWEEP_TURNS
 from workers import resources
@@ -13,6 +16,12 @@ from workers.tasks.base import TenantTask
 
 logger = logging.getLogger("tenure.workers.extraction")
 _limits = app.conf.tenure_settings.celery
+# An attempt cut short for a reason that is not the turn's: the soft time limit (a slow store, a
+# large sidecar), or an OpenSearch failure translate_errors does not map (a 500, a missing index).
+# Failing the turn would lose the rest of its beliefs for good, although a re-run is idempotent;
+# the turn goes back to the sweep instead, its attempt counted (the sweep fails it once they are
+# spent). A sidecar or a request the store refuses (400: ValidationFailed) still fails the turn.
+INTERRUPTIONS: tuple[type[Exception], ...] = (SoftTimeLimitExceeded, TransportError)
 
 
 def _res() -> resources.Resources:
@@ -31,7 +40,8 @@ def extract_turn(self: TenantTask, tenant_id: str, turn_id: str) -> dict[str, An
     """Validate and merge the sidecar of one recorded turn. Idempotent per turn; a turn that is
     already final is skipped. Transient store failures retry with backoff; when a store outage
     outlasts the retries the turn stays unfinished and the sweep enqueues it again once the
-    store is back. Any other error marks the turn ``failed`` with the error."""
+    store is back. An interrupted attempt (``INTERRUPTIONS``) leaves the turn to the sweep too.
+    Any other error marks the turn ``failed`` with the error."""
     res = _res()
     res.queue.taken(tenant_id, turn_id)  # no longer waiting: a crash from here is the sweep's
     try:
@@ -42,6 +52,10 @@ def extract_turn(self: TenantTask, tenant_id: str, turn_id: str) -> dict[str, An
             # outage longer than the retries (the jittered backoff can spend them in seconds)
             # would lose the extraction for good (found by the OpenSearch fault drill).
             logger.warning("extraction of %s gave up its retries (%s); the sweep will enqueue it again", turn_id, exc)
+        raise
+    except INTERRUPTIONS as exc:
+        logger.warning("extraction of %s interrupted (%s); the sweep will enqueue it again", turn_id, exc)
+        res.pipeline.interrupted(tenant_id, turn_id, f"interrupted: {type(exc).__name__}: {exc}")
         raise
     except Exception as exc:
         # a bug or unusable data: record why on the turn (the sweep only picks up pending/running turns)
@@ -76,10 +90,21 @@ class _Sweep(TenantTask):
     max_retries=0,
 )
 def sweep_turns() -> int:
-    """Beat: re-enqueue turns whose extraction never completed (lost message, dead worker)."""
+    """Beat: re-enqueue turns whose extraction never completed (lost message, dead worker), and
+    fail those whose attempts are spent."""
     res = _res()
     loop = res.settings.loop
-    keys = res.turns.stale_keys(older_than_s=loop.sweep_stale_after_s, max_attempts=loop.max_extraction_attempts)
+    # a running turn may still be in a live task until the heavy hard time limit kills it; only
+    # then can nothing be running it (its message is unacked, so the queue looks drained meanwhile)
+    staleness = {
+        "older_than_s": loop.sweep_stale_after_s,
+        "running_older_than_s": max(loop.sweep_stale_after_s, res.settings.celery.heavy_time_limit_s),
+        "max_attempts": loop.max_extraction_attempts,
+    }
+    for tenant_id, turn_id in res.turns.exhausted_keys(**staleness):
+        logger.warning("extraction of %s spent its %d attempts: failed", turn_id, loop.max_extraction_attempts)
+        res.pipeline.give_up(tenant_id, turn_id)
+    keys = res.turns.stale_keys(**staleness)
     # a stale turn whose message still waits in the queue (its marker is set) is behind a
     # backlog, not lost: only the others are sent again. With the queue empty nothing waits, so
     # a marker still set is a message lost with a killed or wedged worker: every stale turn goes.
