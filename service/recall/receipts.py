@@ -114,5 +114,9 @@ class ReceiptOutbox:
 
         ``refresh`` makes them searchable before returning (audit reads). Raises StoreUnavailable
         (receipts stay pending) when OpenSearch cannot take them, redis errors when Redis is down.
+        A receipt OpenSearch refuses for good goes to the outbox's unreadable stream (``dead_key``).
         """
-        return self.outbox.drain(partial(self.audit.append_many, refresh=refresh), batch=batch)
+        # a receipt the audit index refuses for good is set aside with the reason, not replayed
+        # for ever ahead of every later receipt (and of the erasures, which drain receipts first)
+        deliver = partial(self.audit.append_many, refresh=refresh, set_aside=self.outbox.set_aside)
+        return self.outbox.drain(deliver, batch=batch)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, StoreUnavailable
 from service.storage import access, cursor
-from service.storage.client import already_exists, bulk_item, translate_errors
+from service.storage.client import already_exists, bulk_item, refused_for_good, translate_errors
 from service.storage.erasure import ERASE_TIMEOUT_S
 from service.storage.templates import AUDIT
 from service.storage.unreadable import Loaded, RecordKind, load_records
@@ -121,9 +122,19 @@ class AuditStore:
         except Conflict:
             pass
 
-    def append_many(self, events: list[AuditEvent], *, refresh: bool = False) -> None:
+    def append_many(
+        self,
+        events: list[AuditEvent],
+        *,
+        refresh: bool = False,
+        set_aside: Callable[[AuditEvent, str], None] | None = None,
+    ) -> None:
         """Create events in bulk. An event that already exists (409: same id) counts as recorded,
-        so replaying a batch after a crash records nothing twice."""
+        so replaying a batch after a crash records nothing twice. An event the store could not
+        take now (429, 5xx) fails the batch with :class:`StoreUnavailable`, to be replayed.
+        An event it refuses for good (a 400 such as ``mapper_parsing_exception``: no replay can
+        help) goes to ``set_aside`` with the store's reason when one is given (the receipt drain:
+        one bad receipt must not hold back every later one); without it, it fails the batch."""
         if not events:
             return
         actions = (
@@ -144,7 +155,13 @@ class AuditStore:
                 raise_on_error=False,
                 refresh="true" if refresh else "false",  # admin reads: rare, must see it now
             )
-        failed = [e for e in errors if isinstance(e, dict) and not already_exists(bulk_item(e))]
+        failed = [bulk_item(e) for e in errors if isinstance(e, dict) and not already_exists(bulk_item(e))]
+        if set_aside is not None:
+            refused = [info for info in failed if refused_for_good(info)]
+            by_id = {e.event_id: e for e in events}
+            for info in refused:
+                set_aside(by_id[info["_id"]], str(info.get("error"))[:2000])
+            failed = [info for info in failed if not refused_for_good(info)]
         if failed:
             raise StoreUnavailable(f"{len(failed)} audit events could not be recorded; retry")
 

@@ -251,6 +251,14 @@ def already_exists(info: dict[str, Any]) -> bool:
     return info.get("status") == 409
 
 
+def refused_for_good(info: dict[str, Any]) -> bool:
+    """Whether a failed bulk item was refused for what it is (a 4xx such as a 400
+    ``mapper_parsing_exception``), so sending it again cannot help; a 429 or a 5xx is the store
+    unable to take it now, and a 409 an id that exists (see :func:`already_exists`)."""
+    status = info.get("status")
+    return isinstance(status, int) and 400 <= status < 500 and status not in (409, 429)
+
+
 def routed_id(tenant_id: str, key: str) -> str:
     """Document id of a tenant's record. The tenant is part of the key, so client-given ids (the
     paper's ``b-redis-code``) never collide across tenants and a by-key read cannot cross them."""
