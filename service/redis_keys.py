@@ -55,6 +55,11 @@ def compaction_cooldown(namespace: str, bucket: str) -> str:
     return f"{namespace}:compaction:cooldown:{bucket}"
 
 
+def compaction_lock(namespace: str, bucket: str) -> str:
+    """Held (with its holder's token) while one task compacts the bucket."""
+    return f"{namespace}:compaction:lock:{bucket}"
+
+
 def revoked_jwt(namespace: str, digest: str) -> str:
     """A revoked JWT: sha256 of issuer, tenant, subject and jti."""
     return f"{namespace}:revoked-jwt:{digest}"

@@ -12,7 +12,7 @@ from opensearchpy import OpenSearch
 
 from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import Settings
-from service.extraction.compaction import Compactor, RedisCooldown, llm_from_settings
+from service.extraction.compaction import Compactor, RedisBucketLock, RedisCooldown, llm_from_settings
 from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.parked_turns import ParkedTurns
 from service.extraction.pipeline import ExtractionPipeline
@@ -75,7 +75,13 @@ def build(settings: Settings) -> Resources:
         turns=turns,
         pipeline=ExtractionPipeline(lifecycle, turns, reviews, settings.loop, actor_kind="worker"),
         compactor=Compactor(
-            lifecycle, settings.loop, RedisCooldown(rds, ns), llm_from_settings(settings), actor_kind="worker"
+            lifecycle,
+            settings.loop,
+            RedisCooldown(rds, ns),
+            # held past the bucket task's hard time limit: a killed run's lock outlives the run
+            RedisBucketLock(rds, ns, ttl_s=settings.celery.heavy_time_limit_s + 60),
+            llm_from_settings(settings),
+            actor_kind="worker",
         ),
         queue=queue,
         receipts=ReceiptOutbox.from_settings(settings, rds, audit_store),

@@ -16,7 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import uuid
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -100,6 +103,40 @@ class RedisCooldown:
             self.client.set(redis_keys.compaction_cooldown(self.namespace, key), "1", ex=seconds)
 
 
+class BucketLock(Protocol):
+    def hold(self, key: str) -> AbstractContextManager[bool]: ...
+
+
+# delete the lock only if it still holds our token: once it expired, another run may hold it
+_RELEASE_OWN_LOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+class RedisBucketLock:
+    """One compaction of a bucket at a time. Two runs at once (the admin trigger and beat, or a
+    redelivered task beside the first) would each ask the model, get different plans, and so
+    write two overlapping merged beliefs (the ids derive from the sources). ``ttl_s`` outlasts
+    the task's hard time limit, so a lock of a killed task frees itself only when no run of it
+    can be left; until then its bucket waits for the next plan."""
+
+    def __init__(self, client: redis.Redis[bytes], namespace: str, ttl_s: int):
+        self.client = client
+        self.namespace = namespace
+        self.ttl_s = ttl_s
+        self._release_own = client.register_script(_RELEASE_OWN_LOCK)
+
+    @contextmanager
+    def hold(self, key: str) -> Iterator[bool]:
+        """Yields whether this run holds the bucket (False: another run does; do nothing)."""
+        name = redis_keys.compaction_lock(self.namespace, key)
+        token = uuid.uuid4().hex
+        held = bool(self.client.set(name, token, nx=True, ex=self.ttl_s))
+        try:
+            yield held
+        finally:
+            if held:
+                self._release_own(keys=[name], args=[token])
+
+
 class CompactionLLM:
     """A synchronous OpenAI-compatible chat call that must answer with one JSON object."""
 
@@ -181,6 +218,7 @@ class Compactor:
         lifecycle: BeliefLifecycle,
         policy: MemoryLoopSettings,
         cooldown: Cooldown,
+        lock: BucketLock,
         llm: CompactionLLM | None,
         *,
         actor_kind: str = "memory_loop",
@@ -190,6 +228,7 @@ class Compactor:
         self.lookup = BeliefLookup(lifecycle.store)
         self.policy = policy
         self.cooldown = cooldown
+        self.lock = lock
         self.llm = llm
         self.actor_kind = actor_kind
 
@@ -220,6 +259,14 @@ class Compactor:
     # --------------------------------------------------------------- one bucket
 
     def compact(self, key: BucketKey, *, force: bool = False) -> CompactionReport:
+        with self.lock.hold(self._cooldown_key(key)) as held:
+            if not held:
+                report = CompactionReport(bucket=key.__dict__)
+                report.reason = "another compaction of this bucket is running"
+                return report
+            return self._compact(key, force=force)
+
+    def _compact(self, key: BucketKey, *, force: bool) -> CompactionReport:
         report = CompactionReport(bucket=key.__dict__)
         kind = bucket_kind(key.type, key.subtype)
         if kind is None:
@@ -236,6 +283,9 @@ class Compactor:
         else:
             plans = self._llm_plans(beliefs, report) if self.llm else self._exact_plans(beliefs)
             for plan in plans:
+                if (taken := self._source_taken(key, plan)) is not None:
+                    report.rejected.append(taken)
+                    continue
                 report.merges.append(self._apply(principal, key, beliefs, plan))
         self.cooldown.mark(self._cooldown_key(key), self.policy.compaction_cooldown_s)
         self.lifecycle.record(
@@ -342,12 +392,31 @@ class Compactor:
 
     # --------------------------------------------------------------- applying
 
+    @staticmethod
+    def _merged_id(key: BucketKey, plan: MergePlan) -> str:
+        """The merged belief's id, from the sources: the same plan run again writes the same one."""
+        source_ids = sorted([plan.keep_id, *plan.retire_ids])
+        return "b-c" + hashlib.sha256("|".join([key.tenant_id, *source_ids]).encode()).hexdigest()[:24]
+
+    def _source_taken(self, key: BucketKey, plan: MergePlan) -> str | None:
+        """Why the plan must not be applied: a source already superseded by another belief (read
+        by key, in real time). The bucket was read before the model answered; meanwhile another
+        run may have merged a source into a merged belief of its own plan, and a second merged
+        belief would overlap it (its retire of that source then fails). A source superseded by
+        this very plan's belief is an earlier attempt of the same merge, to be finished."""
+        new_id = self._merged_id(key, plan)
+        for source_id in (plan.keep_id, *plan.retire_ids):
+            successor = self.store.successor_now(key.tenant_id, source_id)
+            if successor not in (None, new_id):
+                return f"merge {plan.keep_id!r} skipped: {source_id!r} is already superseded by {successor!r}"
+        return None
+
     def _apply(self, principal: Principal, key: BucketKey, beliefs: list[Belief], plan: MergePlan) -> dict[str, Any]:
         by_id = {b.id: b for b in beliefs}
         keep = by_id[plan.keep_id]
         sources = [keep, *(by_id[i] for i in plan.retire_ids)]
         source_ids = sorted(b.id for b in sources)
-        new_id = "b-c" + hashlib.sha256("|".join([key.tenant_id, *source_ids]).encode()).hexdigest()[:24]
+        new_id = self._merged_id(key, plan)
         retired_names = [spoken_name(b.canonical_name) for b in sources if b.canonical_name != plan.canonical_name]
         # aliases a person took back from a source stay out, whatever the plan proposes
         current = {a for b in sources for a in b.aliases}

@@ -17,7 +17,7 @@ from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import Settings
 from service.domain.belief import Belief, EpistemicStatus
 from service.domain.principal import Principal
-from service.extraction.compaction import CompactionLLM, Compactor, RedisCooldown
+from service.extraction.compaction import CompactionLLM, Compactor, RedisBucketLock, RedisCooldown
 from service.storage.lookup import BucketKey
 from tests.api.conftest import Team
 from tests.factories import make_belief, put_all
@@ -39,6 +39,7 @@ def compactor(
         BeliefLifecycle(services.store, services.audit, refresh="true"),
         loop,
         RedisCooldown(rds, settings.opensearch_namespace),
+        RedisBucketLock(rds, settings.opensearch_namespace, ttl_s=settings.celery.heavy_time_limit_s + 60),
         llm,
     )
 
@@ -232,3 +233,71 @@ def test_admin_trigger_runs_compaction_in_the_worker_for_that_tenant_only(
     wait_until(lambda: not loop_services.store.get(alice(crew), "b-r1").is_live, timeout=30)
     assert loop_services.store.get(alice(other_crew), "b-r1").is_live
     assert loop_services.store.get(alice(other_crew), "b-r2").is_live
+
+
+def merge_reply(keep_id: str, retire_ids: list[str], name: str) -> Reply:
+    merge = {
+        "keep_id": keep_id,
+        "retire_ids": retire_ids,
+        "merged_content": "Redis is the cache.",
+        "merged_canonical_name": name,
+        "merged_aliases": [],
+        "compaction_note": "same cache",
+    }
+    return Reply(content=json.dumps({"merges": [merge], "no_action_ids": []}))
+
+
+def test_a_plan_whose_source_another_run_merged_is_skipped(
+    crew: Team,
+    loop_services: Services,
+    loop_settings: Settings,
+    rds: redis.Redis[bytes],
+    llm: ScriptedLLM,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two runs of one bucket at once (the admin trigger and beat, a redelivered task beside the
+    first): the second read the bucket before the first merged, and its model planned otherwise.
+    Its merged belief (another id: other sources) would overlap the first's; it is not written."""
+    put_all(loop_services.store, *entities(crew))
+    model = CompactionLLM(llm.base_url, "gpt-4o-mini", None)
+    first = compactor(loop_services, loop_settings, rds, llm=model)
+    second = compactor(loop_services, loop_settings, rds, llm=model)
+    read_early = second.lookup.bucket(alice(crew), "domain:code", "entity", None)
+    monkeypatch.setattr(second.lookup, "bucket", lambda *_: read_early)
+    llm.script(merge_reply("b-r1", ["b-r2"], "redis_cache"))
+    [merged] = first.compact(key(crew), force=True).merges
+    llm.script(merge_reply("b-r1", ["b-r2", "b-r3"], "cache_layer"))
+    late = second.compact(key(crew), force=True)
+    assert late.merges == []
+    assert late.rejected == [f"merge 'b-r1' skipped: 'b-r1' is already superseded by {merged['new_id']!r}"]
+    store = loop_services.store
+    assert store.get(alice(crew), "b-r3").is_live  # left for the next run, not half-merged
+    live_names = {b.canonical_name for b in first.lookup.bucket(alice(crew), "domain:code", "entity", None)}
+    assert "cache_layer" not in live_names
+    # the first plan, run again from that early read (a redelivered task), is the same merge:
+    # its sources are superseded by its own belief, so it is finished, not skipped
+    llm.script(merge_reply("b-r1", ["b-r2"], "redis_cache"))
+    again = second.compact(key(crew), force=True)
+    assert (again.rejected, [m["new_id"] for m in again.merges]) == ([], [merged["new_id"]])
+
+
+def test_one_compaction_of_a_bucket_at_a_time(
+    crew: Team, loop_services: Services, loop_settings: Settings, rds: redis.Redis[bytes]
+) -> None:
+    put_all(loop_services.store, *entities(crew))
+    running = compactor(loop_services, loop_settings, rds)
+    bucket = running._cooldown_key(key(crew))
+    lock_key = f"{loop_settings.opensearch_namespace}:compaction:lock:{bucket}"
+    with running.lock.hold(bucket) as held:
+        assert held
+        # outlives the bucket task's hard time limit: a killed run's lock is not freed under a live one
+        assert rds.ttl(lock_key) > loop_settings.celery.heavy_time_limit_s
+        report = compactor(loop_services, loop_settings, rds).compact(key(crew), force=True)
+        assert (report.ran, report.reason) == (False, "another compaction of this bucket is running")
+        assert loop_services.store.get(alice(crew), "b-r1").is_live
+    assert rds.get(lock_key) is None  # released by its holder
+    assert compactor(loop_services, loop_settings, rds).compact(key(crew), force=True).merges
+    with running.lock.hold(bucket) as held:
+        rds.set(lock_key, "another-run")  # ours expired meanwhile and another run took it
+    assert rds.get(lock_key) == b"another-run"  # not ours to release
+    rds.delete(lock_key)
