@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from service.domain.belief import Belief
+from service.storage import unreadable
 from service.storage.unreadable import DecodedBeliefs
 
 
@@ -53,3 +56,29 @@ def test_the_cache_is_bounded() -> None:
     for seq in range(5):
         cache.load(_row(_source(), seq_no=seq))
     assert len(cache) == 2
+
+
+def test_forget_drops_every_version_of_the_erased_documents_only() -> None:
+    cache = DecodedBeliefs()
+    for seq in (1, 2):
+        cache.load(_row(_source(), seq_no=seq))
+    kept = {**_source(), "id": "b-kept"}
+    cache.load(_row(kept))
+    assert cache.forget(["t1:b-1", "t2:b-kept"]) == 2  # another tenant's id is another document
+    assert len(cache) == 1 and cache.load(_row(kept)) is not None and cache.hits == 1
+
+
+def test_entries_decoded_long_ago_leave_from_the_least_recently_used_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erased belief is never hit again: it drifts to the least recently used end, and a batch
+    of hits drops what was decoded more than DECODED_MAX_AGE_S ago there, so its text leaves the
+    process although nothing pushes it out of the bound."""
+    clock = [1000.0]
+    monkeypatch.setattr(unreadable.time, "monotonic", lambda: clock[0])
+    cache = DecodedBeliefs()
+    erased = {**_source(), "id": "b-erased"}
+    cache.load(_row(erased))
+    clock[0] += 10
+    cache.load_all([_row(_source())])
+    clock[0] += unreadable.DECODED_MAX_AGE_S - 5  # the erased one is past the age, b-1 not yet
+    cache.load_all([_row(_source())])
+    assert len(cache) == 1 and cache.load(_row(_source())) is not None and cache.misses == 2

@@ -996,6 +996,7 @@ def delete_ids(store: BeliefStore, principal: Principal, belief_ids: list[str]) 
             except NotFound:
                 continue
     store.logs.delete_of_beliefs(principal, belief_ids)
+    store.decoded.forget(doc_id(principal.tenant_id, belief_id) for belief_id in belief_ids)
     return removed
 
 

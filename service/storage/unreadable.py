@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -187,6 +188,12 @@ def _without_inline_log(source: Any) -> Any:
     return source
 
 
+# How long a decoded belief may stay in a process once it is the least recently used: an erased
+# belief's text is gone from every process within about this long of its last use.
+DECODED_MAX_AGE_S = 600.0
+AGED_DROPS_PER_BATCH = 4
+
+
 class DecodedBeliefs:
     """Validated beliefs by stored document version, so the recall hot path validates a document
     once per process instead of on every hit (issue 16: full pydantic validation of every hit was a
@@ -198,11 +205,15 @@ class DecodedBeliefs:
     :func:`load_belief` on every read and is quarantined exactly as without this cache. Hits without
     the version fields (a query that did not ask for ``seq_no_primary_term``) are decoded afresh.
     The beliefs are shared between requests and must not be mutated (recall never does). Bounded
-    LRU; an erased belief is never hit again (its document is gone) and ages out.
+    LRU. An erased belief is never hit again (its document is gone): the process that served the
+    erase drops it at once (:meth:`forget`); elsewhere it drifts to the least recently used end,
+    and each batch of hits drops the entries there that were decoded more than
+    :data:`DECODED_MAX_AGE_S` ago, so its text leaves every process that serves recalls.
     """
 
     def __init__(self, max_entries: int = 10_000):
-        self._entries: BoundedLru[tuple[Any, ...], Belief] = BoundedLru(max_entries)
+        # each belief with when it was decoded (monotonic s), set once: a hit allocates nothing
+        self._entries: BoundedLru[tuple[Any, ...], tuple[Belief, float]] = BoundedLru(max_entries)
         # lookups of hits that carry a document version (the others are never cached), plain
         # integers read by the metrics publisher (service/telemetry/cache_metrics.py); unlocked:
         # two threads may rarely lose an increment, which a metric can afford and a lock per hit cannot
@@ -221,12 +232,31 @@ class DecodedBeliefs:
         found = self._entries.get(key)
         if found is not None:
             self.hits += 1
-            return found
+            return found[0]
         self.misses += 1
         belief = load_belief(_without_inline_log(row.get("_source")), hit_id=row.get("_id"))
         if belief is not None:
-            self._entries.put(key, belief)
+            self._entries.put(key, (belief, time.monotonic()))
         return belief
+
+    def forget(self, doc_ids: Iterable[str]) -> int:
+        """Drop every decoded version of the given documents (an erase: their text leaves this
+        process now, not when it ages out); returns how many entries were dropped."""
+        gone = set(doc_ids)
+        dropped = [key for key, _ in self._entries.items() if key[1] in gone]
+        for key in dropped:
+            self._entries.pop(key)
+        return len(dropped)
+
+    def _drop_aged(self) -> None:
+        """Drop least recently used entries decoded more than DECODED_MAX_AGE_S ago (a few at a
+        time: called once per batch of hits, it must stay cheap)."""
+        deadline = time.monotonic() - DECODED_MAX_AGE_S
+        for _ in range(AGED_DROPS_PER_BATCH):
+            oldest = self._entries.peek_oldest()
+            if oldest is None or oldest[1][1] > deadline:
+                return
+            self._entries.pop(oldest[0])
 
     def counts(self) -> CacheCounts:
         """Lookups, evictions and documents held (bounded by count only: no byte estimate)."""
@@ -234,6 +264,7 @@ class DecodedBeliefs:
 
     def load_all(self, rows: Iterable[dict[str, Any]]) -> LoadedBeliefs:
         """:func:`load_beliefs` through the cache."""
+        self._drop_aged()
         loaded = LoadedBeliefs()
         for row in rows:
             belief = self.load(row)

@@ -350,3 +350,21 @@ def test_a_quarantine_erase_drains_the_receipt_outbox_first(
     for text in (secret, recorded):
         assert _redis_occurrences(services, ns, text) == [], text
         assert _occurrences(os_client, ns, text) == [], text
+
+
+def test_an_erase_drops_the_decoded_belief_from_the_serving_process(
+    client: TestClient, team: Team, services: Services
+) -> None:
+    """Recall keeps each decoded belief in the process (DecodedBeliefs); the process that serves
+    the erase drops it there at once, not when it ages out."""
+    body = belief_body("vault_rota", scope="project:pay", pinned=True, content="The vault rota is kept by Dana.")
+    doomed = ok(client.post("/v1/beliefs", json=body, headers=team.h("bob")), 201)["id"]
+    recalled = ok(client.post("/v1/recall", json={"scopes": ["project:pay"], "query": "rota"}, headers=team.h("bob")))
+    assert doomed in recalled["injected_ids"]
+
+    def held() -> list[Any]:
+        return [key for key, _ in services.store.decoded._entries.items() if key[1] == f"{team.tenant}:{doomed}"]
+
+    assert held(), "recall decoded it once"
+    ok(client.delete(f"/v1/beliefs/{doomed}", headers=team.h("carol")))
+    assert held() == []
