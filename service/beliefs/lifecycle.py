@@ -840,7 +840,7 @@ class BeliefLifecycle:
             return self.erase_unreadable(change, belief_id, expunge=expunge)  # quarantined: by id alone
         if root is None:
             raise NotFound(f"belief {belief_id!r} not found")
-        versions = self.chain(principal, root)
+        versions = self.with_compaction_relatives(principal, self.chain(principal, root))
         ids = [b.id for b in versions]
         # the copies first, the beliefs last: an erase that fails part-way (a timeout, Redis down)
         # leaves the root in place, so the admin's retry finds it and redoes every step (each is
@@ -968,6 +968,34 @@ class BeliefLifecycle:
         links of the same owner (tenant-wide): a one-sided link never widens an erase."""
         older, newer = follow_chain(root, lambda bid: self._linked(principal, bid), limit=MAX_CHAIN)
         return [root, *reversed(older), *newer]
+
+    def with_compaction_relatives(self, principal: Principal, versions: list[Belief]) -> list[Belief]:
+        """``versions`` (a chain) and, each with its own chain, every belief a compaction merged
+        into one of them and every merged belief one of them was retired into, for an erase. A
+        merged belief names only the source it kept (``supersedes``), yet the others hold the
+        statements it merged (an exact duplicate, the very text), and it holds theirs. A relative
+        counts when it has the owner and a compaction note, as only a compaction (or that owner)
+        writes one; at most MAX_CHAIN versions in all."""
+        owner = versions[0].owner_id
+        found = {b.id: b for b in versions}
+        todo = list(versions)
+        while todo and len(found) < MAX_CHAIN:
+            relatives = [r for r in self._compaction_relatives(principal, todo) if r.owner_id == owner]
+            todo = []
+            for relative in relatives:
+                for version in self.chain(principal, relative) if relative.id not in found else []:
+                    if version.id not in found and len(found) < MAX_CHAIN:
+                        found[version.id] = version
+                        todo.append(version)
+        return list(found.values())
+
+    def _compaction_relatives(self, principal: Principal, versions: list[Belief]) -> list[Belief]:
+        """The sources merged into the compaction-made beliefs among ``versions``, and the merged
+        beliefs the compaction-retired ones among them point at."""
+        noted = [b for b in versions if b.compaction_note]
+        sources = self.store.merged_into(principal, [b.id for b in noted], limit=MAX_CHAIN)
+        products = [self._linked(principal, b.superseded_by) for b in noted if b.superseded_by]
+        return [*sources, *(p for p in products if p is not None and p.compaction_note)]
 
     def chain_ids(self, principal: Principal, root: Belief) -> list[str]:
         return [b.id for b in self.chain(principal, root)]

@@ -594,6 +594,17 @@ class BeliefStore:
         beliefs to show their history or write them back; service/storage/change_logs.py)."""
         return self.logs.attach(hits, self._reread)
 
+    def merged_into(self, principal: Principal, merged_ids: list[str], *, limit: int) -> list[Belief]:
+        """The tenant's beliefs superseded by one of ``merged_ids`` and carrying a compaction note
+        (the sources a compaction retired into them), whole with their change logs, at most
+        ``limit``; unloadable ones are left out (an erase of one goes through the quarantine)."""
+        if not merged_ids:
+            return []
+        filters = access.for_principal(principal, ScopeView.everything(), tenant_wide=True)
+        body = queries.merged_into_body(filters, merged_ids, size=limit)
+        hits = self.with_logs(self._search(filters, body, "read the sources of merged beliefs")["hits"]["hits"])
+        return [b for b in load_beliefs(hits) if b.compaction_note]
+
     def _by_key(self, tenant_id: str, belief_id: str, action: str) -> dict[str, Any] | None:
         """One of the tenant's belief documents by key, in real time; None when it is absent."""
         return get_routed(

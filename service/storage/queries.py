@@ -372,6 +372,17 @@ def by_ids_body(
     return body
 
 
+def merged_into_body(filters: AccessFilters, merged_ids: list[str], *, size: int) -> dict[str, Any]:
+    """The beliefs a compaction retired into one of ``merged_ids`` (their ``superseded_by``)."""
+    return {
+        "size": size,
+        "track_total_hits": False,
+        "query": filters.query({"terms": {"superseded_by": merged_ids}}),
+        "sort": [{"id": {"order": "asc"}}],
+        "seq_no_primary_term": True,
+    }
+
+
 LIST_SORT: list[dict[str, Any]] = [{"created_at": {"order": "asc"}}, {"id": {"order": "asc"}}]
 
 

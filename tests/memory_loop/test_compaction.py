@@ -13,13 +13,15 @@ from fastapi.testclient import TestClient
 
 from loadtest.scripted_llm import Reply, ScriptedLLM
 from service.api.state import Services
-from service.beliefs.lifecycle import BeliefLifecycle
+from service.auth.actor import Actor
+from service.beliefs.lifecycle import BeliefLifecycle, Change
 from service.config import Settings
 from service.domain.belief import Belief, EpistemicStatus
 from service.domain.principal import Principal
 from service.extraction.compaction import CompactionLLM, Compactor, RedisBucketLock, RedisCooldown
 from service.storage.lookup import BucketKey
 from tests.api.conftest import Team
+from tests.conftest import principal
 from tests.factories import make_belief, put_all
 from tests.memory_loop.conftest import WorkerProcess, wait_until
 
@@ -301,3 +303,21 @@ def test_one_compaction_of_a_bucket_at_a_time(
         rds.set(lock_key, "another-run")  # ours expired meanwhile and another run took it
     assert rds.get(lock_key) == b"another-run"  # not ours to release
     rds.delete(lock_key)
+
+
+@pytest.mark.parametrize("erased", ["merged", "b-r3"])
+def test_erasing_a_merged_belief_or_one_of_its_sources_erases_them_all(
+    crew: Team, loop_services: Services, loop_settings: Settings, rds: redis.Redis[bytes], erased: str
+) -> None:
+    """A merged belief names only the source it kept (``supersedes``), yet every source holds a
+    statement it merged (exact duplicates: the same text) and it holds theirs: an erase of any of
+    them takes the merged belief and all its sources, each with its chain; other beliefs stay."""
+    put_all(loop_services.store, *entities(crew))
+    [merge] = compactor(loop_services, loop_settings, rds).compact(key(crew), force=True).merges
+    admin = principal(crew.tenant, "carol", admin=True)
+    lifecycle = BeliefLifecycle(loop_services.store, loop_services.audit, refresh="true")
+    target = merge["new_id"] if erased == "merged" else erased
+    receipt = lifecycle.erase(Change(Actor(admin)), target)
+    assert sorted(receipt.belief_versions_removed) == sorted([merge["new_id"], "b-r1", "b-r2", "b-r3"])
+    store = loop_services.store
+    assert store.get(alice(crew), "b-pg").is_live and store.get(alice(crew), "b-kafka").is_live
