@@ -49,18 +49,13 @@ def test_the_async_client_asks_again_too_and_json_recall_keeps_it() -> None:
 
 
 def test_a_write_whose_answer_was_dropped_is_not_resent() -> None:
-    """The server may have stored it: resending could store it twice. The caller decides."""
+    """The server may have done it: resending a supersede could replace the belief twice. The
+    caller decides. (Creates carry their id and are resent: tests/api/test_sdk_resent_writes.py.)"""
     attempts: list[str] = []
     sdk = Tenure("http://tenure.test", "key", transport=_dropping_first(attempts), max_retry_wait_s=0.01)
     with sdk, pytest.raises(ConnectionFailed):
-        sdk.beliefs.create(
-            canonical_name="use_postgres",
-            type="decision",
-            content="Use Postgres 16.",
-            why_it_matters="Write SQL for Postgres.",
-            scope=["user:universal"],
-        )
-    assert attempts == ["POST /v1/beliefs"]
+        sdk.beliefs.supersede("b-1", content="Use Postgres 17.")
+    assert attempts == ["POST /v1/beliefs/b-1/supersede"]
 
 
 def test_no_resend_when_retries_are_off() -> None:

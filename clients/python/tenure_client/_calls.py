@@ -7,6 +7,7 @@ execute it, so both surfaces stay identical by construction.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
@@ -49,13 +50,19 @@ class Call(Generic[T]):
     json: Any = None
     content: bytes | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    # a POST that reads: sending it again after a dropped connection gives the same answer
+    # a write the server answers the same when sent again (a recall, a create carrying its id, a
+    # revoke): resent after a dropped connection or a 503 although it may have been done already
     resend_safe: bool = False
+    # a create carrying its id: when a resent attempt is told 409 (its earlier attempt was stored
+    # before the answer was lost), this reads that id back; ``None`` from it: another write holds
+    # the id, and the 409 stands
+    on_resent_conflict: Call[T | None] | None = None
 
     @property
     def idempotent(self) -> bool:
-        """Safe to resend after a dropped connection (the server may have done it already)."""
-        return self.resend_safe or self.method in ("GET", "HEAD", "OPTIONS", "DELETE")
+        """Safe to resend after a dropped connection or a 503 (the server may have done it already).
+        Not a DELETE: erasing again answers 404, and the caller would lose the receipt."""
+        return self.resend_safe or self.method in ("GET", "HEAD", "OPTIONS")
 
 
 def seg(value: str) -> str:
@@ -120,13 +127,41 @@ def belief_filters(
     return query(type=type, status=status, scope=scope, pinned=bool_param(pinned), q=q, all_=bool_param(all or None))
 
 
+def new_belief_id() -> str:
+    """A belief id made here, as the server makes one (``b-`` and a random UUID): a create sent
+    again carries the same id, so the server cannot store it twice."""
+    return f"b-{uuid.uuid4().hex}"
+
+
 def create_belief(values: Mapping[str, Any], session_id: str | None = None) -> Call[models.Belief]:
+    given_id = values.get("id")
+    payload = body(models.BeliefCreate, {**values, "id": given_id or new_belief_id()})
     return Call(
         "POST",
         "/v1/beliefs",
         model(models.Belief),
-        json=body(models.BeliefCreate, values),
+        json=payload,
         headers=session(session_id),
+        resend_safe=True,
+        on_resent_conflict=Call(
+            "GET", f"/v1/beliefs/{seg(payload['id'])}", _earlier_create(payload, id_made_here=not given_id)
+        ),
+    )
+
+
+def _earlier_create(sent: Mapping[str, Any], *, id_made_here: bool) -> Parser[models.Belief | None]:
+    """Reads the belief a resent create met: the create's own earlier attempt, or ``None``. An id
+    made here (a random UUID) can only have been stored by that attempt; an id the caller chose
+    may be another write's, so the stored belief must say what this create said."""
+
+    def same_write(stored: models.Belief) -> models.Belief | None:
+        if id_made_here or (stored.type == sent["type"] and stored.content == sent["content"]):
+            return stored
+        return None
+
+    return Parser(
+        lambda data: same_write(models.Belief.model_validate(data)),
+        lambda raw: same_write(models.Belief.model_validate_json(raw)),
     )
 
 
@@ -169,13 +204,45 @@ def erase(belief_id: str) -> Call[models.ErasureReceiptOut]:
 
 
 def import_beliefs(records: Iterable[Mapping[str, Any]], session_id: str | None) -> Call[models.ImportResult]:
-    lines = "".join(json.dumps(dict(r), ensure_ascii=False) + "\n" for r in records)
+    """An import whose records all carry ids (made here for those without one), so sending it
+    again stores nothing twice; a made id the server calls taken was stored by an earlier attempt
+    of this very request, and is reported as imported."""
+    identified, made_ids = _with_ids(records)
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in identified)
     return Call(
         "POST",
         "/v1/beliefs/import",
-        model(models.ImportResult),
+        _import_result(made_ids),
         content=lines.encode(),
         headers={"Content-Type": JSONL, **session(session_id)},
+        resend_safe=True,
+    )
+
+
+def _with_ids(records: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], frozenset[str]]:
+    """The records, each with an id (``id`` or the export's ``_id``), and the ids made here."""
+    identified: list[dict[str, Any]] = []
+    made: set[str] = set()
+    for record in records:
+        if not record.get("id") and not record.get("_id"):
+            made_id = new_belief_id()
+            made.add(made_id)
+            record = {**record, "id": made_id}
+        identified.append(dict(record))
+    return identified, frozenset(made)
+
+
+def _import_result(made_ids: frozenset[str]) -> Parser[models.ImportResult]:
+    def own_earlier_writes_imported(result: models.ImportResult) -> models.ImportResult:
+        earlier = [i for i, failure in result.failed.items() if i in made_ids and failure.get("code") == "conflict"]
+        for belief_id in earlier:
+            del result.failed[belief_id]
+            result.imported.append(belief_id)
+        return result
+
+    return Parser(
+        lambda data: own_earlier_writes_imported(models.ImportResult.model_validate(data)),
+        lambda raw: own_earlier_writes_imported(models.ImportResult.model_validate_json(raw)),
     )
 
 
@@ -276,7 +343,8 @@ def list_keys(tenant_id: str, limit: int | None, cursor: str | None) -> Call[mod
 
 
 def revoke_key(key_id: str) -> Call[models.KeyOut]:
-    return Call("DELETE", f"/v1/admin/keys/{seg(key_id)}", model(models.KeyOut))
+    # revoking a revoked key answers the key again (the server's revoke_key): safe to resend
+    return Call("DELETE", f"/v1/admin/keys/{seg(key_id)}", model(models.KeyOut), resend_safe=True)
 
 
 def dev_token(tenant_id: str, user_id: str, ttl_s: int | None) -> Call[models.TokenOut]:
@@ -298,9 +366,10 @@ def audit(filters: Mapping[str, Any], limit: int | None, cursor: str | None) -> 
 
 
 def post_turn(values: Mapping[str, Any], session_id: str | None) -> Call[models.TurnOut]:
-    return Call(
-        "POST", "/v1/turns", model(models.TurnOut), json=body(models.TurnIn, values), headers=session(session_id)
-    )
+    # with a turn_id (made here when the caller gave none, as the server makes one) a turn posted
+    # again is answered with the stored one, not recorded twice
+    payload = body(models.TurnIn, {**values, "turn_id": values.get("turn_id") or f"turn-{uuid.uuid4().hex}"})
+    return Call("POST", "/v1/turns", model(models.TurnOut), json=payload, headers=session(session_id), resend_safe=True)
 
 
 def get_turn(turn_id: str) -> Call[models.TurnOut]:

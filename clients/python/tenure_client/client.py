@@ -1,10 +1,12 @@
 """``Tenure`` (sync) and ``AsyncTenure``: one method per API operation, typed answers.
 
 Both execute the same :mod:`tenure_client._calls` descriptions: requests carry the credential as
-``Authorization: Bearer``; 429 and 503 answers are retried after their ``Retry-After`` (at most
-``max_retries`` times, each wait capped by ``max_retry_wait_s``; ``max_retries=0`` turns retries off,
-e.g. for a load generator that counts every 429); a dropped connection is retried only for
-idempotent methods and for recall (a read, answered the same when repeated). Every failure is a
+``Authorization: Bearer``; a 429 is retried after its ``Retry-After`` (at most ``max_retries`` times,
+each wait capped by ``max_retry_wait_s``; ``max_retries=0`` turns retries off, e.g. for a load
+generator that counts every 429); a 503 and a dropped connection, after which the server may have
+done the request already, only for what it answers the same when sent again: reads, recall, and
+creates, which carry an id made here when the caller gave none (a resent create told 409 reads the
+id back and returns its own earlier write). Every failure is a
 :class:`~tenure_client.errors.TenureError`; a :class:`~tenure_client.errors.ConnectionFailed`
 carries httpx's error as its ``__cause__``.
 """
@@ -24,7 +26,7 @@ from pydantic_core import from_json
 
 from tenure_client import _calls as calls
 from tenure_client import models
-from tenure_client.errors import ConnectionFailed, TenureError, from_response
+from tenure_client.errors import ConnectionFailed, NotFound, TenureError, from_response
 from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
 
 if TYPE_CHECKING:
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Item = TypeVar("Item", covariant=True)
 DEFAULT_URL = "http://127.0.0.1:8000"
-RETRY_STATUSES = frozenset({429, 503})
 USER_AGENT = "tenure-client/0.1"
 
 
@@ -53,9 +54,20 @@ def _backoff(attempt: int, error: TenureError | None, cap: float) -> float:
 def _should_retry(call: calls.Call[Any], error: TenureError, attempt: int, max_retries: int) -> bool:
     if attempt >= max_retries:
         return False
-    if isinstance(error, ConnectionFailed):
-        return call.idempotent
-    return error.status in RETRY_STATUSES
+    if error.status == 429:  # refused before the request was handled: nothing was done
+        return True
+    # a dropped answer, or a 503 that can come after the write was stored (the write-version bump
+    # failing after the index write, a storage timeout after the document landed): only what the
+    # server answers the same when sent again
+    return (isinstance(error, ConnectionFailed) or error.status == 503) and call.idempotent
+
+
+def _resent_conflict(call: calls.Call[T], error: TenureError, attempt: int) -> calls.Call[T | None] | None:
+    """The read that tells whether a resent create's 409 met its own earlier attempt (see
+    :attr:`calls.Call.on_resent_conflict`); ``None``: the error stands."""
+    if attempt == 0 or error.status != 409:
+        return None
+    return call.on_resent_conflict
 
 
 class _Base:
@@ -247,10 +259,24 @@ class Tenure(_Base):
                 error: TenureError = from_response(response)
             except httpx.HTTPError as exc:
                 error = self._connection_error(self.http, exc)
+            earlier = _resent_conflict(call, error, attempt)
+            if earlier is not None:
+                return self._earlier_attempt(earlier, error)
             if not _should_retry(call, error, attempt, self.max_retries):
                 raise error
             time.sleep(_backoff(attempt, error, self.max_retry_wait_s))
             attempt += 1
+
+    def _earlier_attempt(self, read_back: calls.Call[T | None], conflict: TenureError) -> T:
+        """What a resent create's earlier attempt stored, or the 409 when another write holds the id
+        (one this caller cannot read included)."""
+        try:
+            stored = self.send(read_back)
+        except NotFound:
+            raise conflict from None
+        if stored is None:
+            raise conflict
+        return stored
 
     def _request(self, call: calls.Call[Any]) -> httpx.Response:
         """``call``'s answer, read whole: through the client, or straight to the SDK's own
@@ -520,10 +546,23 @@ class AsyncTenure(_Base):
                 error: TenureError = from_response(response)
             except httpx.HTTPError as exc:
                 error = self._connection_error(self.http, exc)
+            earlier = _resent_conflict(call, error, attempt)
+            if earlier is not None:
+                return await self._earlier_attempt(earlier, error)
             if not _should_retry(call, error, attempt, self.max_retries):
                 raise error
             await asyncio.sleep(_backoff(attempt, error, self.max_retry_wait_s))
             attempt += 1
+
+    async def _earlier_attempt(self, read_back: calls.Call[T | None], conflict: TenureError) -> T:
+        """:meth:`Tenure._earlier_attempt`, awaited."""
+        try:
+            stored = await self.send(read_back)
+        except NotFound:
+            raise conflict from None
+        if stored is None:
+            raise conflict
+        return stored
 
     async def _request(self, call: calls.Call[Any]) -> httpx.Response:
         """:meth:`Tenure._request`, awaited."""
