@@ -4,7 +4,8 @@ One set of tools, two transports:
 
 * **streamable HTTP at ``/mcp``** in the API's own FastAPI app (:func:`mount`). Every MCP request
   must carry the caller's own ``Authorization: Bearer`` API key or JWT; a tool call is executed as a
-  REST call *of that caller* against the same app, in process (``httpx.ASGITransport``). So every
+  REST call *of that caller* (its credential and its address) against the same app, in process
+  (``httpx.ASGITransport``). So every
   tool goes through the same authenticator, rate limit, grants and scope chokepoint
   (``service/storage/access.py``) as ``curl`` would, and a recall writes the same injection receipt.
   There is no server credential and nothing is forwarded to another service.
@@ -222,14 +223,26 @@ def _bearer(headers: Mapping[str, str] | None) -> str | None:
     return credential.strip() or None if scheme.lower() == "bearer" else None
 
 
+def _caller_address(ctx: Context) -> tuple[str, int]:
+    """The MCP caller's own address (behind a proxy: what uvicorn's ``--proxy-headers`` made of
+    it), for the in-process REST call: the failed-authentication limit keys on it, and
+    ``httpx.ASGITransport``'s default (``127.0.0.1:123`` for every call) would let one caller's
+    bad credentials block every MCP user of every tenant. No peer (a Unix socket): "unknown", as
+    the REST API counts such a request."""
+    peer = getattr(ctx.request_context.request, "client", None)
+    return (peer.host, peer.port) if peer is not None else ("unknown", 0)
+
+
 def in_process_factory(app: FastAPI) -> ClientFactory:
-    """Tool calls over HTTP: the caller's own credential, against this same app, in process."""
+    """Tool calls over HTTP: the caller's own credential and address, against this same app, in
+    process."""
 
     async def factory(ctx: Context) -> AsyncTenure:
         credential = _bearer(ctx.headers)
         if credential is None:  # the route wrapper refuses these first; a second wall costs nothing
             raise ToolError("unauthenticated: send Authorization: Bearer <API key or JWT>")
-        return AsyncTenure(INTERNAL_BASE, credential, transport=httpx.ASGITransport(app=app), max_retries=0)
+        transport = httpx.ASGITransport(app=app, client=_caller_address(ctx))
+        return AsyncTenure(INTERNAL_BASE, credential, transport=transport, max_retries=0)
 
     return factory
 

@@ -36,8 +36,11 @@ def live_url(api_settings: Settings, client: TestClient) -> Iterator[str]:
         yield url
 
 
-def _http(url: str, key: str) -> Client:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30.0)
+def _http(url: str, key: str, from_address: str | None = None) -> Client:
+    """An MCP client over HTTP; ``from_address``: the loopback address it connects from (all of
+    127.0.0.0/8 is loopback on Linux), so the server sees another caller."""
+    transport = httpx2.AsyncHTTPTransport(local_address=from_address) if from_address else None
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30.0, transport=transport)
     return Client(streamable_http_client(f"{url}/mcp", http_client=http), cache=None)
 
 
@@ -157,6 +160,26 @@ def test_a_wrong_credential_gets_a_tool_error_not_data(live_url: str, team: Team
 
     failed, message = anyio.run(scenario)
     assert failed and "unauthenticated" in message
+
+
+def test_bad_credentials_over_mcp_block_their_caller_not_every_mcp_user(api_settings: Settings, team: Team) -> None:
+    """The failed-authentication limit keys on the MCP caller's own address: the in-process REST
+    call used to come from 127.0.0.1 for everyone, and one caller's junk bearer locked out all."""
+    api = api_settings.api.model_copy(update={"failed_auth_per_s": 0.01, "failed_auth_burst": 3})
+    with serve(create_app(api_settings.model_copy(update={"api": api}))) as url:
+
+        async def scenario() -> tuple[list[str], tuple[bool, Any]]:
+            refusals = []
+            async with _http(url, "junk", from_address="127.0.0.2") as intruder:
+                for _ in range(5):
+                    refusals.append((await _call(intruder, "search_beliefs", query="billing"))[1])
+            async with _http(url, team.keys["alice"]) as alice:
+                return refusals, await _call(alice, "search_beliefs", query="billing")
+
+        refusals, (failed, answer) = anyio.run(scenario)
+    assert "unauthenticated" in refusals[0] and "rate_limited" in refusals[-1]  # the intruder is blocked
+    assert not failed, answer  # alice, from another address, is not
+    assert answer["items"] == []
 
 
 def test_recall_over_mcp_matches_rest(live_url: str, client: TestClient, team: Team) -> None:
