@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from tenure_client import ConnectionFailed, Tenure
-from tenure_client.keepalive import KeepAliveSyncTransport
+from tenure_client.keepalive import KeepAliveSyncTransport, TransportClosed
 
 from tests.test_sdk_keepalive_transport import (
     _OK,
@@ -194,10 +194,25 @@ def test_only_http_and_https_and_no_request_after_close() -> None:
     transport = KeepAliveSyncTransport()
     with httpx.Client(transport=transport) as http, pytest.raises(httpx.UnsupportedProtocol):
         http.get("ftp://127.0.0.1/x")
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(TransportClosed, match="closed"):  # an httpx.TransportError, not a RuntimeError
         transport.handle_request(httpx.Request("GET", "http://127.0.0.1:1/"))
     with pytest.raises(ValueError, match="at least 1"):
         KeepAliveSyncTransport(max_connections=0)
+
+
+def test_clients_sharing_a_transport_leave_it_open_for_each_other() -> None:
+    """A transport handed to a client is the caller's: closing one client of two sharing it used
+    to close it under the other (``RuntimeError: the transport is closed``)."""
+    with served(_Server(_ok)) as url, KeepAliveSyncTransport() as shared:
+        first = Tenure(url, "tnr_a_x", transport=shared)
+        second = Tenure(url, "tnr_b_y", transport=shared)
+        first.recall_json("q")
+        first.close()
+        assert second.recall_json("q") == {"ok": True}
+        second.close()
+    with Tenure(url, "tnr_a_x", max_retries=2, transport=shared) as late, pytest.raises(ConnectionFailed) as failed:
+        late.recall_json("q")  # closed by its owner: the SDK's error, not retried
+    assert isinstance(failed.value.__cause__, TransportClosed)
 
 
 def test_tls_verifies_the_server_and_reuses_the_socket(tmp_path: Path) -> None:

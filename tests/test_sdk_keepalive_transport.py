@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tenure_client import AsyncTenure, ConnectionFailed
-from tenure_client.keepalive import KeepAliveTransport
+from tenure_client.keepalive import KeepAliveTransport, TransportClosed
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -271,6 +271,27 @@ def test_the_sdk_over_it_names_a_dead_url_and_retries_as_before() -> None:
         assert isinstance(failed.value.__cause__, httpx.ConnectError)
 
     _run(scenario())
+
+
+def test_clients_sharing_a_transport_leave_it_open_for_each_other() -> None:
+    """A transport handed to a client is the caller's: closing one client of two sharing it used
+    to close it under the other."""
+
+    async def scenario() -> Any:
+        async with _Server(_ok) as url, KeepAliveTransport() as shared:
+            first = AsyncTenure(url, "tnr_a_x", transport=shared)
+            second = AsyncTenure(url, "tnr_b_y", transport=shared)
+            await first.recall_json("q")
+            await first.aclose()
+            answer = await second.recall_json("q")
+            await second.aclose()
+        async with AsyncTenure(url, "tnr_a_x", transport=shared) as late:
+            with pytest.raises(ConnectionFailed) as failed:
+                await late.recall_json("q")
+        assert isinstance(failed.value.__cause__, TransportClosed)
+        return answer
+
+    assert _run(scenario()) == {"ok": True}
 
 
 def test_only_http_and_https() -> None:

@@ -27,7 +27,7 @@ from pydantic_core import from_json
 from tenure_client import _calls as calls
 from tenure_client import models
 from tenure_client.errors import ConnectionFailed, NotFound, TenureError, from_response
-from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport
+from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport, TransportClosed
 
 if TYPE_CHECKING:
     import anthropic
@@ -56,6 +56,8 @@ def _should_retry(call: calls.Call[Any], error: TenureError, attempt: int, max_r
         return False
     if error.status == 429:  # refused before the request was handled: nothing was done
         return True
+    if isinstance(error.__cause__, TransportClosed):  # cannot succeed later either
+        return False
     # a dropped answer, or a 503 that can come after the write was stored (the write-version bump
     # failing after the index write, a storage timeout after the document landed): only what the
     # server answers the same when sent again
@@ -195,6 +197,33 @@ def _direct_request(
     )
 
 
+class _Lent(httpx.BaseTransport):
+    """A transport the caller handed in, as the client's ``httpx.Client`` sees it: used, never
+    closed with the client. Several clients may share one; the caller closes it."""
+
+    def __init__(self, transport: httpx.BaseTransport):
+        self.transport = transport
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self.transport.handle_request(request)
+
+    def close(self) -> None:
+        """The caller's to close, not the client's."""
+
+
+class _AsyncLent(httpx.AsyncBaseTransport):
+    """:class:`_Lent` for the async client."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport):
+        self.transport = transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """The caller's to close, not the client's."""
+
+
 def _parsed(call: calls.Call[T], response: httpx.Response) -> T:
     """A successful answer read by its call: an empty one as ``None``, a :class:`calls.Parser`
     from the bytes, any other parser from the decoded JSON."""
@@ -208,7 +237,8 @@ def _parsed(call: calls.Call[T], response: httpx.Response) -> T:
 class Tenure(_Base):
     """The synchronous client. ``http_client`` may be any ``httpx.Client`` (tests pass FastAPI's
     ``TestClient``; the client closes only what it created); ``transport`` an httpx transport for
-    the client it creates (e.g. ``httpx.ASGITransport`` to call an app in process).
+    the client it creates (e.g. ``httpx.ASGITransport`` to call an app in process), used and never
+    closed by the client: several clients may share one, and the caller closes it.
 
     Over the SDK's own :class:`~tenure_client.keepalive.KeepAliveSyncTransport` in a client it
     created, a call goes to the transport directly: the request ``httpx.Client`` would build (its
@@ -234,7 +264,8 @@ class Tenure(_Base):
             base_url, api_key, session_id=session_id, max_retries=max_retries, max_retry_wait_s=max_retry_wait_s
         )
         self._owned = http_client is None
-        self.http = http_client or httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        lent = _Lent(transport) if transport is not None else None
+        self.http = http_client or httpx.Client(base_url=self.base_url, timeout=timeout, transport=lent)
         self._direct = transport if self._owned and isinstance(transport, KeepAliveSyncTransport) else None
         self.beliefs = Beliefs(self)
         self.admin = Admin(self)
@@ -521,7 +552,8 @@ class AsyncTenure(_Base):
             base_url, api_key, session_id=session_id, max_retries=max_retries, max_retry_wait_s=max_retry_wait_s
         )
         self._owned = http_client is None
-        self.http = http_client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
+        lent = _AsyncLent(transport) if transport is not None else None
+        self.http = http_client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=lent)
         self._direct = transport if self._owned and isinstance(transport, KeepAliveTransport) else None
         self.beliefs = AsyncBeliefs(self)
         self.admin = AsyncAdmin(self)

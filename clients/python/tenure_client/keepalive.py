@@ -9,8 +9,11 @@ pays it every turn::
     from tenure_client import AsyncTenure
     from tenure_client.keepalive import KeepAliveTransport
 
-    async with AsyncTenure(url, api_key, transport=KeepAliveTransport()) as tenure:
+    async with KeepAliveTransport() as transport, AsyncTenure(url, api_key, transport=transport) as tenure:
         ...
+
+A client never closes a transport it was given: that is the caller's to close (above, the ``async
+with``), so several clients (one per user's key) can share one transport and its sockets.
 
 What it does: HTTP/1.1 over TCP or TLS (the default verifying context, or ``ssl_context``),
 requests with a ``Content-Length`` body, answers with a length or chunked (as uvicorn sends), read
@@ -23,10 +26,10 @@ one under a request). One that timed out, broke, or whose request was cancelled 
 reused. Not supported: proxies (``HTTP_PROXY`` is not read), HTTP/2, ``Expect: 100-continue``.
 
 :class:`KeepAliveSyncTransport` is the same for the synchronous :class:`~tenure_client.Tenure`
-(``Tenure(url, key, transport=KeepAliveSyncTransport())``), over blocking sockets, safe to share
-between threads; its answers stream (a JSONL export is read as it arrives), and a socket goes back
-to the pool once its answer was read whole. An idle socket the server closed is noticed before
-reuse (it reads as ready: end of file) and dropped.
+(``with KeepAliveSyncTransport() as transport: Tenure(url, key, transport=transport)``), over
+blocking sockets, safe to share between threads; its answers stream (a JSONL export is read as it
+arrives), and a socket goes back to the pool once its answer was read whole. An idle socket the
+server closed is noticed before reuse (it reads as ready: end of file) and dropped.
 """
 
 from __future__ import annotations
@@ -47,6 +50,16 @@ import httpx
 _CRLF = b"\r\n"
 _Origin = tuple[str, str, int]
 PoolT = TypeVar("PoolT")
+
+
+class TransportClosed(httpx.TransportError):
+    """A request handed to a transport after it was closed: an httpx transport error, so the SDK
+    reports it as :class:`~tenure_client.errors.ConnectionFailed` like any other (and does not
+    retry it: it cannot succeed)."""
+
+    def __init__(self, request: httpx.Request):
+        message = "the transport is closed (a transport you pass to a client is yours to close)"
+        super().__init__(message, request=request)
 
 
 class _Exchange(asyncio.Protocol):
@@ -168,7 +181,7 @@ class KeepAliveTransport(_KeepAliveOptions[_Pool], httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._closed:
-            raise RuntimeError("the transport is closed")
+            raise TransportClosed(request)
         origin = _origin(request.url)
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
         pool = self._pools.get(origin) or self._pools.setdefault(origin, _Pool(self.max_connections))
@@ -364,7 +377,7 @@ class KeepAliveSyncTransport(_KeepAliveOptions[_SyncPool], httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if self._closed:
-            raise RuntimeError("the transport is closed")
+            raise TransportClosed(request)
         origin = _origin(request.url)
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
         with self._lock:
