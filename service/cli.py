@@ -280,7 +280,7 @@ def issue_key(
     role: Roles = None,
 ) -> None:
     values: dict[str, Any] = {"name": name, **_grants(project, team, role)}
-    if expires_in:
+    if expires_in is not None:  # 0 too: the server refuses it, rather than a key that never expires
         values["expires_in_s"] = expires_in
     issued = STATE.api().admin.issue_key(tenant, user, **values)
     emit(issued, lambda d: _record({**d, "note": "shown once: store it now (export TENURE_CLI_KEY=...)"}))

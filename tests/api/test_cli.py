@@ -223,3 +223,16 @@ def test_bootstrap_without_redis_names_the_store(client: TestClient, api_setting
     assert code != 0
     error = json.loads(err or out)["error"]
     assert error["code"] == "store_unavailable" and "TENURE_REDIS_URL" in error["hint"]
+
+
+def test_issue_key_with_expires_in_zero_is_refused_not_a_key_that_never_expires(
+    client: TestClient, operator: dict[str, str]
+) -> None:
+    op = ["--key", operator["Authorization"].removeprefix("Bearer ")]
+    tenant = f"cli-{uuid.uuid4().hex[:8]}"
+    _json(client, *op, "create-tenant", tenant)
+    _json(client, *op, "create-user", tenant, "dev")
+    code, out, err = _run(client, *op, "--json", "issue-key", tenant, "dev", "--expires-in", "0")
+    assert code == 1 and out == "", out
+    assert json.loads(err)["error"]["code"] == "validation_error"
+    assert _json(client, *op, "list-keys", tenant)["items"] == []
