@@ -874,6 +874,42 @@ def run_mcp_stdio(argv: Sequence[str]) -> int:
     return 0
 
 
+# the options of `_global`, as `tenure [OPTIONS] COMMAND` takes them before the command
+_GLOBAL_VALUE_OPTIONS = ("--url", "--key", "--session")
+_GLOBAL_FLAGS = ("--json",)
+
+
+def _split_global_options(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """``argv`` as (the global options before the command, the command's name, what follows it):
+    ``tenure --key K --url U mcp`` names ``mcp`` as ``tenure mcp`` does. ``None``: no command."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in _GLOBAL_FLAGS or word.startswith(tuple(f"{o}=" for o in _GLOBAL_VALUE_OPTIONS)):
+            i += 1
+        elif word in _GLOBAL_VALUE_OPTIONS:
+            i += 2
+        else:
+            return argv[:i], word, argv[i + 1 :]
+    return argv, None, []
+
+
+def _api_options(global_options: list[str]) -> list[str]:
+    """The global options ``tenure mcp`` takes itself (where to reach the API, with which key)."""
+    kept: list[str] = []
+    i = 0
+    while i < len(global_options):
+        word = global_options[i]
+        if word in ("--url", "--key"):
+            kept += global_options[i : i + 2]
+            i += 2
+            continue
+        if word.startswith(("--url=", "--key=")):
+            kept.append(word)
+        i += 1
+    return kept
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -885,14 +921,16 @@ def main(
     """Entry point. Tests pass an ``httpx.Client`` (e.g. FastAPI's TestClient) and settings."""
     global STATE
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["eval"]:
+    global_options, command_name, rest = _split_global_options(argv)
+    if command_name == "eval":
         # `tenure eval ...` is the evaluation tool (evals/cli.py, also `tenure-eval`); imported
-        # lazily so the API client never loads matplotlib
+        # lazily so the API client never loads matplotlib. It talks to OpenSearch, not the API:
+        # the API's options (--url, --key, --json, --session) do not concern it.
         from evals.cli import main as eval_main
 
-        return eval_main(argv[1:])
-    if argv[:1] == ["mcp"]:
-        return run_mcp_stdio(argv[1:])
+        return eval_main(rest)
+    if command_name == "mcp":
+        return run_mcp_stdio([*_api_options(global_options), *rest])
     STATE = State(out=out or sys.stdout, err=err or sys.stderr, http=client, settings=settings)
     command = typer.main.get_command(app)
     try:

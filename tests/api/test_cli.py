@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
@@ -236,3 +237,10 @@ def test_issue_key_with_expires_in_zero_is_refused_not_a_key_that_never_expires(
     assert code == 1 and out == "", out
     assert json.loads(err)["error"]["code"] == "validation_error"
     assert _json(client, *op, "list-keys", tenant)["items"] == []
+
+
+def test_eval_is_found_after_global_options(client: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """``tenure --json eval --help`` runs the evaluation tool (it used to exit 0 doing nothing)."""
+    with pytest.raises(SystemExit) as done:  # argparse's --help
+        _run(client, "--json", "eval", "--help")
+    assert done.value.code == 0 and "--opensearch-url" in capsys.readouterr().out

@@ -145,6 +145,23 @@ def test_tools_answer_only_what_the_callers_credential_allows(
     assert sorted(page["items"][0]["belief_ids"]) == sorted([ids["billing_retry_policy"], ids["alice_editor_theme"]])
 
 
+def test_tenure_mcp_after_global_options_serves_with_that_url_and_key(live_url: str, team: Team) -> None:
+    """``tenure --url U --key K mcp``: the options before the command reach the stdio server (it
+    used to exit 0 without serving). Run from this checkout's ``service.cli``."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "clients" / "python")])
+    command = [sys.executable, "-m", "service.cli", "--url", live_url, "--key", team.keys["alice"], "mcp"]
+    server = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(root))
+
+    async def scenario() -> tuple[bool, Any]:
+        async with Client(server, cache=None) as alice:
+            return await _call(alice, "search_beliefs", query="billing")
+
+    failed, answer = anyio.run(scenario)
+    assert not failed and answer["items"] == [], answer
+
+
 def test_http_endpoint_refuses_requests_without_a_credential(live_url: str) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     response = httpx.post(f"{live_url}/mcp", json=body, headers={"Accept": "application/json, text/event-stream"})
