@@ -180,6 +180,24 @@ def test_async_client_mirrors_the_sync_one(app: FastAPI, client: TestClient, tea
     assert listed and injected == [created_id]
 
 
+def test_async_client_has_erase_export_and_ready_as_the_sync_one_does(
+    app: FastAPI, client: TestClient, team: Team
+) -> None:
+    async def scenario() -> tuple[Any, str, list[str], str, list[str]]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as http:
+            alice = AsyncTenure("http://testserver", team.keys["alice"], http_client=http)
+            carol = AsyncTenure("http://testserver", team.keys["carol"], http_client=http)
+            created = await alice.beliefs.create(**belief_body(recallable_name("async_export"), "project:pay"))
+            exported = [b.id or "" async for b in alice.beliefs.export(scope=["project:pay"])]
+            receipt = await carol.beliefs.erase(created.id or "")
+            after = [b.id or "" async for b in alice.beliefs.export(scope=["project:pay"])]
+            return await alice.ready(), created.id or "", exported, receipt.belief_id, after
+
+    ready, created_id, exported, erased, after = asyncio.run(scenario())
+    assert ready == client.get("/readyz").json()
+    assert created_id in exported and erased == created_id and created_id not in after
+
+
 def test_openai_and_anthropic_helpers_point_at_the_proxy() -> None:
     tenure = Tenure("http://tenure.example:8000/", "tnr_k_s", session_id="s-9")
     chat = tenure.openai(scopes=["project:pay", "domain:code"])

@@ -611,6 +611,22 @@ class AsyncTenure(_Base):
             raise
         return response
 
+    async def stream_lines(self, path: str, params: Mapping[str, Any]) -> AsyncIterator[str]:
+        """:meth:`Tenure.stream_lines`, as an async iterator."""
+        call: calls.Call[Any] = calls.Call("GET", path, calls.raw, params=params)
+        try:
+            async with self.http.stream(
+                "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise from_response(response)
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield line
+        except httpx.HTTPError as exc:
+            raise self._connection_error(self.http, exc) from exc
+
     async def recall(
         self,
         query: str = "",
@@ -628,6 +644,9 @@ class AsyncTenure(_Base):
 
     async def whoami(self) -> models.WhoAmI:
         return await self.send(calls.whoami())
+
+    async def ready(self) -> Any:
+        return await self.send(calls.health())
 
     async def post_turn(self, **values: Any) -> models.TurnOut:
         return await self.send(calls.post_turn(values, self.session_id))
@@ -699,8 +718,18 @@ class AsyncBeliefs:
         payload = calls.query(reason=reason)
         return await self._c.send(calls.belief_action(belief_id, "retract", payload, self._c.session_id))
 
+    async def erase(self, belief_id: str) -> models.ErasureReceiptOut:
+        """:meth:`Beliefs.erase`, awaited (admins; never resent: see the README's "Retries")."""
+        return await self._c.send(calls.erase(belief_id))
+
     async def import_(self, records: Iterable[Mapping[str, Any]]) -> models.ImportResult:
         return await self._c.send(calls.import_beliefs(records, self._c.session_id))
+
+    async def export(self, **filters: Any) -> AsyncIterator[models.Belief]:
+        """:meth:`Beliefs.export` (``async for``): every matching belief with its change log, as
+        the server streams it."""
+        async for line in self._c.stream_lines("/v1/beliefs/export", calls.belief_filters(**filters)):
+            yield models.Belief.model_validate(json.loads(line))
 
 
 class AsyncAdmin:
