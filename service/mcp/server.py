@@ -184,11 +184,18 @@ def build_server(factory: ClientFactory) -> MCPServer:
         return result
 
     @server.tool()
-    async def open_questions(ctx: Context, scopes: Scopes | None = None, limit: int = 50) -> dict[str, Any]:
-        """The team's unresolved open questions you can see."""
+    async def open_questions(
+        ctx: Context,
+        scopes: Scopes | None = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 50,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
+    ) -> dict[str, Any]:
+        """The team's unresolved open questions you can see (page after page with ``cursor``)."""
 
         async def go(c: AsyncTenure) -> dict[str, Any]:
-            page = await c.beliefs.list(limit=limit, scope=scopes or [], type=["open_question"], status=["live"])
+            page = await c.beliefs.list(
+                limit=limit, cursor=cursor, scope=scopes or [], type=["open_question"], status=["live"]
+            )
             return {"items": [_belief(b) for b in page.items], "next_cursor": page.next_cursor}
 
         result: dict[str, Any] = await _run(factory, ctx, go)

@@ -162,6 +162,30 @@ def test_tenure_mcp_after_global_options_serves_with_that_url_and_key(live_url: 
     assert not failed and answer["items"] == [], answer
 
 
+def test_open_questions_pages_with_the_cursor_it_returns(live_url: str, client: TestClient, team: Team) -> None:
+    scope = "user:alice"
+    for n in range(3):
+        body = belief_body(f"open_question_{n}", scope, type="open_question", epistemic_status="exploratory")
+        ok(client.post("/v1/beliefs", json=body, headers=team.h("alice")), 201)
+
+    async def scenario() -> list[Any]:
+        pages: list[Any] = []
+        cursor = None
+        async with _http(live_url, team.keys["alice"]) as alice:
+            for _ in range(3):  # 3 questions, 2 a page: the cursor must end it within 2 pages
+                failed, page = await _call(alice, "open_questions", scopes=[scope], limit=2, cursor=cursor)
+                assert not failed, page
+                pages.append(page)
+                cursor = page["next_cursor"]
+                if not cursor:
+                    break
+        return pages
+
+    pages = anyio.run(scenario)
+    names = [b["canonical_name"] for page in pages for b in page["items"]]
+    assert len(pages) == 2 and sorted(names) == [f"open_question_{n}" for n in range(3)]
+
+
 def test_http_endpoint_refuses_requests_without_a_credential(live_url: str) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     response = httpx.post(f"{live_url}/mcp", json=body, headers={"Accept": "application/json, text/event-stream"})
