@@ -82,6 +82,20 @@ class RedisOutbox(Generic[M]):
     def _payload(record: M) -> bytes:
         return orjson.dumps(record.model_dump(mode="json", exclude_none=True))
 
+    def hold(self, record: M) -> str | None:
+        """Append durably like :meth:`put`, for a record its writer means to store itself in a
+        moment and then :meth:`release`: if the writer dies first, the next drain stores it.
+        Returns the entry's id; None when the stream is full. Raises ``redis.RedisError``."""
+        reply = self._add(keys=[self.key], args=[self._payload(record), self.max_pending])
+        if not self._added(reply):
+            return None
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def release(self, entry_id: str) -> None:
+        """Delete a held entry whose record its writer has stored (a drain that stored it first
+        meanwhile is harmless: every delivery is idempotent)."""
+        self.redis.xdel(self.key, entry_id)
+
     def _added(self, reply: object) -> bool:
         if reply is not None:
             return True

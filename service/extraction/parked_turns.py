@@ -12,6 +12,8 @@ client (``extraction: not_recorded``).
 
 from __future__ import annotations
 
+import contextlib
+
 import redis
 
 from service import redis_keys
@@ -38,6 +40,20 @@ class ParkedTurns:
             return self.outbox.put(turn)
         except redis.RedisError:
             return False
+
+    def hold(self, turn: TurnRecord) -> str | None:
+        """Keep a turn in Redis before its answer goes out (the proxy stores it just after): a
+        process killed in between leaves it to the next drain. The entry's id, or None when
+        Redis cannot take it."""
+        try:
+            return self.outbox.hold(turn)
+        except redis.RedisError:
+            return None
+
+    def release(self, entry_id: str) -> None:
+        """The held turn is stored: drop its entry (a failure leaves it to the drain, harmlessly)."""
+        with contextlib.suppress(redis.RedisError):
+            self.outbox.release(entry_id)
 
     def drain(self) -> int:
         return self.outbox.drain(self._store_and_enqueue, batch=100)

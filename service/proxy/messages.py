@@ -11,7 +11,6 @@ upstream as sent, ``tool_use`` blocks and ``input_json_delta`` events come back 
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -134,8 +133,10 @@ class MessagesProxy(ProxyTurns):
         injected = ctx.injected_texts()
         split = split_sidecar(answer_text([b["text"] for b in content if _is_text(b)]), injected)
         data["content"] = visible_blocks(content, injected)
-        data["tenure"] = ctx.tenure(split.status.value, None)
-        return data, functools.partial(self.finish, ctx, assistant=split.visible, raw=split.raw, status=split.status)
+        secured = run_in_threadpool(self.secure, ctx, assistant=split.visible, raw=split.raw, status=split.status)
+        after, recorded = await secured
+        data["tenure"] = ctx.tenure(split.status.value, recorded)
+        return data, after
 
     async def stream(self, ctx: TurnContext, target: Target, forwarded: dict[str, Any]) -> AsyncIterator[bytes]:
         """Open the upstream stream (errors raise before anything is sent), then relay it."""

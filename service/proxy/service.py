@@ -182,11 +182,12 @@ class TurnContext:
         return "skipped" if parse_status == ParseStatus.MISSING.value else "queued"
 
     def tenure(self, parse_status: str, recorded: bool | None) -> dict[str, Any]:
-        """``recorded`` None: the turn is recorded right after the response is sent."""
+        """``recorded`` None: the turn is held in Redis before the response and stored in the
+        index right after it (:meth:`ProxyTurns.secure`)."""
         return {
             "session_id": self.session_id,
             "turn_id": self.turn_id if recorded is not False else None,
-            "turn_recording": "after_response" if recorded is None else "before_response",
+            "turn_recording": "held_before_response" if recorded is None else "before_response",
             "scope": self.scopes,
             "injected_belief_ids": self.injected_ids,
             "injected_tiers": self.tiers,
@@ -242,8 +243,13 @@ class MemoryLoop:
         recorded (the answer still goes out; the turn is reported as degraded). With
         ``park_on_outage`` (the proxy: nobody is left to retry) an OpenSearch outage parks the
         turn in Redis; ``POST /v1/turns`` answers 503 instead and its caller retries."""
+        turn = self.turn_record(ctx, assistant=assistant, raw=raw, status=status)
+        return self.store_and_enqueue(turn, ctx.degraded, park_on_outage=park_on_outage)
+
+    def turn_record(self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus) -> TurnRecord:
+        """The turn as it is stored: the exchange, its sidecar (when extracted) and its context."""
         extract = ctx.gate.extract and status is not ParseStatus.MISSING
-        turn = TurnRecord(
+        return TurnRecord(
             tenant_id=ctx.actor.principal.tenant_id,
             turn_id=ctx.turn_id,
             owner_id=ctx.actor.principal.user_id,
@@ -261,7 +267,23 @@ class MemoryLoop:
             injected_ids=ctx.injected_ids,
             extraction_status="pending" if extract else "skipped",
         )
-        return self.store_and_enqueue(turn, ctx.degraded, park_on_outage=park_on_outage)
+
+    def settle(self, turn: TurnRecord, held: str, degraded: list[str]) -> bool:
+        """Store a turn held in Redis (:meth:`ParkedTurns.hold`), enqueue its extraction, then drop
+        the held entry. With OpenSearch unavailable the entry stays where it is: the drain stores
+        it once the store is back, as a parked turn."""
+        try:
+            self.turns.create(turn)
+        except Conflict:
+            pass  # a drain stored it first (and enqueued its extraction)
+        except StoreUnavailable as exc:
+            log.warning("turn %s left parked in Redis until OpenSearch is back: %s", turn.turn_id, exc.message)
+            degraded.append("turn parked: stored and extracted once the store is back")
+            return True
+        else:
+            self._enqueue(turn, degraded)
+        self.parked.release(held)
+        return True
 
     def store_and_enqueue(self, turn: TurnRecord, degraded: list[str], *, park_on_outage: bool) -> bool:
         try:
@@ -280,13 +302,16 @@ class MemoryLoop:
             log.warning("turn %s not recorded: %s", turn.turn_id, exc)
             degraded.append("turn not recorded: store unavailable")
             return False
+        self._enqueue(turn, degraded)
+        return True
+
+    def _enqueue(self, turn: TurnRecord, degraded: list[str]) -> None:
         if turn.extraction_status == "pending":
             try:
                 self.queue.extract(turn.tenant_id, turn.turn_id)
             except Exception as exc:  # the sweep re-enqueues pending turns later
                 log.warning("extraction of %s not enqueued (sweep will retry): %s", turn.turn_id, exc)
                 degraded.append("extraction delayed: queue unavailable")
-        return True
 
     def _park(self, turn: TurnRecord, degraded: list[str], exc: StoreUnavailable) -> bool:
         """OpenSearch is down: keep the turn in Redis; the beat stores and extracts it later."""
@@ -350,7 +375,28 @@ class ProxyTurns:
         return built.block
 
     def finish(self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus) -> bool:
-        """After the answer: the injection receipt (audit), then the turn, then the task."""
+        """Before the last chunk of a stream: the injection receipt (audit), then the turn, then
+        the task."""
+        self._record_receipt(ctx)
+        return self.loop.record(ctx, assistant=assistant, raw=raw, status=status)
+
+    def secure(
+        self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus
+    ) -> tuple[Callable[[], bool], bool | None]:
+        """Before a whole answer goes out: the injection receipt, and the turn held in Redis (two
+        appends, ~0.1 ms each), so a process killed once the answer is sent loses neither. Returns
+        the rest, for after the answer (the turn stored, its task enqueued, the held entry
+        dropped), and ``recorded`` for :meth:`TurnContext.tenure`: None when held. Redis unable
+        to hold it, the turn is stored now instead (slower, still durable), and nothing is left."""
+        self._record_receipt(ctx)
+        turn = self.loop.turn_record(ctx, assistant=assistant, raw=raw, status=status)
+        held = self.loop.parked.hold(turn)
+        if held is None:
+            recorded = self.loop.store_and_enqueue(turn, ctx.degraded, park_on_outage=True)
+            return (lambda: recorded), recorded
+        return functools.partial(self.loop.settle, turn, held, ctx.degraded), None
+
+    def _record_receipt(self, ctx: TurnContext) -> None:
         if ctx.recall is not None:
             details = {"via": "proxy", "turn_id": ctx.turn_id, "model": ctx.model}
             if ctx.api != "openai":
@@ -360,7 +406,6 @@ class ProxyTurns:
             except Exception as exc:
                 log.warning("injection receipt for %s not recorded: %s", ctx.turn_id, exc)
                 ctx.degraded.append("injection receipt not recorded: audit store unavailable")
-        return self.loop.record(ctx, assistant=assistant, raw=raw, status=status)
 
 
 class ChatProxy(ProxyTurns):
@@ -397,8 +442,9 @@ class ChatProxy(ProxyTurns):
             message["content"] = split.visible
             if index == 0:
                 status, raw, visible = split.status, split.raw, split.visible
-        data["tenure"] = ctx.tenure(status.value, None)
-        return data, functools.partial(self.finish, ctx, assistant=visible, raw=raw, status=status)
+        after, recorded = await run_in_threadpool(self.secure, ctx, assistant=visible, raw=raw, status=status)
+        data["tenure"] = ctx.tenure(status.value, recorded)
+        return data, after
 
     async def stream(self, ctx: TurnContext, forwarded: dict[str, Any]) -> AsyncIterator[bytes]:
         """Open the upstream stream (errors raise before anything is sent), then relay it."""

@@ -13,12 +13,14 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from loadtest.scripted_llm import Reply, ScriptedLLM
+from service.api.state import Services
 from service.app import create_app
 from service.auth.tokens import TokenVerifier
 from service.config import AuthSettings, Settings
 from service.domain.principal import Principal
 from service.extraction.sidecar import BEGIN
 from service.proxy.prompt import SIDECAR_INSTRUCTIONS
+from service.proxy.service import MemoryLoop
 from tests.api.conftest import Team, make_team, ok
 from tests.memory_loop.conftest import STRICT_GATE_TENANT, WorkerProcess, new_belief, sidecar, wait_turn
 
@@ -88,6 +90,28 @@ def test_non_streaming_injects_strips_and_records(
     assert sent["_headers"]["authorization"] == "Bearer sk-upstream-test"
     done = wait_turn(api, crew.h("alice"), tenure["turn_id"])
     assert done["result"]["merge"]["ops"][0]["outcome"] == "inserted"
+
+
+def test_a_whole_answer_s_turn_survives_a_process_killed_right_after_answering(
+    api: TestClient, crew: Team, llm: ScriptedLLM, loop_services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn (and its sidecar: the memory) is held in Redis before a whole answer goes out and
+    stored in the index right after. Here the process "dies" in between (the step after the
+    answer never runs): the parked-turn drain the beat runs stores it and enqueues its extraction.
+    Stored only after the answer, it used to be lost with the process."""
+
+    def killed_first(*_: Any) -> bool:  # the process dies before this step runs
+        return True
+
+    monkeypatch.setattr(MemoryLoop, "settle", killed_first)
+    llm.script(Reply(content="Kept." + sidecar(new_beliefs=[new_belief("held_turn_fact", "Held turns survive.")])))
+    tenure = ok(chat(api, crew.h("alice"), "do held turns survive?"))["tenure"]
+    assert (tenure["turn_recording"], tenure["extraction"]) == ("held_before_response", "queued"), tenure
+    assert api.get(f"/v1/turns/{tenure['turn_id']}", headers=crew.h("alice")).status_code == 404
+    monkeypatch.undo()
+    assert loop_services.loop.parked.drain() >= 1
+    stored = ok(api.get(f"/v1/turns/{tenure['turn_id']}", headers=crew.h("alice")))
+    assert stored["extraction_status"] in ("pending", "running", "done"), stored
 
 
 def _sse(response: Any) -> tuple[str, list[dict[str, Any]], str]:
@@ -248,7 +272,7 @@ def test_failing_store_degrades_to_answering_without_memory(
     body = ok(chat(client, headers, "hello"))
     assert body["choices"][0]["message"]["content"] == "still here"
     assert body["tenure"]["degraded"] is True
-    assert body["tenure"]["turn_recording"] == "after_response"
+    assert body["tenure"]["turn_recording"] == "held_before_response"
     assert "memory unavailable: recall failed" in body["tenure"]["degraded_reasons"]
     assert "You have persistent memory" not in llm.requests[-1]["messages"][0]["content"]
     _, events, content = _sse(chat(client, headers, "hello", stream=True))
