@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import orjson
 import redis
@@ -38,6 +38,31 @@ _ADD_UNDER_CAP = """
 if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[2]) then return false end
 return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
 """
+
+
+REDACT_PAGE = 500  # entries read per round trip when an erase rewrites a stream
+
+
+def _scrubbed_entry(
+    fields: dict[bytes, bytes], tenant_id: str, scrub: Callable[[Any], tuple[Any, int]]
+) -> dict[bytes, bytes] | None:
+    """An entry's fields with ``scrub`` applied to its record and its set-aside reason, when the
+    record is the tenant's and anything changed; None otherwise (an unreadable record names no
+    tenant for certain: it is left to the operator who reads the set-aside entries)."""
+    try:
+        record = orjson.loads(fields.get(b"e", b""))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict) or record.get("tenant_id") != tenant_id:
+        return None
+    scrubbed, hits = scrub(record)
+    reason, reason_hits = scrub(fields[b"reason"].decode(errors="replace")) if b"reason" in fields else ("", 0)
+    if not hits and not reason_hits:
+        return None
+    out = {**fields, b"e": orjson.dumps(scrubbed)}
+    if b"reason" in fields:
+        out[b"reason"] = str(reason).encode()
+    return out
 
 
 class RedisOutbox(Generic[M]):
@@ -108,6 +133,27 @@ class RedisOutbox(Generic[M]):
         log.error("outbox %s: record set aside in %s: %s", self.key, self.dead_key, reason)
         payload = orjson.dumps(record.model_dump(mode="json", exclude_none=True))
         self.redis.xadd(self.dead_key, {"e": payload, "reason": reason.encode()[:2000]})
+
+    def redact(self, tenant_id: str, scrub: Callable[[Any], tuple[Any, int]]) -> int:
+        """Rewrite the tenant's entries, pending and set aside, that ``scrub`` changes (an erase:
+        the erased text must not wait here to reach the index later, nor stay for an operator).
+        A rewritten entry goes to the end of its stream; one a drain delivered meanwhile is
+        delivered again, harmlessly. Returns how many entries were rewritten."""
+        return sum(self._redact_stream(key, tenant_id, scrub) for key in (self.key, self.dead_key))
+
+    def _redact_stream(self, key: str, tenant_id: str, scrub: Callable[[Any], tuple[Any, int]]) -> int:
+        rewritten, after = 0, "-"
+        while entries := self.redis.xrange(key, min=after, count=REDACT_PAGE):
+            for entry_id, fields in entries:
+                replacement = _scrubbed_entry(fields, tenant_id, scrub)
+                if replacement is not None:
+                    self.redis.xadd(key, replacement)  # type: ignore[arg-type]
+                    self.redis.xdel(key, entry_id)
+                    rewritten += 1
+            if len(entries) < REDACT_PAGE:
+                break
+            after = "(" + entries[-1][0].decode()
+        return rewritten
 
     def pending(self) -> int:
         return int(self.redis.xlen(self.key))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from service.auth.ratelimit import RateLimiter
 from service.auth.tokens import TokenVerifier
 from service.beliefs.api_service import BeliefService
 from service.beliefs.lifecycle import BeliefLifecycle
+from service.beliefs.waiting_records import redact_outboxes
 from service.config import Settings
 from service.errors import StoreUnavailable
 from service.extraction.merge import REFRESH as LOOP_REFRESH
@@ -145,6 +147,7 @@ class Services:
                     refresh=settings.api.write_refresh,
                     render_cache=render_cache,
                     drain_receipts=AuditTrail(audit, receipts).drain_before_erase,
+                    redact_outboxes=functools.partial(redact_outboxes, [receipts.outbox, loop.parked.outbox]),
                 ),
                 max_import=settings.api.max_import_records,
                 user_exists=accounts.user_exists,

@@ -345,6 +345,7 @@ class BeliefLifecycle:
         refresh: Refresh = "wait_for",
         render_cache: RenderCache | None = None,
         drain_receipts: Callable[[], None] | None = None,
+        redact_outboxes: Callable[[str, list[str]], int] | None = None,
     ):
         self.store = store
         self.audit = audit
@@ -353,6 +354,9 @@ class BeliefLifecycle:
         # moves the injection receipts still waiting in the Redis outbox into the audit index
         # (service/recall/audit_trail.py), so every erase path redacts their query text too
         self.drain_receipts = drain_receipts
+        # (tenant, texts) -> entries rewritten: the records still waiting in Redis outboxes
+        # (service/storage/erasure.py redact_outboxes)
+        self.redact_outboxes = redact_outboxes
 
     # ------------------------------------------------------------------ audit
 
@@ -884,8 +888,11 @@ class BeliefLifecycle:
         reviews = erasure.remove_reviews_about(
             self.store.client, REVIEWS.alias(self.store.namespace), principal, belief_ids
         )
+        # Redis first: a record drained from there after the index was redacted would bring the
+        # text back into it
+        waiting = self.redact_outboxes(principal.tenant_id, texts) if self.redact_outboxes else 0
         redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
-        return payloads, reviews, redacted
+        return payloads, reviews, redacted + waiting
 
     def _drain_receipts(self) -> None:
         """Pending injection receipts into the audit index before an erase redacts it: a receipt

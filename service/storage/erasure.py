@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from opensearchpy import OpenSearch
 
@@ -105,6 +106,28 @@ def needles(texts: Iterable[str]) -> list[str]:
         out.add(json.dumps(text)[1:-1])
         out.add(json.dumps(text, ensure_ascii=False)[1:-1])
     return sorted(out, key=len, reverse=True)
+
+
+def scrub_value(value: Any, wanted: list[str], mark: str = REDACTED) -> tuple[Any, int]:
+    """The painless walk of :func:`redact` in Python, for copies kept outside the index (the Redis
+    outboxes): every string outside :data:`KEPT_FIELDS` with each of ``wanted`` (from
+    :func:`needles`) replaced by ``mark``; returns the value and how many strings changed."""
+    if isinstance(value, str):
+        out = value
+        for needle in wanted:
+            out = out.replace(needle, mark)
+        return out, int(out != value)
+    if isinstance(value, dict):
+        changed = 0
+        scrubbed: dict[Any, Any] = {}
+        for key, item in value.items():
+            scrubbed[key], hits = (item, 0) if key in KEPT_FIELDS else scrub_value(item, wanted, mark)
+            changed += hits
+        return scrubbed, changed
+    if isinstance(value, list):
+        pairs = [scrub_value(item, wanted, mark) for item in value]
+        return [item for item, _ in pairs], sum(hits for _, hits in pairs)
+    return value, 0
 
 
 def redact(client: OpenSearch, aliases: Iterable[str], principal: Principal, texts: Iterable[str]) -> int:

@@ -24,6 +24,8 @@ from service.errors import StoreUnavailable
 from service.extraction.sidecar import BEGIN, END
 from service.recall.query import clean_query
 from service.storage import erasure
+from service.storage.audit import AuditEvent
+from service.storage.turns import TurnRecord
 from service.storage.vocabulary import UNITS_FIELD
 from tests.api.conftest import Team, belief_body, ok
 from tests.api.test_console import csrf_of, sign_in
@@ -368,3 +370,38 @@ def test_an_erase_drops_the_decoded_belief_from_the_serving_process(
     assert held(), "recall decoded it once"
     ok(client.delete(f"/v1/beliefs/{doomed}", headers=team.h("carol")))
     assert held() == []
+
+
+def test_an_erase_redacts_the_records_waiting_in_redis(
+    client: TestClient, team: Team, other_team: Team, services: Services
+) -> None:
+    """A turn parked while OpenSearch was down and a receipt the audit index refused (set aside
+    for an operator) keep their text in Redis; an erase redacts it there too, in the erasing
+    tenant's records only: another tenant's record quoting the same words is theirs."""
+    secret = f"Waiting secret {uuid.uuid4().hex}: the vault opens at one"
+    body = belief_body("vault_opening", scope="project:pay", content=secret)
+    doomed = ok(client.post("/v1/beliefs", json=body, headers=team.h("bob")), 201)["id"]
+
+    def turn(tenant: str) -> TurnRecord:
+        return TurnRecord(
+            tenant_id=tenant, turn_id=f"turn-{uuid.uuid4().hex}", owner_id="bob", session_id="s-1",
+            user_message=f"Remember: {secret}", assistant_text="Noted.",
+        )  # fmt: skip
+
+    parked = services.loop.parked
+    assert parked.park(turn(team.tenant)) and parked.park(turn(other_team.tenant))
+    refused = AuditEvent(tenant_id=team.tenant, action="recall", actor_id="bob", actor_kind="api_key", query=secret)
+    services.receipts.outbox.set_aside(refused, f"mapper_parsing_exception: failed to parse [{secret}]")
+    streams = [parked.outbox.key, services.receipts.outbox.dead_key]
+    try:
+        receipt = ok(client.delete(f"/v1/beliefs/{doomed}", headers=team.h("carol")))
+        assert receipt["text_copies_redacted"] >= 2
+        left = {
+            json.loads(fields[b"e"])["tenant_id"]: fields
+            for key in streams
+            for _, fields in services.redis.xrange(key)
+            if secret.encode() in b"".join(fields.values())
+        }
+        assert list(left) == [other_team.tenant]  # theirs, untouched
+    finally:
+        services.redis.delete(*streams)
