@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from opensearchpy import OpenSearch
-from opensearchpy.exceptions import SerializationError
 
 from evals.cases import multilingual_case_set, paper_case_set
 from evals.generated import generated_beliefs, generated_messages
 from service.config import RecallDefaults, Settings
+from service.errors import ValidationFailed
 from service.recall.query import clean_query
 from service.storage import calls
 from service.storage.beliefs import BeliefStore
@@ -148,14 +148,14 @@ def test_a_text_holding_the_separators_is_analysed_by_the_node(vocabulary: Vocab
 
 def test_an_unpaired_surrogate_never_reaches_the_jvm(vocabulary: VocabularyStore) -> None:
     """A lone surrogate (a JSON ``\\ud800`` escape decodes to one) cannot cross into the JVM: the
-    text takes the node's path, which fails as it always did (the API refuses such a query with
+    text takes the node's path, whose encoder refuses it (a 422, never a 500; the API refuses such a query with
     a 422 before recall: tests/api/test_local_analysis_http.py)."""
     me = principal("t-local", "ann")
     _checked(vocabulary)
     assert not IndexAnalysis.accepts({"aliases": "kaf\ud800ka tuning"})
     assert IndexAnalysis.accepts({"aliases": "kafka tuning", "canonical_name": "サーバー 🙂"})
     request = AnalysisRequest({"aliases": "kaf\ud800ka tuning"}, {"aliases": WORD_ANALYZER})
-    with pytest.raises(SerializationError):
+    with pytest.raises(ValidationFailed, match="cannot encode"):  # the encoder's refusal, as a 422
         calls.run(vocabulary.client, vocabulary.analyze(me, [request]))
 
 
