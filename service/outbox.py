@@ -116,6 +116,16 @@ class RedisOutbox(Generic[M]):
             return None
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
+    async def ahold(self, record: M) -> str | None:
+        """:meth:`hold` through the asynchronous client (only when the outbox was given one)."""
+        add = on_loop(self._aadd)
+        if add is None:
+            raise RuntimeError("this outbox has no asynchronous Redis client on this event loop")
+        reply = await add(keys=[self.key], args=[self._payload(record), self.max_pending])
+        if not self._added(reply):
+            return None
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
     def release(self, entry_id: str) -> None:
         """Delete a held entry whose record its writer has stored (a drain that stored it first
         meanwhile is harmless: every delivery is idempotent)."""

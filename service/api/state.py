@@ -111,7 +111,7 @@ class Services:
         authenticator = Authenticator(settings.auth, accounts, verifier, redis_client, ns, aopensearch)
         render_cache = RenderCache(redis_client, ns)
         receipts = ReceiptOutbox.from_settings(settings, redis_client, audit, aredis)
-        loop = MemoryLoop(settings, client, redis_client)
+        loop = MemoryLoop(settings, client, redis_client, aredis)
         limiter = RateLimiter(
             redis_client,
             ns,

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import contextlib
 
+import anyio.to_thread
 import redis
 
 from service import redis_keys
 from service.config import Settings
 from service.errors import Conflict, ValidationFailed
 from service.extraction.queue import TaskQueue
+from service.lean_redis import EventLoopRedis
+from service.loops import LoopBound
 from service.outbox import RedisOutbox
 from service.storage.turns import TurnRecord, TurnStore
 
@@ -28,11 +31,18 @@ MAX_PARKED_TURNS = 50_000
 
 
 class ParkedTurns:
-    def __init__(self, rds: redis.Redis[bytes], turns: TurnStore, queue: TaskQueue, settings: Settings):
+    def __init__(
+        self,
+        rds: redis.Redis[bytes],
+        turns: TurnStore,
+        queue: TaskQueue,
+        settings: Settings,
+        async_redis: LoopBound[EventLoopRedis] | None = None,
+    ):
         self.turns = turns
         self.queue = queue
         key = redis_keys.parked_turns(settings.opensearch_namespace)
-        self.outbox = RedisOutbox(rds, key, TurnRecord, max_pending=MAX_PARKED_TURNS)
+        self.outbox = RedisOutbox(rds, key, TurnRecord, max_pending=MAX_PARKED_TURNS, async_redis=async_redis)
 
     def park(self, turn: TurnRecord) -> bool:
         """True when the turn is safe in Redis; False when Redis cannot take it either."""
@@ -47,6 +57,16 @@ class ParkedTurns:
         Redis cannot take it."""
         try:
             return self.outbox.hold(turn)
+        except redis.RedisError:
+            return None
+
+    async def ahold(self, turn: TurnRecord) -> str | None:
+        """:meth:`hold` from the event loop: awaited on its asynchronous client when it has one,
+        else on a worker thread."""
+        if not self.outbox.has_async:
+            return await anyio.to_thread.run_sync(self.hold, turn)
+        try:
+            return await self.outbox.ahold(turn)
         except redis.RedisError:
             return None
 

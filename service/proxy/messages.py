@@ -133,8 +133,7 @@ class MessagesProxy(ProxyTurns):
         injected = ctx.injected_texts()
         split = split_sidecar(answer_text([b["text"] for b in content if _is_text(b)]), injected)
         data["content"] = visible_blocks(content, injected)
-        secured = run_in_threadpool(self.secure, ctx, assistant=split.visible, raw=split.raw, status=split.status)
-        after, recorded = await secured
+        after, recorded = await self.secure(ctx, assistant=split.visible, raw=split.raw, status=split.status)
         data["tenure"] = ctx.tenure(split.status.value, recorded)
         return data, after
 

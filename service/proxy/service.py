@@ -8,6 +8,7 @@ memory (``tenure.degraded``) and an unrecorded turn is reported the same way.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import json
@@ -33,6 +34,8 @@ from service.extraction.model_gate import GateDecision, ModelGate
 from service.extraction.parked_turns import ParkedTurns
 from service.extraction.queue import TaskQueue
 from service.extraction.sidecar import ParseStatus, StreamStripper, split_sidecar
+from service.lean_redis import EventLoopRedis
+from service.loops import LoopBound
 from service.proxy.prompt import build_system_prompt
 from service.proxy.upstream import Upstream, UpstreamFailure
 from service.recall.context import RecallResult
@@ -202,14 +205,20 @@ class TurnContext:
 class MemoryLoop:
     """The memory loop's parts the API uses (built once, held by :class:`service.api.state.Services`)."""
 
-    def __init__(self, settings: Settings, client: OpenSearch, rds: redis.Redis[bytes]):
+    def __init__(
+        self,
+        settings: Settings,
+        client: OpenSearch,
+        rds: redis.Redis[bytes],
+        async_redis: LoopBound[EventLoopRedis] | None = None,
+    ):
         ns = settings.opensearch_namespace
         self.settings = settings
         self.turns = TurnStore(client, ns)
         self.reviews = ReviewStore(client, ns)
         self.beliefs = BeliefStore(client, ns)
         self.queue = TaskQueue(settings)
-        self.parked = ParkedTurns(rds, self.turns, self.queue, settings)
+        self.parked = ParkedTurns(rds, self.turns, self.queue, settings, async_redis)
         self.upstream = Upstream(settings.loop)
         # strict by default: POST /v1/turns refuses what it cannot extract; the proxy decides per
         # tenant (strict_gate) whether a model below its floor is refused or served without extraction
@@ -380,32 +389,51 @@ class ProxyTurns:
         self._record_receipt(ctx)
         return self.loop.record(ctx, assistant=assistant, raw=raw, status=status)
 
-    def secure(
+    async def secure(
         self, ctx: TurnContext, *, assistant: str, raw: str | None, status: ParseStatus
     ) -> tuple[Callable[[], bool], bool | None]:
-        """Before a whole answer goes out: the injection receipt, and the turn held in Redis (two
-        appends, ~0.1 ms each), so a process killed once the answer is sent loses neither. Returns
-        the rest, for after the answer (the turn stored, its task enqueued, the held entry
-        dropped), and ``recorded`` for :meth:`TurnContext.tenure`: None when held. Redis unable
-        to hold it, the turn is stored now instead (slower, still durable), and nothing is left."""
-        self._record_receipt(ctx)
+        """Before a whole answer goes out: the injection receipt and the turn, both appended to
+        Redis at once (one round trip on the event loop's client), so a process killed once the
+        answer is sent loses neither. Returns the rest, for after the answer (the turn stored, its
+        task enqueued, the held entry dropped), and ``recorded`` for :meth:`TurnContext.tenure`:
+        None when held. Redis unable to hold it, the turn is stored now instead (slower, still
+        durable), and nothing is left."""
         turn = self.loop.turn_record(ctx, assistant=assistant, raw=raw, status=status)
-        held = self.loop.parked.hold(turn)
+        _, held = await asyncio.gather(self._arecord_receipt(ctx), self.loop.parked.ahold(turn))
         if held is None:
-            recorded = self.loop.store_and_enqueue(turn, ctx.degraded, park_on_outage=True)
+            degraded = ctx.degraded
+            recorded = await run_in_threadpool(self.loop.store_and_enqueue, turn, degraded, park_on_outage=True)
             return (lambda: recorded), recorded
         return functools.partial(self.loop.settle, turn, held, ctx.degraded), None
 
+    async def _arecord_receipt(self, ctx: TurnContext) -> None:
+        """:meth:`_record_receipt` from the event loop (the outbox append awaited there)."""
+        if ctx.recall is None:
+            return
+        event = self.recall.proxy_receipt(ctx.actor, ctx.recall, session_id=ctx.session_id, details=self._details(ctx))
+        try:
+            await self.recall.receipts.arecord(event)
+        except Exception as exc:
+            self._receipt_lost(ctx, exc)
+
+    @staticmethod
+    def _details(ctx: TurnContext) -> dict[str, Any]:
+        details = {"via": "proxy", "turn_id": ctx.turn_id, "model": ctx.model}
+        if ctx.api != "openai":
+            details["api"] = ctx.api
+        return details
+
+    @staticmethod
+    def _receipt_lost(ctx: TurnContext, exc: Exception) -> None:
+        log.warning("injection receipt for %s not recorded: %s", ctx.turn_id, exc)
+        ctx.degraded.append("injection receipt not recorded: audit store unavailable")
+
     def _record_receipt(self, ctx: TurnContext) -> None:
         if ctx.recall is not None:
-            details = {"via": "proxy", "turn_id": ctx.turn_id, "model": ctx.model}
-            if ctx.api != "openai":
-                details["api"] = ctx.api
             try:
-                self.recall.record_receipt(ctx.actor, ctx.recall, session_id=ctx.session_id, details=details)
+                self.recall.record_receipt(ctx.actor, ctx.recall, session_id=ctx.session_id, details=self._details(ctx))
             except Exception as exc:
-                log.warning("injection receipt for %s not recorded: %s", ctx.turn_id, exc)
-                ctx.degraded.append("injection receipt not recorded: audit store unavailable")
+                self._receipt_lost(ctx, exc)
 
 
 class ChatProxy(ProxyTurns):
@@ -442,7 +470,7 @@ class ChatProxy(ProxyTurns):
             message["content"] = split.visible
             if index == 0:
                 status, raw, visible = split.status, split.raw, split.visible
-        after, recorded = await run_in_threadpool(self.secure, ctx, assistant=visible, raw=raw, status=status)
+        after, recorded = await self.secure(ctx, assistant=visible, raw=raw, status=status)
         data["tenure"] = ctx.tenure(status.value, recorded)
         return data, after
 

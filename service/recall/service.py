@@ -178,6 +178,13 @@ class RecallService:
         self.receipts.record(receipt)
         return receipt.event_id
 
+    def proxy_receipt(
+        self, actor: Actor, result: RecallResult, *, session_id: str | None, details: dict[str, Any]
+    ) -> AuditEvent:
+        """The receipt :meth:`record_receipt` would record, for a caller that appends it itself
+        (the proxy, on the event loop, at once with its turn)."""
+        return self._receipt(actor, result, session_id=session_id, details=details)
+
     @staticmethod
     def _receipt(
         actor: Actor,
