@@ -94,14 +94,11 @@ class RedisOutbox(Generic[M]):
     def put(self, record: M) -> bool:
         """Append durably; False when the stream is full. Raises ``redis.RedisError`` when Redis
         cannot take it: the caller then writes the record directly."""
-        return self._added(self._add(keys=[self.key], args=[self._payload(record), self.max_pending]))
+        return self.hold(record) is not None
 
     async def aput(self, record: M) -> bool:
         """:meth:`put` through the asynchronous client (only when the outbox was given one)."""
-        add = on_loop(self._aadd)
-        if add is None:
-            raise RuntimeError("this outbox has no asynchronous Redis client on this event loop")
-        return self._added(await add(keys=[self.key], args=[self._payload(record), self.max_pending]))
+        return await self.ahold(record) is not None
 
     @staticmethod
     def _payload(record: M) -> bytes:
@@ -111,31 +108,26 @@ class RedisOutbox(Generic[M]):
         """Append durably like :meth:`put`, for a record its writer means to store itself in a
         moment and then :meth:`release`: if the writer dies first, the next drain stores it.
         Returns the entry's id; None when the stream is full. Raises ``redis.RedisError``."""
-        reply = self._add(keys=[self.key], args=[self._payload(record), self.max_pending])
-        if not self._added(reply):
-            return None
-        return reply.decode() if isinstance(reply, bytes) else str(reply)
+        return self._entry_id(self._add(keys=[self.key], args=[self._payload(record), self.max_pending]))
 
     async def ahold(self, record: M) -> str | None:
         """:meth:`hold` through the asynchronous client (only when the outbox was given one)."""
         add = on_loop(self._aadd)
         if add is None:
             raise RuntimeError("this outbox has no asynchronous Redis client on this event loop")
-        reply = await add(keys=[self.key], args=[self._payload(record), self.max_pending])
-        if not self._added(reply):
-            return None
-        return reply.decode() if isinstance(reply, bytes) else str(reply)
+        return self._entry_id(await add(keys=[self.key], args=[self._payload(record), self.max_pending]))
 
     def release(self, entry_id: str) -> None:
         """Delete a held entry whose record its writer has stored (a drain that stored it first
         meanwhile is harmless: every delivery is idempotent)."""
         self.redis.xdel(self.key, entry_id)
 
-    def _added(self, reply: object) -> bool:
-        if reply is not None:
-            return True
-        log.warning("outbox %s is full (%d pending)", self.key, self.max_pending)
-        return False
+    def _entry_id(self, reply: object) -> str | None:
+        """The id the append script answered with; None (logged) when the stream was full."""
+        if reply is None:
+            log.warning("outbox %s is full (%d pending)", self.key, self.max_pending)
+            return None
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
 
     def set_aside(self, record: M, reason: str) -> None:
         """Keep a record its destination refuses for good (not retryable) out of the way of the

@@ -92,6 +92,7 @@ class Identity:
     credential_id: str | None = None  # the key id for API keys, the jti (if any) for JWTs
     expires_at: int | None = None  # a JWT's exp (epoch seconds): a console session never outlives it
     issued_here: bool = False  # a development token of this service: its grants follow the user's
+    claimed: Principal | None = None  # such a token's own claims, the bound its grants never pass
 
 
 @dataclass(frozen=True)
@@ -266,8 +267,9 @@ class Authenticator:
         status = self._status_of(identity.principal.tenant_id, identity.principal.user_id, current)
         if status.disabled:
             raise Unauthenticated("this account is disabled")
-        if identity.issued_here:  # narrowed again: a grant taken back since sign-in applies at once
-            return replace(identity, principal=self._as_provisioned_now(identity.principal, status))
+        if identity.issued_here:  # narrowed again from its claims: a grant changed since sign-in applies
+            claims = identity.claimed or identity.principal
+            return replace(identity, principal=self._as_provisioned_now(claims, status), claimed=claims)
         return identity
 
     def cached_keys(self) -> int:
@@ -297,11 +299,13 @@ class Authenticator:
         status = self._status_of(principal.tenant_id, principal.user_id, accounts_version)
         if status.disabled:
             raise Unauthenticated("this account is disabled")
-        issued_here = self._issued_here(claims, jti)
-        if issued_here:
-            principal = self._as_provisioned_now(principal, status)
         exp = claims.get("exp")
-        identity = Identity(principal, "jwt", jti, exp if isinstance(exp, int) else None, issued_here)
+        expires_at = exp if isinstance(exp, int) else None
+        if self._issued_here(claims, jti):
+            narrowed_now = self._as_provisioned_now(principal, status)
+            identity = Identity(narrowed_now, "jwt", jti, expires_at, issued_here=True, claimed=principal)
+        else:
+            identity = Identity(principal, "jwt", jti, expires_at)
         return Verified(identity, status.accounts_version, status.loaded_at, status.until)
 
     def _issued_here(self, claims: dict[str, Any], jti: str | None) -> bool:
@@ -378,7 +382,8 @@ class Authenticator:
             grants = known.grants if known is not None else None
             log.warning("account status of %s/%s unknown (%s); using %s", tenant_id, user_id, exc.message, disabled)
             until = loaded_at + self.settings.api_key_cache_s
-            status = _Status(disabled, accounts_version, loaded_at, until, grants, grants_known=known is not None)
+            grants_known = known is not None and known.grants_known
+            status = _Status(disabled, accounts_version, loaded_at, until, grants, grants_known=grants_known)
         if accounts_version is not None or self.settings.api_key_cache_s > 0:
             self._status.put(account, status)
         return status

@@ -44,6 +44,9 @@ class ConsoleSession:
     # An operator's choice of the tenant the console shows (None: the credential's own). Honoured
     # only while the re-validated credential is still an operator's (:func:`console_user`).
     viewing_tenant: str | None = None
+    # A development token of this service: roles/projects/teams above are its claims, narrowed to
+    # its user's grants on every request (Authenticator.revalidate)
+    issued_here: bool = False
 
     def identity(self) -> Identity:
         """The identity as signed in; :meth:`Authenticator.revalidate` refreshes it per request."""
@@ -54,6 +57,8 @@ class ConsoleSession:
             projects=frozenset(self.projects),
             teams=frozenset(self.teams),
         )
+        if self.issued_here:
+            return Identity(principal, self.kind, self.credential_id, issued_here=True, claimed=principal)
         return Identity(principal, self.kind, self.credential_id)
 
     def csrf_ok(self, submitted: str | None) -> bool:
@@ -83,7 +88,7 @@ class SessionStore:
         end = now + self.max_s
         if identity.expires_at is not None:
             end = min(end, float(identity.expires_at))
-        p = identity.principal
+        p = identity.claimed or identity.principal  # the claims: each request narrows them again
         session = ConsoleSession(
             session_id=secrets.token_urlsafe(32),
             csrf_token=secrets.token_urlsafe(32),
@@ -96,6 +101,7 @@ class SessionStore:
             teams=tuple(sorted(p.teams)),
             created_at=now,
             expires_at=end,
+            issued_here=identity.issued_here,
         )
         self._write(session, now)
         return session

@@ -410,7 +410,7 @@ class ProxyTurns:
         """:meth:`_record_receipt` from the event loop (the outbox append awaited there)."""
         if ctx.recall is None:
             return
-        event = self.recall.proxy_receipt(ctx.actor, ctx.recall, session_id=ctx.session_id, details=self._details(ctx))
+        event = self.recall.receipt_of(ctx.actor, ctx.recall, session_id=ctx.session_id, details=self._details(ctx))
         try:
             await self.recall.receipts.arecord(event)
         except Exception as exc:

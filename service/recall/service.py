@@ -90,7 +90,7 @@ class RecallService:
         returned only once the receipt is recorded, so no reply goes out without one."""
         if built is None:
             built = await self.abuild(actor.principal, scopes, query, write_version=actor.write_version, **options)
-        event = self._receipt(actor, built.result)
+        event = self.receipt_of(actor, built.result)
         recording = asyncio.ensure_future(self.receipts.arecord(event))
         try:
             await asyncio.sleep(0)  # one turn of the loop: the append runs up to its wait for Redis's reply
@@ -174,19 +174,12 @@ class RecallService:
     ) -> str:
         """Record the injection receipt of ``result`` (which belief ids went to whom, from which
         tier, for which query); returns its event id. ``session_id`` defaults to the actor's."""
-        receipt = self._receipt(actor, result, session_id=session_id, action=action, details=details)
+        receipt = self.receipt_of(actor, result, session_id=session_id, action=action, details=details)
         self.receipts.record(receipt)
         return receipt.event_id
 
-    def proxy_receipt(
-        self, actor: Actor, result: RecallResult, *, session_id: str | None, details: dict[str, Any]
-    ) -> AuditEvent:
-        """The receipt :meth:`record_receipt` would record, for a caller that appends it itself
-        (the proxy, on the event loop, at once with its turn)."""
-        return self._receipt(actor, result, session_id=session_id, details=details)
-
     @staticmethod
-    def _receipt(
+    def receipt_of(
         actor: Actor,
         result: RecallResult,
         *,

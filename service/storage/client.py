@@ -252,11 +252,12 @@ def already_exists(info: dict[str, Any]) -> bool:
 
 
 def refused_for_good(info: dict[str, Any]) -> bool:
-    """Whether a failed bulk item was refused for what it is (a 4xx such as a 400
-    ``mapper_parsing_exception``), so sending it again cannot help; a 429 or a 5xx is the store
-    unable to take it now, and a 409 an id that exists (see :func:`already_exists`)."""
-    status = info.get("status")
-    return isinstance(status, int) and 400 <= status < 500 and status not in (409, 429)
+    """Whether a failed bulk item was refused for what it is (a 400 such as
+    ``mapper_parsing_exception``, a 413), so sending it again cannot help. Every other status is
+    the store unable to take it now: a 429 or a 5xx, a 403 ``cluster_block_exception`` (a write
+    block, the flood-stage disk watermark), a 404 ``index_not_found`` while an alias moves; a 409
+    is an id that exists (see :func:`already_exists`)."""
+    return info.get("status") in (400, 413)
 
 
 def routed_id(tenant_id: str, key: str) -> str:

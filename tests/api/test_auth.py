@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from service.api.state import Services
 from service.auth.tokens import TokenVerifier
 from service.config import AuthSettings, Settings
+from service.console.sessions import SessionStore
 from service.errors import Unauthenticated
 from tests.api.conftest import HS_SECRET, SigningKeys, Team, auth, belief_body, ok, sign_jwt
 
@@ -243,6 +244,28 @@ def test_dev_token_grants_follow_the_user_grants_at_once(
     ok(client.patch(grants, json={"add_projects": ["pay", "ops"]}, headers=operator))
     assert ok(client.get("/v1/whoami", headers=auth(token)))["projects"] == ["pay"]
     assert shared in recalled()
+
+
+def test_a_console_session_of_a_dev_token_follows_the_user_grants(
+    client: TestClient, team: Team, operator: dict[str, str], services: Services
+) -> None:
+    """A console session keeps the token's claims, not its grants at sign-in, and narrows them on
+    every request: a grant taken back applies at once, one given back counts again."""
+    token = ok(client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/tokens", json={}, headers=team.h("carol")), 201)[
+        "token"
+    ]
+    sessions = SessionStore(services.redis, "test-console-grants", idle_s=60, max_s=600)
+    session = sessions.open(services.authenticator.authenticate(token))
+
+    def projects_now() -> frozenset[str]:
+        return services.authenticator.revalidate(session.identity()).principal.projects
+
+    assert projects_now() == {"pay"}
+    grants = f"/v1/admin/tenants/{team.tenant}/users/bob/grants"
+    ok(client.patch(grants, json={"remove_projects": ["pay"]}, headers=operator))
+    assert projects_now() == frozenset()
+    ok(client.patch(grants, json={"add_projects": ["pay"]}, headers=operator))
+    assert projects_now() == {"pay"}
 
 
 def test_dev_token_revocation(client: TestClient, team: Team) -> None:

@@ -91,13 +91,14 @@ def memory_loop(request: Request) -> MemoryLoop:
     return raw_services(request).loop
 
 
-def refuse_unforwardable(raw: Any) -> None:
+def refuse_unforwardable(raw: Any, body: bytes | None = None) -> None:
     """What parses but could never be sent on to the model or answered: a body nested past what
     the serializer takes (pydantic stops near 255 levels), an unpaired surrogate no UTF-8 encoder
-    takes. Refused here, before any recall or upstream work."""
+    takes. Refused here, before any recall or upstream work. ``body``: the bytes ``raw`` was
+    parsed from (a body without a surrogate escape is not walked for one)."""
     if nesting_depth(raw) > MAX_PROXY_DEPTH:
         raise ValidationFailed(f"the request body is nested too deeply (more than {MAX_PROXY_DEPTH} levels)")
-    if holds_lone_surrogate(raw):
+    if holds_lone_surrogate(raw, body):
         raise ValidationFailed("the request body holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape)")
 
 
@@ -111,7 +112,7 @@ async def proxy_body(request: Request, model: type[BodyT], what: str) -> BodyT:
     except RecursionError:
         # json's C decoder recurses per nesting level: 1,000 brackets exhaust the stack
         raise ValidationFailed("the request body is nested too deeply") from None
-    refuse_unforwardable(raw)
+    refuse_unforwardable(raw, await request.body())  # the bytes json() read, kept by the request
     try:
         return model.model_validate(raw)
     except RecursionError:
