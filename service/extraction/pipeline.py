@@ -188,11 +188,14 @@ class ExtractionPipeline:
         if turn.extraction_status in FINAL:
             return
         last = f"; the last one: {turn.error}" if turn.error else ""
-        self.fail(tenant_id, turn_id, f"gave up after {turn.attempts} attempts, none finished{last}")
+        self._failed(turn, f"gave up after {turn.attempts} attempts, none finished{last}")
 
     def fail(self, tenant_id: str, turn_id: str, error: str) -> None:
         """Give up on a turn that cannot be extracted (the sweep will not pick it up again)."""
         turn, _, _ = self.turns.load(tenant_id, turn_id)
+        self._failed(turn, error)
+
+    def _failed(self, turn: TurnRecord, error: str) -> None:
         self._finish(turn, "failed", turn.result or {}, error[:2000])
         metrics.EXTRACTIONS.labels("failed").inc()
 

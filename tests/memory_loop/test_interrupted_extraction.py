@@ -17,6 +17,7 @@ from opensearchpy.exceptions import TransportError
 
 from service.api.state import Services
 from service.config import Settings
+from service.errors import NotFound
 from tests.api.conftest import Team
 from tests.memory_loop.conftest import record_turn
 from tests.memory_loop.test_extraction_worker import beliefs_named
@@ -101,6 +102,30 @@ def test_the_sweep_fails_a_turn_whose_attempts_are_spent(
     assert turn.extraction_status == "failed"
     assert f"gave up after {spent} attempts" in (turn.error or "")
     assert "SoftTimeLimitExceeded" in (turn.error or "")
+
+
+def test_a_spent_turn_that_cannot_be_failed_does_not_stop_the_sweep(
+    crew: Team, res: resources.Resources, loop_services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One spent turn the sweep cannot mark (erased meanwhile, unreadable) is logged and passed
+    over: the other spent turns are failed and the tick still re-enqueues the lost ones."""
+    spent = res.settings.loop.max_extraction_attempts
+    old = res.settings.celery.heavy_time_limit_s + 5
+    first, second = (
+        record_turn(res.turns, crew, name, age_s=old, extraction_status="pending", attempts=spent)
+        for name in ("spent_first", "spent_second")
+    )
+    loop_services.opensearch.indices.refresh(index=res.turns.alias)
+    give_up = res.pipeline.give_up
+
+    def one_gone(tenant_id: str, turn_id: str) -> None:
+        if turn_id == first:
+            raise NotFound(f"turn {turn_id!r} not found")
+        give_up(tenant_id, turn_id)
+
+    monkeypatch.setattr(res.pipeline, "give_up", one_gone)
+    extraction.sweep_turns.apply().get()  # raises if the task failed
+    assert res.turns.load(crew.tenant, second)[0].extraction_status == "failed"
 
 
 def test_the_sweep_leaves_a_running_turn_to_its_task_until_the_hard_time_limit(

@@ -8,6 +8,7 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from opensearchpy.exceptions import TransportError
 
+from service.errors import TenureError
 from service.extraction.pipeline import TRANSIENT_ERRORS
 from service.extraction.queue import TASK_DRAIN_PARKED_TURNS, TASK_ENRICH_ALIASES, TASK_EXTRACT, TASK_SWEEP_TURNS
 from workers import resources
@@ -103,7 +104,10 @@ def sweep_turns() -> int:
     }
     for tenant_id, turn_id in res.turns.exhausted_keys(**staleness):
         logger.warning("extraction of %s spent its %d attempts: failed", turn_id, loop.max_extraction_attempts)
-        res.pipeline.give_up(tenant_id, turn_id)
+        try:
+            res.pipeline.give_up(tenant_id, turn_id)
+        except TenureError as exc:  # one turn (erased meanwhile, unreadable) must not stop the sweep
+            logger.warning("extraction of %s not marked failed: %s", turn_id, exc.message)
     keys = res.turns.stale_keys(**staleness)
     # a stale turn whose message still waits in the queue (its marker is set) is behind a
     # backlog, not lost: only the others are sent again. With the queue empty nothing waits, so
