@@ -13,10 +13,10 @@ reinforcement time, then supersedes every source with a compaction note. Everyth
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import httpx
 import redis
+from redis.exceptions import LockNotOwnedError
 
 from service import redis_keys
 from service.auth.actor import Actor
@@ -107,34 +108,30 @@ class BucketLock(Protocol):
     def hold(self, key: str) -> AbstractContextManager[bool]: ...
 
 
-# delete the lock only if it still holds our token: once it expired, another run may hold it
-_RELEASE_OWN_LOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-
-
 class RedisBucketLock:
     """One compaction of a bucket at a time. Two runs at once (the admin trigger and beat, or a
     redelivered task beside the first) would each ask the model, get different plans, and so
     write two overlapping merged beliefs (the ids derive from the sources). ``ttl_s`` outlasts
     the task's hard time limit, so a lock of a killed task frees itself only when no run of it
-    can be left; until then its bucket waits for the next plan."""
+    can be left; until then its bucket waits for the next plan. redis-py's lock: a token per
+    holder, released only by its holder."""
 
     def __init__(self, client: redis.Redis[bytes], namespace: str, ttl_s: int):
         self.client = client
         self.namespace = namespace
         self.ttl_s = ttl_s
-        self._release_own = client.register_script(_RELEASE_OWN_LOCK)
 
     @contextmanager
     def hold(self, key: str) -> Iterator[bool]:
         """Yields whether this run holds the bucket (False: another run does; do nothing)."""
-        name = redis_keys.compaction_lock(self.namespace, key)
-        token = uuid.uuid4().hex
-        held = bool(self.client.set(name, token, nx=True, ex=self.ttl_s))
+        lock = self.client.lock(redis_keys.compaction_lock(self.namespace, key), timeout=self.ttl_s, blocking=False)
+        held = lock.acquire()
         try:
             yield held
         finally:
             if held:
-                self._release_own(keys=[name], args=[token])
+                with contextlib.suppress(LockNotOwnedError):  # expired meanwhile: another run may hold it
+                    lock.release()
 
 
 class CompactionLLM:
