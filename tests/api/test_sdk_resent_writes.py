@@ -75,6 +75,18 @@ def test_a_resent_create_meeting_another_write_with_its_id_is_still_a_conflict(c
         alice.beliefs.create(id=taken, **belief_body(f"other_{uuid.uuid4().hex[:8]}", "project:pay"))
 
 
+def test_a_resent_create_with_its_own_id_and_untrimmed_text_returns_its_own_write(
+    client: TestClient, team: Team
+) -> None:
+    """The server stores a statement trimmed; the resend of a create with an id the caller chose
+    still recognises its own earlier write (and is not told it conflicts with itself)."""
+    own = f"b-own-{uuid.uuid4().hex}"
+    body = {**belief_body(f"untrimmed_{uuid.uuid4().hex[:8]}", "project:pay"), "content": "  Trimmed.\r\n"}
+    with _sdk(LosesFirstAnswer(client, lost="dropped"), team.keys["alice"]) as alice:
+        created = alice.beliefs.create(id=own, **body)
+    assert (created.id, created.content) == (own, "Trimmed.")
+
+
 def test_the_async_client_reads_back_its_own_create_too(app: FastAPI, client: TestClient, team: Team) -> None:
     name = f"async_resent_{uuid.uuid4().hex[:8]}"
     attempts: list[str] = []

@@ -155,7 +155,7 @@ def _earlier_create(sent: Mapping[str, Any], *, id_made_here: bool) -> Parser[mo
     may be another write's, so the stored belief must say what this create said."""
 
     def same_write(stored: models.Belief) -> models.Belief | None:
-        if id_made_here or (stored.type == sent["type"] and stored.content == sent["content"]):
+        if id_made_here or (stored.type == sent["type"] and stored.content == _as_stored(sent["content"])):
             return stored
         return None
 
@@ -163,6 +163,13 @@ def _earlier_create(sent: Mapping[str, Any], *, id_made_here: bool) -> Parser[mo
         lambda data: same_write(models.Belief.model_validate(data)),
         lambda raw: same_write(models.Belief.model_validate_json(raw)),
     )
+
+
+def _as_stored(text: Any) -> Any:
+    """A statement as the server stores it, as far as a resend's comparison needs: line ends
+    unified and the ends trimmed (the server also drops control and bidi characters; a text
+    holding those compares unequal, and the resend stays a Conflict, the safe side)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip() if isinstance(text, str) else text
 
 
 def get_belief(belief_id: str) -> Call[models.Belief]:
