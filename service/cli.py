@@ -865,6 +865,9 @@ def run_mcp_stdio(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="tenure mcp", description="MCP server over stdio (see docs/mcp.md)")
     parser.add_argument("--url", help="API base URL (default: TENURE_CLI_URL or http://127.0.0.1:8000)")
     parser.add_argument("--key", help="your API key or JWT (default: TENURE_CLI_KEY)")
+    # the other global options, given before the command (`tenure --json mcp`), concern no tool
+    parser.add_argument("--session", help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(list(argv))
     from service.mcp.server import stdio_server
 
@@ -894,22 +897,6 @@ def _split_global_options(argv: list[str]) -> tuple[list[str], str | None, list[
     return argv, None, []
 
 
-def _api_options(global_options: list[str]) -> list[str]:
-    """The global options ``tenure mcp`` takes itself (where to reach the API, with which key)."""
-    kept: list[str] = []
-    i = 0
-    while i < len(global_options):
-        word = global_options[i]
-        if word in ("--url", "--key"):
-            kept += global_options[i : i + 2]
-            i += 2
-            continue
-        if word.startswith(("--url=", "--key=")):
-            kept.append(word)
-        i += 1
-    return kept
-
-
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -930,7 +917,7 @@ def main(
 
         return eval_main(rest)
     if command_name == "mcp":
-        return run_mcp_stdio([*_api_options(global_options), *rest])
+        return run_mcp_stdio([*global_options, *rest])
     STATE = State(out=out or sys.stdout, err=err or sys.stderr, http=client, settings=settings)
     command = typer.main.get_command(app)
     try:
