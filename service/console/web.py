@@ -19,6 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from python_multipart.exceptions import FormParserError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.formparsers import MultiPartException
 from starlette.templating import Jinja2Templates
 
 from service.api.deps import actor_of, get_services, raw_services
@@ -146,8 +149,12 @@ AdminUser = Annotated[ConsoleUser, Depends(admin_user)]
 
 async def checked_form(request: Request, user: CurrentUser) -> dict[str, str]:
     """The posted form, after its CSRF token matched the session's (403 otherwise). Every
-    state-changing console route depends on this."""
-    form = await request.form()
+    state-changing console route depends on this. A body that is not a readable form (a broken
+    multipart upload) is a 400 page, not a parse error escaping as a 500."""
+    try:
+        form = await request.form()
+    except (FormParserError, MultiPartException) as exc:
+        raise TenureError(f"the form could not be read: {exc}", code=ErrorCode.BAD_REQUEST) from exc
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     if not user.session.csrf_ok(fields.get("csrf_token")):
         raise Forbidden("the form's CSRF token is missing or does not match this session; reload the page")
@@ -232,6 +239,9 @@ class ConsoleRoute(APIRoute):
                 return _error_page(request, 401, ErrorCode.UNAUTHENTICATED.value, "sign in again")
             except TenureError as exc:
                 return _error_page(request, exc.code.http_status, exc.code.value, exc.message)
+            except StarletteHTTPException as exc:  # the framework's own, e.g. a body it could not parse
+                code = next((c for c in ErrorCode if c.http_status == exc.status_code), ErrorCode.BAD_REQUEST)
+                return _error_page(request, exc.status_code, code.value, str(exc.detail))
             except RequestValidationError as exc:
                 problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
                 return _error_page(request, 422, ErrorCode.VALIDATION_ERROR.value, problems)

@@ -723,3 +723,21 @@ def test_a_non_ascii_csrf_token_is_refused_like_a_wrong_one(app: FastAPI, seeded
     signed_in = sign_in(app, a.keys["carol"])
     pin = signed_in.post("/console/beliefs/b-pay/pin", data={"csrf_token": "é", "confirmed": "yes"})
     assert pin.status_code == 403, pin.text
+
+
+def test_an_unreadable_form_body_is_a_400_page(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    """A malformed multipart body (a truncated upload, a hand-made post) escaped the CSRF check as
+    python-multipart's parse error: 500; and a sign-in body the framework could not read answered
+    JSON instead of the console's page."""
+    a, _ = seeded
+    broken = {"content": b"--nope\r\n", "headers": {"content-type": "multipart/form-data; boundary=XyZ"}}
+    web = sign_in(app, a.keys["carol"])
+    for path in ("/console/recall", "/console/beliefs/b-pay/pin", "/console/logout"):
+        refused = web.post(path, **broken)  # type: ignore[arg-type]
+        assert refused.status_code == 400, (path, refused.text)
+        assert refused.headers["content-type"].startswith("text/html") and 'data-code="bad_request"' in refused.text
+    assert web.get("/console/").status_code == 200  # still signed in
+    login = browser(app)
+    assert LOGIN_RE.search(login.get("/console/login").text)
+    refused = login.post("/console/login", **broken)  # type: ignore[arg-type]
+    assert refused.status_code == 400 and refused.headers["content-type"].startswith("text/html")
