@@ -741,3 +741,26 @@ def test_an_unreadable_form_body_is_a_400_page(app: FastAPI, seeded: tuple[Team,
     assert LOGIN_RE.search(login.get("/console/login").text)
     refused = login.post("/console/login", **broken)  # type: ignore[arg-type]
     assert refused.status_code == 400 and refused.headers["content-type"].startswith("text/html")
+
+
+def test_an_invalid_grant_is_refused_before_the_confirmation(
+    app: FastAPI, client: TestClient, operator: dict[str, str]
+) -> None:
+    """A project or team that is not a slug was confirmed first ("Change bob's grants: …"), then
+    answered the API's JSON 422 instead of a console page; upper case is lowered, as on creation."""
+    team = make_team(client, operator)
+    web = sign_in(app, team.keys["carol"])
+    token = csrf_of(web, "/console/team")
+    for field in ("add_projects", "remove_projects", "add_teams", "remove_teams"):
+        for confirmed in ({}, {"confirmed": "yes"}):
+            data = {"csrf_token": token, field: "pay, not a slug!", **confirmed}
+            refused = web.post("/console/team/users/bob/grants", data=data)
+            assert refused.status_code == 422, (field, confirmed, refused.text)
+            assert refused.headers["content-type"].startswith("text/html") and "not a slug!" in refused.text
+    before = ok(client.get(f"/v1/admin/tenants/{team.tenant}/users/bob", headers=team.h("carol")))
+    assert "not a slug!" not in str(before)
+    done = web.post(
+        "/console/team/users/bob/grants", data={"csrf_token": token, "add_teams": "Core", "confirmed": "yes"}
+    )
+    assert done.status_code == 303
+    assert "core" in ok(client.get(f"/v1/admin/tenants/{team.tenant}/users/bob", headers=team.h("carol")))["teams"]

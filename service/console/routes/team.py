@@ -47,28 +47,32 @@ def _roles(form: dict[str, str], field: str) -> list[Role]:
         raise ValidationFailed(f"{field}: roles are {[r.value for r in Role]}") from exc
 
 
-@router.post("/users")
-def create_user(user: Writer, form: Form, prov: ProvisioningDep) -> Response:
+def _grants(roles: list[Role], projects: str, teams: str) -> Grants:
+    """Projects and teams as typed (comma-separated), checked and normalised like the REST API's
+    (lower-cased slugs): 422 before anything is confirmed or stored."""
     try:
-        grants = Grants(
-            roles=_roles(form, "roles") or [Role.MEMBER],
-            projects=split_list(form.get("projects", "")),
-            teams=split_list(form.get("teams", "")),
-        )
+        return Grants(roles=roles, projects=split_list(projects), teams=split_list(teams))
     except ValidationError as exc:
         raise ValidationFailed(f"invalid grants: {exc.errors()[0]['msg']}") from exc
+
+
+@router.post("/users")
+def create_user(user: Writer, form: Form, prov: ProvisioningDep) -> Response:
+    grants = _grants(_roles(form, "roles") or [Role.MEMBER], form.get("projects", ""), form.get("teams", ""))
     created = prov.create_user(user.actor, user.principal.tenant_id, form.get("user_id", "").strip(), grants)
     return redirect("/team", notice=f"user {created.user_id} created")
 
 
 def _grant_change(form: dict[str, str]) -> GrantChange:
+    add = _grants(_roles(form, "add_roles"), form.get("add_projects", ""), form.get("add_teams", ""))
+    remove = _grants(_roles(form, "remove_roles"), form.get("remove_projects", ""), form.get("remove_teams", ""))
     return GrantChange(
-        add_projects=split_list(form.get("add_projects", "")),
-        remove_projects=split_list(form.get("remove_projects", "")),
-        add_teams=split_list(form.get("add_teams", "")),
-        remove_teams=split_list(form.get("remove_teams", "")),
-        add_roles=_roles(form, "add_roles"),
-        remove_roles=_roles(form, "remove_roles"),
+        add_projects=add.projects,
+        remove_projects=remove.projects,
+        add_teams=add.teams,
+        remove_teams=remove.teams,
+        add_roles=add.roles,
+        remove_roles=remove.roles,
     )
 
 
