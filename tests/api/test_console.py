@@ -764,3 +764,34 @@ def test_an_invalid_grant_is_refused_before_the_confirmation(
     )
     assert done.status_code == 303
     assert "core" in ok(client.get(f"/v1/admin/tenants/{team.tenant}/users/bob", headers=team.h("carol")))["teams"]
+
+
+def test_every_console_answer_forbids_scripts_and_framing(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    """No Content-Security-Policy, X-Frame-Options or nosniff: a page of a sibling subdomain (same
+    site, so the SameSite=Strict cookie goes along) could frame a confirmation page and have an
+    admin click "Yes, erase", and nothing but escaping stood between stored text and a script. The
+    console has no script at all: the policy allows none, and no page relies on inline styles."""
+    a, _ = seeded
+    web = sign_in(app, a.keys["carol"])
+    token = csrf_of(web)
+    answers = {
+        "sign-in": browser(app).get("/console/login"),
+        "redirect to sign-in": browser(app).get("/console/beliefs"),
+        "home": web.get("/console/"),
+        "recall": web.post("/console/recall", data={"csrf_token": token, "message": "pay provider"}),
+        "team": web.get("/console/team"),
+        "confirmation": web.post("/console/beliefs/b-pay/erase", data={"csrf_token": token}),
+        "error": web.get("/console/beliefs/b-nowhere"),
+        "export": web.get("/console/audit/export.csv"),
+    }
+    for what, answer in answers.items():
+        policy = answer.headers.get("content-security-policy", "")
+        directives = dict((d.strip().split(" ", 1) + [""])[:2] for d in policy.split(";") if d.strip())
+        assert directives.get("default-src") == "'none'" and "script-src" not in directives, (what, policy)
+        assert directives.get("frame-ancestors") == "'none'" and directives.get("form-action") == "'self'", what
+        assert directives.get("style-src") == "'self'" and directives.get("base-uri") == "'none'", what
+        assert answer.headers.get("x-frame-options") == "DENY", what
+        assert answer.headers.get("x-content-type-options") == "nosniff", what
+        assert answer.headers.get("referrer-policy") == "same-origin", what
+        if answer.headers.get("content-type", "").startswith("text/html"):
+            assert " style=" not in answer.text and "<script" not in answer.text, what  # blocked by the policy

@@ -341,6 +341,8 @@ def test_cookie_flags_and_cross_site_forms(
     assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/console"
     assert cookie["secure"] is False  # development on plain http; Secure elsewhere (test_console.py)
     assert "tenure_console" not in page.evaluate("document.cookie")  # HttpOnly: no script reads it
+    # the page's policy (no script, no framing) still lets its own stylesheet in
+    assert page.evaluate("getComputedStyle(document.querySelector('header.top')).display") == "flex"
     # the forged post from another site: the Strict cookie is not sent, nothing changes
     _Attacker.target = f"{console_url}/console/beliefs/b-ts/unpin"
     attacker = ThreadingHTTPServer(("127.0.0.1", 0), _Attacker)
@@ -353,12 +355,16 @@ def test_cookie_flags_and_cross_site_forms(
     finally:
         attacker.shutdown()
     assert ok(client.get("/v1/beliefs/b-ts", headers=team.h("bob")))["pinned"] is True
-    # the same post from the console's own origin but without the session's token: 403
-    forged = page.evaluate(
-        """async (url) => (await fetch(url, {method: 'POST', body: new URLSearchParams({confirmed: 'yes'})})).status""",
+    # the same post with the session's cookie but without its token: 403
+    forged = context.request.post(f"{console_url}/console/beliefs/b-ts/unpin", form={"confirmed": "yes"})
+    assert forged.status == 403
+    # and no script runs in a console page: its policy blocks even a same-origin fetch
+    blocked = page.evaluate(
+        """async (url) => { try { await fetch(url, {method: 'POST', body: new URLSearchParams({confirmed: 'yes'})});
+           return 'sent'; } catch (e) { return 'blocked'; } }""",
         f"{console_url}/console/beliefs/b-ts/unpin",
     )
-    assert forged == 403
+    assert blocked == "blocked"
     assert ok(client.get("/v1/beliefs/b-ts", headers=team.h("bob")))["pinned"] is True
     # sign-out revokes: the old cookie value no longer opens a page
     page.goto(f"{console_url}/console/")
