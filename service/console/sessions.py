@@ -64,6 +64,15 @@ class ConsoleSession:
     def csrf_ok(self, submitted: str | None) -> bool:
         return bool(submitted) and same_token(self.csrf_token, str(submitted))
 
+    def notice_mac(self, notice: str) -> str:
+        """The signature of a notice the console puts in its own redirect (``?notice=…&sig=…``),
+        keyed by this session's secret token: a notice in anyone else's link is not shown."""
+        message = b"notice\0" + notice.encode("utf-8", "surrogatepass")
+        return hmac.new(self.csrf_token.encode(), message, hashlib.sha256).hexdigest()
+
+    def notice_ok(self, notice: str, mac: str) -> bool:
+        return same_token(self.notice_mac(notice), mac)
+
 
 def same_token(expected: str, submitted: str) -> bool:
     """Constant-time comparison of a CSRF token with what a form posted. As bytes: compare_digest

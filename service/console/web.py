@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -176,10 +176,19 @@ Writer = Annotated[ConsoleUser, Depends(writer)]
 
 def page(request: Request, template: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
     user: ConsoleUser | None = getattr(request.state, "console_user", None)
+    notice = request.query_params.get("notice")
+    if not (notice and user and user.session.notice_ok(notice, request.query_params.get("sig", ""))):
+        notice = None  # only what the console itself said to this session (see :func:`redirect`)
     response = templates.TemplateResponse(
         request,
         template,
-        {"user": user, "csrf_token": user.session.csrf_token if user else "", "prefix": PREFIX, **context},
+        {
+            "user": user,
+            "csrf_token": user.session.csrf_token if user else "",
+            "prefix": PREFIX,
+            "notice": notice,
+            **context,
+        },
         status_code=status_code,
     )
     response.headers["Cache-Control"] = "no-store"
@@ -211,10 +220,15 @@ def confirmed(form: dict[str, str]) -> bool:
     return form.get("confirmed") == "yes"
 
 
-def redirect(path: str, *, notice: str | None = None) -> RedirectResponse:
+def redirect(path: str, *, notice: str | None = None, user: ConsoleUser | None = None) -> RedirectResponse:
+    """A 303 to a console page; a ``notice`` for ``user``'s next page goes with their session's
+    signature, so that a notice in a link someone else wrote is never shown as the console's."""
     url = f"{PREFIX}{path}"
     if notice:
-        url += ("&" if "?" in url else "?") + "notice=" + quote(notice)
+        if user is None:
+            raise ValueError("a notice is signed for the session it is shown to: pass its user")
+        signed = urlencode({"notice": notice, "sig": user.session.notice_mac(notice)}, quote_via=quote)
+        url += ("&" if "?" in url else "?") + signed
     return RedirectResponse(url, status_code=303)
 
 

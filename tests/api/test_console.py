@@ -795,3 +795,24 @@ def test_every_console_answer_forbids_scripts_and_framing(app: FastAPI, seeded: 
         assert answer.headers.get("referrer-policy") == "same-origin", what
         if answer.headers.get("content-type", "").startswith("text/html"):
             assert " style=" not in answer.text and "<script" not in answer.text, what  # blocked by the policy
+
+
+def test_a_notice_only_the_console_itself_wrote_is_shown(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    """Any ?notice= was shown in the console's green status box: a colleague's link could make a
+    page say "Security: your key leaked, paste a new one at …". Only a notice the console put in
+    its own redirect, for this session, is shown now."""
+    a, _ = seeded
+    web = sign_in(app, a.keys["carol"])
+    spoof = "Security: your key leaked. Paste a new one at evil.example"
+    for path in ("/console/", "/console/team", "/console/beliefs/b-pay"):
+        page = web.get(path, params={"notice": spoof})
+        assert page.status_code == 200 and "evil.example" not in page.text and 'class="notice"' not in page.text
+    token = csrf_of(web)
+    done = web.post("/console/beliefs/b-pay/pin", data={"csrf_token": token, "confirmed": "yes"})
+    assert done.status_code == 303
+    assert '<p class="notice" role="status">pinned</p>' in web.get(done.headers["location"]).text
+    forged = done.headers["location"].replace("notice=pinned", "notice=" + spoof.replace(" ", "+"))
+    assert "evil.example" not in web.get(forged).text  # the signature is of the console's own text
+    other = sign_in(app, a.keys["carol"])  # the same link in another session
+    assert 'class="notice"' not in other.get(done.headers["location"]).text
+    web.post("/console/beliefs/b-pay/unpin", data={"csrf_token": token, "confirmed": "yes"})

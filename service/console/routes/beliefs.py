@@ -99,22 +99,22 @@ def act(
     if action == "supersede":
         body = _supersede_body(form)
         _, new = beliefs.supersede(actor, belief_id, body)
-        return redirect(f"/beliefs/{new.id}", notice=f"{belief_id} superseded by {new.id}")
+        return redirect(f"/beliefs/{new.id}", notice=f"{belief_id} superseded by {new.id}", user=user)
     if action in ("pin", "unpin"):
         beliefs.set_pinned(actor, belief_id, action == "pin")
-        return redirect(f"/beliefs/{belief_id}", notice=f"{action}ned")
+        return redirect(f"/beliefs/{belief_id}", notice=f"{action}ned", user=user)
     if action == "alias":
         aliases = [a.strip() for a in form.get("aliases", "").split(",") if a.strip()]
         if not aliases:
             raise ValidationFailed("give at least one alias")
         beliefs.add_aliases(actor, belief_id, aliases)
-        return redirect(f"/beliefs/{belief_id}", notice="aliases added")
+        return redirect(f"/beliefs/{belief_id}", notice="aliases added", user=user)
     if action == "unalias":
         beliefs.remove_aliases(actor, belief_id, checked_aliases(form))
-        return redirect(f"/beliefs/{belief_id}", notice="aliases removed")
+        return redirect(f"/beliefs/{belief_id}", notice="aliases removed", user=user)
     if action == "retract":
         beliefs.retract(actor, belief_id, form.get("reason") or None)
-        return redirect(f"/beliefs/{belief_id}", notice="retracted: it will never be injected again")
+        return redirect(f"/beliefs/{belief_id}", notice="retracted: it will never be injected again", user=user)
     if action == "erase":
         receipt: ErasureReceipt = beliefs.erase(actor, belief_id, expunge=form.get("expunge") == "yes")
         return page(request, "erased.html", nav="beliefs", receipt=receipt)

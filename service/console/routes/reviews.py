@@ -141,5 +141,5 @@ def resolve(
     done = service.resolve(user.principal, review_id, cast(Action, action), choice)
     note = f"{LABELS[action]}: {done.kind.replace('_', ' ')} {review_id}"
     if done.result_belief_id:
-        return redirect(f"/beliefs/{done.result_belief_id}", notice=note)
-    return redirect("/reviews", notice=note)
+        return redirect(f"/beliefs/{done.result_belief_id}", notice=note, user=user)
+    return redirect("/reviews", notice=note, user=user)

@@ -60,7 +60,7 @@ def _grants(roles: list[Role], projects: str, teams: str) -> Grants:
 def create_user(user: Writer, form: Form, prov: ProvisioningDep) -> Response:
     grants = _grants(_roles(form, "roles") or [Role.MEMBER], form.get("projects", ""), form.get("teams", ""))
     created = prov.create_user(user.actor, user.principal.tenant_id, form.get("user_id", "").strip(), grants)
-    return redirect("/team", notice=f"user {created.user_id} created")
+    return redirect("/team", notice=f"user {created.user_id} created", user=user)
 
 
 def _grant_change(form: dict[str, str]) -> GrantChange:
@@ -112,7 +112,7 @@ def change_user(
         prov.change_grants(user.actor, tenant, user_id, change)
     else:
         prov.set_user_disabled(user.actor, tenant, user_id, action == "disable")
-    return redirect("/team", notice=f"{user_id}: {action} done")
+    return redirect("/team", notice=f"{user_id}: {action} done", user=user)
 
 
 @router.post("/keys")
@@ -145,4 +145,4 @@ def revoke_key(request: Request, key_id: KeyId, user: Writer, form: Form, prov: 
             nav="team",
         )
     revoked = prov.revoke_key(user.actor, key_id)
-    return redirect("/team", notice=f"key {revoked.key_id} of {revoked.user_id} revoked")
+    return redirect("/team", notice=f"key {revoked.key_id} of {revoked.user_id} revoked", user=user)

@@ -39,4 +39,4 @@ def view(user: CurrentUser, form: Form, prov: ProvisioningDep, services: Service
     home = user.identity.principal
     prov.acting_admin(home, tenant_id)  # 404 for a tenant that does not exist
     session_store(services).view_tenant(user.session, None if tenant_id == home.tenant_id else tenant_id)
-    return redirect("/", notice=f"now showing tenant {tenant_id}")
+    return redirect("/", notice=f"now showing tenant {tenant_id}", user=user)
