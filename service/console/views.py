@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from service.beliefs.api_service import BeliefService
+from service.beliefs.lifecycle import merge_aliases
 from service.console.web import ConsoleUser
 from service.domain import scopes as scope_rules
-from service.domain.belief import Belief, BeliefType, ChangeLogEntry, Lifecycle
+from service.domain.belief import MAX_ALIASES, Belief, BeliefType, ChangeLogEntry, Lifecycle, normalize_aliases
 from service.errors import NotFound, ValidationFailed
 from service.storage.beliefs import ListFilter
 
@@ -91,7 +92,9 @@ def verdict(action: str, belief: Belief, form: dict[str, str]) -> str:
     if action == "unpin":
         return f"Unpin '{name}': it is injected only when a message names it."
     if action == "alias":
-        return f"Add the aliases {split_list(form.get('aliases', ''))} to '{name}'."
+        _, left_out = merge_aliases(belief.aliases, split_list(form.get("aliases", "")))
+        cap = f" {left_out} would not be added: a belief has at most {MAX_ALIASES} aliases." if left_out else ""
+        return f"Add the aliases {split_list(form.get('aliases', ''))} to '{name}'.{cap}"
     if action == "unalias":
         return (
             f"Remove the aliases {checked_aliases(form)} from '{name}': recall stops finding it by those names "
@@ -106,6 +109,17 @@ def verdict(action: str, belief: Belief, form: dict[str, str]) -> str:
             f"in the audit trail and the tenant's cached renderings. This cannot be undone.{expunge}"
         )
     return action
+
+
+def aliases_outcome(before: Belief, after: Belief, asked: list[str]) -> str:
+    """What adding ``asked`` did: the aliases added, and those the cap left out (the service drops
+    them with a note in the change log, not an error)."""
+    added = [a for a in after.aliases if a not in before.aliases]
+    left_out = [a for a in normalize_aliases(asked, cap=None) if a not in after.aliases]
+    said = f"aliases added: {', '.join(added)}" if added else "no alias added (each was one already)"
+    if left_out:
+        said += f"; not added (at most {MAX_ALIASES} aliases): {', '.join(left_out)}"
+    return said
 
 
 def day_label(when: datetime) -> str:

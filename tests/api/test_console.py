@@ -816,3 +816,25 @@ def test_a_notice_only_the_console_itself_wrote_is_shown(app: FastAPI, seeded: t
     other = sign_in(app, a.keys["carol"])  # the same link in another session
     assert 'class="notice"' not in other.get(done.headers["location"]).text
     web.post("/console/beliefs/b-pay/unpin", data={"csrf_token": token, "confirmed": "yes"})
+
+
+def test_aliases_left_out_for_the_cap_are_named_not_reported_as_added(
+    app: FastAPI, client: TestClient, operator: dict[str, str]
+) -> None:
+    """With 24 aliases, adding three kept one and dropped two for the cap of 25, and the console
+    said "aliases added" at both steps: the admin believed recall would find the belief by all three."""
+    team = make_team(client, operator)
+    body = belief_body("payment_provider", "project:pay", id="b-full", aliases=[f"name {i}" for i in range(24)])
+    ok(client.post("/v1/beliefs", json=body, headers=team.h("bob")), 201)
+    web = sign_in(app, team.keys["carol"])
+    form = {"csrf_token": csrf_of(web), "aliases": "name 3, psp, adyen, card processor"}
+    confirm = web.post("/console/beliefs/b-full/alias", data=form)
+    assert confirm.status_code == 200
+    assert "would not be added" in confirm.text and "&#39;adyen&#39;, &#39;card processor&#39;" in confirm.text
+    done = web.post("/console/beliefs/b-full/alias", data={**form, "confirmed": "yes"})
+    assert done.status_code == 303
+    notice = web.get(done.headers["location"]).text
+    assert "aliases added: psp" in notice and "not added (at most 25 aliases): adyen, card processor" in notice
+    assert ok(client.get("/v1/beliefs/b-full", headers=team.h("bob")))["aliases"][-1] == "psp"
+    again = web.post("/console/beliefs/b-full/alias", data={**form, "aliases": "psp", "confirmed": "yes"})
+    assert "no alias added" in web.get(again.headers["location"]).text

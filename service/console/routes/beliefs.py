@@ -10,7 +10,15 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from service.api.deps import BeliefsDep
 from service.beliefs.api_service import ErasureReceipt, SupersedeIn
-from service.console.views import belief_actions, change_log_rows, checked_aliases, parse_list_filter, verdict
+from service.console.views import (
+    aliases_outcome,
+    belief_actions,
+    change_log_rows,
+    checked_aliases,
+    parse_list_filter,
+    split_list,
+    verdict,
+)
 from service.console.web import PREFIX, ConsoleRoute, CurrentUser, Form, Writer, confirm, confirmed, page, redirect
 from service.domain.belief import ID_RE, BeliefType, Lifecycle
 from service.errors import NotFound, ValidationFailed
@@ -104,11 +112,11 @@ def act(
         beliefs.set_pinned(actor, belief_id, action == "pin")
         return redirect(f"/beliefs/{belief_id}", notice=f"{action}ned", user=user)
     if action == "alias":
-        aliases = [a.strip() for a in form.get("aliases", "").split(",") if a.strip()]
+        aliases = split_list(form.get("aliases", ""))
         if not aliases:
             raise ValidationFailed("give at least one alias")
-        beliefs.add_aliases(actor, belief_id, aliases)
-        return redirect(f"/beliefs/{belief_id}", notice="aliases added", user=user)
+        updated = beliefs.add_aliases(actor, belief_id, aliases)
+        return redirect(f"/beliefs/{belief_id}", notice=aliases_outcome(target, updated, aliases), user=user)
     if action == "unalias":
         beliefs.remove_aliases(actor, belief_id, checked_aliases(form))
         return redirect(f"/beliefs/{belief_id}", notice="aliases removed", user=user)
