@@ -838,3 +838,20 @@ def test_aliases_left_out_for_the_cap_are_named_not_reported_as_added(
     assert ok(client.get("/v1/beliefs/b-full", headers=team.h("bob")))["aliases"][-1] == "psp"
     again = web.post("/console/beliefs/b-full/alias", data={**form, "aliases": "psp", "confirmed": "yes"})
     assert "no alias added" in web.get(again.headers["location"]).text
+
+
+def test_either_of_two_open_sign_in_forms_signs_in(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    """Every sign-in page replaced the double-submit cookie: with two tabs sent to the sign-in page
+    (a session that ended under both), signing in from the first answered 403 "the sign-in form
+    expired". The browser's own token is kept; one another browser posts is still refused."""
+    a, _ = seeded
+    web = browser(app)
+    first = LOGIN_RE.search(web.get("/console/login").text)
+    second = LOGIN_RE.search(web.get("/console/beliefs", follow_redirects=True).text)
+    assert first and second
+    done = web.post("/console/login", data={"credential": a.keys["carol"], "login_csrf": first.group(1)})
+    assert done.status_code == 303 and COOKIE in done.cookies
+    elsewhere = browser(app)
+    assert LOGIN_RE.search(elsewhere.get("/console/login").text)
+    forged = elsewhere.post("/console/login", data={"credential": a.keys["carol"], "login_csrf": second.group(1)})
+    assert forged.status_code == 403

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Annotated
 
@@ -28,12 +29,15 @@ from service.recall.audit_trail import AuditTrail
 from service.storage.turns import TurnStore
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+LOGIN_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{43}")  # what secrets.token_urlsafe(32) makes
 
 
 def _login_page(
     request: Request, services: ServicesDep, *, next_: str, error: str | None, status_code: int
 ) -> Response:
-    token = secrets.token_urlsafe(32)
+    # The browser's token while it lasts: a second sign-in page (another tab) must not void the first.
+    kept = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    token = kept if LOGIN_TOKEN_RE.fullmatch(kept) else secrets.token_urlsafe(32)
     response = page(request, "login.html", status_code=status_code, login_csrf=token, next=next_, error=error)
     # Double-submit token for the one form posted before a session exists (login CSRF).
     response.set_cookie(
