@@ -267,6 +267,10 @@ class ConsoleRoute(APIRoute):
             try:
                 return await handler(request)
             except LoginRequired:
+                if request.url.path == f"{PREFIX}/logout":  # signed out already (another tab, the idle timeout)
+                    gone = redirect("/login")
+                    gone.delete_cookie(COOKIE, path=PREFIX)
+                    return gone
                 if request.method in ("GET", "HEAD"):
                     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                     return RedirectResponse(f"{PREFIX}/login?next={quote(target)}", status_code=303)

@@ -855,3 +855,15 @@ def test_either_of_two_open_sign_in_forms_signs_in(app: FastAPI, seeded: tuple[T
     assert LOGIN_RE.search(elsewhere.get("/console/login").text)
     forged = elsewhere.post("/console/login", data={"credential": a.keys["carol"], "login_csrf": second.group(1)})
     assert forged.status_code == 403
+
+
+def test_signing_out_of_an_ended_session_goes_to_the_sign_in_page(app: FastAPI, seeded: tuple[Team, Team]) -> None:
+    """Signed out in one tab, "Sign out" in another (or after the idle timeout) showed the error
+    page "unauthenticated: sign in again" instead of the sign-in page."""
+    a, _ = seeded
+    web = sign_in(app, a.keys["bob"])
+    token = csrf_of(web)
+    assert web.post("/console/logout", data={"csrf_token": token}).status_code == 303
+    again = web.post("/console/logout", data={"csrf_token": token})  # the other tab's stale page
+    assert again.status_code == 303 and again.headers["location"] == "/console/login"
+    assert web.post("/console/beliefs/b-pay/pin", data={"csrf_token": token}).status_code == 401  # other forms: still
