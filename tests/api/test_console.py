@@ -867,3 +867,33 @@ def test_signing_out_of_an_ended_session_goes_to_the_sign_in_page(app: FastAPI, 
     again = web.post("/console/logout", data={"csrf_token": token})  # the other tab's stale page
     assert again.status_code == 303 and again.headers["location"] == "/console/login"
     assert web.post("/console/beliefs/b-pay/pin", data={"csrf_token": token}).status_code == 401  # other forms: still
+
+
+def test_a_review_queue_longer_than_a_page_says_so(
+    app: FastAPI, client: TestClient, operator: dict[str, str], services: Services
+) -> None:
+    """The queue showed the newest 100 items and nothing more, with no word that older ones exist:
+    an admin who cleared the page believed the queue was empty while the oldest waited unseen."""
+    team = make_team(client, operator)
+    ok(
+        client.post(
+            "/v1/beliefs", json=belief_body("payment_provider", "project:pay", id="b-psp"), headers=team.h("alice")
+        ),
+        201,
+    )
+    reviews = ReviewStore(services.opensearch, services.settings.opensearch_namespace)
+    for n in range(101):
+        item = ReviewItem(
+            tenant_id=team.tenant, review_id=f"rv-{n:03d}", kind="conflict", owner_id="alice", scope=["project:pay"],
+            belief_id="b-psp", canonical_name="payment_provider", reason="contradicts", proposed={"content": f"v{n}"},
+        )  # fmt: skip
+        assert reviews.create(item)
+    services.opensearch.indices.refresh(index=f"{services.settings.opensearch_namespace}-reviews")
+    web = sign_in(app, team.keys["carol"])
+    full = web.get("/console/reviews")
+    assert full.status_code == 200 and full.text.count('class="card review"') == 100
+    assert "Only the newest 100 open items are listed" in full.text
+    web.post("/console/reviews/rv-100", data={"csrf_token": csrf_of(web), "action": "dismiss", "confirmed": "yes"})
+    services.opensearch.indices.refresh(index=f"{services.settings.opensearch_namespace}-reviews")
+    cleared = web.get("/console/reviews")
+    assert cleared.text.count('class="card review"') == 100 and "Only the newest" not in cleared.text

@@ -31,6 +31,7 @@ from service.storage.reviews import ReviewItem, ReviewStatus
 
 router = APIRouter(prefix=f"{PREFIX}/reviews", route_class=ConsoleRoute, include_in_schema=False)
 
+QUEUE_SIZE = 100  # items listed, newest first
 ReviewId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_.:-]{1,200}$")]
 # The console's words for the service's actions.
 LABELS: dict[str, str] = {
@@ -65,7 +66,8 @@ def queue(
     status: Annotated[ReviewStatus, Query()] = "open",
 ) -> Response:
     service = review_service(services)
-    items = service.reviews.list(user.principal, status=status, tenant_wide=True, size=100)
+    listed = service.reviews.list(user.principal, status=status, tenant_wide=True, size=QUEUE_SIZE + 1)
+    items, truncated = listed[:QUEUE_SIZE], len(listed) > QUEUE_SIZE  # one more: are there older ones?
     existing: dict[str, Belief | None] = {}
     for item in items:
         if item.belief_id and item.belief_id not in existing:
@@ -80,6 +82,8 @@ def queue(
         items=items,
         existing=existing,
         status=status,
+        truncated=truncated,
+        queue_size=QUEUE_SIZE,
         allowed=ALLOWED,
         labels=LABELS,
     )
