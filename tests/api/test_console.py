@@ -897,3 +897,31 @@ def test_a_review_queue_longer_than_a_page_says_so(
     services.opensearch.indices.refresh(index=f"{services.settings.opensearch_namespace}-reviews")
     cleared = web.get("/console/reviews")
     assert cleared.text.count('class="card review"') == 100 and "Only the newest" not in cleared.text
+
+
+def test_a_re_run_link_for_a_user_past_the_pickers_page_previews_as_that_user(
+    app: FastAPI, seeded: tuple[Team, Team], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The picker lists a tenant's first page of users; a link naming a later one preselected the
+    browser's first option instead, so the preview ran as somebody else."""
+    from service.console.routes import recall as playground
+
+    monkeypatch.setattr(playground, "USER_CHOICES", 1)
+    a, _ = seeded
+    web = sign_in(app, a.keys["carol"])
+    listed = web.get("/console/recall")
+    assert listed.status_code == 200
+    first = re.findall(r'<option value="([^"]+)"', listed.text)
+    assert len(first) <= 2  # the first page's user, and carol herself (the chosen one)
+    later = next(u for u in ("alice", "bob", "carol") if u not in first)
+    linked = web.get("/console/recall", params={"as_user": later, "message": "pay provider"})
+    assert linked.status_code == 200
+    assert re.search(rf'<option value="{later}" selected>', linked.text), linked.text
+    token = CSRF_RE.search(linked.text)
+    assert token
+    shown = web.post("/console/recall", data={"csrf_token": token.group(1), "as_user": later, "message": "x"})
+    assert re.search(rf'<option value="{later}" selected>', shown.text)
+    assert web.get("/console/recall", params={"as_user": "nobody"}).status_code == 404
+    member = sign_in(app, a.keys["bob"])
+    assert member.get("/console/recall", params={"as_user": "alice"}).status_code == 403
+    assert member.get("/console/recall", params={"as_user": "bob"}).status_code == 200

@@ -21,13 +21,18 @@ from service.recall.context import RecallBudget
 
 router = APIRouter(prefix=f"{PREFIX}/recall", route_class=ConsoleRoute, include_in_schema=False)
 MAX_MESSAGE = 20_000
+USER_CHOICES = 500  # users the picker lists (a tenant's first page of them)
 
 
-def _users(user: CurrentUser, prov: ProvisioningService) -> list[str]:
+def _users(user: CurrentUser, prov: ProvisioningService, chosen: str) -> list[str]:
+    """The picker's users, the chosen one always among them: a browser preselects the first option
+    of a select whose value is missing, so a re-run link for a user past the first page would
+    otherwise preview as someone else."""
     if not user.is_admin:
         return [user.principal.user_id]
-    users, _ = prov.list_users(user.actor, user.principal.tenant_id, size=500)
-    return [u.user_id for u in users]
+    users, _ = prov.list_users(user.actor, user.principal.tenant_id, size=USER_CHOICES)
+    listed = [u.user_id for u in users]
+    return listed if chosen in listed else [*listed, chosen]
 
 
 @router.get("")
@@ -39,8 +44,9 @@ def playground(
     scopes: Annotated[str, Query(max_length=2000)] = "",
     message: Annotated[str, Query(max_length=MAX_MESSAGE)] = "",
 ) -> Response:
-    form = {"as_user": as_user or user.principal.user_id, "scopes": scopes, "message": message, "min_score": ""}
-    return page(request, "recall.html", nav="recall", users=_users(user, prov), form=form, done=None)
+    chosen = _as_principal(user, prov, as_user.strip()).user_id  # 404 for no such user, 403 for a member
+    form = {"as_user": chosen, "scopes": scopes, "message": message, "min_score": ""}
+    return page(request, "recall.html", nav="recall", users=_users(user, prov, chosen), form=form, done=None)
 
 
 def _as_principal(user: CurrentUser, prov: ProvisioningService, as_user: str) -> Principal:
@@ -85,5 +91,11 @@ def run(request: Request, user: CurrentUser, form: Form, service: RecallDep, pro
     }
     threshold = f"{min_score if min_score is not None else service.builder.defaults.min_score:g}"
     return page(
-        request, "recall.html", nav="recall", users=_users(user, prov), form=shown, done=done, threshold=threshold
+        request,
+        "recall.html",
+        nav="recall",
+        users=_users(user, prov, as_principal.user_id),
+        form=shown,
+        done=done,
+        threshold=threshold,
     )
