@@ -707,8 +707,8 @@ class BeliefLifecycle:
         dropped for the cap; the change log and the audit trail record only a change that added or
         dropped something. ``keep_removed_out`` (the memory loop) leaves out aliases a person
         took back (:meth:`Belief.removed_aliases`); a person adding one again is not refused."""
-        if not aliases:
-            raise ValidationFailed("no aliases given")
+        if not normalize_aliases(aliases, cap=None):
+            raise ValidationFailed("no aliases given (an alias needs visible text)")
         added: list[str] = []
         dropped: list[str] = []
 

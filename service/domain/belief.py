@@ -144,8 +144,10 @@ def normalize_relation_type(value: str | None) -> str | None:
 def normalize_alias(value: str) -> str:
     """Aliases are NFKC-normalised, lower-cased, trimmed and whitespace-collapsed; punctuation is
     kept because the analyzers turn ``react.js`` or ``allkeys-lru`` into their word forms
-    themselves. CJK aliases are kept as written (``セッションストア``)."""
-    return " ".join(unicodedata.normalize("NFKC", value).lower().split())
+    themselves. CJK aliases are kept as written (``セッションストア``). Control, bidi-override and
+    marker sequences go first (:func:`visible_text`), on every path that adds an alias: a NUL alias
+    used to be stored through the alias routes, which do not rebuild the model."""
+    return " ".join(unicodedata.normalize("NFKC", visible_text(value)).lower().split())
 
 
 def normalize_aliases(values: list[str], *, cap: int | None = MAX_ALIASES) -> list[str]:

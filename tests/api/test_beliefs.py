@@ -174,6 +174,25 @@ def test_reinforce_pin_aliases_retract(client: TestClient, team: Team) -> None:
     assert client.post("/v1/beliefs/b-tabs/aliases", json={"aliases": []}, headers=team.h("alice")).status_code == 422
 
 
+def test_an_alias_of_control_characters_only_is_refused_and_none_is_stored(client: TestClient, team: Team) -> None:
+    """The alias routes merge into a stored belief without rebuilding the model, so a NUL alias
+    was stored (and the same on reinforce) while a created belief's aliases were cleaned."""
+    _create(client, team, "alice", "ctl_style", id="b-ctl")
+    refused = client.post(
+        "/v1/beliefs/b-ctl/aliases", json={"aliases": ["\x00", "\u202e\x1b[2J"]}, headers=team.h("alice")
+    )
+    assert refused.status_code == 422, refused.text
+    mixed = ok(
+        client.post(
+            "/v1/beliefs/b-ctl/aliases", json={"aliases": ["\x00", "tab\x00s \u202eway"]}, headers=team.h("alice")
+        )
+    )
+    reinforced = ok(client.post("/v1/beliefs/b-ctl/reinforce", json={"aliases": ["\x07"]}, headers=team.h("alice")))
+    for aliases in (mixed["aliases"], reinforced["aliases"]):
+        assert "tabs way" in aliases
+        assert all(a and a.isprintable() for a in aliases), aliases
+
+
 def test_resolve_open_question(client: TestClient, team: Team) -> None:
     _create(client, team, "alice", "which_queue", id="b-q", type="open_question", pinned=True)
     _create(client, team, "alice", "use_celery", id="b-a", type="decision")
