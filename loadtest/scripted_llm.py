@@ -47,6 +47,10 @@ class Reply:
     # count from the first occurrence of ``cuts_from`` in the body when it is given
     byte_cuts: list[int] | None = None
     cuts_from: bytes | None = None
+    # a stream of exactly these events instead of the generated ones (OpenAI: then ``[DONE]``
+    # unless ``done`` is false; Anthropic: each with its ``event:`` line)
+    events: list[dict[str, Any]] | None = None
+    done: bool = True
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -137,14 +141,18 @@ class ScriptedLLM:
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                pieces = _pieces(reply.content, reply.chunk_sizes)
-                last = pieces.pop() if reply.finish_with_last and pieces else None
-                events = [_event(_delta(request, piece)) for piece in pieces]
-                events.append(_event(_delta(request, last, finish="stop")))
+                if reply.events is not None:
+                    events = [_event(event) for event in reply.events]
+                else:
+                    pieces = _pieces(reply.content, reply.chunk_sizes)
+                    last = pieces.pop() if reply.finish_with_last and pieces else None
+                    events = [_event(_delta(request, piece)) for piece in pieces]
+                    events.append(_event(_delta(request, last, finish="stop")))
                 if reply.usage_chunk:
                     usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
                     events.append(_event({**_delta(request, None), "choices": [], "usage": usage}))
-                events.append(b"data: [DONE]\n\n")
+                if reply.done:
+                    events.append(b"data: [DONE]\n\n")
                 self._send_body(events, reply)
 
             def _anthropic(self, request: dict[str, Any], reply: Reply) -> None:
@@ -158,7 +166,7 @@ class ScriptedLLM:
                     self.end_headers()
                     events = [
                         f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
-                        for event in _anthropic_events(request, reply)
+                        for event in (reply.events if reply.events is not None else _anthropic_events(request, reply))
                     ]
                     self._send_body(events, reply)
                 else:

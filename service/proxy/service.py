@@ -481,8 +481,7 @@ class ChatProxy(ProxyTurns):
         return self._relay(ctx, response)
 
     async def _relay(self, ctx: TurnContext, response: Any) -> AsyncIterator[bytes]:
-        stripper = StreamStripper()
-        held: list[dict[str, Any]] = []
+        relay = _ChoiceRelay()
         template: dict[str, Any] = {
             "id": "chatcmpl-tenure",
             "object": "chat.completion.chunk",
@@ -491,21 +490,9 @@ class ChatProxy(ProxyTurns):
         try:
             async for event in Upstream.events(response):
                 template = {k: event[k] for k in ("id", "object", "created", "model") if k in event} or template
-                choices = event.get("choices") or []
-                if not choices:  # usage or other trailer events: after the visible text
-                    held.append(event)
-                    continue
-                choice = choices[0] if isinstance(choices[0], dict) else {}
-                delta = choice.get("delta") or {}
-                piece = delta.get("content") if isinstance(delta, dict) else None
-                if isinstance(piece, str):
-                    visible = stripper.feed(piece)
-                    if visible:
-                        yield _sse(_content_chunk(event, visible))
-                if choice.get("finish_reason") is not None:
-                    held.append(event)  # the finish comes after the held-back tail
-                elif piece is None and not stripper.marker_seen:
-                    yield _sse(event)  # role-only or tool-call deltas
+                out = relay.feed(event)
+                if out is not None:
+                    yield _sse(out)
         except Exception as exc:  # upstream broke off mid-stream
             log.warning("upstream stream failed: %s", exc)
             error = UpstreamFailure(f"the upstream stream broke off: {type(exc).__name__}", status=502)
@@ -514,20 +501,64 @@ class ChatProxy(ProxyTurns):
             return
         finally:
             await response.aclose()
-        tail = stripper.finish()
-        if tail:
-            yield _sse(_content_chunk(template | {"choices": [{"index": 0, "delta": {}}]}, tail))
-        for event in held:
-            for choice in event.get("choices") or []:
-                if isinstance(choice, dict) and isinstance(choice.get("delta"), dict):
-                    choice["delta"].pop("content", None)
+        for index, tail in relay.tails():
+            yield _sse(_content_chunk(template | {"choices": [{"index": index, "delta": {}}]}, tail))
+        for event in relay.held:
             yield _sse(event)
-        split = split_sidecar(stripper.full_text, ctx.injected_texts())
+        split = split_sidecar(relay.first_text(), ctx.injected_texts())
         recorded = await run_in_threadpool(
             self.finish, ctx, assistant=split.visible, raw=split.raw, status=split.status
         )
         yield _sse({**template, "choices": [], "tenure": ctx.tenure(split.status.value, recorded)})
         yield b"data: [DONE]\n\n"
+
+
+@dataclass
+class _ChoiceRelay:
+    """One OpenAI stream, chunk by chunk, with a :class:`StreamStripper` per choice (``n`` > 1
+    interleaves the choices' chunks: one stripper over all of them saw markers cut apart by
+    another choice's text and let them through). A choice's ``finish_reason`` is held, with
+    trailers (usage), until the held-back tails are out."""
+
+    strippers: dict[int, StreamStripper] = field(default_factory=dict)
+    held: list[dict[str, Any]] = field(default_factory=list)
+
+    def first_text(self) -> str:
+        """The first choice's whole text, for the turn record."""
+        return self.strippers[min(self.strippers)].full_text if self.strippers else ""
+
+    def tails(self) -> list[tuple[int, str]]:
+        return [(i, tail) for i in sorted(self.strippers) if (tail := self.strippers[i].finish())]
+
+    def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """The event to forward now, if any."""
+        choices = event.get("choices") or []
+        if not isinstance(choices, list) or not choices:  # usage or other trailers: after the text
+            self.held.append(event)
+            return None
+        now: list[dict[str, Any]] = []
+        finished: list[dict[str, Any]] = []
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            index = choice.get("index")
+            stripper = self.strippers.setdefault(index if isinstance(index, int) else 0, StreamStripper())
+            raw_delta = choice.get("delta")
+            delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
+            piece = delta.get("content")
+            if isinstance(piece, str):
+                visible = stripper.feed(piece)
+                if visible:
+                    now.append({**choice, "delta": {**delta, "content": visible}, "finish_reason": None})
+                if choice.get("finish_reason") is not None:
+                    finished.append({**choice, "delta": {k: v for k, v in delta.items() if k != "content"}})
+            elif choice.get("finish_reason") is not None:
+                finished.append(choice)  # the finish comes after the held-back tail
+            elif not stripper.marker_seen:
+                now.append(choice)  # role-only or tool-call deltas
+        if finished:
+            self.held.append({**event, "choices": finished})
+        return {**event, "choices": now} if now else None
 
 
 def _content_chunk(event: dict[str, Any], text: str) -> dict[str, Any]:

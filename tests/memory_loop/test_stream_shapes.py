@@ -1,0 +1,63 @@
+"""Streams shaped as real providers send them, through ``/v1/chat/completions`` and
+``/v1/messages``: several choices interleaved (``n`` > 1), the role chunk that opens an OpenAI
+stream, and streams that end before the answer is complete. The client must never see any part
+of a sidecar, must get every field the upstream sent for the visible answer, and must be told when
+the answer was cut short."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from loadtest.scripted_llm import Reply, ScriptedLLM
+from tests.api.conftest import Team
+from tests.memory_loop.conftest import sidecar
+
+LEAKS = ("<<<", ">>>", "SIDECAR", "turn_signal", "entity_updates")
+BLOCK = sidecar(entity_updates=[{"canonical_name": "redis_cache", "new_aliases": ["lru"]}])
+
+
+def chunk(delta: dict[str, Any], index: int = 0, finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-shapes",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def openai_stream(api: TestClient, crew: Team, llm: ScriptedLLM, reply: Reply, **body: Any) -> tuple[str, list[Any]]:
+    """(raw response, its JSON events) of one streamed chat completion."""
+    llm.script(reply)
+    request = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "eviction?"}], **body}
+    response = api.post("/v1/chat/completions", json=request, headers=crew.h("alice"))
+    assert response.status_code == 200, response.text
+    return response.text, [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+
+
+def texts_by_choice(events: list[Any]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for event in events:
+        for choice in event.get("choices") or []:
+            out[choice["index"]] = out.get(choice["index"], "") + (choice["delta"].get("content") or "")
+    return out
+
+
+def test_interleaved_choices_each_lose_their_own_sidecar(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    """``n=2``: the upstream interleaves the two choices' chunks, every marker cut across them."""
+    answers = {0: "Alpha: use allkeys-lru.", 1: "Beta: volatile-lru keeps keys."}
+    replies = {i: text + BLOCK for i, text in answers.items()}
+    for size in (1, 3, 5, 7):
+        events = []
+        for at in range(0, max(len(r) for r in replies.values()), size):
+            events += [chunk({"content": r[at : at + size]}, i) for i, r in replies.items() if r[at : at + size]]
+        events += [chunk({}, 0, "stop"), chunk({}, 1, "stop")]
+        raw, out = openai_stream(api, crew, llm, Reply(events=events), n=2)
+        assert texts_by_choice(out) == answers, size
+        assert [fragment for fragment in LEAKS if fragment in raw] == [], size
+        finishes = [c["index"] for e in out for c in e.get("choices") or [] if c.get("finish_reason")]
+        assert sorted(finishes) == [0, 1]
+        assert out[-1]["tenure"]["parse_status"] == "parsed"
