@@ -548,10 +548,14 @@ class _ChoiceRelay:
             piece = delta.get("content")
             if isinstance(piece, str):
                 visible = stripper.feed(piece)
-                if visible:
-                    now.append({**choice, "delta": {**delta, "content": visible}, "finish_reason": None})
+                rest = {k: v for k, v in delta.items() if k != "content"}  # role, tool calls, refusal
                 if choice.get("finish_reason") is not None:
-                    finished.append({**choice, "delta": {k: v for k, v in delta.items() if k != "content"}})
+                    if visible:
+                        now.append({**choice, "delta": {"content": visible}, "finish_reason": None})
+                    finished.append({**choice, "delta": rest})
+                elif visible or (rest and not stripper.marker_seen):
+                    # the opening chunk ({"role": "assistant", "content": ""}) goes out as it came
+                    now.append({**choice, "delta": {**rest, "content": visible}})
             elif choice.get("finish_reason") is not None:
                 finished.append(choice)  # the finish comes after the held-back tail
             elif not stripper.marker_seen:

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from fastapi.testclient import TestClient
+from tenure_client import Tenure
 
 from loadtest.scripted_llm import Reply, ScriptedLLM
 from tests.api.conftest import Team
@@ -61,3 +62,33 @@ def test_interleaved_choices_each_lose_their_own_sidecar(api: TestClient, crew: 
         finishes = [c["index"] for e in out for c in e.get("choices") or [] if c.get("finish_reason")]
         assert sorted(finishes) == [0, 1]
         assert out[-1]["tenure"]["parse_status"] == "parsed"
+
+
+def test_the_opening_role_chunk_reaches_the_client(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    """OpenAI opens every stream with ``{"role": "assistant", "content": ""}``: dropped, the SDK's
+    accumulated message had ``role=None`` and sending it back in the next request was refused."""
+    answer = "Use allkeys-lru."
+    pieces = [answer[:4], answer[4:], BLOCK[:9], BLOCK[9:]]
+    events = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": p}) for p in pieces)]
+    reply = Reply(events=[*events, chunk({}, finish="stop")])
+    raw, out = openai_stream(api, crew, llm, reply)
+    assert out[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert texts_by_choice(out) == {0: answer}
+    assert [fragment for fragment in LEAKS if fragment in raw] == []
+
+    llm.script(reply)
+    client = Tenure("http://testserver", crew.keys["alice"]).openai(http_client=api, max_retries=0)
+    with client.chat.completions.stream(model="gpt-4o", messages=[{"role": "user", "content": "eviction?"}]) as s:
+        message = s.get_final_completion().choices[0].message
+    assert (message.role, message.content) == ("assistant", answer)
+
+
+def test_a_tool_call_beside_held_back_text_is_not_lost(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    """A delta carrying a tool call beside text the stripper holds back (it could begin a marker)."""
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    events = [chunk({"role": "assistant", "content": "Checking <<"}), chunk({"content": "", "tool_calls": [call]})]
+    _, out = openai_stream(api, crew, llm, Reply(events=[*events, chunk({}, finish="tool_calls")]))
+    calls = [c["delta"]["tool_calls"] for e in out for c in e.get("choices") or [] if "tool_calls" in c["delta"]]
+    assert calls == [[call]]
+    assert texts_by_choice(out) == {0: "Checking <<"}
+    assert [c["finish_reason"] for e in out for c in e.get("choices") or [] if c.get("finish_reason")] == ["tool_calls"]
