@@ -24,7 +24,7 @@ from service.auth.actor import Actor
 from service.extraction.sidecar import BEGIN, StreamStripper, split_sidecar
 from service.proxy.prompt import system_prompt_parts
 from service.proxy.service import ProxyTurns, TurnContext, session_and_scope_of, text_of
-from service.proxy.upstream import Target, Upstream, UpstreamFailure
+from service.proxy.upstream import Target, Upstream, UpstreamFailure, ended_early, stream_failure
 
 log = logging.getLogger("tenure.proxy")
 API = "anthropic"
@@ -151,9 +151,11 @@ class MessagesProxy(ProxyTurns):
                     return
                 for out in relay.feed(event):
                     yield _sse(out)
+            if not relay.held:  # neither message_delta nor message_stop: cut short
+                raise ended_early()
         except Exception as exc:  # upstream broke off mid-stream
             log.warning("upstream stream failed: %s", exc)
-            error = UpstreamFailure(f"the upstream stream broke off: {type(exc).__name__}", status=502)
+            error = stream_failure(exc)
             yield _sse(anthropic_error_event(error.code.value, error.message))
             return
         finally:

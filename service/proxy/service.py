@@ -37,7 +37,7 @@ from service.extraction.sidecar import ParseStatus, StreamStripper, split_sideca
 from service.lean_redis import EventLoopRedis
 from service.loops import LoopBound
 from service.proxy.prompt import build_system_prompt
-from service.proxy.upstream import Upstream, UpstreamFailure
+from service.proxy.upstream import Upstream, ended_early, stream_failure
 from service.recall.context import RecallResult
 from service.recall.render import InjectionBlock
 from service.recall.service import RecallService
@@ -493,9 +493,11 @@ class ChatProxy(ProxyTurns):
                 out = relay.feed(event)
                 if out is not None:
                     yield _sse(out)
+            if not relay.finished:
+                raise ended_early()
         except Exception as exc:  # upstream broke off mid-stream
             log.warning("upstream stream failed: %s", exc)
-            error = UpstreamFailure(f"the upstream stream broke off: {type(exc).__name__}", status=502)
+            error = stream_failure(exc)
             yield _sse({"error": openai_error_body(error.code.value, error.message, "upstream_error")})
             yield b"data: [DONE]\n\n"
             return
@@ -522,6 +524,7 @@ class _ChoiceRelay:
 
     strippers: dict[int, StreamStripper] = field(default_factory=dict)
     held: list[dict[str, Any]] = field(default_factory=list)
+    finished: bool = False  # a choice's finish_reason came: the stream did not just stop
 
     def first_text(self) -> str:
         """The first choice's whole text, for the turn record."""
@@ -561,6 +564,7 @@ class _ChoiceRelay:
             elif not stripper.marker_seen:
                 now.append(choice)  # role-only or tool-call deltas
         if finished:
+            self.finished = True
             self.held.append({**event, "choices": finished})
         return {**event, "choices": now} if now else None
 

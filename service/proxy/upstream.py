@@ -64,6 +64,20 @@ def failure_for(response: httpx2.Response) -> UpstreamFailure:
     return UpstreamFailure(message, status=502)
 
 
+def stream_failure(exc: Exception) -> UpstreamFailure:
+    """What a relay reports in-stream when the upstream's answer stopped before its end: the
+    transport or parser error, or a stream that simply ended too soon (:func:`ended_early`)."""
+    if isinstance(exc, UpstreamFailure):
+        return exc
+    return UpstreamFailure(f"the upstream stream broke off: {type(exc).__name__}", status=502)
+
+
+def ended_early() -> UpstreamFailure:
+    """A stream that closed without its end (no ``finish_reason``, no ``message_stop``): the
+    answer is cut short, which the client must be told rather than shown as complete."""
+    return UpstreamFailure("the upstream stream ended before the answer was complete", status=502)
+
+
 def not_configured(setting: str, tenant_field: str, kind: str) -> UpstreamFailure:
     """A deployment that has not chosen its model provider yet: the service is not ready to chat
     (503), which is neither the caller's mistake nor a broken provider (502)."""

@@ -92,3 +92,37 @@ def test_a_tool_call_beside_held_back_text_is_not_lost(api: TestClient, crew: Te
     assert calls == [[call]]
     assert texts_by_choice(out) == {0: "Checking <<"}
     assert [c["finish_reason"] for e in out for c in e.get("choices") or [] if c.get("finish_reason")] == ["tool_calls"]
+
+
+def test_a_chat_stream_that_stops_mid_answer_ends_in_an_error(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    """The upstream closes the stream cleanly but mid-answer (no finish_reason, no ``[DONE]``):
+    the client used to get ``[DONE]`` and a turn record, as if the half answer were complete."""
+    events = [chunk({"role": "assistant", "content": "Use all"}), chunk({"content": "keys-"})]
+    _, out = openai_stream(api, crew, llm, Reply(events=events, done=False))
+    assert texts_by_choice(out) == {0: "Use allkeys-"}
+    assert out[-1]["error"]["code"] == "upstream_error"
+    assert "ended before the answer was complete" in out[-1]["error"]["message"]
+    assert not any("tenure" in e for e in out)
+
+
+def test_a_messages_stream_that_stops_mid_answer_ends_in_an_error(
+    api: TestClient, crew: Team, llm: ScriptedLLM
+) -> None:
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6", "content": []}
+    events = [
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Use allkeys-"}},
+    ]
+    llm.script(Reply(events=events))
+    body = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 64,
+        "stream": True,
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    response = api.post("/v1/messages", json=body, headers={"x-api-key": crew.keys["alice"]})
+    assert response.status_code == 200, response.text
+    out = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+    assert [e["type"] for e in out] == ["message_start", "content_block_start", "content_block_delta", "error"]
+    assert "ended before the answer was complete" in out[-1]["error"]["message"]
