@@ -41,24 +41,31 @@ class UpstreamFailure(TenureError):
 class Target:
     base_url: str
     headers: dict[str, str]  # the upstream's credentials and API version
+    secret: str | None = None  # the upstream key in ``headers``, never shown to a caller
 
 
-def _message_of(response: httpx2.Response) -> str:
+def _message_of(response: httpx2.Response, secret: str | None) -> str:
+    """The upstream's error message, without the tenant's upstream key (a provider or gateway
+    that echoes the key it was given would otherwise hand it to every member who gets the error)."""
     try:
         body = response.json()
         err = body.get("error") if isinstance(body, dict) else None
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])[:500]
+            return _redacted(str(err["message"]), secret)[:500]
     except ValueError:
         pass
-    return response.text[:300] or response.reason_phrase
+    return _redacted(response.text, secret)[:300] or response.reason_phrase
 
 
-def failure_for(response: httpx2.Response) -> UpstreamFailure:
+def _redacted(text: str, secret: str | None) -> str:
+    return text.replace(secret, "[upstream key]") if secret else text
+
+
+def failure_for(response: httpx2.Response, target: Target) -> UpstreamFailure:
     """Map an upstream error status: the caller's own mistakes (400/404/413/422) and rate limits
     keep their status; credentials and server failures are the gateway's problem (502)."""
     status = response.status_code
-    message = f"upstream answered {status}: {_message_of(response)}"
+    message = f"upstream answered {status}: {_message_of(response, target.secret)}"
     if status in (400, 404, 413, 422, 429):
         return UpstreamFailure(message, status=status)
     return UpstreamFailure(message, status=502)
@@ -105,7 +112,7 @@ class Upstream:
         if not base:
             raise not_configured("TENURE_LOOP_UPSTREAM_BASE_URL", "upstream_base_url", "an OpenAI-compatible")
         secret = key.get_secret_value() if key else None
-        return Target(base.rstrip("/"), {"Authorization": f"Bearer {secret}"} if secret else {})
+        return Target(base.rstrip("/"), {"Authorization": f"Bearer {secret}"} if secret else {}, secret)
 
     def anthropic_target(self, tenant_id: str, version: str | None, beta: str | None) -> Target:
         """The Anthropic-compatible upstream of the tenant, with the caller's API version and beta
@@ -123,7 +130,7 @@ class Upstream:
             headers["x-api-key"] = secret
         if beta:
             headers["anthropic-beta"] = beta
-        return Target(base.rstrip("/"), headers)
+        return Target(base.rstrip("/"), headers, secret)
 
     async def complete(self, tenant_id: str, body: dict[str, Any]) -> dict[str, Any]:
         data = await self.post_json(self.target(tenant_id), "/chat/completions", body)
@@ -135,7 +142,7 @@ class Upstream:
         """POST ``body`` to ``target`` + ``path`` and return the JSON object it answers."""
         response = await self._send("POST", target, path, body, stream=False)
         if response.status_code >= 400:
-            raise failure_for(response)
+            raise failure_for(response, target)
         try:
             data = response.json()
         except ValueError as exc:
@@ -154,7 +161,7 @@ class Upstream:
         if response.status_code >= 400:
             await response.aread()
             await response.aclose()
-            raise failure_for(response)
+            raise failure_for(response, target)
         return response
 
     async def get(self, target: Target, path: str, *, timeout_s: float) -> httpx2.Response:

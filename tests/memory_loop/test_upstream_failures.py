@@ -1,0 +1,39 @@
+"""Upstream failures as the client sees them, on both ingresses: the upstream's own words are
+passed on, never the tenant's upstream key, whatever the provider echoes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from loadtest.scripted_llm import Reply, ScriptedLLM
+from tests.api.conftest import Team
+
+KEYS = {"openai": "sk-upstream-test", "anthropic": "sk-ant-upstream-test"}  # tests/memory_loop/conftest.py
+
+
+def ask(api: TestClient, crew: Team, kind: str, **extra: Any) -> Any:
+    message = [{"role": "user", "content": "which eviction policy?"}]
+    if kind == "openai":
+        body = {"model": "gpt-4o", "messages": message, **extra}
+        return api.post("/v1/chat/completions", json=body, headers=crew.h("alice"))
+    body = {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": message, **extra}
+    return api.post("/v1/messages", json=body, headers={"x-api-key": crew.keys["alice"]})
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("shape", ["json", "text"])
+def test_an_upstream_echoing_its_key_does_not_hand_it_to_the_caller(
+    api: TestClient, crew: Team, llm: ScriptedLLM, kind: str, stream: bool, shape: str
+) -> None:
+    key = KEYS[kind]
+    said = f"Incorrect API key provided: {key}. You can find your API key at https://example.test."
+    error = {"error": {"type": "authentication_error", "message": said}} if shape == "json" else None
+    llm.script(Reply(status=401, error=error or {"detail": said}))
+    response = ask(api, crew, kind, stream=stream)
+    assert response.status_code == 502
+    assert key not in response.text
+    assert "Incorrect API key provided" in response.json()["error"]["message"]
