@@ -51,6 +51,7 @@ class Reply:
     # unless ``done`` is false; Anthropic: each with its ``event:`` line)
     events: list[dict[str, Any]] | None = None
     done: bool = True
+    headers: dict[str, str] = field(default_factory=dict)  # extra response headers (Retry-After)
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -122,15 +123,18 @@ class ScriptedLLM:
                     self._json(
                         reply.status,
                         reply.error or {"error": {"message": "scripted failure", "type": "server_error"}},
+                        reply.headers,
                     )
                 elif request.get("stream"):
                     self._stream(request, reply)
                 else:
                     self._json(200, _completion(request, reply.content))
 
-            def _json(self, status: int, body: dict[str, Any]) -> None:
+            def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -158,7 +162,7 @@ class ScriptedLLM:
             def _anthropic(self, request: dict[str, Any], reply: Reply) -> None:
                 if reply.status != 200:
                     error = {"type": "api_error", "message": "scripted failure"}
-                    self._json(reply.status, reply.error or {"type": "error", "error": error})
+                    self._json(reply.status, reply.error or {"type": "error", "error": error}, reply.headers)
                 elif request.get("stream"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")

@@ -32,9 +32,17 @@ from service.telemetry.tracing import client_span, record_status
 class UpstreamFailure(TenureError):
     code = ErrorCode.UPSTREAM_ERROR
 
-    def __init__(self, message: str, *, status: int, code: ErrorCode = ErrorCode.UPSTREAM_ERROR):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        code: ErrorCode = ErrorCode.UPSTREAM_ERROR,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message, code=code)
         self.status = status
+        self.headers = headers or {}  # passed on to the caller: the upstream's retry advice
 
 
 @dataclass(frozen=True)
@@ -66,9 +74,19 @@ def failure_for(response: httpx2.Response, target: Target) -> UpstreamFailure:
     keep their status; credentials and server failures are the gateway's problem (502)."""
     status = response.status_code
     message = f"upstream answered {status}: {_message_of(response, target.secret)}"
+    # a rate limit's or an overload's wait, so the caller's SDK retries when the provider said
+    advice = {name: value for name in RETRY_HEADERS if _is_delay(value := response.headers.get(name, ""))}
     if status in (400, 404, 413, 422, 429):
-        return UpstreamFailure(message, status=status)
-    return UpstreamFailure(message, status=502)
+        return UpstreamFailure(message, status=status, headers=advice)
+    return UpstreamFailure(message, status=502, headers=advice)
+
+
+RETRY_HEADERS = ("retry-after", "retry-after-ms")  # the second: OpenAI's SDK reads it first
+
+
+def _is_delay(value: str) -> bool:
+    """A short printable value (seconds, milliseconds or an HTTP date), safe to send on."""
+    return 0 < len(value) <= 64 and value.isascii() and value.isprintable()
 
 
 def stream_failure(exc: Exception) -> UpstreamFailure:

@@ -37,3 +37,20 @@ def test_an_upstream_echoing_its_key_does_not_hand_it_to_the_caller(
     assert response.status_code == 502
     assert key not in response.text
     assert "Incorrect API key provided" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_rate_limit_keeps_its_retry_after(
+    api: TestClient, crew: Team, llm: ScriptedLLM, kind: str, stream: bool
+) -> None:
+    """The provider's wait reaches the caller, whose SDK retries after it (not at once)."""
+    llm.script(Reply(status=429, headers={"Retry-After": "17", "retry-after-ms": "17000"}))
+    limited = ask(api, crew, kind, stream=stream)
+    assert limited.status_code == 429
+    assert (limited.headers.get("retry-after"), limited.headers.get("retry-after-ms")) == ("17", "17000")
+    llm.script(Reply(status=529, headers={"Retry-After": "3"}))  # Anthropic's "overloaded"
+    overloaded = ask(api, crew, kind, stream=stream)
+    assert (overloaded.status_code, overloaded.headers.get("retry-after")) == (502, "3")
+    llm.script(Reply(status=500))
+    assert "retry-after" not in ask(api, crew, kind, stream=stream).headers

@@ -68,7 +68,7 @@ def openai_error(request: Request, exc: TenureError) -> JSONResponse:
     body = {"error": {**error, "request_id": request_id_of(request)}}
     if exc.details is not None:
         body["error"]["details"] = exc.details
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=exc.headers if isinstance(exc, UpstreamFailure) else None)
 
 
 async def proxy_actor(

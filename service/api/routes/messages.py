@@ -57,7 +57,7 @@ async def messages_actor(
 def anthropic_error(request: Request, exc: TenureError) -> JSONResponse:
     status = exc.status if isinstance(exc, UpstreamFailure) else exc.code.http_status
     body = error_body(exc.code, exc.message, exc.details, request_id_of(request), path=PATH, status=status)
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=exc.headers if isinstance(exc, UpstreamFailure) else None)
 
 
 @router.post(
