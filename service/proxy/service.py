@@ -489,6 +489,10 @@ class ChatProxy(ProxyTurns):
         }
         try:
             async for event in Upstream.events(response):
+                if "error" in event and not event.get("choices"):  # the upstream's own error ends the stream
+                    yield _sse(event)
+                    yield b"data: [DONE]\n\n"
+                    return
                 template = {k: event[k] for k in ("id", "object", "created", "model") if k in event} or template
                 out = relay.feed(event)
                 if out is not None:

@@ -126,3 +126,15 @@ def test_a_messages_stream_that_stops_mid_answer_ends_in_an_error(
     out = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
     assert [e["type"] for e in out] == ["message_start", "content_block_start", "content_block_delta", "error"]
     assert "ended before the answer was complete" in out[-1]["error"]["message"]
+
+
+def test_the_upstreams_own_error_event_ends_the_chat_stream(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    """OpenAI reports a failure mid-stream as ``data: {"error": …}``: it was held back to the end,
+    behind the finish and a ``tenure`` chunk of a turn recorded as if the answer were whole."""
+    error = {"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}
+    events = [chunk({"role": "assistant", "content": "Use all"}), error, chunk({"content": "keys-lru"}, finish="stop")]
+    raw, out = openai_stream(api, crew, llm, Reply(events=events))
+    assert texts_by_choice(out) == {0: "Use all"}
+    assert out[-1] == error
+    assert raw.rstrip().endswith("data: [DONE]")
+    assert not any("tenure" in e for e in out)
