@@ -52,6 +52,7 @@ class Reply:
     events: list[dict[str, Any]] | None = None
     done: bool = True
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers (Retry-After)
+    completion: dict[str, Any] | None = None  # OpenAI, not streaming: exactly this answer
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -128,7 +129,7 @@ class ScriptedLLM:
                 elif request.get("stream"):
                     self._stream(request, reply)
                 else:
-                    self._json(200, _completion(request, reply.content))
+                    self._json(200, reply.completion or _completion(request, reply.content))
 
             def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(body).encode()

@@ -467,7 +467,10 @@ class ChatProxy(ProxyTurns):
             if not isinstance(message, dict) or not isinstance(message.get("content"), str):
                 continue
             split = split_sidecar(message["content"], ctx.injected_texts())
-            message["content"] = split.visible
+            if split.visible != message["content"]:
+                message["content"] = split.visible
+                if "logprobs" in choice:  # the sidecar's tokens are not shown either
+                    choice["logprobs"] = visible_logprobs(choice["logprobs"], split.visible)
             if index == 0:
                 status, raw, visible = split.status, split.raw, split.visible
         after, recorded = await self.secure(ctx, assistant=visible, raw=raw, status=status)
@@ -507,8 +510,8 @@ class ChatProxy(ProxyTurns):
             return
         finally:
             await response.aclose()
-        for index, tail in relay.tails():
-            yield _sse(_content_chunk(template | {"choices": [{"index": index, "delta": {}}]}, tail))
+        for choice in relay.tails():
+            yield _sse({**template, "choices": [choice]})
         for event in relay.held:
             yield _sse(event)
         split = split_sidecar(relay.first_text(), ctx.injected_texts())
@@ -521,21 +524,27 @@ class ChatProxy(ProxyTurns):
 
 @dataclass
 class _ChoiceRelay:
-    """One OpenAI stream, chunk by chunk, with a :class:`StreamStripper` per choice (``n`` > 1
+    """One OpenAI stream, chunk by chunk, with a :class:`_Choice` per choice (``n`` > 1
     interleaves the choices' chunks: one stripper over all of them saw markers cut apart by
     another choice's text and let them through). A choice's ``finish_reason`` is held, with
     trailers (usage), until the held-back tails are out."""
 
-    strippers: dict[int, StreamStripper] = field(default_factory=dict)
+    choices: dict[int, _Choice] = field(default_factory=dict)
     held: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False  # a choice's finish_reason came: the stream did not just stop
 
     def first_text(self) -> str:
         """The first choice's whole text, for the turn record."""
-        return self.strippers[min(self.strippers)].full_text if self.strippers else ""
+        return self.choices[min(self.choices)].stripper.full_text if self.choices else ""
 
-    def tails(self) -> list[tuple[int, str]]:
-        return [(i, tail) for i in sorted(self.strippers) if (tail := self.strippers[i].finish())]
+    def tails(self) -> list[dict[str, Any]]:
+        """The held-back text that turned out not to be a marker, one choice each."""
+        out = []
+        for index in sorted(self.choices):
+            state = self.choices[index]
+            if tail := state.stripper.finish():
+                out.append(state.shown({"index": index, "delta": {"content": tail}, "finish_reason": None}, tail))
+        return out
 
     def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
         """The event to forward now, if any."""
@@ -549,23 +558,27 @@ class _ChoiceRelay:
             if not isinstance(choice, dict):
                 continue
             index = choice.get("index")
-            stripper = self.strippers.setdefault(index if isinstance(index, int) else 0, StreamStripper())
+            state = self.choices.setdefault(index if isinstance(index, int) else 0, _Choice())
             raw_delta = choice.get("delta")
             delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
             piece = delta.get("content")
             if isinstance(piece, str):
-                visible = stripper.feed(piece)
+                state.take(choice.get("logprobs"))
+                visible = state.stripper.feed(piece)
                 rest = {k: v for k, v in delta.items() if k != "content"}  # role, tool calls, refusal
                 if choice.get("finish_reason") is not None:
                     if visible:
-                        now.append({**choice, "delta": {"content": visible}, "finish_reason": None})
-                    finished.append({**choice, "delta": rest})
-                elif visible or (rest and not stripper.marker_seen):
+                        now.append(
+                            state.shown({**choice, "delta": {"content": visible}, "finish_reason": None}, visible)
+                        )
+                    # its tokens' entries went with the text (or, the sidecar's, nowhere)
+                    finished.append({**choice, "delta": rest} | ({"logprobs": None} if "logprobs" in choice else {}))
+                elif visible or (rest and not state.stripper.marker_seen):
                     # the opening chunk ({"role": "assistant", "content": ""}) goes out as it came
-                    now.append({**choice, "delta": {**rest, "content": visible}})
+                    now.append(state.shown({**choice, "delta": {**rest, "content": visible}}, visible))
             elif choice.get("finish_reason") is not None:
                 finished.append(choice)  # the finish comes after the held-back tail
-            elif not stripper.marker_seen:
+            elif not state.stripper.marker_seen:
                 now.append(choice)  # role-only or tool-call deltas
         if finished:
             self.finished = True
@@ -573,17 +586,50 @@ class _ChoiceRelay:
         return {**event, "choices": now} if now else None
 
 
-def _content_chunk(event: dict[str, Any], text: str) -> dict[str, Any]:
-    out = {k: v for k, v in event.items() if k != "choices"}
-    choices = event.get("choices") or [{"index": 0}]
-    first: dict[str, Any] = dict(choices[0]) if isinstance(choices[0], dict) else {"index": 0}
-    raw_delta = first.get("delta")
-    delta: dict[str, Any] = dict(raw_delta) if isinstance(raw_delta, dict) else {}
-    delta["content"] = text
-    first["delta"] = delta
-    first["finish_reason"] = None
-    out["choices"] = [first]
-    return out
+@dataclass
+class _Choice:
+    """One streamed choice: its stripper, and the log probabilities of its tokens (``logprobs:
+    true``), which go out only for tokens wholly inside the text shown so far: the sidecar's
+    tokens (and the whitespace before it) never do."""
+
+    stripper: StreamStripper = field(default_factory=StreamStripper)
+    pending: list[Any] = field(default_factory=list)  # token entries not sent yet
+    budget: int = 0  # characters shown whose tokens' entries were not sent yet
+
+    def take(self, logprobs: Any) -> None:
+        entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if isinstance(entries, list):
+            self.pending.extend(entries)
+
+    def shown(self, choice: dict[str, Any], visible: str) -> dict[str, Any]:
+        """``choice`` (going out with ``visible``) carrying the entries of the tokens now shown."""
+        sent, self.pending, self.budget = _tokens_within(self.pending, self.budget + len(visible))
+        logprobs = choice.get("logprobs")
+        if sent or isinstance(logprobs, dict):
+            choice["logprobs"] = {**(logprobs if isinstance(logprobs, dict) else {}), "content": sent}
+        return choice
+
+
+def _tokens_within(entries: list[Any], chars: int) -> tuple[list[Any], list[Any], int]:
+    """The leading token entries whose text fits in ``chars`` characters, the others, and the
+    characters left over."""
+    at = 0
+    for entry in entries:
+        token = entry.get("token") if isinstance(entry, dict) else None
+        size = len(token) if isinstance(token, str) else 0
+        if size > chars:
+            break
+        chars -= size
+        at += 1
+    return entries[:at], entries[at:], chars
+
+
+def visible_logprobs(logprobs: Any, visible: str) -> Any:
+    """A whole answer's ``logprobs`` without the entries of tokens past its visible text."""
+    entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(entries, list):
+        return logprobs
+    return {**logprobs, "content": _tokens_within(entries, len(visible))[0]}
 
 
 def _sse(body: dict[str, Any]) -> bytes:

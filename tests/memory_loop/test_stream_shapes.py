@@ -20,13 +20,13 @@ LEAKS = ("<<<", ">>>", "SIDECAR", "turn_signal", "entity_updates")
 BLOCK = sidecar(entity_updates=[{"canonical_name": "redis_cache", "new_aliases": ["lru"]}])
 
 
-def chunk(delta: dict[str, Any], index: int = 0, finish: str | None = None) -> dict[str, Any]:
+def chunk(delta: dict[str, Any], index: int = 0, finish: str | None = None, **choice: Any) -> dict[str, Any]:
     return {
         "id": "chatcmpl-shapes",
         "object": "chat.completion.chunk",
         "created": 1,
         "model": "gpt-4o",
-        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish, **choice}],
     }
 
 
@@ -138,3 +138,41 @@ def test_the_upstreams_own_error_event_ends_the_chat_stream(api: TestClient, cre
     assert out[-1] == error
     assert raw.rstrip().endswith("data: [DONE]")
     assert not any("tenure" in e for e in out)
+
+
+def _entries(tokens: list[str]) -> list[dict[str, Any]]:
+    return [{"token": t, "logprob": -0.5, "bytes": list(t.encode()), "top_logprobs": []} for t in tokens]
+
+
+def _tokens(text: str, size: int) -> list[str]:
+    return [text[at : at + size] for at in range(0, len(text), size)]
+
+
+def test_log_probabilities_never_carry_the_sidecars_tokens(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    """``logprobs: true`` lists every token the model wrote: the sidecar's too, streamed or not."""
+    answer = "Use allkeys-lru."  # 16 characters: whole tokens of 1, 2, 4 and 8
+    for size in (1, 2, 4, 8):
+        tokens = _tokens(answer + "\n" + BLOCK, size)
+        events = [chunk({"content": t}, logprobs={"content": _entries([t])}) for t in tokens]
+        raw, out = openai_stream(api, crew, llm, Reply(events=[*events, chunk({}, finish="stop")]), logprobs=True)
+        assert texts_by_choice(out) == {0: answer}, size
+        sent = [
+            e["token"]
+            for ev in out
+            for c in ev.get("choices") or []
+            for e in (c.get("logprobs") or {}).get("content") or []
+        ]
+        assert "".join(sent) == answer, size
+        assert [fragment for fragment in LEAKS if fragment in raw] == [], size
+
+        message = {"role": "assistant", "content": answer + "\n" + BLOCK}
+        whole = {"index": 0, "message": message, "logprobs": {"content": _entries(tokens)}, "finish_reason": "stop"}
+        llm.script(
+            Reply(completion={"id": "chatcmpl-lp", "object": "chat.completion", "model": "gpt-4o", "choices": [whole]})
+        )
+        request = {"model": "gpt-4o", "logprobs": True, "messages": [{"role": "user", "content": "eviction?"}]}
+        response = api.post("/v1/chat/completions", json=request, headers=crew.h("alice"))
+        choice = response.json()["choices"][0]
+        assert choice["message"]["content"] == answer
+        assert "".join(e["token"] for e in choice["logprobs"]["content"]) == answer, size
+        assert [fragment for fragment in LEAKS if fragment in response.text] == [], size
