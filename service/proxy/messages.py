@@ -24,7 +24,7 @@ from service.auth.actor import Actor
 from service.extraction.sidecar import BEGIN, StreamStripper, split_sidecar
 from service.proxy.prompt import system_prompt_parts
 from service.proxy.service import ProxyTurns, TurnContext, session_and_scope_of, text_of
-from service.proxy.upstream import Target, Upstream, UpstreamFailure, ended_early, stream_failure
+from service.proxy.upstream import Target, Upstream, UpstreamFailure, ended_early, redacted_event, stream_failure
 
 log = logging.getLogger("tenure.proxy")
 API = "anthropic"
@@ -140,14 +140,14 @@ class MessagesProxy(ProxyTurns):
     async def stream(self, ctx: TurnContext, target: Target, forwarded: dict[str, Any]) -> AsyncIterator[bytes]:
         """Open the upstream stream (errors raise before anything is sent), then relay it."""
         response = await self.loop.upstream.open_stream_at(target, "/messages", {**forwarded, "stream": True})
-        return self._relay(ctx, response)
+        return self._relay(ctx, target, response)
 
-    async def _relay(self, ctx: TurnContext, response: Any) -> AsyncIterator[bytes]:
+    async def _relay(self, ctx: TurnContext, target: Target, response: Any) -> AsyncIterator[bytes]:
         relay = _Relay()
         try:
             async for event in Upstream.events(response):
                 if event.get("type") == "error":  # the upstream's own error event ends the stream
-                    yield _sse(event)
+                    yield _sse(redacted_event(event, target))
                     return
                 for out in relay.feed(event):
                     yield _sse(out)

@@ -37,7 +37,7 @@ from service.extraction.sidecar import ParseStatus, StreamStripper, split_sideca
 from service.lean_redis import EventLoopRedis
 from service.loops import LoopBound
 from service.proxy.prompt import build_system_prompt
-from service.proxy.upstream import Upstream, ended_early, stream_failure
+from service.proxy.upstream import Target, Upstream, ended_early, redacted_event, stream_failure
 from service.recall.context import RecallResult
 from service.recall.render import InjectionBlock
 from service.recall.service import RecallService
@@ -479,11 +479,11 @@ class ChatProxy(ProxyTurns):
 
     async def stream(self, ctx: TurnContext, forwarded: dict[str, Any]) -> AsyncIterator[bytes]:
         """Open the upstream stream (errors raise before anything is sent), then relay it."""
-        forwarded = {**forwarded, "stream": True}
-        response = await self.loop.upstream.open_stream(ctx.actor.principal.tenant_id, forwarded)
-        return self._relay(ctx, response)
+        target = self.loop.upstream.target(ctx.actor.principal.tenant_id)
+        response = await self.loop.upstream.open_stream_at(target, "/chat/completions", {**forwarded, "stream": True})
+        return self._relay(ctx, target, response)
 
-    async def _relay(self, ctx: TurnContext, response: Any) -> AsyncIterator[bytes]:
+    async def _relay(self, ctx: TurnContext, target: Target, response: Any) -> AsyncIterator[bytes]:
         relay = _ChoiceRelay()
         template: dict[str, Any] = {
             "id": "chatcmpl-tenure",
@@ -493,7 +493,7 @@ class ChatProxy(ProxyTurns):
         try:
             async for event in Upstream.events(response):
                 if "error" in event and not event.get("choices"):  # the upstream's own error ends the stream
-                    yield _sse(event)
+                    yield _sse(redacted_event(event, target))
                     yield b"data: [DONE]\n\n"
                     return
                 template = {k: event[k] for k in ("id", "object", "created", "model") if k in event} or template

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 
@@ -67,6 +67,16 @@ def _message_of(response: httpx2.Response, secret: str | None) -> str:
 
 def _redacted(text: str, secret: str | None) -> str:
     return text.replace(secret, "[upstream key]") if secret else text
+
+
+def redacted_event(event: dict[str, Any], target: Target) -> dict[str, Any]:
+    """An upstream's own in-stream error event, passed on to the caller, without the tenant's
+    upstream key (as :func:`_message_of` for an error status). Only error events pay for the copy."""
+    if not target.secret:
+        return event
+    text = json.dumps(event)
+    cleaned = _redacted(text, json.dumps(target.secret)[1:-1])  # the key as it stands in JSON
+    return event if cleaned == text else cast(dict[str, Any], json.loads(cleaned))
 
 
 def failure_for(response: httpx2.Response, target: Target) -> UpstreamFailure:
@@ -168,9 +178,6 @@ class Upstream:
         if not isinstance(data, dict):
             raise UpstreamFailure("the upstream answer is not a JSON object", status=502)
         return data
-
-    async def open_stream(self, tenant_id: str, body: dict[str, Any]) -> httpx2.Response:
-        return await self.open_stream_at(self.target(tenant_id), "/chat/completions", body)
 
     async def open_stream_at(self, target: Target, path: str, body: dict[str, Any]) -> httpx2.Response:
         """Send a streaming request and return the open response once its status is known (so

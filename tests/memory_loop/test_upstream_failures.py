@@ -54,3 +54,27 @@ def test_an_upstream_rate_limit_keeps_its_retry_after(
     assert (overloaded.status_code, overloaded.headers.get("retry-after")) == (502, "3")
     llm.script(Reply(status=500))
     assert "retry-after" not in ask(api, crew, kind, stream=stream).headers
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_an_upstream_error_event_mid_stream_does_not_hand_its_key_to_the_caller(
+    api: TestClient, crew: Team, llm: ScriptedLLM, kind: str
+) -> None:
+    """The upstream's own in-stream error event is passed on as sent, less the tenant's key."""
+    key = KEYS[kind]
+    said = f"Incorrect API key provided: {key}."
+    if kind == "openai":
+        opening = {"id": "c1", "object": "chat.completion.chunk", "model": "gpt-4o"}
+        first = {**opening, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Use"}}]}
+        events = [first, {"error": {"message": said, "type": "invalid_request_error"}}]
+    else:
+        message = {"id": "m1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6", "content": []}
+        events = [
+            {"type": "message_start", "message": message},
+            {"type": "error", "error": {"type": "authentication_error", "message": said}},
+        ]
+    llm.script(Reply(events=events))
+    response = ask(api, crew, kind, stream=True)
+    assert response.status_code == 200, response.text
+    assert key not in response.text
+    assert "Incorrect API key provided: [upstream key]." in response.text
