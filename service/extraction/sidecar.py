@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 BEGIN = "<<<SIDECAR_JSON>>>"
 END = "<<<END_SIDECAR>>>"
@@ -61,6 +62,39 @@ def split_sidecar(text: str, injected: Iterable[str] = ()) -> SplitResult:
     if end < 0:
         return SplitResult(visible=visible, raw=raw, status=ParseStatus.NEEDS_REPAIR)
     return SplitResult(visible=visible, raw=raw, status=ParseStatus.PARSED)
+
+
+def split_blocks(content: list[Any], injected: Iterable[str] = ()) -> tuple[list[Any], SplitResult]:
+    """An answer given as content blocks (Anthropic's ``content``; OpenAI's ``message.content``
+    as a list of parts, which some providers send): the blocks with the sidecar removed, and the
+    split of their text joined (:func:`answer_text`) for the turn record. The text block holding
+    the last begin marker keeps only what precedes it (dropped when nothing does), later text
+    blocks belong to the sidecar; tool use and every other block stay as they are."""
+    injected = list(injected)
+    split = split_sidecar(answer_text([b["text"] for b in content if is_text_block(b)]), injected)
+    texts = [i for i, b in enumerate(content) if is_text_block(b)]
+    marked = [i for i in texts if BEGIN in content[i]["text"]]
+    if not marked:
+        return content, split
+    cut = marked[-1]
+    out: list[Any] = []
+    for i, block in enumerate(content):
+        if i == cut:
+            visible = split_sidecar(block["text"], injected).visible
+            if visible:
+                out.append({**block, "text": visible})
+        elif not (i > cut and i in texts):
+            out.append(block)
+    return out, split
+
+
+def is_text_block(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+
+
+def answer_text(texts: list[str]) -> str:
+    """The answer as one text for :func:`split_sidecar` and the turn record."""
+    return "\n\n".join(t for t in texts if t)
 
 
 class StreamStripper:

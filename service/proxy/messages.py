@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from service.auth.actor import Actor
-from service.extraction.sidecar import BEGIN, StreamStripper, split_sidecar
+from service.extraction.sidecar import StreamStripper, answer_text, split_blocks, split_sidecar
 from service.proxy.prompt import system_prompt_parts
 from service.proxy.service import ProxyTurns, TurnContext, session_and_scope_of, text_of
 from service.proxy.upstream import Target, Upstream, UpstreamFailure, ended_early, redacted_event, stream_failure
@@ -64,35 +64,6 @@ def latest_user_text(messages: list[AnthropicMessage]) -> str:
     return ""
 
 
-def visible_blocks(content: list[Any], injected: list[str]) -> list[Any]:
-    """The answer's content blocks with the sidecar removed: the text block holding the last begin
-    marker keeps only what precedes it (dropped when nothing does), later text blocks belong to
-    the sidecar; tool use and every other block stay as they are."""
-    texts = [i for i, b in enumerate(content) if _is_text(b)]
-    marked = [i for i in texts if BEGIN in content[i]["text"]]
-    if not marked:
-        return content
-    cut = marked[-1]
-    out: list[Any] = []
-    for i, block in enumerate(content):
-        if i == cut:
-            visible = split_sidecar(block["text"], injected).visible
-            if visible:
-                out.append({**block, "text": visible})
-        elif not (i > cut and i in texts):
-            out.append(block)
-    return out
-
-
-def _is_text(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
-
-
-def answer_text(texts: list[str]) -> str:
-    """The answer as one text for :func:`split_sidecar` and the turn record."""
-    return "\n\n".join(t for t in texts if t)
-
-
 def anthropic_error_event(code: str, message: str, type_: str = "api_error") -> dict[str, Any]:
     return {"type": "error", "error": {"type": type_, "message": message, "code": code}}
 
@@ -130,9 +101,7 @@ class MessagesProxy(ProxyTurns):
         content = data.get("content")
         if not isinstance(content, list):
             raise UpstreamFailure("the upstream answer has no content", status=502)
-        injected = ctx.injected_texts()
-        split = split_sidecar(answer_text([b["text"] for b in content if _is_text(b)]), injected)
-        data["content"] = visible_blocks(content, injected)
+        data["content"], split = split_blocks(content, ctx.injected_texts())
         after, recorded = await self.secure(ctx, assistant=split.visible, raw=split.raw, status=split.status)
         data["tenure"] = ctx.tenure(split.status.value, recorded)
         return data, after

@@ -33,7 +33,7 @@ from service.errors import Conflict, StoreUnavailable, ValidationFailed
 from service.extraction.model_gate import GateDecision, ModelGate
 from service.extraction.parked_turns import ParkedTurns
 from service.extraction.queue import TaskQueue
-from service.extraction.sidecar import ParseStatus, StreamStripper, split_sidecar
+from service.extraction.sidecar import ParseStatus, StreamStripper, split_blocks, split_sidecar
 from service.lean_redis import EventLoopRedis
 from service.loops import LoopBound
 from service.proxy.prompt import build_system_prompt
@@ -464,11 +464,16 @@ class ChatProxy(ProxyTurns):
         status, raw, visible = ParseStatus.MISSING, None, ""
         for index, choice in enumerate(data.get("choices") or []):
             message = choice.get("message") if isinstance(choice, dict) else None
-            if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                split = split_sidecar(content, ctx.injected_texts())
+                shown: str | list[Any] = split.visible
+            elif isinstance(content, list):  # a list of parts, as some providers answer
+                shown, split = split_blocks(content, ctx.injected_texts())
+            else:
                 continue
-            split = split_sidecar(message["content"], ctx.injected_texts())
-            if split.visible != message["content"]:
-                message["content"] = split.visible
+            if shown != content:
+                message["content"] = shown  # type: ignore[index]
                 if "logprobs" in choice:  # the sidecar's tokens are not shown either
                     choice["logprobs"] = visible_logprobs(choice["logprobs"], split.visible)
             if index == 0:

@@ -183,7 +183,7 @@ def test_tool_use_passes_through(live_url: str, crew: Team, llm: ScriptedLLM) ->
 
 def test_sidecar_after_a_tool_call_and_in_a_later_text_block(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
     """Non-streaming, block by block: text before the marker stays, later text blocks go."""
-    from service.proxy.messages import visible_blocks
+    from service.extraction.sidecar import split_blocks
 
     content = [
         {"type": "text", "text": "Visible."},
@@ -191,9 +191,9 @@ def test_sidecar_after_a_tool_call_and_in_a_later_text_block(api: TestClient, cr
         {"type": "text", "text": "More visible.\n" + BEGIN + '{"turn_signal": '},
         {"type": "text", "text": '"substantive"}<<<END_SIDECAR>>>'},
     ]
-    assert visible_blocks(content, []) == content[:2] + [{"type": "text", "text": "More visible."}]
+    assert split_blocks(content, [])[0] == content[:2] + [{"type": "text", "text": "More visible."}]
     only_sidecar = [{"type": "text", "text": sidecar()}, {"type": "tool_use", **TOOL_CALL}]
-    assert visible_blocks(only_sidecar, []) == only_sidecar[1:]
+    assert split_blocks(only_sidecar, [])[0] == only_sidecar[1:]
 
 
 def test_failures_are_the_sdks_typed_errors(live_url: str, api: TestClient, crew: Team, llm: ScriptedLLM) -> None:

@@ -176,3 +176,26 @@ def test_log_probabilities_never_carry_the_sidecars_tokens(api: TestClient, crew
         assert choice["message"]["content"] == answer
         assert "".join(e["token"] for e in choice["logprobs"]["content"]) == answer, size
         assert [fragment for fragment in LEAKS if fragment in response.text] == [], size
+
+
+def test_an_answer_given_as_a_list_of_parts_loses_its_sidecar(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    """Some OpenAI-compatible providers answer ``message.content`` as a list of parts; only a
+    string was stripped, so the whole sidecar reached the client and the turn was recorded without it."""
+    parts = [{"type": "text", "text": "Use allkeys-lru."}, {"type": "text", "text": "\n" + BLOCK}]
+    message = {"role": "assistant", "content": parts}
+    completion = {
+        "id": "chatcmpl-parts",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+    }
+    llm.script(Reply(completion=completion))
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "eviction?"}]}
+    response = api.post("/v1/chat/completions", json=request, headers=crew.h("alice"))
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["choices"][0]["message"]["content"] == [{"type": "text", "text": "Use allkeys-lru."}]
+    shown = json.dumps(answer["choices"])
+    assert not any(leak in shown for leak in LEAKS), shown
+    assert answer["tenure"]["parse_status"] == "parsed"
