@@ -181,9 +181,20 @@ def inherited_aliases(old: Belief, new_name: str, given: list[str]) -> tuple[lis
     return merge_aliases(normalize_aliases(given, cap=None), [*old.aliases, *counter_signal])
 
 
+def unwritable_scopes(principal: Principal, labels: list[str], *, owner_id: str | None = None) -> list[str]:
+    """The labels ``principal`` may not write: shared scopes without a grant and, for a belief of
+    another owner (``owner_id``), that owner's personal scopes (``user:*``, ``domain:*``)."""
+    return [
+        s
+        for s in labels
+        if (scope_rules.is_shared(s) and s not in principal.shared_grants)
+        or (owner_id is not None and owner_id != principal.user_id and scope_rules.is_personal(s))
+    ]
+
+
 def check_writable(principal: Principal, labels: list[str]) -> None:
     """Shared scopes need a grant; personal scopes are always the writer's own."""
-    denied = [s for s in labels if scope_rules.is_shared(s) and s not in principal.shared_grants]
+    denied = unwritable_scopes(principal, labels)
     if denied:
         raise Forbidden(f"no grant to write into {', '.join(denied)}", details={"scopes": denied})
 

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from service.auth.actor import Actor
-from service.beliefs.lifecycle import BeliefLifecycle, Change, Replacement, snapshot
+from service.beliefs.lifecycle import BeliefLifecycle, Change, Replacement, snapshot, unwritable_scopes
 from service.config import MemoryLoopSettings
 from service.domain import scopes as scope_rules
 from service.domain.audit import AuditAction
@@ -242,7 +242,11 @@ class BeliefMerger:
         if upd.change == "reinforced":
             self._reinforce(ctx, target.id, [])
             return Op("belief_updates", index, "reinforced", target.id)
-        if upd.change == "contradicted" or target.user_edited:
+        # the author sees the belief through one grant, but a new version of it is written into
+        # every scope it has: one the author may not write (a shared scope without a grant, the
+        # owner's personal one) makes it a proposal for an admin, as the API refuses it with a 403
+        denied = unwritable_scopes(ctx.principal, target.scope, owner_id=target.owner_id)
+        if upd.change == "contradicted" or target.user_edited or denied:
             review_id = self._queue_conflict(
                 ctx,
                 target,
@@ -251,6 +255,8 @@ class BeliefMerger:
                     "the user contradicted this belief"
                     if upd.change == "contradicted"
                     else "extraction proposed superseding a user-edited belief"
+                    if target.user_edited
+                    else f"extraction proposed superseding a belief in scopes its author may not write: {denied}"
                 ),
                 paper_outcome="flagged_conflict",
                 proposed={
