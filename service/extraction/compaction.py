@@ -1,11 +1,15 @@
 """Belief compaction (paper §5.1): per (tenant, owner, scope, type) buckets over thresholds.
 
 Conservative: a false merge is worse than a duplicate.
+- Only beliefs with the *same scopes* are merged: the merged belief has the keep's scopes, so
+  another source's statement would otherwise reach a scope it was never in, or leave one it was in
+  (the bucket is one scope; a belief may have several).
 - Without a configured model only beliefs with the *same normalised content* (same
   ``content_fingerprint``) are merged.
 - With a model (``loop.compaction_llm_*``, OpenAI-compatible) the model proposes merges and
   per-domain expertise assessments; every proposal is checked (ids from the bucket only, each id in
-  one merge, valid names, no instruction-like text) and anything doubtful is dropped.
+  one merge, the same scopes, valid names, no instruction-like text) and anything doubtful is
+  dropped.
 A merge inserts a new belief (id derived from the sources, so a re-run is idempotent) with the
 union of aliases plus the retired canonical names, the summed reinforcement and the latest
 reinforcement time, then supersedes every source with a compaction note. Everything is audited.
@@ -301,9 +305,9 @@ class Compactor:
 
     @staticmethod
     def _exact_plans(beliefs: list[Belief]) -> list[MergePlan]:
-        groups: dict[str, list[Belief]] = defaultdict(list)
+        groups: dict[tuple[str, frozenset[str]], list[Belief]] = defaultdict(list)
         for belief in beliefs:
-            groups[content_fingerprint(belief.content)].append(belief)
+            groups[content_fingerprint(belief.content), frozenset(belief.scope)].append(belief)
         plans = []
         for group in groups.values():
             if len(group) < 2:
@@ -347,7 +351,7 @@ class Compactor:
         if data is None or not isinstance(data.get("merges"), list):
             report.rejected.append("model answer unusable; nothing merged")
             return []
-        known = {b.id for b in beliefs}
+        known = {b.id: frozenset(b.scope) for b in beliefs}
         used: set[str] = set()
         plans = []
         for raw in data["merges"]:
@@ -360,7 +364,8 @@ class Compactor:
         return plans
 
     @staticmethod
-    def _check_plan(raw: Any, known: set[str], used: set[str]) -> MergePlan | str:
+    def _check_plan(raw: Any, known: dict[str, frozenset[str]], used: set[str]) -> MergePlan | str:
+        """``known``: the bucket's ids and their scope sets."""
         if not isinstance(raw, dict):
             return "merge entry is not an object"
         keep, retire = raw.get("keep_id"), raw.get("retire_ids")
@@ -371,6 +376,10 @@ class Compactor:
             return f"merge {keep!r} names ids outside the bucket or repeats one"
         if used.intersection(ids):
             return f"merge {keep!r} reuses an id of another merge"
+        if len({known[i] for i in ids}) > 1:
+            # the merged belief has the keep's scopes: another source's statement would reach a
+            # scope it was never in, or leave one it was in
+            return f"merge {keep!r} joins beliefs with different scopes"
         content = _clean_text(raw.get("merged_content"), 2000)
         name = normalize_canonical_name(str(raw.get("merged_canonical_name") or ""))
         if content is None or not name or len(name) > 120:

@@ -19,7 +19,7 @@ from service.config import Settings
 from service.domain.belief import Belief, EpistemicStatus
 from service.domain.principal import Principal
 from service.extraction.compaction import CompactionLLM, Compactor, RedisBucketLock, RedisCooldown
-from service.storage.lookup import BucketKey
+from service.storage.lookup import BeliefLookup, BucketKey
 from tests.api.conftest import Team
 from tests.conftest import principal
 from tests.factories import make_belief, put_all
@@ -321,3 +321,79 @@ def test_erasing_a_merged_belief_or_one_of_its_sources_erases_them_all(
     assert sorted(receipt.belief_versions_removed) == sorted([merge["new_id"], "b-r1", "b-r2", "b-r3"])
     store = loop_services.store
     assert store.get(alice(crew), "b-pg").is_live and store.get(alice(crew), "b-kafka").is_live
+
+
+def session_beliefs(team: Team, keep_scope: list[str], other_scope: list[str], other_content: str) -> list[Belief]:
+    """Two decisions of alice sharing the bucket (alice, project:pay, decision) whose scope sets
+    differ: the keep (more reinforced) and another."""
+    return [
+        make_belief(
+            team.tenant,
+            "alice",
+            "session_store",
+            id="b-s1",
+            type="decision",
+            aliases=["sessions"],
+            content="Sessions live in Redis.",
+            scope=keep_scope,
+            reinforcement_count=3,
+        ),
+        make_belief(
+            team.tenant,
+            "alice",
+            "session_state",
+            id="b-s2",
+            type="decision",
+            aliases=["sessions", "session state"],
+            content=other_content,
+            scope=other_scope,
+        ),
+    ]
+
+
+PAY_BUCKET = ("alice", "project:pay", "decision", None)
+
+
+def test_exact_duplicates_in_different_scopes_are_not_merged_out_of_a_scope(
+    crew: Team, loop_services: Services, loop_settings: Settings, rds: redis.Redis[bytes]
+) -> None:
+    """The same statement shared with project pay alone and with pay and team core: merged into the
+    keep (pay only), team core's members would lose it. Beliefs whose scopes differ stay apart."""
+    put_all(
+        loop_services.store,
+        *session_beliefs(crew, ["project:pay"], ["project:pay", "team:core"], "sessions live in redis"),
+    )
+    report = compactor(loop_services, loop_settings, rds).compact(BucketKey(crew.tenant, *PAY_BUCKET, 0), force=True)
+    assert report.ran and report.merges == []
+    core_member = Principal(tenant_id=crew.tenant, user_id="dave", teams=frozenset({"core"}))
+    seen = BeliefLookup(loop_services.store).by_name_or_alias(core_member, "sessions")
+    assert [(b.id, b.content) for b in seen] == [("b-s2", "sessions live in redis")]
+
+
+def test_a_model_merge_never_carries_a_statement_into_another_scope(
+    crew: Team, loop_services: Services, loop_settings: Settings, rds: redis.Redis[bytes], llm: ScriptedLLM
+) -> None:
+    """The keep is shared with project pay and team core, the other with pay only: a merged
+    statement (the keep's scopes) would show pay's text to team core's members."""
+    put_all(
+        loop_services.store,
+        *session_beliefs(crew, ["project:pay", "team:core"], ["project:pay"], "Payment sessions expire after 5 min."),
+    )
+    merge = {
+        "keep_id": "b-s1",
+        "retire_ids": ["b-s2"],
+        "merged_content": "Sessions live in Redis; payment sessions expire after 5 min.",
+        "merged_canonical_name": "session_store",
+        "merged_aliases": ["session state"],
+        "compaction_note": "same sessions",
+    }
+    llm.script(Reply(content=json.dumps({"merges": [merge], "no_action_ids": []})))
+    model = CompactionLLM(llm.base_url, "gpt-4o-mini", None)
+    report = compactor(loop_services, loop_settings, rds, llm=model).compact(
+        BucketKey(crew.tenant, *PAY_BUCKET, 0), force=True
+    )
+    assert report.merges == []
+    assert report.rejected == ["merge 'b-s1' joins beliefs with different scopes"]
+    core_member = Principal(tenant_id=crew.tenant, user_id="dave", teams=frozenset({"core"}))
+    seen = BeliefLookup(loop_services.store).by_name_or_alias(core_member, "sessions")
+    assert [(b.id, b.content) for b in seen] == [("b-s1", "Sessions live in Redis.")]
