@@ -189,7 +189,9 @@ class BeliefMerger:
                 "skipped",
                 detail="no usable scope " + (f"(dropped {dropped})" if dropped else "(session has none)"),
             )
-        matches = self.lookup.by_name_or_alias(ctx.principal, nb.canonical_name)
+        # the same name in another project (or domain) is another belief: only what a session in
+        # the new belief's scopes sees is the same one
+        matches = self.lookup.by_name_or_alias(ctx.principal, nb.canonical_name, scopes=scopes)
         if not matches:
             if nb.confidence < self.policy.min_insert_confidence:
                 return Op(
@@ -308,7 +310,7 @@ class BeliefMerger:
             return Op("new_open_questions", index, "skipped", detail="no usable scope")
         existing = [
             b
-            for b in self.lookup.by_canonical_name(ctx.principal, q.canonical_name)
+            for b in self.lookup.by_canonical_name(ctx.principal, q.canonical_name, scopes=scopes)
             if b.type is BeliefType.OPEN_QUESTION
         ]
         own_id = ctx.derived_id("b", "question", q.canonical_name)

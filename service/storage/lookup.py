@@ -48,11 +48,15 @@ class BeliefLookup:
         hits: list[dict[str, Any]] = result["hits"]["hits"]
         return hits
 
-    def by_name_or_alias(self, principal: Principal, name: str, *, size: int = 10) -> list[Belief]:
+    def by_name_or_alias(
+        self, principal: Principal, name: str, *, size: int = 10, scopes: list[str] | None = None
+    ) -> list[Belief]:
         """Live beliefs the principal may see whose canonical name is ``name`` or whose aliases
-        contain it (exact, after normalisation); exact canonical matches first."""
+        contain it (exact, after normalisation); exact canonical matches first. ``scopes``: only
+        those a session in these scopes sees (their parent domains included), not every scope."""
         forms = name_forms(name)
-        filters = access.for_principal(principal, ScopeView.everything())
+        view = ScopeView.session(scopes) if scopes else ScopeView.everything()
+        filters = access.for_principal(principal, view)
         body = {
             "size": size,
             "query": filters.query(
@@ -68,8 +72,8 @@ class BeliefLookup:
         rows = self._search(filters, body, "look up a belief by name")
         return list(load_beliefs(self.store.with_logs(rows)))
 
-    def by_canonical_name(self, principal: Principal, name: str) -> list[Belief]:
-        return [b for b in self.by_name_or_alias(principal, name) if b.canonical_name == name]
+    def by_canonical_name(self, principal: Principal, name: str, *, scopes: list[str] | None = None) -> list[Belief]:
+        return [b for b in self.by_name_or_alias(principal, name, scopes=scopes) if b.canonical_name == name]
 
     def bucket(
         self, principal: Principal, scope: str, type_: str, subtype: str | None, *, size: int = 500

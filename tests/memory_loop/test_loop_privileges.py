@@ -10,9 +10,10 @@ from fastapi.testclient import TestClient
 
 from service.api.state import Services
 from service.domain.principal import Principal
+from service.storage.lookup import BeliefLookup
 from tests.api.conftest import Team, ok
 from tests.factories import make_belief, put_all
-from tests.memory_loop.conftest import WorkerProcess, sidecar, wait_turn
+from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn
 
 
 def post_turn(api: TestClient, headers: dict[str, str], answer: str, scope: list[str]) -> dict[str, Any]:
@@ -64,3 +65,48 @@ def test_a_turn_cannot_supersede_a_belief_in_a_scope_its_author_holds_no_grant_t
     # alice holds both grants: the same update from her turn is applied
     turn = post_turn(api, crew.h("alice"), "Sure." + sidecar(belief_updates=[update]), ["project:pay"])
     assert ops_of(wait_turn(api, crew.h("alice"), turn["turn_id"])) == [("belief_updates", "superseded")]
+
+
+def test_a_statement_in_one_project_is_not_filed_against_another_projects_belief(
+    api: TestClient, crew: Team, worker: WorkerProcess, loop_services: Services
+) -> None:
+    """alice works in project pay and team core. team core already has a ``deploy_process`` (and
+    a ``release_train``); the same names stated in a project pay session are pay's own beliefs:
+    neither a conflict against core's belief (whose acceptance would write pay's statement into a
+    belief team core reads) nor a reinforcement of it (which pay's members never see)."""
+    put_all(
+        loop_services.store,
+        make_belief(
+            crew.tenant,
+            "alice",
+            "deploy_process",
+            id="b-core-deploy",
+            type="decision",
+            content="Core deploys with ArgoCD.",
+            scope=["team:core"],
+        ),
+        make_belief(
+            crew.tenant,
+            "alice",
+            "release_train",
+            id="b-core-train",
+            type="decision",
+            content="Releases ship every Monday.",
+            scope=["team:core"],
+        ),
+    )
+    stated = [
+        {**new_belief("deploy_process", "Pay deploys with Helm."), "scope": ["project:pay"]},
+        {**new_belief("release_train", "Releases ship every Monday."), "scope": ["project:pay"]},
+    ]
+    turn = post_turn(api, crew.h("alice"), "Noted." + sidecar(new_beliefs=stated), ["project:pay"])
+    done = wait_turn(api, crew.h("alice"), turn["turn_id"])
+    assert ops_of(done) == [("new_beliefs", "inserted"), ("new_beliefs", "inserted")], done["result"]
+    bob = Principal(tenant_id=crew.tenant, user_id="bob", projects=frozenset({"pay"}))
+    lookup = BeliefLookup(loop_services.store)
+    assert [b.content for b in lookup.by_name_or_alias(bob, "deploy_process")] == ["Pay deploys with Helm."]
+    assert [b.content for b in lookup.by_name_or_alias(bob, "release_train")] == ["Releases ship every Monday."]
+    core_member = Principal(tenant_id=crew.tenant, user_id="alice", teams=frozenset({"core"}))
+    core = loop_services.store.get(core_member, "b-core-train")
+    assert core.reinforcement_count == 0
+    assert ok(api.get("/v1/reviews", headers=crew.h("alice"))) == []
