@@ -51,7 +51,7 @@ from service.domain.belief import (
 )
 from service.domain.principal import Principal
 from service.domain.text import clip
-from service.extraction.validator import INSTRUCTION_LIKE
+from service.extraction.validator import addresses_system
 from service.storage.lookup import BeliefLookup, BucketKey
 
 ACTOR = "compaction"
@@ -208,7 +208,7 @@ def _owner_principal(key: BucketKey) -> Principal:
 
 
 def _clean_text(value: Any, limit: int) -> str | None:
-    if not isinstance(value, str) or not value.strip() or len(value) > limit or INSTRUCTION_LIKE.search(value):
+    if not isinstance(value, str) or not value.strip() or len(value) > limit or addresses_system(value):
         return None
     return value.strip()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from service.domain.belief import (
 )
 from service.domain.json_tree import nesting_depth
 from service.domain.text import clip
+from service.domain.visible_text import visible_text
 from service.extraction.sidecar import ParseStatus
 
 TURN_SIGNALS = ("substantive", "acknowledgment", "clarification", "correction")
@@ -65,6 +67,18 @@ INSTRUCTION_LIKE = re.compile(
     r"|\byou\s+are\s+now\b|\bnew\s+instructions?\b|\bjailbreak",
     re.IGNORECASE,
 )
+
+
+def addresses_system(text: str) -> bool:
+    """Whether ``text`` is instruction-like (:data:`INSTRUCTION_LIKE`) as stored and as a model
+    reads it: checked after the store's clean-up (:func:`visible_text` drops zero-width spaces,
+    word joiners and control characters, so ``system\u200b prompt`` is stored as ``system
+    prompt``), NFKC (full-width ``Ｉｇｎｏｒｅ`` reads as ``Ignore``) and without the invisible
+    format characters the store keeps (zero-width joiners, soft hyphens); and as written (the
+    clean-up shortens our ``<<<`` markers, which are refused all the same)."""
+    folded = unicodedata.normalize("NFKC", visible_text(text))
+    read = "".join(c for c in folded if unicodedata.category(c) != "Cf")
+    return any(INSTRUCTION_LIKE.search(form) for form in (text, read))
 
 
 @dataclass(frozen=True)
@@ -239,7 +253,7 @@ def _text(item: dict[str, Any], key: str, limit: int, *, required: bool = True) 
     value = value.strip()
     if len(value) > limit:
         raise _Bad(f"{key} longer than {limit} characters")
-    if INSTRUCTION_LIKE.search(value):
+    if addresses_system(value):
         raise _Bad(f"{key} looks like an instruction to the system (possible prompt injection)")
     return value
 
@@ -287,7 +301,7 @@ def _aliases(value: Any, key: str) -> list[str]:
         alias = normalize_alias(raw)
         if not alias or len(alias) > MAX_ALIAS_CHARS or len(alias.split()) > MAX_ALIAS_WORDS:
             continue  # a sentence is not an alias; drop it, keep the rest
-        if INSTRUCTION_LIKE.search(alias):
+        if addresses_system(alias):
             raise _Bad(f"{key} contains an instruction-like alias (possible prompt injection)")
         if alias not in out:
             out.append(alias)
