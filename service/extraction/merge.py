@@ -278,18 +278,14 @@ class BeliefMerger:
         return Op("belief_updates", index, "superseded", replacement.id, detail=f"replaces {target.id}")
 
     def entity_update(self, ctx: MergeContext, ent: EntityUpdate, index: int) -> Op:
-        matches = self.lookup.by_canonical_name(ctx.principal, ent.canonical_name)
-        if not matches:
-            via_alias = self.lookup.by_name_or_alias(ctx.principal, ent.canonical_name)
-            if len(via_alias) != 1:
-                return Op(
-                    "entity_updates",
-                    index,
-                    "not_found",
-                    detail=f"no single live belief named {ent.canonical_name!r}",
-                )
-            matches = via_alias
-        target = matches[0]
+        target = self._named(ctx, ent.canonical_name)
+        if target is None:
+            return Op(
+                "entity_updates",
+                index,
+                "not_found",
+                detail=f"no single live belief named {ent.canonical_name!r}",
+            )
         if not ent.new_aliases:
             return Op("entity_updates", index, "unchanged", target.id, "added []")
         refused = [a for a in normalize_aliases(ent.new_aliases, cap=None) if a in target.removed_aliases()]
@@ -343,6 +339,19 @@ class BeliefMerger:
         return Op("resolved_open_questions", index, "resolved" if closed else "unchanged", question_id)
 
     # ------------------------------------------------------------------ building blocks
+
+    def _named(self, ctx: MergeContext, name: str) -> Belief | None:
+        """The one live belief ``name`` refers to: by canonical name, else by a unique alias; first
+        among those the session's scopes see (the same name in another project is another
+        belief), then among all the author sees. Several at the first level that has any: None
+        (an alias is never added to a guess)."""
+        for scopes in ([ctx.session_scopes] if ctx.session_scopes else []) + [None]:
+            matches = self.lookup.by_canonical_name(ctx.principal, name, scopes=scopes) or self.lookup.by_name_or_alias(
+                ctx.principal, name, scopes=scopes
+            )
+            if matches:
+                return matches[0] if len(matches) == 1 else None
+        return None
 
     def supersede(
         self,

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
+from service.domain.belief import Belief
 from service.domain.principal import Principal
 from service.storage.lookup import BeliefLookup
 from tests.api.conftest import Team, ok
@@ -67,6 +68,10 @@ def test_a_turn_cannot_supersede_a_belief_in_a_scope_its_author_holds_no_grant_t
     assert ops_of(wait_turn(api, crew.h("alice"), turn["turn_id"])) == [("belief_updates", "superseded")]
 
 
+def decision(team: Team, name: str, belief_id: str, content: str, scope: str) -> Belief:
+    return make_belief(team.tenant, "alice", name, id=belief_id, type="decision", content=content, scope=[scope])
+
+
 def test_a_statement_in_one_project_is_not_filed_against_another_projects_belief(
     api: TestClient, crew: Team, worker: WorkerProcess, loop_services: Services
 ) -> None:
@@ -76,24 +81,8 @@ def test_a_statement_in_one_project_is_not_filed_against_another_projects_belief
     belief team core reads) nor a reinforcement of it (which pay's members never see)."""
     put_all(
         loop_services.store,
-        make_belief(
-            crew.tenant,
-            "alice",
-            "deploy_process",
-            id="b-core-deploy",
-            type="decision",
-            content="Core deploys with ArgoCD.",
-            scope=["team:core"],
-        ),
-        make_belief(
-            crew.tenant,
-            "alice",
-            "release_train",
-            id="b-core-train",
-            type="decision",
-            content="Releases ship every Monday.",
-            scope=["team:core"],
-        ),
+        decision(crew, "deploy_process", "b-core-deploy", "Core deploys with ArgoCD.", "team:core"),
+        decision(crew, "release_train", "b-core-train", "Releases ship every Monday.", "team:core"),
     )
     stated = [
         {**new_belief("deploy_process", "Pay deploys with Helm."), "scope": ["project:pay"]},
@@ -110,3 +99,29 @@ def test_a_statement_in_one_project_is_not_filed_against_another_projects_belief
     core = loop_services.store.get(core_member, "b-core-train")
     assert core.reinforcement_count == 0
     assert ok(api.get("/v1/reviews", headers=crew.h("alice"))) == []
+
+
+def test_an_entity_update_goes_to_the_belief_of_the_sessions_scope(
+    api: TestClient, crew: Team, worker: WorkerProcess, loop_services: Services
+) -> None:
+    """Two ``deploy_process`` beliefs alice can see, team core's (older) and project pay's: new
+    aliases named in a project pay session are pay's vocabulary, not core's; with no belief of that
+    name in the session's scopes and several elsewhere, none is guessed."""
+    put_all(
+        loop_services.store,
+        decision(crew, "deploy_process", "b-core-deploy", "Core deploys with ArgoCD.", "team:core"),
+        decision(crew, "deploy_process", "b-pay-deploy", "Pay deploys with Helm.", "project:pay"),
+    )
+    update = {"canonical_name": "deploy_process", "new_aliases": ["helm chart"]}
+    turn = post_turn(api, crew.h("alice"), "ok" + sidecar(entity_updates=[update]), ["project:pay"])
+    done = wait_turn(api, crew.h("alice"), turn["turn_id"])
+    assert [(o["outcome"], o.get("belief_id")) for o in done["result"]["merge"]["ops"]] == [
+        ("aliases_added", "b-pay-deploy")
+    ]
+    alice = Principal(tenant_id=crew.tenant, user_id="alice", projects=frozenset({"pay"}), teams=frozenset({"core"}))
+    assert loop_services.store.get(alice, "b-pay-deploy").aliases == ["helm chart"]
+    assert loop_services.store.get(alice, "b-core-deploy").aliases == []
+    elsewhere = post_turn(api, crew.h("alice"), "ok" + sidecar(entity_updates=[update]), ["domain:code"])
+    done = wait_turn(api, crew.h("alice"), elsewhere["turn_id"])
+    assert [o["outcome"] for o in done["result"]["merge"]["ops"]] == ["not_found"]
+    assert loop_services.store.get(alice, "b-core-deploy").aliases == []
