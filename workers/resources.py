@@ -20,12 +20,13 @@ from service.extraction.queue import TaskQueue
 from service.process import freeze_startup_heap
 from service.recall.prebuild import VocabularyPrebuilder
 from service.recall.receipts import ReceiptOutbox
+from service.storage.accounts import AccountStore
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client, close_client
 from service.storage.reviews import ReviewStore
 from service.storage.turns import TurnStore
-from service.write_versions import TenantWriteVersions
+from service.write_versions import TenantAccountsVersions, TenantWriteVersions
 
 
 @dataclass
@@ -73,7 +74,14 @@ def build(settings: Settings) -> Resources:
         client=client,
         redis=rds,
         turns=turns,
-        pipeline=ExtractionPipeline(lifecycle, turns, reviews, settings.loop, actor_kind="worker"),
+        pipeline=ExtractionPipeline(
+            lifecycle,
+            turns,
+            reviews,
+            settings.loop,
+            actor_kind="worker",
+            accounts=AccountStore(client, ns, TenantAccountsVersions(rds, ns)),
+        ),
         compactor=Compactor(
             lifecycle,
             settings.loop,

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import MemoryLoopSettings
+from service.domain.accounts import Grants
 from service.domain.belief import utcnow
+from service.domain.principal import Principal
 from service.errors import Conflict, StoreUnavailable, Unreadable
 from service.extraction.flywheel import AliasFlywheel
 from service.extraction.merge import BeliefMerger, MergeContext
@@ -26,6 +28,13 @@ from service.telemetry import metrics
 FINAL = ("done", "skipped", "failed")
 # A store that cannot answer now: worth retrying, and never a reason to give a turn up.
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (StoreUnavailable, ConnectionError, TimeoutError)
+
+
+class AccountStatus(Protocol):
+    """Whether a tenant or user is disabled, and the user's grants as provisioned (None: no user
+    record, e.g. a JWT subject of an identity provider): :class:`AccountStore`'s one ``mget``."""
+
+    def account_status(self, tenant_id: str, user_id: str) -> tuple[bool, Grants | None]: ...
 
 
 @dataclass(frozen=True)
@@ -45,16 +54,39 @@ class ExtractionPipeline:
         policy: MemoryLoopSettings,
         *,
         actor_kind: str = "worker",
+        accounts: AccountStatus | None = None,
     ):
         self.turns = turns
         self.policy = policy
         self.actor_kind = actor_kind
+        self.accounts = accounts
         self.merger = BeliefMerger(lifecycle, reviews, policy)
         self.flywheel = AliasFlywheel(lifecycle, reviews, policy)
 
-    def context(self, turn: TurnRecord) -> MergeContext:
+    def author(self, turn: TurnRecord) -> Principal | None:
+        """Who writes the turn's beliefs: its author with the grants recorded on the turn that
+        they still hold now (a revoked grant, or a disabled account, is enforced on every request
+        at once; a turn recorded before and extracted after must not outlast it). None when the
+        author or the tenant is disabled. Without an account record (a JWT subject of an identity
+        provider) the grants the turn's credential carried stand."""
+        recorded = turn.principal()
+        if self.accounts is None:
+            return recorded
+        disabled, grants = self.accounts.account_status(turn.tenant_id, turn.owner_id)
+        if disabled:
+            return None
+        if grants is None:
+            return recorded
+        return Principal(
+            tenant_id=recorded.tenant_id,
+            user_id=recorded.user_id,
+            projects=recorded.projects & frozenset(grants.projects),
+            teams=recorded.teams & frozenset(grants.teams),
+        )
+
+    def context(self, turn: TurnRecord, principal: Principal) -> MergeContext:
         return MergeContext(
-            principal=turn.principal(),
+            principal=principal,
             session_id=turn.session_id,
             turn_id=turn.turn_id,
             source_model=turn.model,
@@ -132,12 +164,16 @@ class ExtractionPipeline:
         if turn.gate == "extraction_off":
             self._finish(turn, "skipped", {"reason": "extraction is switched off for this tenant"})
             return ExtractionOutcome(turn_id, "skipped", {})
+        author = self.author(turn)
+        if author is None:
+            self._finish(turn, "skipped", {"reason": "the turn's author or tenant is disabled"})
+            return ExtractionOutcome(turn_id, "skipped", {})
         validated = validate_sidecar(
             turn.sidecar_raw,
             ParseStatus(turn.parse_status),
             max_chars=self.policy.sidecar_max_chars,
         )
-        report = self.merger.apply(self.context(turn), validated)
+        report = self.merger.apply(self.context(turn, author), validated)
         result: dict[str, Any] = {
             "validation": validated.summary(),
             "merge": report.as_dict(),
@@ -211,5 +247,8 @@ class ExtractionPipeline:
             )
             for c in raw
         ]
-        outcomes = self.flywheel.process(self.context(turn), turn.user_message, candidates)
+        author = self.author(turn)
+        if author is None:
+            return []
+        outcomes = self.flywheel.process(self.context(turn, author), turn.user_message, candidates)
         return [o.__dict__ for o in outcomes]

@@ -4,14 +4,19 @@ credentials would get from the beliefs API."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
+from service.config import Settings
 from service.domain.belief import Belief
 from service.domain.principal import Principal
+from service.extraction.queue import TaskQueue
+from service.extraction.sidecar import split_sidecar
 from service.storage.lookup import BeliefLookup
+from service.storage.turns import TurnRecord, TurnStore
 from tests.api.conftest import Team, ok
 from tests.factories import make_belief, put_all
 from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn
@@ -125,3 +130,54 @@ def test_an_entity_update_goes_to_the_belief_of_the_sessions_scope(
     done = wait_turn(api, crew.h("alice"), elsewhere["turn_id"])
     assert [o["outcome"] for o in done["result"]["merge"]["ops"]] == ["not_found"]
     assert loop_services.store.get(alice, "b-core-deploy").aliases == []
+
+
+def recorded_turn(loop_services: Services, loop_settings: Settings, team: Team, owner: str, answer: str) -> str:
+    """A turn of ``owner`` (who held project pay when it was recorded), stored but not yet sent to
+    the worker: what a backlog, the sweep or a parked turn leaves waiting."""
+    split = split_sidecar(answer)
+    turn_id = f"turn-{uuid.uuid4().hex[:10]}"
+    TurnStore(loop_services.opensearch, loop_settings.opensearch_namespace).create(
+        TurnRecord(
+            tenant_id=team.tenant,
+            turn_id=turn_id,
+            owner_id=owner,
+            projects=["pay"],
+            session_id="s-priv",
+            scope=["project:pay"],
+            model="gpt-4o",
+            sidecar_raw=split.raw,
+            parse_status=split.status.value,
+        )
+    )
+    return turn_id
+
+
+def test_extraction_writes_with_the_authors_grants_as_they_are_when_it_runs(
+    api: TestClient,
+    crew: Team,
+    worker: WorkerProcess,
+    loop_services: Services,
+    loop_settings: Settings,
+    operator_headers: dict[str, str],
+) -> None:
+    """Revoking a grant, or disabling a user, is enforced at once on every request; a turn
+    recorded before and extracted after must not write into the revoked project, nor write at all
+    for a disabled user."""
+    answer = "ok" + sidecar(new_beliefs=[{**new_belief("pay_keys", "Keys rotate daily."), "scope": ["project:pay"]}])
+    bobs = recorded_turn(loop_services, loop_settings, crew, "bob", answer)
+    alices = recorded_turn(loop_services, loop_settings, crew, "alice", answer.replace("pay_keys", "pay_vault"))
+    users = f"/v1/admin/tenants/{crew.tenant}/users"
+    ok(api.patch(f"{users}/bob/grants", json={"remove_projects": ["pay"]}, headers=operator_headers))
+    ok(api.post(f"{users}/alice/disable", headers=operator_headers))
+    queue = TaskQueue(loop_settings)
+    queue.extract(crew.tenant, bobs)
+    queue.extract(crew.tenant, alices)
+    done = wait_turn(api, crew.h("carol"), bobs)
+    assert ops_of(done) == [("new_beliefs", "skipped")], done["result"]
+    skipped = wait_turn(api, crew.h("carol"), alices)
+    assert skipped["extraction_status"] == "skipped", skipped
+    lookup = BeliefLookup(loop_services.store)
+    pay = Principal(tenant_id=crew.tenant, user_id="carol", projects=frozenset({"pay"}))
+    assert lookup.by_name_or_alias(pay, "pay_keys") == []
+    assert lookup.by_name_or_alias(pay, "pay_vault") == []
