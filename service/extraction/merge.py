@@ -205,16 +205,18 @@ class BeliefMerger:
                 self._close_question(ctx, nb.resolves_open_question)
             return Op("new_beliefs", index, "inserted", belief_id)
         own_id = ctx.derived_id("b", "new", nb.canonical_name)
-        if any(m.id == own_id for m in matches):
+        fingerprint = content_fingerprint(nb.content)
+        if any(m.id == own_id and content_fingerprint(m.content) == fingerprint for m in matches):
             # Inserted by an earlier attempt of this very turn (the worker died after the write,
-            # or the task was redelivered): finish that insert, which is idempotent, instead of
-            # letting the turn reinforce the belief it created.
+            # or the task was redelivered), or by an earlier item of it stating the same: finish
+            # that insert, which is idempotent, instead of letting the turn reinforce the belief
+            # it created. An item stating something else under that name is a conflict below.
             belief_id = self._insert(ctx, nb, scopes, index)
             if nb.resolves_open_question:
                 self._close_question(ctx, nb.resolves_open_question)
             return Op("new_beliefs", index, "inserted", belief_id)
         existing = matches[0]
-        if content_fingerprint(existing.content) == content_fingerprint(nb.content):
+        if content_fingerprint(existing.content) == fingerprint:
             updated = self._reinforce(ctx, existing.id, nb.aliases)
             return Op("new_beliefs", index, "reinforced", updated.id)
         margin = abs(existing.confidence - nb.confidence)

@@ -417,3 +417,27 @@ def test_rerunning_the_turn_that_inserted_changes_nothing(
         stored = loop_services.store.get(alice(crew), str(op.belief_id))
         assert stored.reinforcement_count == 0
         assert len(stored.change_log) == 1
+
+
+def test_one_turn_stating_two_contents_under_one_name_files_the_second_as_a_conflict(
+    merger: BeliefMerger, crew: Team, loop_services: Services, api: TestClient
+) -> None:
+    """The second item finds the belief the first just inserted (its id derives from the turn and
+    the name). Taken for a re-run of that insert, it was reported ``inserted`` and its statement
+    dropped; a different statement under the same name is a conflict, as from any other turn."""
+    report = run(
+        merger,
+        alice(crew),
+        new_beliefs=[
+            new_belief("queue_broker", "Jobs go through RabbitMQ."),
+            new_belief("queue_broker", "Jobs go through SQS."),
+            new_belief("queue_broker", "jobs go through rabbitmq"),
+        ],
+    )
+    assert outcomes(report) == ["inserted", "conflict_queued", "inserted"]
+    [first, second, third] = report.ops
+    assert second.belief_id == first.belief_id == third.belief_id
+    stored = loop_services.store.get(alice(crew), str(first.belief_id))
+    assert (stored.content, stored.reinforcement_count) == ("Jobs go through RabbitMQ.", 0)
+    [review] = ok(api.get("/v1/reviews", headers=crew.h("alice")))
+    assert (review["belief_id"], review["proposed"]["content"]) == (first.belief_id, "Jobs go through SQS.")
