@@ -3,9 +3,10 @@
 The sidecar's ``possible_alias_candidates`` name a surface form the user typed and the beliefs it
 may refer to. The rules, conservative because a wrong alias pulls a belief into unrelated turns:
 
-1. The surface must literally occur in the user's message of that turn (their own vocabulary),
-   must not already be a name or alias of the belief, and must resolve to exactly one live belief
-   the user can see; otherwise it is dropped (no entity) or queued for review (ambiguous).
+1. The surface must literally occur in the user's message of that turn, as whole words (their own
+   vocabulary: not ``go`` inside "going"), must not already be a name or alias of the belief, and
+   must resolve to exactly one live belief the user can see; otherwise it is dropped (no entity)
+   or queued for review (ambiguous).
 2. ``high`` confidence with a single named entity: applied at once.
 3. ``medium``: queued as a review item; sightings are counted per distinct turn, and at
    ``alias_candidate_min_sightings`` distinct turns the alias is applied and the item resolved.
@@ -17,6 +18,7 @@ one turn never count twice.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from service.beliefs.lifecycle import BeliefLifecycle, spoken_name
@@ -28,6 +30,28 @@ from service.extraction.merge import MergeContext
 from service.extraction.validator import AliasCandidate
 from service.storage.lookup import BeliefLookup
 from service.storage.reviews import ReviewItem, ReviewStore
+
+# Scripts written without spaces between words: a word there may touch the next one
+_UNSPACED = re.compile("[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() and not _UNSPACED.match(char)
+
+
+def said_as_words(surface: str, said: str) -> bool:
+    """Whether ``surface`` occurs in ``said`` as whole words: not ``go`` inside "going", nor
+    ``cache`` inside "cached". Where the text is written without spaces (Japanese, Chinese,
+    Korean particles, Thai) a surface may touch the next word: ``セッションストアの設定``."""
+    start = said.find(surface)
+    while start >= 0:
+        end = start + len(surface)
+        joined_before = start > 0 and _word_char(said[start - 1]) and _word_char(surface[0])
+        joined_after = end < len(said) and _word_char(said[end]) and _word_char(surface[-1])
+        if not (joined_before or joined_after):
+            return True
+        start = said.find(surface, start + 1)
+    return False
 
 
 @dataclass(frozen=True)
@@ -56,7 +80,7 @@ class AliasFlywheel:
 
     def _one(self, ctx: MergeContext, said: str, cand: AliasCandidate) -> CandidateOutcome:
         surface = cand.surface
-        if surface not in said:
+        if not said_as_words(surface, said):
             return CandidateOutcome(surface, "dropped: not in the user's message")
         found: dict[str, Belief] = {}
         for name in cand.possible_entities:

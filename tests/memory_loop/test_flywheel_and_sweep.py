@@ -140,3 +140,30 @@ def test_beat_health_check_follows_the_scheduler(beat: Any, tmp_path: Path) -> N
         check(str(tmp_path / "never-started"))
         == f"{tmp_path / 'never-started'}.alive does not exist: beat has not ticked yet"
     )
+
+
+def test_an_alias_candidate_must_be_said_as_words_not_inside_one(
+    api: TestClient, crew: Team, worker: WorkerProcess, loop_services: Services
+) -> None:
+    """``go`` inside "going", ``cache`` inside "cached" are not the user's vocabulary: as an alias
+    such a common word would pull the belief into every unrelated turn. Scripts written without
+    spaces (``セッションストアの設定``) still match inside the text."""
+    put_all(
+        loop_services.store,
+        make_belief(crew.tenant, "alice", "golang_api", id="b-go", type="entity", aliases=["golang"], content="Go."),
+        make_belief(crew.tenant, "alice", "redis_cache", id="b-redis", type="entity", content="Redis cache."),
+        make_belief(crew.tenant, "alice", "session_store", id="b-sess", type="entity", content="Sessions in Redis."),
+    )
+    said = "We are going to serve cached pages; セッションストアの設定 and the eviction sweeps matter."
+    candidates = [
+        {"surface": "go", "possible_entities": ["golang_api"], "confidence": "high"},
+        {"surface": "cache", "possible_entities": ["redis_cache"], "confidence": "high"},
+        {"surface": "セッションストア", "possible_entities": ["session_store"], "confidence": "high"},
+        {"surface": "eviction sweeps", "possible_entities": ["redis_cache"], "confidence": "high"},
+    ]
+    turn = post_turn(api, crew.h("alice"), "ok" + sidecar(possible_alias_candidates=candidates), user_message=said)
+    wait_turn(api, crew.h("alice"), turn["turn_id"])
+    wait_until(lambda: "eviction sweeps" in _belief(api, crew, "b-redis")["aliases"])
+    assert _belief(api, crew, "b-redis")["aliases"] == ["eviction sweeps"]
+    assert _belief(api, crew, "b-go")["aliases"] == ["golang"]
+    assert _belief(api, crew, "b-sess")["aliases"] == ["セッションストア"]
