@@ -499,7 +499,9 @@ class Compactor:
         if data is None or not isinstance(data.get("assessments"), list):
             report.rejected.append("model answer unusable; no expertise synthesised")
             return
-        known = {b.id: b for b in beliefs}
+        raw_retire = data.get("retire_ids")
+        listed = [i for i in raw_retire if isinstance(i, str)] if isinstance(raw_retire, list) else []
+        also_retire = {i for i in listed if i in {b.id for b in beliefs}}
         now = utcnow()
         for raw in data["assessments"]:
             if not isinstance(raw, dict):
@@ -522,32 +524,35 @@ class Compactor:
             )
             same_domain = [b for b in beliefs if b.expertise_domain == domain]
             change = self._change(principal, f"expertise|{new_id}")
-            belief = Belief(
-                id=new_id,
-                tenant_id=key.tenant_id,
-                owner_id=key.owner_id,
-                type=BeliefType.PREFERENCE,
-                subtype=Subtype.EXPERTISE,
-                canonical_name=name,
-                content=content,
-                why_it_matters=why,
-                scope=scope_rules.normalize_scopes([key.scope]),
-                epistemic_status=EpistemicStatus.ACTIVE,
-                confidence=float(raw["confidence"])
-                if isinstance(raw.get("confidence"), int | float) and 0 <= raw["confidence"] <= 1
-                else 0.8,
-                reinforcement_count=max(0, evidence),
-                last_reinforced_at=now,
-                expertise_domain=domain,
-                expertise_depth=depth,
-                aliases=same_domain[0].aliases if same_domain else [],
-                compaction_note="compaction: expertise synthesis",
-                change_log=[change.entry("compaction: expertise synthesis")],
-            )
+            try:  # the model's values may break a rule only the whole belief checks (a long name)
+                belief = Belief(
+                    id=new_id,
+                    tenant_id=key.tenant_id,
+                    owner_id=key.owner_id,
+                    type=BeliefType.PREFERENCE,
+                    subtype=Subtype.EXPERTISE,
+                    canonical_name=name,
+                    content=content,
+                    why_it_matters=why,
+                    scope=scope_rules.normalize_scopes([key.scope]),
+                    epistemic_status=EpistemicStatus.ACTIVE,
+                    confidence=float(raw["confidence"])
+                    if isinstance(raw.get("confidence"), int | float) and 0 <= raw["confidence"] <= 1
+                    else 0.8,
+                    reinforcement_count=max(0, evidence),
+                    last_reinforced_at=now,
+                    expertise_domain=domain,
+                    expertise_depth=depth,
+                    aliases=same_domain[0].aliases if same_domain else [],
+                    compaction_note="compaction: expertise synthesis",
+                    change_log=[change.entry("compaction: expertise synthesis")],
+                )
+            except ValueError as exc:
+                report.rejected.append(f"assessment for {domain[:40]!r} incomplete: {str(exc)[:200]}")
+                continue
             # an earlier run of this bucket may have created it: the keyed change finishes that run
             self.lifecycle.create(change, belief, details={"trigger": "compaction: expertise synthesis"})
-            retire = {b.id for b in same_domain}
-            retire |= {i for i in (data.get("retire_ids") or []) if isinstance(i, str) and i in known}
+            retire = {b.id for b in same_domain} | also_retire
             for rid in sorted(retire):
                 if rid != new_id:
                     self.lifecycle.retire(change, rid, new_id, note="compaction: expertise synthesis", compaction=True)

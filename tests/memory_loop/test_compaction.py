@@ -397,3 +397,41 @@ def test_a_model_merge_never_carries_a_statement_into_another_scope(
     core_member = Principal(tenant_id=crew.tenant, user_id="dave", teams=frozenset({"core"}))
     seen = BeliefLookup(loop_services.store).by_name_or_alias(core_member, "sessions")
     assert [(b.id, b.content) for b in seen] == [("b-s1", "Sessions live in Redis.")]
+
+
+def test_a_malformed_expertise_answer_changes_nothing_half_way(
+    crew: Team, loop_services: Services, loop_settings: Settings, rds: redis.Redis[bytes], llm: ScriptedLLM
+) -> None:
+    """The model reads what members wrote, so its answer is untrusted: an assessment with a name
+    past the limit is refused on its own, and a ``retire_ids`` that is not a list retires nothing
+    more; never a crash after the new expertise belief was written and before its evidence was
+    retired (two live beliefs for one domain)."""
+    evidence = [
+        make_belief(
+            crew.tenant,
+            "alice",
+            f"go_signal_{i}",
+            id=f"b-g{i}",
+            subtype="expertise",
+            expertise_domain="go",
+            expertise_depth="working",
+            content=f"Go signal {i}.",
+            scope=["user:universal"],
+        )
+        for i in range(2)
+    ]
+    put_all(loop_services.store, *evidence)
+    assessments = [
+        {"domain": "go", "depth": "deep", "evidence_count": 2, "content": "Deep Go.", "why_it_matters": "Peer."},
+        {"domain": "x" * 150, "depth": "deep", "content": "Too long a domain.", "why_it_matters": "w"},
+    ]
+    llm.script(Reply(content=json.dumps({"assessments": assessments, "retire_ids": 5})))
+    model = CompactionLLM(llm.base_url, "gpt-4o-mini", None)
+    bucket = BucketKey(crew.tenant, "alice", "user:universal", "preference", "expertise", 0)
+    report = compactor(loop_services, loop_settings, rds, llm=model).compact(bucket, force=True)
+    [made] = report.merges
+    assert (made["canonical_name"], made["sources"]) == ("go_expertise", ["b-g0", "b-g1"])
+    assert len(report.rejected) == 1 and "incomplete" in report.rejected[0]
+    lookup = compactor(loop_services, loop_settings, rds).lookup
+    live = [b.id for b in lookup.bucket(alice(crew), "user:universal", "preference", "expertise")]
+    assert live == [made["new_id"]]
