@@ -87,6 +87,15 @@ class TurnIn(BaseModel):
     def _scopes(cls, values: list[str]) -> list[str]:
         return scope_rules.normalize_scopes(values)
 
+    @field_validator("session_id", "model")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        # copied into every extracted belief's provenance and change log; the proxy refuses such
+        # a session id too (session_and_scope_of)
+        if value is not None and has_control_or_surrogate(value):
+            raise ValueError("must not contain control characters")
+        return value
+
 
 def text_of(content: str | list[dict[str, Any]] | None) -> str:
     if content is None:

@@ -266,3 +266,13 @@ def test_instruction_like_text_split_by_invisible_characters_is_refused(
     assert done["result"]["merge"]["ops"] == []
     for name in ("steer_0", "steer_1", "steer_q"):
         assert beliefs_named(api, crew.h("bob"), name) == []
+
+
+def test_a_turns_session_id_and_model_carry_no_control_characters(api: TestClient, crew: Team) -> None:
+    """Both are copied into every extracted belief's provenance and change log (shown in consoles
+    and terminals) and the proxy refuses such a session id: so does ``POST /v1/turns``."""
+    for field, bad in (("session_id", "s\x1b[2J"), ("session_id", "a\x00b"), ("model", "gpt-4o\r\nx: y")):
+        body = {"model": "gpt-4o", "user_message": "u", "assistant_message": "a", field: bad}
+        refused = api.post("/v1/turns", json=body, headers=crew.h("alice"))
+        assert refused.status_code == 422, (field, refused.text)
+        assert refused.json()["error"]["code"] == "validation_error"
