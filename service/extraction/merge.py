@@ -396,6 +396,9 @@ class BeliefMerger:
             confidence=nb.confidence,
             expertise_domain=nb.expertise_domain,
             expertise_depth=nb.expertise_depth,
+            # only pinned questions reach the questions tier (and no other tier shows one): a
+            # question stated as a new belief is kept in view like one from new_open_questions
+            pinned=nb.type is BeliefType.OPEN_QUESTION,
             provenance=ctx.provenance(),
             last_reinforced_at=ctx.now,
             change_log=[ctx.log("created (extraction)")],

@@ -276,3 +276,21 @@ def test_a_turns_session_id_and_model_carry_no_control_characters(api: TestClien
         refused = api.post("/v1/turns", json=body, headers=crew.h("alice"))
         assert refused.status_code == 422, (field, refused.text)
         assert refused.json()["error"]["code"] == "validation_error"
+
+
+def test_an_open_question_stated_as_a_new_belief_reaches_the_questions_tier(
+    api: TestClient, crew: Team, worker: WorkerProcess
+) -> None:
+    """The sidecar prompt lists ``open_question`` among the types of ``new_beliefs``; only pinned
+    questions reach the questions tier and the relevant tier never returns one, so stored as it
+    came (unpinned) such a question was kept and never shown to any session."""
+    question = new_belief(
+        "auth_token_choice", "JWT or opaque session tokens for the auth service: not decided.", type="open_question"
+    )
+    answer = "ok" + sidecar(new_beliefs=[question])
+    done = wait_turn(api, crew.h("alice"), post_turn(api, crew.h("alice"), answer)["turn_id"])
+    assert [o["outcome"] for o in done["result"]["merge"]["ops"]] == ["inserted"], done["result"]
+    recalled = ok(
+        api.post("/v1/recall", json={"scopes": ["domain:code"], "query": "what next?"}, headers=crew.h("alice"))
+    )
+    assert [q["canonical_name"] for q in recalled["tiers"]["questions"]] == ["auth_token_choice"]
