@@ -435,3 +435,94 @@ def test_a_malformed_expertise_answer_changes_nothing_half_way(
     lookup = compactor(loop_services, loop_settings, rds).lookup
     live = [b.id for b in lookup.bucket(alice(crew), "user:universal", "preference", "expertise")]
     assert live == [made["new_id"]]
+
+
+def scoped_duplicates(team: Team) -> list[Belief]:
+    """Two exact-duplicate pairs of alice's entities in the bucket ``domain:code``, each pair of two
+    scope lists: one belief also in ``project:pay`` (bob sees it), its duplicate in her personal
+    ``domain:code`` only, with a name and an alias of its own."""
+
+    def entity(name: str, id_: str, scope: list[str], aliases: list[str], content: str, count: int) -> Belief:
+        return make_belief(
+            team.tenant,
+            "alice",
+            name,
+            id=id_,
+            type="entity",
+            scope=scope,
+            aliases=aliases,
+            content=content,
+            reinforcement_count=count,
+        )
+
+    shared, personal = ["domain:code", "project:pay"], ["domain:code"]
+    return [
+        # kept (more reinforced) would be the shared one: the personal one's names would reach bob
+        entity("queue_broker", "b-qs", shared, ["queue broker"], "Kafka carries the events.", 5),
+        entity("falcon_codename", "b-qp", personal, ["falcon codename"], "Kafka carries the events.", 1),
+        # kept would be the personal one: the shared one would leave bob's sessions
+        entity("ledger_store", "b-ls", shared, ["ledger store"], "Postgres holds the ledger.", 0),
+        entity("heron_codename", "b-lp", personal, ["heron codename"], "Postgres holds the ledger.", 4),
+    ]
+
+
+def recall_ids(api: TestClient, team: Team, user: str, scope: str, query: str) -> dict[str, Any]:
+    body = {"query": query, "scopes": [scope]}
+    answer = api.post("/v1/recall", json=body, headers=team.h(user))
+    assert answer.status_code == 200, answer.text
+    got: dict[str, Any] = answer.json()
+    return {"ids": sorted(got["injected_ids"]), "text": got["injection"]["text"]}
+
+
+@pytest.mark.parametrize("mode", ["exact", "model"])
+def test_compaction_never_merges_beliefs_of_different_scopes(
+    crew: Team,
+    other_crew: Team,
+    api: TestClient,
+    loop_services: Services,
+    loop_settings: Settings,
+    rds: redis.Redis[bytes],
+    llm: ScriptedLLM,
+    mode: str,
+) -> None:
+    """A bucket is one scope label, but a belief may carry several: a merged belief copies the
+    scopes of the one it keeps. Merging alice's personal ``domain:code`` belief into her duplicate
+    also in ``project:pay`` gave bob its private name and alias (and a model's merged content);
+    keeping the personal one took the shared statement out of bob's ``project:pay`` sessions. Only
+    beliefs of the same scope list merge: what each user is injected does not change."""
+    for team in (crew, other_crew):
+        put_all(loop_services.store, *scoped_duplicates(team))
+    queries = [
+        ("bob", "project:pay", "what about the falcon codename?"),
+        ("bob", "project:pay", "where does the ledger store live?"),
+        ("bob", "project:pay", "what is our queue broker?"),
+        ("alice", "domain:code", "falcon codename, heron codename, ledger store and queue broker"),
+    ]
+    before = [recall_ids(api, crew, *q) for q in queries]
+    assert before[0]["ids"] == [] and "falcon" not in before[0]["text"]
+    assert before[1]["ids"] == ["b-ls"] and before[2]["ids"] == ["b-qs"]
+    model = CompactionLLM(llm.base_url, "gpt-4o-mini", None) if mode == "model" else None
+    if model is not None:
+        merges = [
+            {
+                "keep_id": keep,
+                "retire_ids": [retire],
+                "merged_content": content,
+                "merged_canonical_name": name,
+                "merged_aliases": [],
+                "compaction_note": "same fact",
+            }
+            for keep, retire, content, name in [
+                ("b-qs", "b-qp", "Kafka carries the events (codename falcon).", "queue_broker"),
+                ("b-lp", "b-ls", "Postgres holds the ledger.", "heron_codename"),
+            ]
+        ]
+        llm.script(Reply(content=json.dumps({"merges": merges, "no_action_ids": []})))
+    report = compactor(loop_services, loop_settings, rds, llm=model).compact(key(crew), force=True)
+    assert [recall_ids(api, crew, *q) for q in queries] == before
+    assert report.merges == []
+    if model is not None:
+        assert len(report.rejected) == 2 and all("scope" in r for r in report.rejected)
+    for source in ("b-qs", "b-qp", "b-ls", "b-lp"):
+        assert loop_services.store.get(alice(crew), source).is_live
+        assert loop_services.store.get(alice(other_crew), source).is_live  # the other tenant untouched
