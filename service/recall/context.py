@@ -29,6 +29,9 @@ from service.storage.access import ScopeView
 from service.storage.beliefs import BeliefStore, ClauseMatch, NearMiss, ScoredBelief, TierMemo
 from service.storage.calls import Reads
 
+# How many versions past a superseded participant the relation hop follows (a read each).
+MAX_SUCCESSOR_HOPS = 8
+
 
 class RecallBudget(BaseModel):
     """Per-request caps; anything unset falls back to the deployment's defaults."""
@@ -302,8 +305,7 @@ class ContextBuilder:
         if not relations:
             return
         wanted = [pid for r in relations for pid in r.belief.participants]
-        found = yield from self.store.get_many_reads(principal, wanted, view=view, live_only=True, memo=memo)
-        linked = {b.id: b for b in found}
+        linked = yield from self._current_versions(principal, view, wanted, memo)
         seen = {e.belief.id for e in relevant} | {e.belief.id for e in questions}
         for relation in relations:
             for pid in relation.belief.participants:
@@ -323,6 +325,44 @@ class ContextBuilder:
                             relation.belief.id,
                         )
                     )
+
+    def _current_versions(
+        self, principal: Principal, view: ScopeView, ids: list[str], memo: TierMemo | None
+    ) -> Reads[dict[str, Belief]]:
+        """The live version of each belief ``ids`` names, by the id named: the belief itself, or
+        the version that superseded it (a participant is named by id, and a belief changes only by
+        a new version: without this, updating a belief cut it off every relation naming it). Read
+        under the caller's filters, like the beliefs named; followed only where the new version
+        names the old one back (or both come from one compaction), at most
+        :data:`MAX_SUCCESSOR_HOPS` versions on. One read when nothing named was superseded."""
+        current: dict[str, Belief] = {}
+        # the id named -> (the id to read now, the version it supersedes: None for the one named)
+        reading: dict[str, tuple[str, Belief | None]] = {pid: (pid, None) for pid in ids}
+        for _ in range(MAX_SUCCESSOR_HOPS + 1):
+            if not reading:
+                break
+            wanted = [read for read, _ in reading.values()]
+            found = yield from self.store.get_many_reads(principal, wanted, view=view, live_only=False, memo=memo)
+            by_id = {b.id: b for b in found}
+            following: dict[str, tuple[str, Belief | None]] = {}
+            for named, (read, older) in reading.items():
+                belief = by_id.get(read)
+                if belief is None or (older is not None and not _succeeds(belief, older)):
+                    continue
+                if belief.is_live:
+                    current[named] = belief
+                elif belief.lifecycle is Lifecycle.SUPERSEDED and belief.superseded_by:
+                    following[named] = (belief.superseded_by, belief)
+            reading = following
+        return current
+
+
+def _succeeds(new: Belief, old: Belief) -> bool:
+    """``new`` is the version that superseded ``old`` (which names it in ``superseded_by``): it names
+    ``old`` back, or a compaction merged ``old`` into it (the merged belief names only the source it
+    kept), with the same owner. A one-sided link is not followed."""
+    named_back = new.supersedes == old.id or bool(new.compaction_note and old.compaction_note)
+    return named_back and new.owner_id == old.owner_id and new.tenant_id == old.tenant_id
 
 
 def _relation_clause(relation: Belief) -> str:

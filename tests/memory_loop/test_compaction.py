@@ -526,3 +526,33 @@ def test_compaction_never_merges_beliefs_of_different_scopes(
     for source in ("b-qs", "b-qp", "b-ls", "b-lp"):
         assert loop_services.store.get(alice(crew), source).is_live
         assert loop_services.store.get(alice(other_crew), source).is_live  # the other tenant untouched
+
+
+def test_a_relation_naming_a_merged_source_brings_in_the_merged_belief(
+    crew: Team,
+    other_crew: Team,
+    api: TestClient,
+    loop_services: Services,
+    loop_settings: Settings,
+    rds: redis.Redis[bytes],
+) -> None:
+    """A relation names its participants by id; a compaction supersedes them all by one merged
+    belief, which names back only the source it kept. The relation hop follows any source of the
+    merge to the merged belief, for each user who sees it, and in no other tenant."""
+    for team in (crew, other_crew):
+        relation = make_belief(
+            team.tenant,
+            "alice",
+            "cache_feeds_postgres",
+            id="b-rel",
+            type="relation",
+            aliases=["cache feed"],
+            participants=["b-r3", "b-pg"],
+        )
+        put_all(loop_services.store, *entities(team), relation)
+    [merge] = compactor(loop_services, loop_settings, rds).compact(key(crew), force=True).merges
+    assert merge["sources"] == ["b-r1", "b-r2", "b-r3"]  # b-r1 kept: b-r3 is not named back
+    query = ("domain:code", "how does the cache feed work?")
+    assert recall_ids(api, crew, "alice", *query)["ids"] == sorted(["b-rel", merge["new_id"], "b-pg"])
+    assert recall_ids(api, other_crew, "alice", *query)["ids"] == ["b-pg", "b-r3", "b-rel"]  # not compacted there
+    assert recall_ids(api, crew, "bob", *query)["ids"] == []  # alice's personal beliefs
