@@ -19,7 +19,9 @@ def _rank(belief: Belief) -> int:
 
 
 def _sentence(belief: Belief) -> str:
-    text = belief.content.strip()
+    # one paragraph: a line break in a preference's text would start a line of the injection block
+    # of its own (a markdown heading, a forged section, an instruction-like line)
+    text = " ".join(belief.content.split())
     if not text.endswith((".", "!", "?")):
         text += "."
     if belief.epistemic_status is EpistemicStatus.INFERRED:
