@@ -501,7 +501,8 @@ class Compactor:
             return
         raw_retire = data.get("retire_ids")
         listed = [i for i in raw_retire if isinstance(i, str)] if isinstance(raw_retire, list) else []
-        also_retire = {i for i in listed if i in {b.id for b in beliefs}}
+        by_id = {b.id: b for b in beliefs}
+        also_retire = {i for i in listed if i in by_id}
         now = utcnow()
         for raw in data["assessments"]:
             if not isinstance(raw, dict):
@@ -553,6 +554,8 @@ class Compactor:
             # an earlier run of this bucket may have created it: the keyed change finishes that run
             self.lifecycle.create(change, belief, details={"trigger": "compaction: expertise synthesis"})
             retire = {b.id for b in same_domain} | also_retire
+            # the new belief has the bucket's scope alone: evidence in other scopes too stays there
+            retire = {i for i in retire if set(by_id[i].scope) == {key.scope}}
             for rid in sorted(retire):
                 if rid != new_id:
                     self.lifecycle.retire(change, rid, new_id, note="compaction: expertise synthesis", compaction=True)

@@ -556,3 +556,52 @@ def test_a_relation_naming_a_merged_source_brings_in_the_merged_belief(
     assert recall_ids(api, crew, "alice", *query)["ids"] == sorted(["b-rel", merge["new_id"], "b-pg"])
     assert recall_ids(api, other_crew, "alice", *query)["ids"] == ["b-pg", "b-r3", "b-rel"]  # not compacted there
     assert recall_ids(api, crew, "bob", *query)["ids"] == []  # alice's personal beliefs
+
+
+def test_expertise_synthesis_retires_only_evidence_of_the_buckets_scope_alone(
+    crew: Team,
+    other_crew: Team,
+    api: TestClient,
+    loop_services: Services,
+    loop_settings: Settings,
+    rds: redis.Redis[bytes],
+    llm: ScriptedLLM,
+) -> None:
+    """The synthesised expertise belief is scoped to the bucket's one scope; evidence that also
+    carries another scope (here ``user:universal``: alice's persona) used to be retired all the
+    same, so it left her persona in every session. It stays; the rest is synthesised as before."""
+    for team in (crew, other_crew):
+        evidence = [
+            make_belief(
+                team.tenant,
+                "alice",
+                f"react_signal_{i}",
+                id=f"b-x{i}",
+                subtype="expertise",
+                expertise_domain="javascript/react",
+                expertise_depth="working",
+                content=f"Signal {i} of React work.",
+                scope=scopes,
+            )
+            for i, scopes in enumerate([["domain:code"], ["domain:code"], ["domain:code", "user:universal"]])
+        ]
+        put_all(loop_services.store, *evidence)
+    assessment = {
+        "domain": "javascript/react",
+        "depth": "deep",
+        "evidence_count": 3,
+        "content": "Deep React experience: skip basics.",
+        "why_it_matters": "Answer as to a peer.",
+        "confidence": 0.8,
+    }
+    llm.script(Reply(content=json.dumps({"assessments": [assessment], "retire_ids": ["b-x0", "b-x1", "b-x2"]})))
+    model = CompactionLLM(llm.base_url, "gpt-4o-mini", None)
+    bucket = BucketKey(crew.tenant, "alice", "domain:code", "preference", "expertise", 0)
+    [made] = compactor(loop_services, loop_settings, rds, llm=model).compact(bucket, force=True).merges
+    assert made["sources"] == ["b-x0", "b-x1"]
+    assert loop_services.store.get(alice(crew), "b-x2").is_live
+    body = {"query": "hello there", "scopes": ["domain:code"]}
+    for team in (crew, other_crew):
+        persona = api.post("/v1/recall", json=body, headers=team.h("alice")).json()["persona"]
+        assert persona is not None and "Signal 2 of React work." in persona, team.tenant
+    assert api.post("/v1/recall", json=body, headers=crew.h("bob")).json()["persona"] is None
