@@ -783,7 +783,11 @@ class BeliefLifecycle:
     def set_pinned(self, change: Change, belief_id: str, pinned: bool) -> Belief:
         def edit(belief: Belief) -> Belief:
             belief.pinned = pinned
-            belief.user_edited = True  # an explicit pin/unpin is the user's edit (cross-scope pinned rule)
+            # an explicit pin/unpin by its owner is the user's edit (the cross-scope pinned rule: the
+            # owner's user-edited pinned beliefs reach all of the owner's sessions); a colleague's
+            # pin of a shared belief is not the owner's edit
+            if change.principal.user_id == belief.owner_id:
+                belief.user_edited = True
             belief.change_log.append(change.entry("pinned" if pinned else "unpinned"))
             return belief
 

@@ -193,6 +193,29 @@ def test_an_alias_of_control_characters_only_is_refused_and_none_is_stored(clien
         assert all(a and a.isprintable() for a in aliases), aliases
 
 
+def test_a_colleagues_pin_does_not_carry_a_belief_into_the_owners_other_sessions(
+    client: TestClient, team: Team, other_team: Team
+) -> None:
+    """The paper's one exception to scope walls: the *owner's* user-edited pinned beliefs surface in
+    all of the owner's sessions. A pin counted as the user's edit whoever pinned: bob pinning
+    alice's belief of ``project:pay`` and her ``domain:code`` put it into every one of her
+    sessions (``domain:writing`` here). Her own pin still does, in every tenant."""
+    for each in (team, other_team):
+        body = belief_body("ledger_rules", "project:pay", id="b-ledger")
+        ok(
+            client.post("/v1/beliefs", json={**body, "scope": ["project:pay", "domain:code"]}, headers=each.h("alice")),
+            201,
+        )
+    pinned = ok(client.post("/v1/beliefs/b-ledger/pin", headers=team.h("bob")))
+    assert _recall_ids(client, team, "bob", ["project:pay"], "hello") == ["b-ledger"]  # his project's pin
+    assert _recall_ids(client, team, "alice", ["project:pay"], "hello") == ["b-ledger"]
+    assert _recall_ids(client, team, "alice", ["domain:writing"], "hello") == []
+    assert pinned["pinned"] is True and pinned["user_edited"] is False
+    assert ok(client.post("/v1/beliefs/b-ledger/pin", headers=other_team.h("alice")))["user_edited"] is True
+    assert _recall_ids(client, other_team, "alice", ["domain:writing"], "hello") == ["b-ledger"]
+    assert _recall_ids(client, other_team, "bob", ["domain:writing"], "hello") == []
+
+
 def test_resolve_open_question(client: TestClient, team: Team) -> None:
     _create(client, team, "alice", "which_queue", id="b-q", type="open_question", pinned=True)
     _create(client, team, "alice", "use_celery", id="b-a", type="decision")
