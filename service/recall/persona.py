@@ -8,6 +8,7 @@ phrased as tendencies, exploratory ones omitted. Same beliefs in, same text out.
 from __future__ import annotations
 
 from service.domain.belief import Belief, EpistemicStatus, Subtype
+from service.domain.text import clip
 
 
 def _rank(belief: Belief) -> int:
@@ -42,7 +43,7 @@ def render_persona(preferences: list[Belief], *, max_chars: int) -> str | None:
         extra = len(sentence) + (1 if parts else 0)
         if used + extra > max_chars:
             if not parts:
-                parts.append(sentence[: max_chars - 1].rstrip() + "…")
+                parts.append(clip(sentence, max_chars - 1).rstrip() + "…")  # between graphemes
             break
         parts.append(sentence)
         used += extra

@@ -64,3 +64,21 @@ def test_the_cli_adds_recalls_and_exports_japanese(client: TestClient, team: Tea
     assert "Redis 前提で答える。" in text and "\\u" not in text
     code, exported, err = _run(client, *key, "export")
     assert code == 0 and "セッションは Redis に置く。" in exported and "\\u" not in exported
+
+
+def test_a_clipped_persona_never_cuts_a_letter_in_two(client: TestClient, team: Team, other_team: Team) -> None:
+    """A universal preference longer than the persona's budget is cut with an ellipsis; the cut
+    used to fall between a letter and what completes it (``é`` written as ``e`` + U+0301, a Hangul
+    syllable written as jamo, an emoji's ZWJ sequence), so the persona ended in another letter or a
+    broken glyph. It is cut between graphemes, like every other clipped text of the injection."""
+    budget = {"maxPersonaChars": 20}
+    for i, ending in enumerate(("e\u0301 au lait", "\u1100\u1161\u11a8 style", "\U0001f469\u200d\U0001f4bb mode")):
+        body = {**belief_body(f"reply_style_{'abc'[i]}", "user:universal"), "subtype": "style"}
+        body["id"], body["content"] = f"b-style-{i}", "A" * 18 + ending
+        for each in (team, other_team):
+            ok(client.post("/v1/beliefs", json=body, headers=each.h("alice")), 201)
+        recalled = ok(client.post("/v1/recall", json={"query": "hi", "budget": budget}, headers=team.h("alice")))
+        assert recalled["persona"] == "A" * 18 + "…", ending  # the grapheme that did not fit left out whole
+        bob = ok(client.post("/v1/recall", json={"query": "hi", "budget": budget}, headers=team.h("bob")))
+        assert bob["persona"] is None  # alice's own
+        ok(client.post(f"/v1/beliefs/b-style-{i}/retract", json={"reason": "next case"}, headers=team.h("alice")))
