@@ -97,6 +97,8 @@ _MAX_WORD_TAIL = 40
 
 def _clamp(text: str, max_chars: int) -> str:
     window = text[:max_chars]
+    if text[max_chars] == " ":  # the window ends a word (white space is single spaces by now)
+        return window
     head = window.rsplit(" ", 1)[0]
     no_space = head == window
     if no_space or (max_chars - len(head) > _MAX_WORD_TAIL and has_unspaced_script(window)):

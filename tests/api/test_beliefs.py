@@ -314,3 +314,17 @@ def test_import_accepts_a_wrapped_list_and_rejects_other_shapes(client: TestClie
         assert response.status_code == 422, response.text
     too_many = [{**belief_body(f"n_{i}"), "_id": f"b-n{i}"} for i in range(3)]
     assert client.post("/v1/beliefs/import", json=[*too_many, 5], headers=team.h("alice")).status_code == 422
+
+
+def test_a_long_message_keeps_the_whole_word_at_its_cut(client: TestClient, team: Team, other_team: Team) -> None:
+    """A message is clamped to 1,000 characters, front-biased, back to the last space. When the
+    1,000th character ended a word, that whole word was dropped with the part after it: a belief
+    named there was not recalled, though the word lay entirely within the clamp."""
+    for each in (team, other_team):
+        _create(client, each, "alice", "kubernetes_cluster", id="b-k8s", aliases=["kubernetes"])
+    message = "lorem " * 165 + "kubernetes" + " and then some more words after the cut" * 3
+    assert len("lorem " * 165 + "kubernetes") == 1000
+    assert _recall_ids(client, team, "alice", ["domain:code"], message) == ["b-k8s"]
+    assert _recall_ids(client, team, "bob", ["domain:code"], message) == []  # alice's personal belief
+    cut = ok(client.post("/v1/recall", json={"scopes": ["domain:code"], "query": message}, headers=team.h("alice")))
+    assert cut["query"].endswith(" kubernetes") and len(cut["query"]) == 1000
