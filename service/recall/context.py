@@ -307,6 +307,9 @@ class ContextBuilder:
         wanted = [pid for r in relations for pid in r.belief.participants]
         linked = yield from self._current_versions(principal, view, wanted, memo)
         seen = {e.belief.id for e in relevant} | {e.belief.id for e in questions}
+        # each relation's participants follow it (they carry its score): the budget, which cuts the
+        # relevant tier from its end, keeps them before weaker hits
+        brought: dict[str, list[TierEntry]] = {}
         for relation in relations:
             for pid in relation.belief.participants:
                 belief = linked.get(pid)
@@ -317,7 +320,7 @@ class ContextBuilder:
                     if len(questions) < max_questions:
                         questions.append(TierEntry(belief, via_relation=relation.belief.id))
                 else:
-                    relevant.append(
+                    brought.setdefault(relation.belief.id, []).append(
                         TierEntry(
                             belief,
                             relation.score,
@@ -325,6 +328,7 @@ class ContextBuilder:
                             relation.belief.id,
                         )
                     )
+        relevant[:] = [each for entry in relevant for each in (entry, *brought.get(entry.belief.id, ()))]
 
     def _current_versions(
         self, principal: Principal, view: ScopeView, ids: list[str], memo: TierMemo | None

@@ -64,3 +64,28 @@ def test_a_relation_brings_in_the_current_version_of_a_superseded_participant(
     relevant, text = _recall(client, other_team, "bob")
     assert set(relevant) == {"b-payments-api-uses-session-cache", "b-payments-api", "b-session-cache"}
     assert "ours" not in text
+
+
+def test_beliefs_a_relation_brings_in_rank_with_it_under_the_budget(
+    client: TestClient, team: Team, other_team: Team
+) -> None:
+    """A relation's participants carry its score (their clause is the relation's), but they were
+    appended after every other hit: under ``maxBeliefs`` the budget cut them first, keeping weaker
+    hits the message only brushed. They follow their relation, in score order."""
+    for each in (team, other_team):
+        _linked_world(client, each, "ours")
+        _add(client, each, "work_sessions", "Work sessions are timeboxed.", aliases=["work"])
+    body = {"scopes": ["project:pay"], "query": "how do payments sessions work?", "budget": {"maxBeliefs": 3}}
+    for user in ("alice", "bob"):
+        answer = ok(client.post("/v1/recall", json=body, headers=team.h(user)))
+        relevant = [(item["id"], item["score"]) for item in answer["tiers"]["relevant"]]
+        assert [item for item, _ in relevant] == [
+            "b-payments-api-uses-session-cache",
+            "b-payments-api",
+            "b-session-cache",
+        ], relevant
+        assert answer["truncated"] is True
+        scores = [score for _, score in relevant]
+        assert scores == sorted(scores, reverse=True)
+    unbounded = ok(client.post("/v1/recall", json={**body, "budget": {}}, headers=other_team.h("bob")))
+    assert [item["id"] for item in unbounded["tiers"]["relevant"]][-1] == "b-work-sessions"
