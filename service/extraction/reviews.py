@@ -119,9 +119,7 @@ class ReviewService:
         )
         result_id: str | None = None
         if action == "accept_proposed" and item.belief_id:
-            target = self.store.get(admin, item.belief_id, tenant_wide=True)
-            if not target.is_live:
-                raise Conflict(f"belief {target.id!r} is no longer live; resolve it by hand")
+            target = self._live_target(admin, item.belief_id)
             proposed = item.proposed or {}
             content = proposed.get("content")
             name = proposed.get("canonical_name")
@@ -137,6 +135,8 @@ class ReviewService:
         elif action == "merge" and item.belief_id:
             result_id = self._merge(ctx, item, merge or MergeChoice())
         elif action == "apply_alias" and item.belief_id and item.surface:
+            # on a version no longer live the alias would reach no recall: refused like the others
+            self._live_target(admin, item.belief_id)
             result_id = self.flywheel.apply(
                 ctx, item.belief_id, item.surface, trigger="alias candidate approved by admin"
             ).id
@@ -160,10 +160,15 @@ class ReviewService:
         )
         return item
 
-    def _merge(self, ctx: MergeContext, item: ReviewItem, choice: MergeChoice) -> str:
-        target = self.store.get(ctx.principal, item.belief_id or "", tenant_wide=True)
+    def _live_target(self, admin: Principal, belief_id: str) -> Belief:
+        """The belief a review item is about, which must still be live to be changed by it."""
+        target = self.store.get(admin, belief_id, tenant_wide=True)
         if not target.is_live:
             raise Conflict(f"belief {target.id!r} is no longer live; resolve it by hand")
+        return target
+
+    def _merge(self, ctx: MergeContext, item: ReviewItem, choice: MergeChoice) -> str:
+        target = self._live_target(ctx.principal, item.belief_id or "")
         proposal = merged_proposal(item, target, choice, new_id=ctx.derived_id("b", "merge", target.id))
         change = ctx.change(f"merge|{target.id}")
         change = replace(change, details={**change.details, "trigger": "conflict merged by admin"})

@@ -19,7 +19,7 @@ from service.domain.belief import Belief, EpistemicStatus, utcnow
 from service.domain.principal import Principal, Role
 from service.extraction.merge import BeliefMerger, MergeContext, MergeReport
 from service.extraction.sidecar import ParseStatus
-from service.extraction.validator import validate_sidecar
+from service.extraction.validator import AliasCandidate, validate_sidecar
 from service.recall.context import ContextBuilder
 from service.storage.audit import AuditQuery
 from service.storage.reviews import ReviewStore
@@ -441,3 +441,33 @@ def test_one_turn_stating_two_contents_under_one_name_files_the_second_as_a_conf
     assert (stored.content, stored.reinforcement_count) == ("Jobs go through RabbitMQ.", 0)
     [review] = ok(api.get("/v1/reviews", headers=crew.h("alice")))
     assert (review["belief_id"], review["proposed"]["content"]) == (first.belief_id, "Jobs go through SQS.")
+
+
+def test_an_alias_approved_after_its_belief_was_superseded_is_not_lost_on_the_old_version(
+    crew: Team, other_crew: Team, loop_services: Services, api: TestClient
+) -> None:
+    """An alias candidate waits for an admin; meanwhile its belief is superseded. Approving it used
+    to add the alias to the superseded version, which recall never returns, and report the item
+    resolved: the approved words never found the belief. Like the other resolutions of a belief
+    no longer live, it is refused (409) and the item stays open; the current version is untouched
+    and still found by its own names."""
+    for team in (crew, other_crew):
+        put_all(
+            loop_services.store,
+            make_belief(team.tenant, "alice", "redis_cache", id="b-redis", type="entity", aliases=["redis"]),
+        )
+    ctx = MergeContext(alice(crew), "s-1", f"t-{uuid.uuid4().hex[:6]}", None, ["domain:code"])
+    flywheel = loop_services.reviews.flywheel
+    [queued] = flywheel.process(ctx, "the hot keys pile up", [AliasCandidate("hot keys", ["redis_cache"], "low")])
+    assert queued.outcome == "queued" and queued.review_id
+    superseded = {"id": "b-redis-2", "content": "Valkey is the cache."}
+    ok(api.post("/v1/beliefs/b-redis/supersede", json=superseded, headers=crew.h("alice")), 201)
+    resolve = {"action": "apply_alias"}
+    refused = api.post(f"/v1/admin/reviews/{queued.review_id}/resolve", json=resolve, headers=crew.h("carol"))
+    assert refused.status_code == 409, refused.text
+    assert "hot keys" not in ok(api.get("/v1/beliefs/b-redis", headers=crew.h("alice")))["aliases"]
+    [still_open] = ok(api.get("/v1/admin/reviews", params={"kind": "alias_candidate"}, headers=crew.h("carol")))
+    assert still_open["status"] == "open"
+    recall = {"scopes": ["domain:code"], "query": "how does redis behave?"}
+    assert ok(api.post("/v1/recall", json=recall, headers=crew.h("alice")))["injected_ids"] == ["b-redis-2"]
+    assert ok(api.post("/v1/recall", json=recall, headers=other_crew.h("alice")))["injected_ids"] == ["b-redis"]
