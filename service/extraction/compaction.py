@@ -200,6 +200,10 @@ class CompactionReport:
         return dict(self.__dict__)
 
 
+# How settled a statement is (paper §2.2): stated by the user, inferred, being considered.
+SETTLED = {EpistemicStatus.ACTIVE: 2, EpistemicStatus.INFERRED: 1, EpistemicStatus.EXPLORATORY: 0}
+
+
 def _owner_principal(key: BucketKey) -> Principal:
     """The bucket's owner, with the grant for a shared bucket scope (their own beliefs)."""
     projects = frozenset({key.scope.split(":", 1)[1]}) if key.scope.startswith("project:") else frozenset()
@@ -312,10 +316,13 @@ class Compactor:
         for group in groups.values():
             if len(group) < 2:
                 continue
+            # the merged belief takes the kept one's status: after the user's own edit, the most
+            # settled copy of the same statement is kept, never hedged by a more reinforced guess
             keep = max(
                 group,
                 key=lambda b: (
                     b.user_edited,
+                    SETTLED.get(b.epistemic_status, 0),
                     b.pinned,
                     b.reinforcement_count,
                     -b.created_at.timestamp(),

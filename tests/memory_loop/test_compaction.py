@@ -605,3 +605,43 @@ def test_expertise_synthesis_retires_only_evidence_of_the_buckets_scope_alone(
         persona = api.post("/v1/recall", json=body, headers=team.h("alice")).json()["persona"]
         assert persona is not None and "Signal 2 of React work." in persona, team.tenant
     assert api.post("/v1/recall", json=body, headers=crew.h("bob")).json()["persona"] is None
+
+
+@pytest.mark.parametrize("doubt", ["exploratory", "inferred"])
+def test_merging_exact_duplicates_never_hedges_what_the_user_stated(
+    crew: Team,
+    other_crew: Team,
+    api: TestClient,
+    loop_services: Services,
+    loop_settings: Settings,
+    rds: redis.Redis[bytes],
+    doubt: str,
+) -> None:
+    """A merged belief keeps the status of the source it keeps (paper §5.1), and an exact
+    duplicate was kept by reinforcement first: the user's stated (active) decision merged with a
+    more reinforced but unconfirmed copy of the very same text became that copy's status, and was
+    injected with its hedge ("not settled", "not confirmed"). The most settled source is kept."""
+    for team in (crew, other_crew):
+        stated = make_belief(
+            team.tenant, "alice", "orm_choice", id="b-stated", type="decision", aliases=["orm"], content="Use Prisma."
+        )
+        unsure = make_belief(
+            team.tenant,
+            "alice",
+            "prisma_orm",
+            id="b-unsure",
+            type="decision",
+            content="use prisma",
+            epistemic_status=doubt,
+            reinforcement_count=4,
+        )
+        put_all(loop_services.store, stated, unsure)
+    bucket = BucketKey(crew.tenant, "alice", "domain:code", "decision", None, 0)
+    [merge] = compactor(loop_services, loop_settings, rds).compact(bucket, force=True).merges
+    answer = recall_ids(api, crew, "alice", "domain:code", "which orm do we use?")
+    assert answer["ids"] == [merge["new_id"]]
+    assert '"hedge"' not in answer["text"] and '"epistemic_status"' not in answer["text"]
+    merged = loop_services.store.get(alice(crew), merge["new_id"])
+    assert (merged.epistemic_status, merged.reinforcement_count) == (EpistemicStatus.ACTIVE, 4)
+    assert recall_ids(api, other_crew, "alice", "domain:code", "which orm do we use?")["ids"] == ["b-stated"]
+    assert recall_ids(api, crew, "bob", "domain:code", "which orm do we use?")["ids"] == []
