@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 from joserfc import jwt
-from joserfc.errors import JoseError
+from joserfc.errors import InvalidClaimError, JoseError
 from joserfc.jwk import GuestProtocol, Key, KeySet, OctKey
 from joserfc.jwt import ClaimsOption
 
@@ -31,6 +31,9 @@ HMAC_ALGS = frozenset({"HS256"})
 ASYMMETRIC_ALGS = {"RS256": "RSA", "ES256": "EC"}
 SUPPORTED_ALGS = HMAC_ALGS | set(ASYMMETRIC_ALGS)
 TENANT_CLAIM = "tenant_id"
+# Claims whose refusal can be a matter of time: a token "not yet valid" (``nbf``) or "issued in the
+# future" (``iat``, an issuer's clock ahead of ours) becomes valid later.
+NOT_YET_CLAIMS = frozenset({"nbf", "iat"})
 DEV_TOKEN_PREFIX = "dev-"  # noqa: S105 - the jti prefix of a development token this service issued
 
 
@@ -105,17 +108,24 @@ class TokenVerifier:
         return candidates[0]
 
     def verify(self, token: str) -> dict[str, Any]:
+        claims: dict[str, Any] = {}
         try:
             decoded = jwt.decode(token, self._key_for, algorithms=sorted(self.allowed))
-            self.claims.validate(decoded.claims)
+            claims = dict(decoded.claims)
+            self.claims.validate(claims)
         except Unauthenticated:
             raise
         except JoseError as exc:
+            message = f"invalid token: {exc.error}: {exc.description or ''}".rstrip(": ")
+            if isinstance(exc, InvalidClaimError) and exc.claim in NOT_YET_CLAIMS and _numeric(claims.get(exc.claim)):
+                # not valid *yet* (nbf, or an issuer's clock ahead of ours): refused now, but not
+                # remembered as a credential that never becomes valid
+                raise Unauthenticated(message) from exc
             # bad signature, expired, wrong issuer/audience: this token never becomes valid
-            raise InvalidCredential(f"invalid token: {exc.error}: {exc.description or ''}".rstrip(": ")) from exc
+            raise InvalidCredential(message) from exc
         except (ValueError, TypeError, KeyError, RecursionError) as exc:
             raise InvalidCredential("malformed token") from exc
-        return dict(decoded.claims)
+        return claims
 
     def issue_dev_token(self, principal: Principal, *, ttl_s: int | None = None) -> tuple[str, int]:
         """An HS256 token for ``principal`` (development deployments only)."""
@@ -139,6 +149,11 @@ class TokenVerifier:
         }
         key = OctKey.import_key(secret.get_secret_value().encode())
         return jwt.encode({"alg": "HS256", "typ": "JWT"}, payload, key, algorithms=["HS256"]), exp
+
+
+def _numeric(value: Any) -> bool:
+    """A JSON number (a NumericDate, RFC 7519 2), never a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _string_list(claims: dict[str, Any], name: str) -> list[str]:

@@ -24,7 +24,7 @@ from opensearchpy import OpenSearch
 from service.app import create_app
 from service.config import Settings
 from service.storage.templates import ACCOUNTS
-from tests.api.conftest import HS_SECRET, Team, auth, belief_body, ok, sign_jwt
+from tests.api.conftest import HS_SECRET, Team, auth, belief_body, ok, services_of, sign_jwt
 
 
 def _token(tenant: str, sub: str, jti: str, **extra: Any) -> str:
@@ -179,3 +179,17 @@ def test_errors_never_carry_opensearch_text_or_internal_ids(client: TestClient, 
     assert f"{team.tenant}:" not in failure["message"] and "version conflict" not in failure["message"]
     created = client.post("/v1/beliefs", json=record, headers=team.h("alice"))
     assert created.status_code == 409 and f"{team.tenant}:" not in created.text
+
+
+def test_a_token_not_valid_yet_is_accepted_once_its_nbf_has_passed(client: TestClient, team: Team) -> None:
+    """A token whose ``nbf`` (or ``iat``) lies beyond the leeway will become valid: refused now,
+    it must not be remembered in the negative cache as a credential that never becomes valid
+    (it was refused for the cache's 60 s after its ``nbf``, a clock skew of a few seconds
+    between an identity provider and the API turned into a minute of 401s)."""
+    leeway = services_of(client).settings.auth.jwt_leeway_s
+    for claim in ("nbf", "iat"):
+        soon = int(time.time()) + leeway + 2
+        token = _token(team.tenant, "alice", uuid.uuid4().hex, **{claim: soon})
+        assert client.get("/v1/whoami", headers=auth(token)).status_code == 401
+        time.sleep(max(0.0, soon - leeway - time.time()) + 1.1)
+        assert ok(client.get("/v1/whoami", headers=auth(token)))["user_id"] == "alice", claim
