@@ -68,7 +68,7 @@ from opensearchpy import AsyncOpenSearch
 from service import redis_keys
 from service.auth import keys
 from service.auth.last_used import LastUsedRecorder
-from service.auth.tokens import DEV_TOKEN_PREFIX, TokenVerifier, principal_from_claims
+from service.auth.tokens import DEV_TOKEN_PREFIX, TokenVerifier, expiry, principal_from_claims
 from service.config import AuthSettings
 from service.domain.accounts import ApiKeyRecord, Grants, TenantRecord, UserRecord, effective_principal, narrowed
 from service.domain.belief import utcnow
@@ -83,6 +83,9 @@ log = logging.getLogger(__name__)
 
 CredentialKind = Literal["api_key", "jwt"]
 REJECTED_KEY = "invalid or revoked API key"
+# A revocation outliving its token's expiry is kept without one past this (Redis refuses an
+# expiry beyond ~2^63 ms as "invalid expire time"; a token valid for centuries is revoked for good)
+MAX_REVOCATION_TTL_S = 100 * 366 * 86_400
 
 
 @dataclass(frozen=True)
@@ -299,8 +302,7 @@ class Authenticator:
         status = self._status_of(principal.tenant_id, principal.user_id, accounts_version)
         if status.disabled:
             raise Unauthenticated("this account is disabled")
-        exp = claims.get("exp")
-        expires_at = exp if isinstance(exp, int) else None
+        expires_at = expiry(claims)
         if self._issued_here(claims, jti):
             narrowed_now = self._as_provisioned_now(principal, status)
             identity = Identity(narrowed_now, "jwt", jti, expires_at, issued_here=True, claimed=principal)
@@ -348,10 +350,11 @@ class Authenticator:
             raise StoreUnavailable("Redis is unreachable; cannot check token revocation") from exc
 
     def revoke_jti(self, principal: Principal, jti: str, expires_at: int) -> None:
-        """Revoke the token ``jti`` of ``principal`` (its tenant and subject) until it expires."""
+        """Revoke the token ``jti`` of ``principal`` (its tenant and subject) until it expires; a
+        token whose expiry lies past what Redis can time (or centuries away) for good."""
         ttl = max(1, expires_at - int(time.time()) + self.settings.jwt_leeway_s)
         try:
-            self.redis.set(self._revoked_key(principal, jti), "1", ex=ttl)
+            self.redis.set(self._revoked_key(principal, jti), "1", ex=ttl if ttl <= MAX_REVOCATION_TTL_S else None)
         except redis.RedisError as exc:
             raise StoreUnavailable("Redis is unreachable; the token was not revoked") from exc
 

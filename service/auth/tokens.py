@@ -10,11 +10,12 @@ with the public RSA key).
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import httpx
 from joserfc import jwt
@@ -151,7 +152,14 @@ class TokenVerifier:
         return jwt.encode({"alg": "HS256", "typ": "JWT"}, payload, key, algorithms=["HS256"]), exp
 
 
-def _numeric(value: Any) -> bool:
+def expiry(claims: dict[str, Any]) -> int | None:
+    """A verified token's ``exp`` as whole epoch seconds (rounded up): any JSON number is a
+    NumericDate (RFC 7519 2), ``1767225600.5`` as much as ``1767225600``; None without one."""
+    exp = claims.get("exp")
+    return math.ceil(exp) if _numeric(exp) else None
+
+
+def _numeric(value: Any) -> TypeGuard[int | float]:
     """A JSON number (a NumericDate, RFC 7519 2), never a bool."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 

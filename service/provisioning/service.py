@@ -24,7 +24,7 @@ from typing import Any
 from service.auth import keys
 from service.auth.actor import Actor
 from service.auth.authenticator import Authenticator
-from service.auth.tokens import TokenVerifier, principal_from_claims
+from service.auth.tokens import TokenVerifier, expiry, principal_from_claims
 from service.config import AuthSettings
 from service.domain.accounts import (
     SYSTEM_TENANT,
@@ -328,8 +328,8 @@ class ProvisioningService:
         """Revoke a JWT by its ``jti`` until it expires. Allowed for the token's own user and for
         admins of its tenant; the token must verify (a forged one cannot be used to probe)."""
         claims = self.verifier.verify(token)
-        jti, exp = claims.get("jti"), claims.get("exp")
-        if not isinstance(jti, str) or not isinstance(exp, int):
+        jti, exp = claims.get("jti"), expiry(claims)
+        if not isinstance(jti, str) or exp is None:
             raise ValidationFailed("this token has no jti/exp claim, so it cannot be revoked")
         subject = principal_from_claims(claims)
         own = (subject.tenant_id, subject.user_id) == (actor.principal.tenant_id, actor.principal.user_id)

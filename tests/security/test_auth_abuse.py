@@ -193,3 +193,16 @@ def test_a_token_not_valid_yet_is_accepted_once_its_nbf_has_passed(client: TestC
         assert client.get("/v1/whoami", headers=auth(token)).status_code == 401
         time.sleep(max(0.0, soon - leeway - time.time()) + 1.1)
         assert ok(client.get("/v1/whoami", headers=auth(token)))["user_id"] == "alice", claim
+
+
+@pytest.mark.parametrize("exp", ["fractional", "beyond redis"])
+def test_a_token_with_any_numeric_exp_can_be_revoked(client: TestClient, team: Team, exp: str) -> None:
+    """``exp`` is a NumericDate, any JSON number (RFC 7519 2): a token whose ``exp`` has a
+    fraction was accepted but its revocation answered 422 "this token has no jti/exp claim"; one
+    whose ``exp`` lies past what Redis can expire answered 503 "Redis is unreachable" forever."""
+    value = time.time() + 600.25 if exp == "fractional" else 10**20
+    token = _token(team.tenant, "alice", uuid.uuid4().hex, exp=value)
+    assert ok(client.get("/v1/whoami", headers=auth(token)))["user_id"] == "alice"
+    revoked = ok(client.post("/v1/admin/tokens/revoke", json={"token": token}, headers=team.h("carol")))
+    assert revoked["revoked"] is True
+    assert client.get("/v1/whoami", headers=auth(token)).status_code == 401
