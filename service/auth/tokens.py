@@ -10,6 +10,7 @@ with the public RSA key).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
@@ -28,6 +29,8 @@ from service.domain.accounts import SLUG_RE
 from service.domain.principal import Principal, Role
 from service.errors import InvalidCredential, Unauthenticated
 
+log = logging.getLogger(__name__)
+
 HMAC_ALGS = frozenset({"HS256"})
 ASYMMETRIC_ALGS = {"RS256": "RSA", "ES256": "EC"}
 SUPPORTED_ALGS = HMAC_ALGS | set(ASYMMETRIC_ALGS)
@@ -35,17 +38,21 @@ TENANT_CLAIM = "tenant_id"
 # Claims whose refusal can be a matter of time: a token "not yet valid" (``nbf``) or "issued in the
 # future" (``iat``, an issuer's clock ahead of ours) becomes valid later.
 NOT_YET_CLAIMS = frozenset({"nbf", "iat"})
+JWKS_RETRY_S = 30.0  # after a failed JWKS fetch, the next attempt waits this long at most
 DEV_TOKEN_PREFIX = "dev-"  # noqa: S105 - the jti prefix of a development token this service issued
 
 
 class KeySource:
-    """The JWKS, from a file (read once) or a URL (re-fetched after ``jwks_cache_s``)."""
+    """The JWKS, from a file (read once) or a URL (re-fetched after ``jwks_cache_s``). A failed
+    fetch is tried again only after ``JWKS_RETRY_S`` (or the cache time, if shorter): until then
+    the keys known before serve, or, with none known, tokens are refused at once; the provider
+    being down must not cost every JWT request its own attempt (up to 5 s, one at a time)."""
 
     def __init__(self, settings: AuthSettings):
         self.settings = settings
         self._lock = threading.Lock()
         self._keys: KeySet | None = None
-        self._fetched = 0.0
+        self._next_fetch = 0.0  # monotonic
         if settings.jwks_file:
             self._keys = KeySet.import_key_set(json.loads(Path(settings.jwks_file).read_text()))
 
@@ -59,15 +66,18 @@ class KeySource:
                 raise Unauthenticated("no JWKS is configured for asymmetric tokens")
             return self._keys
         with self._lock:
-            if self._keys is None or time.monotonic() - self._fetched > self.settings.jwks_cache_s:
+            now = time.monotonic()
+            if now >= self._next_fetch:
                 try:
                     response = httpx.get(self.settings.jwks_url, timeout=5.0)
                     response.raise_for_status()
                     self._keys = KeySet.import_key_set(response.json())
-                    self._fetched = time.monotonic()
-                except (httpx.HTTPError, ValueError) as exc:
-                    if self._keys is None:
-                        raise Unauthenticated("the JWKS could not be fetched; cannot verify the token") from exc
+                    self._next_fetch = time.monotonic() + self.settings.jwks_cache_s
+                except (httpx.HTTPError, ValueError, TypeError, KeyError, JoseError) as exc:  # no key set
+                    self._next_fetch = time.monotonic() + min(JWKS_RETRY_S, self.settings.jwks_cache_s)
+                    log.warning("the JWKS could not be fetched from %s: %s", self.settings.jwks_url, exc)
+            if self._keys is None:
+                raise Unauthenticated("the JWKS could not be fetched; cannot verify the token")
             return self._keys
 
 

@@ -1,0 +1,76 @@
+"""The JWKS of an identity provider, fetched from its URL (``TENURE_AUTH_JWKS_URL``): a real HTTP
+server plays the provider."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+from joserfc import jwt
+from joserfc.jwk import RSAKey
+
+from service.auth.tokens import TokenVerifier
+from service.config import AuthSettings
+
+
+class _Provider(BaseHTTPRequestHandler):
+    """Serves ``body`` with ``status``; counts the requests."""
+
+    status: ClassVar[int] = 200
+    body: ClassVar[bytes] = b"{}"
+    hits: ClassVar[int] = 0
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server hook
+        type(self).hits += 1
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *_args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def provider() -> Iterator[tuple[type[_Provider], str]]:
+    handler = type("Provider", (_Provider,), {"hits": 0, "status": 200, "body": b"{}"})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield handler, f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _token(key: RSAKey) -> str:
+    now = int(time.time())
+    claims = {"iss": "tenure", "aud": "tenure-api", "sub": "alice", "tenant_id": "acme", "exp": now + 600}
+    return jwt.encode({"alg": "RS256", "kid": key.kid}, claims, key, algorithms=["RS256"])
+
+
+def test_a_provider_that_stops_answering_is_asked_again_only_after_a_pause(
+    provider: tuple[type[_Provider], str],
+) -> None:
+    """Once the cache has aged, a failed re-fetch serves the keys known before, and the next
+    requests are not each sent to the provider again: with the provider down (or slow, 5 s per
+    attempt under one lock), every JWT request of the process waited for its own attempt."""
+    handler, url = provider
+    key = RSAKey.generate_key(2048, {"kid": "rsa-1"})
+    handler.body = json.dumps({"keys": [key.as_dict(private=False)]}).encode()
+    verifier = TokenVerifier(AuthSettings(jwks_url=url, jwks_cache_s=1))
+    token = _token(key)
+    assert verifier.verify(token)["sub"] == "alice"
+    assert handler.hits == 1
+    handler.status = 503
+    time.sleep(1.1)
+    for _ in range(5):
+        assert verifier.verify(token)["sub"] == "alice"  # the keys known before
+    assert handler.hits == 2
