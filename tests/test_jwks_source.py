@@ -14,8 +14,10 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
+from service.auth import tokens
 from service.auth.tokens import TokenVerifier
 from service.config import AuthSettings
+from service.errors import Unauthenticated
 
 
 class _Provider(BaseHTTPRequestHandler):
@@ -74,3 +76,28 @@ def test_a_provider_that_stops_answering_is_asked_again_only_after_a_pause(
     for _ in range(5):
         assert verifier.verify(token)["sub"] == "alice"  # the keys known before
     assert handler.hits == 2
+
+
+def test_a_token_signed_with_a_key_the_provider_just_published_is_accepted(
+    provider: tuple[type[_Provider], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider rotating its signing key publishes the new key and signs with it: a token whose
+    ``kid`` the cached key set does not hold makes the set be fetched again (at most once per
+    ``KID_REFETCH_S``), instead of being refused until the cache ages (up to 5 minutes)."""
+    monkeypatch.setattr(tokens, "KID_REFETCH_S", 0.5)
+    handler, url = provider
+    old, new = RSAKey.generate_key(2048, {"kid": "rsa-1"}), RSAKey.generate_key(2048, {"kid": "rsa-2"})
+    handler.body = json.dumps({"keys": [old.as_dict(private=False)]}).encode()
+    verifier = TokenVerifier(AuthSettings(jwks_url=url, jwks_cache_s=300))
+    assert verifier.verify(_token(old))["sub"] == "alice"
+    handler.body = json.dumps({"keys": [old.as_dict(private=False), new.as_dict(private=False)]}).encode()
+    time.sleep(0.6)
+    assert verifier.verify(_token(new))["sub"] == "alice"
+    assert handler.hits == 2
+    # a kid nobody published does not send every request to the provider
+    stranger = RSAKey.generate_key(2048, {"kid": "rsa-x"})
+    time.sleep(0.6)
+    for _ in range(5):
+        with pytest.raises(Unauthenticated):
+            verifier.verify(_token(stranger))
+    assert handler.hits == 3

@@ -39,6 +39,7 @@ TENANT_CLAIM = "tenant_id"
 # future" (``iat``, an issuer's clock ahead of ours) becomes valid later.
 NOT_YET_CLAIMS = frozenset({"nbf", "iat"})
 JWKS_RETRY_S = 30.0  # after a failed JWKS fetch, the next attempt waits this long at most
+KID_REFETCH_S = 10.0  # a kid the cached JWKS lacks (a rotated key) re-fetches it at most this often
 DEV_TOKEN_PREFIX = "dev-"  # noqa: S105 - the jti prefix of a development token this service issued
 
 
@@ -46,13 +47,16 @@ class KeySource:
     """The JWKS, from a file (read once) or a URL (re-fetched after ``jwks_cache_s``). A failed
     fetch is tried again only after ``JWKS_RETRY_S`` (or the cache time, if shorter): until then
     the keys known before serve, or, with none known, tokens are refused at once; the provider
-    being down must not cost every JWT request its own attempt (up to 5 s, one at a time)."""
+    being down must not cost every JWT request its own attempt (up to 5 s, one at a time). A token
+    naming a ``kid`` the set lacks (the provider rotated its key) re-fetches it, at most once per
+    ``KID_REFETCH_S``, so made-up kids cannot send every request to the provider."""
 
     def __init__(self, settings: AuthSettings):
         self.settings = settings
         self._lock = threading.Lock()
         self._keys: KeySet | None = None
         self._next_fetch = 0.0  # monotonic
+        self._attempted = -math.inf  # monotonic: the last fetch attempt
         if settings.jwks_file:
             self._keys = KeySet.import_key_set(json.loads(Path(settings.jwks_file).read_text()))
 
@@ -60,14 +64,17 @@ class KeySource:
     def configured(self) -> bool:
         return bool(self.settings.jwks_file or self.settings.jwks_url)
 
-    def key_set(self) -> KeySet:
+    def key_set(self, *, unknown_kid: bool = False) -> KeySet:
+        """The keys; ``unknown_kid``: the set as it was lacked a token's kid (fetch it again, if
+        the last attempt is ``KID_REFETCH_S`` old)."""
         if self.settings.jwks_file or not self.settings.jwks_url:
             if self._keys is None:
                 raise Unauthenticated("no JWKS is configured for asymmetric tokens")
             return self._keys
         with self._lock:
             now = time.monotonic()
-            if now >= self._next_fetch:
+            if now >= self._next_fetch or (unknown_kid and now - self._attempted >= KID_REFETCH_S):
+                self._attempted = now
                 try:
                     response = httpx.get(self.settings.jwks_url, timeout=5.0)
                     response.raise_for_status()
@@ -109,11 +116,10 @@ class TokenVerifier:
             if secret is None:
                 raise Unauthenticated("HS256 tokens are not accepted by this deployment")
             return OctKey.import_key(secret.get_secret_value().encode())
-        key_set = self.keys.key_set()
-        kty = ASYMMETRIC_ALGS[str(alg)]
-        candidates = [
-            k for k in key_set.keys if k.key_type == kty and (header.get("kid") is None or k.kid == header.get("kid"))
-        ]
+        kty, kid = ASYMMETRIC_ALGS[str(alg)], header.get("kid")
+        candidates = _matching(self.keys.key_set(), kty, kid)
+        if not candidates and kid is not None:  # a key the provider published since?
+            candidates = _matching(self.keys.key_set(unknown_kid=True), kty, kid)
         if not candidates:
             raise Unauthenticated("no JWKS key matches the token's kid and algorithm")
         return candidates[0]
@@ -160,6 +166,11 @@ class TokenVerifier:
         }
         key = OctKey.import_key(secret.get_secret_value().encode())
         return jwt.encode({"alg": "HS256", "typ": "JWT"}, payload, key, algorithms=["HS256"]), exp
+
+
+def _matching(key_set: KeySet, kty: str, kid: Any) -> list[Key]:
+    """The keys of ``key_set`` of type ``kty`` with the id ``kid`` (any id when None)."""
+    return [k for k in key_set.keys if k.key_type == kty and (kid is None or k.kid == kid)]
 
 
 def expiry(claims: dict[str, Any]) -> int | None:
