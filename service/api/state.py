@@ -167,7 +167,9 @@ class Services:
                 receipts,
                 aopensearch,
             ),
-            provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth),
+            provisioning=ProvisioningService(
+                accounts, audit, verifier, authenticator, settings.auth, receipts.outbox if receipts.enabled else None
+            ),
             render_cache=render_cache,
             receipts=receipts,
             # admins resolve review items with the memory loop's write policy (visible at once)

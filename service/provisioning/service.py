@@ -16,10 +16,13 @@ the change and failed to bump.
 
 from __future__ import annotations
 
+import logging
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+import redis
 
 from service.auth import keys
 from service.auth.actor import Actor
@@ -38,9 +41,12 @@ from service.domain.accounts import (
 )
 from service.domain.belief import utcnow
 from service.domain.principal import Principal, Role
-from service.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from service.errors import Conflict, Forbidden, NotFound, StoreUnavailable, ValidationFailed
+from service.outbox import RedisOutbox
 from service.storage.accounts import AccountStore
 from service.storage.audit import AuditEvent, AuditStore
+
+log = logging.getLogger(__name__)
 
 BOOTSTRAP_USER = "root"
 
@@ -83,9 +89,11 @@ class ProvisioningService:
         verifier: TokenVerifier,
         authenticator: Authenticator,
         settings: AuthSettings,
+        outbox: RedisOutbox[AuditEvent] | None = None,
     ):
         self.accounts = accounts
         self.audit = audit
+        self.outbox = outbox  # where an event the audit index refused waits (the receipts' outbox)
         self.verifier = verifier
         self.authenticator = authenticator
         self.settings = settings
@@ -107,18 +115,34 @@ class ProvisioningService:
         raise Forbidden(f"no admin rights on tenant {tenant_id!r}")
 
     def _record(self, actor: Actor, tenant_id: str, action: str, details: dict[str, Any]) -> None:
-        self.audit.append(
-            AuditEvent(
-                tenant_id=tenant_id,
-                action=action,
-                actor_id=actor.principal.user_id,
-                actor_kind=actor.kind,
-                credential_id=actor.credential_id,
-                request_id=actor.request_id,
-                session_id=actor.session_id,
-                details={"actor_tenant": actor.principal.tenant_id, **details},
-            )
+        """Record a change already stored. Should the audit index not take its event, the event
+        goes to the audit outbox (drained into the index by the beat task and before every audit
+        read): answering 503 would lose it, since the client's retry finds the change made and
+        records nothing (a revoke, a disable), or is refused as a duplicate (a creation)."""
+        event = AuditEvent(
+            tenant_id=tenant_id,
+            action=action,
+            actor_id=actor.principal.user_id,
+            actor_kind=actor.kind,
+            credential_id=actor.credential_id,
+            request_id=actor.request_id,
+            session_id=actor.session_id,
+            details={"actor_tenant": actor.principal.tenant_id, **details},
         )
+        try:
+            self.audit.append(event)
+        except StoreUnavailable as exc:
+            if not self._parked(event):
+                raise
+            log.warning("%s recorded in the audit outbox: the audit index refused it (%s)", action, exc.message)
+
+    def _parked(self, event: AuditEvent) -> bool:
+        if self.outbox is None:
+            return False
+        try:
+            return self.outbox.put(event)
+        except redis.RedisError:
+            return False
 
     # -------------------------------------------------------------- tenants
 

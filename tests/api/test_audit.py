@@ -3,6 +3,8 @@ admins of the tenant only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,6 +13,7 @@ from fastapi.testclient import TestClient
 from service.api.state import Services
 from service.domain.audit import matching_actions
 from service.storage.audit import AuditEvent
+from service.storage.templates import AUDIT
 from tests.api.conftest import Team, belief_body, ok
 
 
@@ -114,3 +117,39 @@ def test_filters_match_the_names_written_before_the_vocabulary_was_unified(
     assert _audit(client, team, services, belief_id="b-vocab", action="belief.reinforced") == []
     assert matching_actions("review.conflict_filed") == ["review.file_conflict", "review.conflict_filed"]
     assert matching_actions("no.such_action") == ["no.such_action"]
+
+
+@contextmanager
+def _audit_writes_blocked(services: Services) -> Iterator[None]:
+    """The audit index refuses writes (a write block, as the disk flood stage sets), the accounts
+    index still takes them: an account change lands, its audit event does not."""
+    alias = AUDIT.alias(services.settings.opensearch_namespace)
+    services.opensearch.indices.put_settings(index=alias, body={"index.blocks.write": True})
+    try:
+        yield
+    finally:
+        services.opensearch.indices.put_settings(index=alias, body={"index.blocks.write": None})
+
+
+def test_an_account_change_whose_audit_write_failed_is_still_audited(
+    client: TestClient, team: Team, services: Services
+) -> None:
+    """A revoke (or a disable) stored before its audit event could be written answered 503; the
+    client's retry found the change made ("already so: nothing to audit") and answered 200, so
+    the change was never in the audit trail. The event is kept in the audit outbox then, and
+    reaches the trail with the next drain."""
+    key_id = team.keys["bob"].split("_")[1]
+    changes = [
+        ("DELETE", f"/v1/admin/keys/{key_id}", "key.revoke"),
+        ("POST", f"/v1/admin/tenants/{team.tenant}/users/alice/disable", "user.disable"),
+    ]
+    with _audit_writes_blocked(services):
+        first = [client.request(method, url, headers=team.h("carol")) for method, url, _ in changes]
+    for (method, url, _), answer in zip(changes, first, strict=True):
+        if answer.status_code == 503:  # what a client does with a 503: send it again
+            ok(client.request(method, url, headers=team.h("carol")))
+        else:
+            ok(answer)
+    events = _audit(client, team, services, actor_id="carol")
+    assert [e["details"].get("key_id") for e in events if e["action"] == "key.revoke"] == [key_id]
+    assert [e["details"]["user_id"] for e in events if e["action"] == "user.disable"] == ["alice"]
