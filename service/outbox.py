@@ -1,7 +1,8 @@
 """A Redis stream of records waiting to be written to OpenSearch (the transactional-outbox shape).
 
 Two users: injection receipts (``service/recall/receipts.py``: every recall, so no fsync on the
-recall path) and proxy turns that could not be recorded because OpenSearch was down
+recall path; also any audit event of a change already stored that the audit index refused, so
+that no change goes unrecorded) and proxy turns that could not be recorded because OpenSearch was down
 (``service/proxy/service.py``: the answer went out, its memory must not be lost).
 
 Durability is the broker's: Redis writes its append-only file before it replies, so a killed
@@ -95,6 +96,15 @@ class RedisOutbox(Generic[M]):
         """Append durably; False when the stream is full. Raises ``redis.RedisError`` when Redis
         cannot take it: the caller then writes the record directly."""
         return self.hold(record) is not None
+
+    def put_if_reachable(self, record: M) -> bool:
+        """:meth:`put` for a fallback: False also when Redis cannot take it (logged), so the
+        caller answers the failure it falls back from."""
+        try:
+            return self.put(record)
+        except redis.RedisError as exc:
+            log.warning("outbox %s unreachable: %s", self.key, exc)
+            return False
 
     async def aput(self, record: M) -> bool:
         """:meth:`put` through the asynchronous client (only when the outbox was given one)."""

@@ -111,6 +111,8 @@ class Services:
         authenticator = Authenticator(settings.auth, accounts, verifier, redis_client, ns, aopensearch)
         render_cache = RenderCache(redis_client, ns)
         receipts = ReceiptOutbox.from_settings(settings, redis_client, audit, aredis)
+        # where an event of a change already stored waits should the audit index refuse it
+        audit_outbox = receipts.outbox if receipts.enabled else None
         loop = MemoryLoop(settings, client, redis_client, aredis)
         limiter = RateLimiter(
             redis_client,
@@ -148,6 +150,7 @@ class Services:
                     render_cache=render_cache,
                     drain_receipts=AuditTrail(audit, receipts).drain_before_erase,
                     redact_outboxes=functools.partial(redact_outboxes, [receipts.outbox, loop.parked.outbox]),
+                    audit_outbox=audit_outbox,
                 ),
                 max_import=settings.api.max_import_records,
                 user_exists=accounts.user_exists,
@@ -167,9 +170,7 @@ class Services:
                 receipts,
                 aopensearch,
             ),
-            provisioning=ProvisioningService(
-                accounts, audit, verifier, authenticator, settings.auth, receipts.outbox if receipts.enabled else None
-            ),
+            provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth, audit_outbox),
             render_cache=render_cache,
             receipts=receipts,
             # admins resolve review items with the memory loop's write policy (visible at once)

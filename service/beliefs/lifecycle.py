@@ -33,6 +33,7 @@ name, so repeating it as an alias only burns a slot and double-counts a name mat
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -57,7 +58,16 @@ from service.domain.belief import (
 )
 from service.domain.principal import Principal
 from service.domain.text import clip
-from service.errors import Conflict, Forbidden, NotFound, TenureError, Unreadable, ValidationFailed
+from service.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    StoreUnavailable,
+    TenureError,
+    Unreadable,
+    ValidationFailed,
+)
+from service.outbox import RedisOutbox
 from service.recall.cache import RenderCache
 from service.recall.query import clean_query
 from service.storage import beliefs as belief_storage
@@ -68,6 +78,8 @@ from service.storage.beliefs import BeliefStore, Refresh, WriteResult
 from service.storage.reviews import REVIEWS
 from service.storage.turns import TURNS
 from service.storage.unreadable import why_record_unreadable, why_unreadable
+
+log = logging.getLogger(__name__)
 
 MAX_RETRIES = 3
 MAX_CHAIN = 200  # versions followed when erasing a supersession chain
@@ -357,9 +369,13 @@ class BeliefLifecycle:
         render_cache: RenderCache | None = None,
         drain_receipts: Callable[[], None] | None = None,
         redact_outboxes: Callable[[str, list[str]], int] | None = None,
+        audit_outbox: RedisOutbox[AuditEvent] | None = None,
     ):
         self.store = store
         self.audit = audit
+        # where the events of a change already stored wait when the audit index refuses them: a
+        # 503 then would lose them (the client's resend finds the ids taken and records nothing)
+        self.audit_outbox = audit_outbox
         self.refresh: Refresh = refresh
         self.render_cache = render_cache
         # moves the injection receipts still waiting in the Redis outbox into the audit index
@@ -387,7 +403,7 @@ class BeliefLifecycle:
         key (and ``part``, when one change records several events), recorded at most once."""
         event = self.event(change, action, belief_ids, scopes=scopes, before=before, after=after, details=details)
         if change.key is None:
-            self.audit.append(event)
+            self._append([event])
             return
         raw = f"{change.principal.tenant_id}|{action.value}|{change.key}|{part}"
         event.event_id = f"ev-{hashlib.sha256(raw.encode()).hexdigest()[:32]}"
@@ -480,14 +496,30 @@ class BeliefLifecycle:
         result = self.store.put_many(beliefs, create_only=True, refresh=self.refresh)
         written = set(result.written)
         extra = details or {}
-        self.audit.append_many(
-            [
-                self.event(change, AuditAction.BELIEF_IMPORT, [b.id], after=b, details=extra.get(b.id))
-                for b in beliefs
-                if b.id in written
-            ]
-        )
+        events = [
+            self.event(change, AuditAction.BELIEF_IMPORT, [b.id], after=b, details=extra.get(b.id))
+            for b in beliefs
+            if b.id in written
+        ]
+        self._append(events)
         return result
+
+    def _append(self, events: list[AuditEvent]) -> None:
+        """The events of a change already stored, into the audit index, or, when it cannot take
+        them now, into the audit outbox (drained into the index before every audit read; a
+        replay records nothing twice: events keep their ids)."""
+        try:
+            if len(events) == 1:
+                self.audit.append(events[0])
+            else:
+                self.audit.append_many(events)
+        except StoreUnavailable as exc:
+            outbox = self.audit_outbox
+            if outbox is None or not all(outbox.put_if_reachable(e) for e in events):
+                raise
+            log.warning(
+                "%d audit events wait in the outbox: the audit index refused them (%s)", len(events), exc.message
+            )
 
     # ------------------------------------------------------------------ supersede, merge, retire
 

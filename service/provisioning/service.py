@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import redis
-
 from service.auth import keys
 from service.auth.actor import Actor
 from service.auth.authenticator import Authenticator
@@ -132,17 +130,9 @@ class ProvisioningService:
         try:
             self.audit.append(event)
         except StoreUnavailable as exc:
-            if not self._parked(event):
+            if self.outbox is None or not self.outbox.put_if_reachable(event):
                 raise
             log.warning("%s recorded in the audit outbox: the audit index refused it (%s)", action, exc.message)
-
-    def _parked(self, event: AuditEvent) -> bool:
-        if self.outbox is None:
-            return False
-        try:
-            return self.outbox.put(event)
-        except redis.RedisError:
-            return False
 
     # -------------------------------------------------------------- tenants
 

@@ -153,3 +153,23 @@ def test_an_account_change_whose_audit_write_failed_is_still_audited(
     events = _audit(client, team, services, actor_id="carol")
     assert [e["details"].get("key_id") for e in events if e["action"] == "key.revoke"] == [key_id]
     assert [e["details"]["user_id"] for e in events if e["action"] == "user.disable"] == ["alice"]
+
+
+def test_an_import_whose_audit_write_failed_is_still_audited(
+    client: TestClient, team: Team, services: Services
+) -> None:
+    """The beliefs of an import were stored, then the audit index refused their events: the 503
+    made the client send the import again, which found every id taken (``failed``: conflict) and
+    recorded nothing, so the import never reached the audit trail. Likewise a single create."""
+    records = [{**belief_body(f"late_{i}"), "_id": f"b-late{i}"} for i in range(2)]
+    with _audit_writes_blocked(services):
+        imported = client.post("/v1/beliefs/import", json=records, headers=team.h("alice"))
+        created = client.post("/v1/beliefs", json=belief_body("late_one", id="b-late-one"), headers=team.h("alice"))
+    if imported.status_code == 503:
+        ok(client.post("/v1/beliefs/import", json=records, headers=team.h("alice")))
+    else:
+        assert ok(imported)["imported"] == ["b-late0", "b-late1"]
+    assert created.status_code in (201, 503), created.text
+    events = _audit(client, team, services, actor_id="alice")
+    assert sorted(e["belief_ids"][0] for e in events if e["action"] == "belief.import") == ["b-late0", "b-late1"]
+    assert [e["belief_ids"] for e in events if e["action"] == "belief.create"] == [["b-late-one"]]
