@@ -144,8 +144,11 @@ class TokenVerifier:
             raise InvalidCredential("malformed token") from exc
         return claims
 
-    def issue_dev_token(self, principal: Principal, *, ttl_s: int | None = None) -> tuple[str, int]:
-        """An HS256 token for ``principal`` (development deployments only)."""
+    def issue_dev_token(
+        self, principal: Principal, *, ttl_s: int | None = None, jti: str | None = None
+    ) -> tuple[str, int]:
+        """An HS256 token for ``principal`` (development deployments only); ``jti``: its id, the
+        handle to revoke it (by default a fresh :func:`dev_token_id`)."""
         secret = self.settings.jwt_hs256_secret
         if secret is None:
             raise Unauthenticated("development tokens need TENURE_AUTH_JWT_HS256_SECRET to be set")
@@ -162,10 +165,15 @@ class TokenVerifier:
             "iat": now,
             "nbf": now,
             "exp": exp,
-            "jti": f"{DEV_TOKEN_PREFIX}{uuid.uuid4().hex}",  # the handle for revoking this token
+            "jti": jti or dev_token_id(),  # the handle for revoking this token
         }
         key = OctKey.import_key(secret.get_secret_value().encode())
         return jwt.encode({"alg": "HS256", "typ": "JWT"}, payload, key, algorithms=["HS256"]), exp
+
+
+def dev_token_id() -> str:
+    """A fresh ``jti`` of a development token (its prefix marks it as this service's)."""
+    return f"{DEV_TOKEN_PREFIX}{uuid.uuid4().hex}"
 
 
 def _matching(key_set: KeySet, kty: str, kid: Any) -> list[Key]:

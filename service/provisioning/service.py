@@ -25,7 +25,7 @@ from typing import Any
 from service.auth import keys
 from service.auth.actor import Actor
 from service.auth.authenticator import Authenticator
-from service.auth.tokens import TokenVerifier, expiry, principal_from_claims
+from service.auth.tokens import TokenVerifier, dev_token_id, expiry, principal_from_claims
 from service.config import AuthSettings
 from service.domain.accounts import (
     SYSTEM_TENANT,
@@ -334,8 +334,9 @@ class ProvisioningService:
         if self.settings.jwt_hs256_secret is None:
             raise ValidationFailed("development tokens are disabled: set TENURE_AUTH_JWT_HS256_SECRET")
         user = _enabled(self.accounts.get_user(tenant_id, user_id))
-        token, exp = self.verifier.issue_dev_token(effective_principal(user), ttl_s=ttl_s)
-        self._record(actor, tenant_id, "token.issue", {"user_id": user_id, "expires_at": exp})
+        jti = dev_token_id()  # in the audit event too: requests with the token are audited under it
+        token, exp = self.verifier.issue_dev_token(effective_principal(user), ttl_s=ttl_s, jti=jti)
+        self._record(actor, tenant_id, "token.issue", {"user_id": user_id, "jti": jti, "expires_at": exp})
         return token, exp
 
     def revoke_token(self, actor: Actor, token: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from service.api.state import Services
 from service.domain.audit import matching_actions
 from service.storage.audit import AuditEvent
 from service.storage.templates import AUDIT
-from tests.api.conftest import Team, belief_body, ok
+from tests.api.conftest import Team, auth, belief_body, ok
 
 
 def _audit(client: TestClient, team: Team, services: Services, **params: Any) -> list[dict[str, Any]]:
@@ -173,3 +173,18 @@ def test_an_import_whose_audit_write_failed_is_still_audited(
     events = _audit(client, team, services, actor_id="alice")
     assert sorted(e["belief_ids"][0] for e in events if e["action"] == "belief.import") == ["b-late0", "b-late1"]
     assert [e["belief_ids"] for e in events if e["action"] == "belief.create"] == [["b-late-one"]]
+
+
+def test_a_development_token_is_traceable_from_its_issue_to_its_use_and_revocation(
+    client: TestClient, team: Team, services: Services
+) -> None:
+    """Requests made with a token are audited under its jti (``credential_id``), and its revocation
+    names the jti; its issue did not, so no admin could tell who issued the token behind a request."""
+    issued = ok(client.post(f"/v1/admin/tenants/{team.tenant}/users/bob/tokens", json={}, headers=team.h("carol")), 201)
+    token = issued["token"]
+    ok(client.post("/v1/beliefs", json=belief_body("traced", id="b-traced"), headers=auth(token)), 201)
+    jti = ok(client.post("/v1/admin/tokens/revoke", json={"token": token}, headers=team.h("carol")))["jti"]
+    used = _audit(client, team, services, belief_id="b-traced")
+    assert [e["credential_id"] for e in used] == [jti]
+    issue = _audit(client, team, services, action="token.issue")
+    assert [(e["details"]["user_id"], e["details"].get("jti")) for e in issue] == [("bob", jti)]
