@@ -651,7 +651,7 @@ def _direct(run: Callable[[Settings], Any]) -> Any:
     (``bootstrap`` also needs Redis: every account write bumps the tenant's accounts version)."""
     from opensearchpy.exceptions import OpenSearchException
 
-    from service.errors import StoreUnavailable
+    from service.errors import StoreUnavailable, TenureError
 
     settings = _settings()
     try:
@@ -665,6 +665,8 @@ def _direct(run: Callable[[Settings], Any]) -> Any:
         message = f"{exc.message} (OpenSearch at {settings.opensearch_url}, Redis at {settings.redis_url})"
         hint = "set TENURE_OPENSEARCH_URL and TENURE_REDIS_URL"
         raise CliError({"error": {"code": "store_unavailable", "message": message, "hint": hint}}) from exc
+    except TenureError as exc:  # refused by the service layer (a disabled or demoted bootstrap user)
+        raise _error(exc.code.value, exc.message) from exc
 
 
 def bootstrap(settings: Settings, user: str) -> dict[str, Any]:

@@ -371,6 +371,13 @@ class ProvisioningService:
                     created_by="bootstrap",
                 )
             )
+        user = self.accounts.get_user(SYSTEM_TENANT, user_id)
+        if user.disabled or Role.ADMIN not in user.roles:
+            # its key would carry the user's grants as they are: no operator key at all
+            state = "is disabled" if user.disabled else "no longer holds the admin role"
+            raise Conflict(
+                f"operator user {user_id!r} {state}: bootstrap another one (`tenure bootstrap --user <name>`)"
+            )
         operator = Principal(tenant_id=SYSTEM_TENANT, user_id=user_id, roles=frozenset({Role.ADMIN, Role.MEMBER}))
         actor = Actor(principal=operator, kind="bootstrap")
         return self.issue_key(actor, SYSTEM_TENANT, user_id, name="bootstrap")

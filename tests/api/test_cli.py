@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from service.api.state import Services
 from service.cli import main
 from service.config import Settings
+from tests.api.conftest import auth, ok
 
 
 def _run(client: TestClient, *argv: str, settings: Settings | None = None) -> tuple[int, str, str]:
@@ -244,3 +245,26 @@ def test_eval_is_found_after_global_options(client: TestClient, capsys: pytest.C
     with pytest.raises(SystemExit) as done:  # argparse's --help
         _run(client, "--json", "eval", "--help")
     assert done.value.code == 0 and "--opensearch-url" in capsys.readouterr().out
+
+
+def test_bootstrap_never_prints_a_key_that_is_no_operator_key(
+    client: TestClient, api_settings: Settings, operator: dict[str, str]
+) -> None:
+    """``tenure bootstrap --user <u>`` of an operator user that lost the admin role printed a key
+    with the user's roles as they are (member), "an operator key" that could administer nothing;
+    of a disabled one it crashed with a traceback. Both now fail in the error shape, naming the
+    way out (bootstrap another user)."""
+    user = f"ops-{uuid.uuid4().hex[:8]}"
+    first = _json(client, "bootstrap", "--user", user, settings=api_settings)["key"]
+    assert ok(client.get("/v1/whoami", headers=auth(first)))["roles"] == ["admin", "member"]
+    ok(
+        client.patch(
+            f"/v1/admin/tenants/system/users/{user}/grants", json={"remove_roles": ["admin"]}, headers=operator
+        )
+    )
+    for _ in ("demoted", "disabled"):
+        code, out, err = _run(client, "--json", "bootstrap", "--user", user, settings=api_settings)
+        assert code != 0, out
+        error = json.loads(err)["error"]
+        assert error["code"] == "conflict" and "--user" in error["message"]
+        ok(client.post(f"/v1/admin/tenants/system/users/{user}/disable", headers=operator))
