@@ -39,7 +39,7 @@ from service.domain.accounts import (
 )
 from service.domain.belief import utcnow
 from service.domain.principal import Principal, Role
-from service.errors import Conflict, Forbidden, NotFound, StoreUnavailable, ValidationFailed
+from service.errors import Conflict, Forbidden, NotFound, StoreUnavailable, Unauthenticated, ValidationFailed
 from service.outbox import RedisOutbox
 from service.storage.accounts import AccountStore
 from service.storage.audit import AuditEvent, AuditStore
@@ -342,11 +342,19 @@ class ProvisioningService:
     def revoke_token(self, actor: Actor, token: str) -> dict[str, Any]:
         """Revoke a JWT by its ``jti`` until it expires. Allowed for the token's own user and for
         admins of its tenant; the token must verify (a forged one cannot be used to probe)."""
-        claims = self.verifier.verify(token)
+        try:
+            claims = self.verifier.verify(token)
+            subject = principal_from_claims(claims)
+        except Unauthenticated as exc:
+            # the body's token, not the caller's credential: a 401 would tell the client its own
+            # credential failed (the CLI then asked the admin to check their key)
+            raise ValidationFailed(
+                f"the token to revoke does not verify: {exc.message}",
+                details=[{"loc": ["body", "token"], "msg": exc.message}],
+            ) from exc
         jti, exp = claims.get("jti"), expiry(claims)
         if not isinstance(jti, str) or exp is None:
             raise ValidationFailed("this token has no jti/exp claim, so it cannot be revoked")
-        subject = principal_from_claims(claims)
         own = (subject.tenant_id, subject.user_id) == (actor.principal.tenant_id, actor.principal.user_id)
         if not own:
             self.acting_admin(actor.principal, subject.tenant_id)

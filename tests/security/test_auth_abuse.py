@@ -206,3 +206,18 @@ def test_a_token_with_any_numeric_exp_can_be_revoked(client: TestClient, team: T
     revoked = ok(client.post("/v1/admin/tokens/revoke", json={"token": token}, headers=team.h("carol")))
     assert revoked["revoked"] is True
     assert client.get("/v1/whoami", headers=auth(token)).status_code == 401
+
+
+def test_revoking_a_token_that_does_not_verify_is_the_bodys_fault_not_the_callers(
+    client: TestClient, team: Team
+) -> None:
+    """The caller's own key is fine: a token in the body that does not verify (expired, forged,
+    an API key pasted by mistake) answered 401 ``unauthenticated`` with ``WWW-Authenticate``, which
+    clients take for their own credential failing (the CLI told the admin to check their key)."""
+    expired = _token(team.tenant, "alice", uuid.uuid4().hex, exp=int(time.time()) - 3600)
+    for token in (expired, "a.b.c", team.keys["bob"]):
+        response = client.post("/v1/admin/tokens/revoke", json={"token": token}, headers=team.h("carol"))
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["details"][0]["loc"] == ["body", "token"]
+        assert "WWW-Authenticate" not in response.headers
+    assert ok(client.get("/v1/whoami", headers=team.h("carol")))["user_id"] == "carol"
