@@ -238,6 +238,9 @@ class ProvisioningService:
                     "roles": sorted(roles, key=lambda r: r.value),
                 }
             )
+            if all(getattr(updated, name) == getattr(user, name) for name in Grants.model_fields):
+                self.accounts.bump_version(tenant_id)  # a retry after a failed bump: bump now
+                return user  # already so: nothing changed, nothing to audit
             try:
                 self.accounts.replace_user(updated, (seq, term))
             except Conflict:

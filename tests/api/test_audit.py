@@ -188,3 +188,19 @@ def test_a_development_token_is_traceable_from_its_issue_to_its_use_and_revocati
     assert [e["credential_id"] for e in used] == [jti]
     issue = _audit(client, team, services, action="token.issue")
     assert [(e["details"]["user_id"], e["details"].get("jti")) for e in issue] == [("bob", jti)]
+
+
+def test_a_grants_change_that_changes_nothing_records_nothing(
+    client: TestClient, team: Team, services: Services
+) -> None:
+    """As disabling what is disabled: a PATCH that grants what the user holds (a reconciling
+    script, ``tenure grant`` run twice) rewrote the user record and recorded a grants.update
+    whose before and after were the same."""
+    url = f"/v1/admin/tenants/{team.tenant}/users/bob/grants"
+    before = ok(client.get(f"/v1/admin/tenants/{team.tenant}/users/bob", headers=team.h("carol")))
+    for patch in ({}, {"add_projects": ["pay"]}, {"remove_teams": ["core"]}, {"add_roles": ["member"]}):
+        assert ok(client.patch(url, json=patch, headers=team.h("carol"))) == before
+    assert _audit(client, team, services, action="grants.update") == []
+    ok(client.patch(url, json={"add_teams": ["core"]}, headers=team.h("carol")))
+    changed = _audit(client, team, services, action="grants.update")
+    assert [(e["details"]["before"]["teams"], e["details"]["after"]["teams"]) for e in changed] == [([], ["core"])]
