@@ -208,7 +208,7 @@ def principal_from_claims(claims: dict[str, Any]) -> Principal:
         raise InvalidCredential("token lacks a tenant_id or sub claim")
     # The same grammar as provisioned tenants and users: a ``*``, ``t:x`` or a newline would
     # otherwise reach cache keys, Redis keys and audit records as if it were a name.
-    if not SLUG_RE.match(tenant) or not SLUG_RE.match(user):
+    if not SLUG_RE.fullmatch(tenant) or not SLUG_RE.fullmatch(user):  # not match: "$" passes a final "\n"
         raise InvalidCredential(f"token claims tenant_id and sub must match {SLUG_RE.pattern}")
     roles = {Role.MEMBER}
     for name in _string_list(claims, "roles"):

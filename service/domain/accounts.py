@@ -23,7 +23,7 @@ Slug = str
 
 
 def check_slug(value: str, what: str) -> str:
-    if not SLUG_RE.match(value):
+    if not SLUG_RE.fullmatch(value):  # not match: its "$" also passes a final newline
         raise ValueError(f"{what} must match {SLUG_RE.pattern} (lower-case letters, digits, '_', '-', '.')")
     return value
 

@@ -221,3 +221,13 @@ def test_revoking_a_token_that_does_not_verify_is_the_bodys_fault_not_the_caller
         assert response.json()["error"]["details"][0]["loc"] == ["body", "token"]
         assert "WWW-Authenticate" not in response.headers
     assert ok(client.get("/v1/whoami", headers=team.h("carol")))["user_id"] == "carol"
+
+
+def test_token_claims_with_a_trailing_newline_are_no_slugs(client: TestClient, team: Team) -> None:
+    """Python's ``$`` also matches before a final newline: ``alice\\n`` passed the slug check of
+    ``sub`` and ``tenant_id`` and reached cache keys, Redis keys and audit records; and a subject
+    ``alice\\n`` has no account record, so a disabled alice's token with it was not refused."""
+    ok(client.post(f"/v1/admin/tenants/{team.tenant}/users/alice/disable", headers=team.h("carol")))
+    for tenant, sub in ((team.tenant, "alice\n"), (f"{team.tenant}\n", "alice")):
+        response = client.get("/v1/whoami", headers=auth(_token(tenant, sub, uuid.uuid4().hex)))
+        assert response.status_code == 401, response.text

@@ -72,7 +72,7 @@ def filters(
     since: Text = "",
     until: Text = "",
 ) -> Filters:
-    if belief_id and not ID_RE.match(belief_id):
+    if belief_id and not ID_RE.fullmatch(belief_id):
         raise ValidationFailed(f"not a belief id: {belief_id!r}")
     query = AuditQuery(
         actor_id=actor_id.strip() or None,

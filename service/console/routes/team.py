@@ -125,7 +125,7 @@ def issue_key(request: Request, user: Writer, form: Form, prov: ProvisioningDep)
     if expires_in_s is not None and not 1 <= expires_in_s // 86_400 <= 5 * 365:
         raise ValidationFailed("expires in: between 1 and 1825 days")
     owner = form.get("user_id", "").strip()
-    if not SLUG_RE.match(owner):
+    if not SLUG_RE.fullmatch(owner):
         raise ValidationFailed("choose a user")
     name = form.get("name", "")[:200]
     issued = prov.issue_key(user.actor, user.principal.tenant_id, owner, name=name, expires_in_s=expires_in_s)

@@ -34,7 +34,7 @@ def tenants(request: Request, user: CurrentUser, prov: ProvisioningDep) -> Respo
 def view(user: CurrentUser, form: Form, prov: ProvisioningDep, services: ServicesDep) -> Response:
     _operator(user)
     tenant_id = form.get("tenant_id", "").strip()
-    if not SLUG_RE.match(tenant_id):
+    if not SLUG_RE.fullmatch(tenant_id):
         raise ValidationFailed("choose a tenant")
     home = user.identity.principal
     prov.acting_admin(home, tenant_id)  # 404 for a tenant that does not exist
