@@ -101,3 +101,22 @@ def test_a_token_signed_with_a_key_the_provider_just_published_is_accepted(
         with pytest.raises(Unauthenticated):
             verifier.verify(_token(stranger))
     assert handler.hits == 3
+
+
+def test_a_token_without_kid_is_checked_against_every_key_of_its_type(provider: tuple[type[_Provider], str]) -> None:
+    """A provider that publishes two keys (the old one and the new one while it rotates) and
+    names none in its tokens: only the first key of the token's type was tried, so every token
+    signed with the other failed as "bad signature" (and was kept in the negative cache)."""
+    handler, url = provider
+    first, second = RSAKey.generate_key(2048, {"kid": "rsa-1"}), RSAKey.generate_key(2048, {"kid": "rsa-2"})
+    handler.body = json.dumps({"keys": [first.as_dict(private=False), second.as_dict(private=False)]}).encode()
+    verifier = TokenVerifier(AuthSettings(jwks_url=url))
+    for key in (first, second):
+        now = int(time.time())
+        claims = {"iss": "tenure", "aud": "tenure-api", "sub": "alice", "tenant_id": "acme", "exp": now + 600}
+        token = jwt.encode({"alg": "RS256"}, claims, key, algorithms=["RS256"])
+        assert verifier.verify(token)["sub"] == "alice", key.kid
+    stranger = RSAKey.generate_key(2048)
+    claims = {"iss": "tenure", "aud": "tenure-api", "sub": "alice", "tenant_id": "acme", "exp": int(time.time()) + 60}
+    with pytest.raises(Unauthenticated):
+        verifier.verify(jwt.encode({"alg": "RS256"}, claims, stranger, algorithms=["RS256"]))

@@ -15,12 +15,13 @@ import math
 import threading
 import time
 import uuid
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeGuard
 
 import httpx
 from joserfc import jwt
-from joserfc.errors import InvalidClaimError, JoseError
+from joserfc.errors import BadSignatureError, InvalidClaimError, JoseError
 from joserfc.jwk import GuestProtocol, Key, KeySet, OctKey
 from joserfc.jwt import ClaimsOption
 
@@ -106,7 +107,9 @@ class TokenVerifier:
         }
         self.claims = jwt.JWTClaimsRegistry(None, settings.jwt_leeway_s, **required)  # now=None: the clock
 
-    def _key_for(self, token: GuestProtocol) -> Key:
+    def _keys_for(self, token: GuestProtocol) -> list[Key]:
+        """The keys that may have signed ``token``: the HMAC secret, or the JWKS keys of its
+        algorithm's type with its ``kid`` (all of that type when it names none)."""
         header = token.headers()
         alg = header.get("alg")
         if alg not in self.allowed:
@@ -115,19 +118,37 @@ class TokenVerifier:
             secret = self.settings.jwt_hs256_secret
             if secret is None:
                 raise Unauthenticated("HS256 tokens are not accepted by this deployment")
-            return OctKey.import_key(secret.get_secret_value().encode())
+            return [OctKey.import_key(secret.get_secret_value().encode())]
         kty, kid = ASYMMETRIC_ALGS[str(alg)], header.get("kid")
         candidates = _matching(self.keys.key_set(), kty, kid)
         if not candidates and kid is not None:  # a key the provider published since?
             candidates = _matching(self.keys.key_set(unknown_kid=True), kty, kid)
         if not candidates:
             raise Unauthenticated("no JWKS key matches the token's kid and algorithm")
-        return candidates[0]
+        return candidates
+
+    def _decode(self, token: str) -> jwt.Token:
+        """The token, its signature checked against each key that may have signed it (a token that
+        names no ``kid`` while the provider publishes two keys, the old and the new)."""
+        candidates: list[Key] = []
+
+        def first(guest: GuestProtocol) -> Key:
+            candidates.extend(self._keys_for(guest))
+            return candidates[0]
+
+        algorithms = sorted(self.allowed)
+        try:
+            return jwt.decode(token, first, algorithms=algorithms)
+        except BadSignatureError:
+            for key in candidates[1:]:
+                with suppress(BadSignatureError):
+                    return jwt.decode(token, key, algorithms=algorithms)
+            raise
 
     def verify(self, token: str) -> dict[str, Any]:
         claims: dict[str, Any] = {}
         try:
-            decoded = jwt.decode(token, self._key_for, algorithms=sorted(self.allowed))
+            decoded = self._decode(token)
             claims = dict(decoded.claims)
             self.claims.validate(claims)
         except Unauthenticated:
