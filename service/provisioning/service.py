@@ -72,6 +72,11 @@ def _slug(value: str, what: str) -> str:
         raise ValidationFailed(str(exc)) from exc
 
 
+def _self(actor: Actor, tenant_id: str, user_id: str) -> bool:
+    """Whether the user ``tenant_id``/``user_id`` is the actor's own."""
+    return (actor.principal.tenant_id, actor.principal.user_id) == (tenant_id, user_id)
+
+
 def _enabled(user: UserRecord) -> UserRecord:
     """New credentials for a disabled user would only fail at use: refuse them up front."""
     if user.disabled:
@@ -207,7 +212,7 @@ class ProvisioningService:
         """Tenant admins (and operators) disable or re-enable a user; every key and token of a
         disabled user is refused. Nobody disables themselves: that would be a lock-out."""
         self.acting_admin(actor.principal, tenant_id)
-        if disabled and (actor.principal.tenant_id, actor.principal.user_id) == (tenant_id, user_id):
+        if disabled and _self(actor, tenant_id, user_id):
             raise Conflict("you cannot disable your own user; ask another admin")
         for _ in range(3):
             user, seq, term = self.accounts.get_user_versioned(tenant_id, user_id)
@@ -225,6 +230,9 @@ class ProvisioningService:
 
     def change_grants(self, actor: Actor, tenant_id: str, user_id: str, change: GrantChange) -> UserRecord:
         self.acting_admin(actor.principal, tenant_id)
+        if Role.ADMIN in change.remove_roles and _self(actor, tenant_id, user_id):
+            # a lock-out, as disabling oneself: the tenant could be left with no admin
+            raise Conflict("you cannot remove your own admin role; ask another admin")
         for _ in range(3):
             user, seq, term = self.accounts.get_user_versioned(tenant_id, user_id)
             projects = (set(user.projects) | set(change.add_projects)) - set(change.remove_projects)
@@ -307,8 +315,7 @@ class ProvisioningService:
                 record, seq, term = self.accounts.get_key_versioned(key_id)
             except NotFound:
                 raise NotFound(f"API key {key_id!r} not found") from None
-            own = record.tenant_id == actor.principal.tenant_id and record.user_id == actor.principal.user_id
-            if not own:
+            if not _self(actor, record.tenant_id, record.user_id):
                 try:
                     self.acting_admin(actor.principal, record.tenant_id)
                 except (Forbidden, NotFound):
@@ -358,8 +365,7 @@ class ProvisioningService:
         jti, exp = claims.get("jti"), expiry(claims)
         if not isinstance(jti, str) or exp is None:
             raise ValidationFailed("this token has no jti/exp claim, so it cannot be revoked")
-        own = (subject.tenant_id, subject.user_id) == (actor.principal.tenant_id, actor.principal.user_id)
-        if not own:
+        if not _self(actor, subject.tenant_id, subject.user_id):
             self.acting_admin(actor.principal, subject.tenant_id)
         self.authenticator.revoke_jti(subject, jti, exp)
         self._record(actor, subject.tenant_id, "token.revoke", {"jti": jti, "user_id": subject.user_id})

@@ -171,3 +171,14 @@ def test_store_outage_keeps_the_last_known_status(
         assert other.authenticate(alice).principal.user_id == "alice"
     finally:
         dead_client.close()
+
+
+def test_nobody_takes_their_own_admin_role(client: TestClient, team: Team, operator: dict[str, str]) -> None:
+    """As nobody disables themselves: a tenant admin removing their own admin role locked the
+    tenant out of its administration (only an operator could give it back). Another admin may."""
+    url = f"/v1/admin/tenants/{team.tenant}/users/carol/grants"
+    refused = client.patch(url, json={"remove_roles": ["admin"]}, headers=team.h("carol"))
+    assert refused.status_code == 409, refused.text
+    assert "admin" in ok(client.get("/v1/whoami", headers=team.h("carol")))["roles"]
+    ok(client.patch(url, json={"remove_projects": ["pay"]}, headers=team.h("carol")))  # other changes go through
+    assert ok(client.patch(url, json={"remove_roles": ["admin"]}, headers=operator))["roles"] == ["member"]
