@@ -12,6 +12,7 @@ import logging
 
 from starlette.types import Scope
 
+from service.auth import keys
 from service.telemetry import metrics
 from service.telemetry.context import WorkContext
 
@@ -39,7 +40,7 @@ def observe_request(scope: Scope, status: int, work: WorkContext) -> None:
             level,
             "%s %s %d",
             method,
-            scope.get("path", ""),
+            keys.redacted(str(scope.get("path", ""))),  # a client may put a whole API key in a path
             status,
             extra={
                 "request_id": work.request_id,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 PREFIX = "tnr_"
 _KEY_RE = re.compile(r"^tnr_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+_SECRET_IN_TEXT = re.compile(r"(tnr_[0-9a-f]{16}_)[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,12 @@ def looks_like_key(token: str) -> bool:
 def parse_key_id(token: str) -> str | None:
     match = _KEY_RE.match(token)
     return match.group(1) if match else None
+
+
+def redacted(text: str) -> str:
+    """``text`` with the secret of every API key in it replaced (the key id, safe to log, stays):
+    for what is logged as sent, such as a request path a client put a whole key into."""
+    return _SECRET_IN_TEXT.sub(r"\1[redacted]", text) if PREFIX in text else text
 
 
 def hash_key(plaintext: str, pepper: str) -> str:

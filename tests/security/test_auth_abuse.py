@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -231,3 +232,18 @@ def test_token_claims_with_a_trailing_newline_are_no_slugs(client: TestClient, t
     for tenant, sub in ((team.tenant, "alice\n"), (f"{team.tenant}\n", "alice")):
         response = client.get("/v1/whoami", headers=auth(_token(tenant, sub, uuid.uuid4().hex)))
         assert response.status_code == 401, response.text
+
+
+def test_a_key_sent_in_a_path_is_not_written_to_the_access_log(
+    client: TestClient, team: Team, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``revoke-key`` takes a key id or the key itself (the CLI cuts the id out); a client that
+    put the whole key into ``DELETE /v1/admin/keys/{key_id}`` had its secret in the access log."""
+    key = team.keys["bob"]
+    secret = key.split("_", 2)[2]
+    with caplog.at_level(logging.INFO, logger="tenure.access"):
+        assert client.delete(f"/v1/admin/keys/{key}", headers=team.h("carol")).status_code == 422
+        assert client.get(f"/v1/beliefs/{key}", headers=team.h("bob")).status_code == 404
+    lines = [r.getMessage() for r in caplog.records if r.name == "tenure.access"]
+    assert len(lines) == 2 and all(key.split("_")[1] in line for line in lines), lines
+    assert not any(secret in line for line in lines), lines
