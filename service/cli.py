@@ -288,8 +288,7 @@ def issue_key(
 
 @app.command("revoke-key", help="revoke an API key (by key id or the key itself)")
 def revoke_key(key_id: str) -> None:
-    bare = key_id.split("_")[1] if key_id.startswith("tnr_") else key_id
-    emit(STATE.api().admin.revoke_key(bare), _record)
+    emit(STATE.api().admin.revoke_key(key_id), _record)  # the SDK sends the id of a whole key
 
 
 @app.command("grant", help="grant (or with --revoke, take away) projects, teams, roles")

@@ -326,3 +326,17 @@ def test_the_sync_keep_alive_transport_answers_as_httpx_s_own(
     assert by_lean == by_default
     assert by_lean[0][0] == [created.id] and created.id in by_lean[3]
     assert by_lean[4] == [] and by_lean[5] is False and by_lean[6] == ("not_found", 404, True)
+
+
+def test_revoke_key_takes_the_key_itself_and_never_sends_its_secret(client: TestClient, team: Team) -> None:
+    """As the CLI's ``revoke-key``: given the whole key, the SDK put it into the URL (its secret in
+    every proxy's access log on the way) and the server refused the path with a 422."""
+    sent: list[str] = []
+    client.event_hooks["request"].append(lambda request: sent.append(str(request.url)))
+    try:
+        revoked = _sdk(client, team.keys["carol"]).admin.revoke_key(team.keys["bob"])
+    finally:
+        client.event_hooks["request"].pop()
+    assert revoked.key_id == team.keys["bob"].split("_")[1] and revoked.revoked_at is not None
+    secret = team.keys["bob"].split("_", 2)[2]
+    assert sent and not any(secret in url for url in sent), sent

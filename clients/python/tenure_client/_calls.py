@@ -350,8 +350,11 @@ def list_keys(tenant_id: str, limit: int | None, cursor: str | None) -> Call[mod
 
 
 def revoke_key(key_id: str) -> Call[models.KeyOut]:
+    """By key id or the key itself (``tnr_<key id>_<secret>``): only the id is sent, a secret in a
+    URL would reach every access log on the way."""
+    bare = key_id.split("_")[1] if key_id.startswith("tnr_") and key_id.count("_") >= 2 else key_id
     # revoking a revoked key answers the key again (the server's revoke_key): safe to resend
-    return Call("DELETE", f"/v1/admin/keys/{seg(key_id)}", model(models.KeyOut), resend_safe=True)
+    return Call("DELETE", f"/v1/admin/keys/{seg(bare)}", model(models.KeyOut), resend_safe=True)
 
 
 def dev_token(tenant_id: str, user_id: str, ttl_s: int | None) -> Call[models.TokenOut]:
