@@ -120,3 +120,26 @@ def test_a_token_without_kid_is_checked_against_every_key_of_its_type(provider: 
     claims = {"iss": "tenure", "aud": "tenure-api", "sub": "alice", "tenant_id": "acme", "exp": int(time.time()) + 60}
     with pytest.raises(Unauthenticated):
         verifier.verify(jwt.encode({"alg": "RS256"}, claims, stranger, algorithms=["RS256"]))
+
+
+def test_made_up_kids_do_not_send_requests_to_a_provider_that_is_down(
+    provider: tuple[type[_Provider], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every fetch of a provider that is down can hold the key set up to 5 s, and every JWT request
+    waits for it: tokens with made-up kids (anyone can send one) must not start one each
+    ``KID_REFETCH_S`` while the failed fetch's retry pause runs."""
+    monkeypatch.setattr(tokens, "KID_REFETCH_S", 0.1)
+    handler, url = provider
+    key = RSAKey.generate_key(2048, {"kid": "rsa-1"})
+    handler.body = json.dumps({"keys": [key.as_dict(private=False)]}).encode()
+    verifier = TokenVerifier(AuthSettings(jwks_url=url, jwks_cache_s=1))
+    assert verifier.verify(_token(key))["sub"] == "alice"
+    handler.status = 503
+    time.sleep(1.1)
+    assert verifier.verify(_token(key))["sub"] == "alice"  # the failed re-fetch; known keys serve
+    assert handler.hits == 2
+    for i in range(3):
+        time.sleep(0.15)
+        with pytest.raises(Unauthenticated):
+            verifier.verify(_token(RSAKey.generate_key(2048, {"kid": f"made-up-{i}"})))
+    assert handler.hits == 2

@@ -50,7 +50,9 @@ class KeySource:
     the keys known before serve, or, with none known, tokens are refused at once; the provider
     being down must not cost every JWT request its own attempt (up to 5 s, one at a time). A token
     naming a ``kid`` the set lacks (the provider rotated its key) re-fetches it, at most once per
-    ``KID_REFETCH_S``, so made-up kids cannot send every request to the provider."""
+    ``KID_REFETCH_S`` and not during a failed fetch's pause, so made-up kids (anyone can send one)
+    can neither send every request to the provider nor stall JWT requests behind a provider
+    that is down."""
 
     def __init__(self, settings: AuthSettings):
         self.settings = settings
@@ -58,6 +60,7 @@ class KeySource:
         self._keys: KeySet | None = None
         self._next_fetch = 0.0  # monotonic
         self._attempted = -math.inf  # monotonic: the last fetch attempt
+        self._paused_until = 0.0  # monotonic: after a failed fetch, no unknown kid fetches before this
         if settings.jwks_file:
             self._keys = KeySet.import_key_set(json.loads(Path(settings.jwks_file).read_text()))
 
@@ -74,7 +77,8 @@ class KeySource:
             return self._keys
         with self._lock:
             now = time.monotonic()
-            if now >= self._next_fetch or (unknown_kid and now - self._attempted >= KID_REFETCH_S):
+            kid_due = unknown_kid and now - self._attempted >= KID_REFETCH_S and now >= self._paused_until
+            if now >= self._next_fetch or kid_due:
                 self._attempted = now
                 try:
                     response = httpx.get(self.settings.jwks_url, timeout=5.0)
@@ -83,6 +87,7 @@ class KeySource:
                     self._next_fetch = time.monotonic() + self.settings.jwks_cache_s
                 except (httpx.HTTPError, ValueError, TypeError, KeyError, JoseError) as exc:  # no key set
                     self._next_fetch = time.monotonic() + min(JWKS_RETRY_S, self.settings.jwks_cache_s)
+                    self._paused_until = self._next_fetch
                     log.warning("the JWKS could not be fetched from %s: %s", self.settings.jwks_url, exc)
             if self._keys is None:
                 raise Unauthenticated("the JWKS could not be fetched; cannot verify the token")
