@@ -347,7 +347,7 @@ class BeliefService:
         old = self.store.get(actor.principal, belief_id)
         if not old.is_live:
             raise Conflict(f"belief {belief_id!r} is {old.lifecycle.value}; cannot supersede it")
-        check_writable(actor.principal, old.scope)
+        check_writable(actor.principal, old.scope, owner_id=old.owner_id)
         spec = Replacement(
             id=data.id,
             content=data.content,
@@ -359,26 +359,38 @@ class BeliefService:
         )
         return self.lifecycle.supersede(_change(actor), old, spec)
 
+    def _check_changeable(self, actor: Actor, belief_id: str) -> None:
+        """A change to a stored belief reaches every session of its scopes: the same rule as a
+        supersede (a grant for each shared scope; another owner's personal scopes are theirs)."""
+        belief = self.store.get(actor.principal, belief_id)
+        check_writable(actor.principal, belief.scope, owner_id=belief.owner_id)
+
     def reinforce(self, actor: Actor, belief_id: str, aliases: list[str]) -> Belief:
+        self._check_changeable(actor, belief_id)
         return self.lifecycle.reinforce(_change(actor), belief_id, aliases)
 
     def set_pinned(self, actor: Actor, belief_id: str, pinned: bool) -> Belief:
+        self._check_changeable(actor, belief_id)
         return self.lifecycle.set_pinned(_change(actor), belief_id, pinned)
 
     def resolve(self, actor: Actor, belief_id: str, note: str | None, resolved_by: str | None) -> Belief:
+        self._check_changeable(actor, belief_id)
         resolved = self.lifecycle.resolve(_change(actor), belief_id, note=note, resolved_by=resolved_by)
         assert resolved is not None  # without if_open, resolving twice raises Conflict
         return resolved
 
     def add_aliases(self, actor: Actor, belief_id: str, aliases: list[str]) -> Belief:
+        self._check_changeable(actor, belief_id)
         updated, _, _ = self.lifecycle.add_aliases(_change(actor), belief_id, aliases)
         return updated
 
     def remove_aliases(self, actor: Actor, belief_id: str, aliases: list[str]) -> Belief:
+        self._check_changeable(actor, belief_id)
         updated, _ = self.lifecycle.remove_aliases(_change(actor), belief_id, aliases)
         return updated
 
     def retract(self, actor: Actor, belief_id: str, reason: str | None) -> Belief:
+        self._check_changeable(actor, belief_id)
         return self.lifecycle.retract(_change(actor), belief_id, reason)
 
     def erase(self, actor: Actor, belief_id: str, *, expunge: bool = False) -> ErasureReceipt:

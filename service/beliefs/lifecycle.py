@@ -204,11 +204,19 @@ def unwritable_scopes(principal: Principal, labels: list[str], *, owner_id: str 
     ]
 
 
-def check_writable(principal: Principal, labels: list[str]) -> None:
-    """Shared scopes need a grant; personal scopes are always the writer's own."""
-    denied = unwritable_scopes(principal, labels)
-    if denied:
-        raise Forbidden(f"no grant to write into {', '.join(denied)}", details={"scopes": denied})
+def check_writable(principal: Principal, labels: list[str], *, owner_id: str | None = None) -> None:
+    """Shared scopes need a grant; personal scopes are always the writer's own, so a change to
+    another owner's belief (``owner_id``) that also carries that owner's personal scopes is
+    refused: it would change what the owner's own sessions are given."""
+    denied = unwritable_scopes(principal, labels, owner_id=owner_id)
+    if not denied:
+        return
+    ungranted = [s for s in denied if scope_rules.is_shared(s)]
+    theirs = [s for s in denied if not scope_rules.is_shared(s)]
+    reasons = [f"no grant to write into {', '.join(ungranted)}"] if ungranted else []
+    if theirs:
+        reasons.append(f"{', '.join(theirs)}: {owner_id}'s personal scope, ask them to change it")
+    raise Forbidden("; ".join(reasons), details={"scopes": denied})
 
 
 def pydantic_details(exc: ValidationError, prefix: tuple[str | int, ...]) -> list[dict[str, Any]]:

@@ -197,23 +197,55 @@ def test_a_colleagues_pin_does_not_carry_a_belief_into_the_owners_other_sessions
     client: TestClient, team: Team, other_team: Team
 ) -> None:
     """The paper's one exception to scope walls: the *owner's* user-edited pinned beliefs surface in
-    all of the owner's sessions. A pin counted as the user's edit whoever pinned: bob pinning
-    alice's belief of ``project:pay`` and her ``domain:code`` put it into every one of her
-    sessions (``domain:writing`` here). Her own pin still does, in every tenant."""
+    all of the owner's sessions. A pin counted as the user's edit whoever pinned: bob's pin of
+    alice's project belief marked it her edit. (A colleague cannot pin one that also carries her
+    personal scope at all: the next test.) Her own pin still counts, in every tenant."""
     for each in (team, other_team):
         body = belief_body("ledger_rules", "project:pay", id="b-ledger")
-        ok(
-            client.post("/v1/beliefs", json={**body, "scope": ["project:pay", "domain:code"]}, headers=each.h("alice")),
-            201,
-        )
+        ok(client.post("/v1/beliefs", json=body, headers=each.h("alice")), 201)
     pinned = ok(client.post("/v1/beliefs/b-ledger/pin", headers=team.h("bob")))
     assert _recall_ids(client, team, "bob", ["project:pay"], "hello") == ["b-ledger"]  # his project's pin
     assert _recall_ids(client, team, "alice", ["project:pay"], "hello") == ["b-ledger"]
-    assert _recall_ids(client, team, "alice", ["domain:writing"], "hello") == []
     assert pinned["pinned"] is True and pinned["user_edited"] is False
     assert ok(client.post("/v1/beliefs/b-ledger/pin", headers=other_team.h("alice")))["user_edited"] is True
-    assert _recall_ids(client, other_team, "alice", ["domain:writing"], "hello") == ["b-ledger"]
     assert _recall_ids(client, other_team, "bob", ["domain:writing"], "hello") == []
+
+
+CHANGES: dict[str, tuple[str, dict[str, Any] | None]] = {
+    "pin": ("pin", None),
+    "unpin": ("unpin", None),
+    "reinforce": ("reinforce", {"aliases": ["ledger"]}),
+    "aliases": ("aliases", {"aliases": ["ledger"]}),
+    "remove aliases": ("aliases/remove", {"aliases": ["ledger rules"]}),
+    "retract": ("retract", {"reason": "not ours"}),
+    "supersede": ("supersede", {"content": "Ledger entries are append-only.", "reason": "changed"}),
+}
+
+
+def test_a_colleague_cannot_change_a_belief_beyond_their_own_grants_or_into_the_owners_sessions(
+    client: TestClient, team: Team, other_team: Team
+) -> None:
+    """Bob sees alice's belief through project pay, but it also lives in team core (no grant of his)
+    or in her personal domain:code: any change of his (a pin, aliases, a retraction) would reach
+    those sessions. Only supersede used to check grants, and not the owner's personal scopes."""
+    for each in (team, other_team):
+        for belief_id, scope in (("b-core", "team:core"), ("b-mine", "domain:code"), ("b-pay", None)):
+            body = belief_body("ledger_rules", "project:pay", id=belief_id)
+            scopes = ["project:pay", scope] if scope else ["project:pay"]
+            ok(client.post("/v1/beliefs", json={**body, "scope": scopes}, headers=each.h("alice")), 201)
+    for label, (path, payload) in CHANGES.items():
+        for belief_id, said in (("b-core", "team:core"), ("b-mine", "alice's personal scope")):
+            refused = client.post(f"/v1/beliefs/{belief_id}/{path}", json=payload, headers=team.h("bob"))
+            assert refused.status_code == 403, (label, belief_id, refused.text)
+            assert said in refused.json()["error"]["message"], (label, refused.text)
+    assert ok(client.get("/v1/beliefs/b-mine", headers=team.h("alice")))["version"] == 1  # nothing changed
+    assert ok(client.get("/v1/beliefs/b-core", headers=team.h("alice")))["version"] == 1
+    # what bob may change: a belief of his project alone; and alice changes her own
+    ok(client.post("/v1/beliefs/b-pay/aliases", json={"aliases": ["ledger"]}, headers=team.h("bob")))
+    ok(client.post("/v1/beliefs/b-mine/retract", json={"reason": "mine"}, headers=team.h("alice")))
+    # the other tenant's bob is refused the same, and its beliefs are untouched by this one's
+    assert client.post("/v1/beliefs/b-mine/pin", headers=other_team.h("bob")).status_code == 403
+    assert ok(client.get("/v1/beliefs/b-mine", headers=other_team.h("alice")))["retracted_at"] is None
 
 
 def test_resolve_open_question(client: TestClient, team: Team) -> None:
