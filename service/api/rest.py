@@ -19,6 +19,7 @@ from service.api.errors import RequestContextMiddleware, error_responses, instal
 from service.api.recall_lane import RecallLane
 from service.api.routes import admin, audit, beliefs, health, messages, metrics, models, quarantine, recall
 from service.api.routes import memory_loop as memory_loop_routes
+from service.auth import keys
 from service.config import Settings
 from service.telemetry.tracing import instrument_app
 
@@ -89,7 +90,7 @@ def build_rest_app(
     if config.observability.metrics_enabled:
         app.include_router(metrics.router)
     if config.observability.tracing_enabled:
-        instrument_app(app)
+        instrument_app(app, keys.redacted)  # a key put in a path keeps only its id
     return app
 
 

@@ -12,7 +12,7 @@ with a message naming the extra.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -80,11 +80,26 @@ def configure_tracing(service_name: str, exporter: Any = None) -> None:
     _provider = provider  # last: configured only once everything is instrumented
 
 
-def instrument_app(app: Any) -> None:
-    """Server spans for every request of the FastAPI ``app`` (after :func:`configure_tracing`)."""
+def instrument_app(app: Any, redact: Callable[[str], str], tracer_provider: Any = None) -> None:
+    """Server spans for every request of the FastAPI ``app`` (after :func:`configure_tracing`),
+    their attributes passed through ``redact`` wherever the request path holds a credential's mark
+    (an API key a client put in a path keeps only its id, as in the access log)."""
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
+    def redacted_attributes(span: Any, scope: dict[str, Any]) -> None:
+        path = str(scope.get("path", ""))
+        if span is None or not span.is_recording() or redact(path) == path:
+            return
+        for name, value in dict(getattr(span, "attributes", None) or {}).items():
+            if isinstance(value, str) and redact(value) != value:
+                span.set_attribute(name, redact(value))
+
+    FastAPIInstrumentor.instrument_app(
+        app,
+        excluded_urls="healthz,readyz,metrics",
+        server_request_hook=redacted_attributes,
+        tracer_provider=tracer_provider,
+    )
 
 
 @contextmanager

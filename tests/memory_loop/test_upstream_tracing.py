@@ -104,3 +104,35 @@ def test_without_tracing_nothing_is_added() -> None:
     seen, result = _post(200, b'{"choices": []}')
     assert result == {"choices": []}
     assert "traceparent" not in seen
+
+
+def test_a_key_put_in_a_request_path_keeps_only_its_id_in_the_server_span() -> None:
+    """The access log redacts a whole API key sent in a path; the request's server span recorded
+    the path as sent (``http.target``, ``url.path``, ``http.url``) for whoever reads the traces."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from service.auth import keys
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app = FastAPI()
+
+    @app.delete("/v1/admin/keys/{key_id}")
+    def revoke(key_id: str) -> dict[str, str]:
+        return {"key_id": key_id}
+
+    tracing.instrument_app(app, keys.redacted, tracer_provider=provider)
+    secret = "S" * 43
+    whole = f"tnr_0123456789abcdef_{secret}"
+    with TestClient(app) as client:
+        assert client.delete(f"/v1/admin/keys/{whole}").status_code == 200
+        assert client.delete("/v1/admin/keys/0123456789abcdef").status_code == 200
+    finished = exporter.get_finished_spans()
+    assert finished
+    recorded = [str(v) for span in finished for v in (span.attributes or {}).values()] + [s.name for s in finished]
+    assert not any(secret in value for value in recorded), recorded
+    assert any("tnr_0123456789abcdef_[redacted]" in value for value in recorded), recorded
+    assert any(value.endswith("/v1/admin/keys/0123456789abcdef") for value in recorded), recorded
+    provider.shutdown()
