@@ -280,7 +280,7 @@ class ProvisioningService:
     ) -> IssuedKey:
         """A new key bound to one user; its grants default to the user's and may only narrow."""
         self.acting_admin(actor.principal, tenant_id)
-        user = _enabled(self.accounts.get_user(tenant_id, user_id))
+        user = self._issuable(tenant_id, user_id)
         chosen = grants or Grants(roles=user.roles, projects=user.projects, teams=user.teams)
         beyond = {
             "projects": sorted(set(chosen.projects) - set(user.projects)),
@@ -332,6 +332,13 @@ class ProvisioningService:
             return record
         raise Conflict(f"API key {key_id!r} was changed concurrently; retry")
 
+    def _issuable(self, tenant_id: str, user_id: str) -> UserRecord:
+        """The user new credentials are for. A disabled tenant's or user's would only fail at use:
+        refused up front (409), so nobody hands out a key that cannot work."""
+        if self.accounts.get_tenant(tenant_id).disabled:
+            raise Conflict(f"tenant {tenant_id!r} is disabled; enable it first")
+        return _enabled(self.accounts.get_user(tenant_id, user_id))
+
     def list_keys(
         self, actor: Actor, tenant_id: str, *, size: int, after: str | None = None
     ) -> tuple[list[ApiKeyRecord], str | None]:
@@ -343,7 +350,7 @@ class ProvisioningService:
         self.acting_admin(actor.principal, tenant_id)
         if self.settings.jwt_hs256_secret is None:
             raise ValidationFailed("development tokens are disabled: set TENURE_AUTH_JWT_HS256_SECRET")
-        user = _enabled(self.accounts.get_user(tenant_id, user_id))
+        user = self._issuable(tenant_id, user_id)
         jti = dev_token_id()  # in the audit event too: requests with the token are audited under it
         token, exp = self.verifier.issue_dev_token(effective_principal(user), ttl_s=ttl_s, jti=jti)
         self._record(actor, tenant_id, "token.issue", {"user_id": user_id, "jti": jti, "expires_at": exp})

@@ -96,6 +96,10 @@ def test_operator_disables_and_reenables_a_tenant(
     for user in ("alice", "bob", "carol"):  # the other tenant is untouched
         ok(client.get("/v1/whoami", headers=other_team.h(user)))
     assert ok(client.get(tenant, headers=operator))["disabled"] is True
+    # new credentials for its users would only fail at use: refused up front, as for a disabled user
+    for path, body in (("keys", {"name": "late"}), ("tokens", {})):
+        issued = client.post(f"{tenant}/users/alice/{path}", json=body, headers=operator)
+        assert issued.status_code == 409 and "disabled" in issued.text, (path, issued.text)
 
     assert ok(client.post(f"{tenant}/enable", headers=operator))["disabled"] is False
     for user in ("alice", "bob", "carol"):
