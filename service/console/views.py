@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from service.beliefs.api_service import BeliefService
-from service.beliefs.lifecycle import merge_aliases
+from service.beliefs.lifecycle import merge_aliases, unwritable_scopes
 from service.console.web import ConsoleUser
 from service.domain import scopes as scope_rules
 from service.domain.belief import MAX_ALIASES, Belief, BeliefType, ChangeLogEntry, Lifecycle, normalize_aliases
@@ -66,13 +66,16 @@ def change_log_rows(chain: list[Belief]) -> list[LogRow]:
 def belief_actions(user: ConsoleUser, belief: Belief, beliefs: BeliefService) -> list[str]:
     """The actions the service would accept from this user on this belief. Admins read the whole
     tenant, but change a belief only where the REST API would let them (it is visible to them
-    as a user: their own personal scopes or a shared scope they hold); erase is tenant-wide."""
+    as a user: their own personal scopes or a shared scope they hold, and none it carries that
+    they may not write, :func:`unwritable_scopes`); erase is tenant-wide."""
     if not user.is_admin:
         return []
     actions = ["erase"]
     try:
         beliefs.get(user.actor, belief.id)
     except NotFound:
+        return actions
+    if unwritable_scopes(user.principal, belief.scope, owner_id=belief.owner_id):
         return actions
     if belief.lifecycle is Lifecycle.LIVE:
         actions = ["supersede", "unpin" if belief.pinned else "pin", "alias", "unalias", "retract", *actions]

@@ -925,3 +925,20 @@ def test_a_re_run_link_for_a_user_past_the_pickers_page_previews_as_that_user(
     member = sign_in(app, a.keys["bob"])
     assert member.get("/console/recall", params={"as_user": "alice"}).status_code == 403
     assert member.get("/console/recall", params={"as_user": "bob"}).status_code == 200
+
+
+def test_an_admin_is_offered_only_the_changes_the_service_accepts(
+    app: FastAPI, client: TestClient, seeded: tuple[Team, Team]
+) -> None:
+    """Alice's belief of project pay that also lives in her own domain:code: carol (admin, holds
+    pay) sees it as a user, but a change of hers would reach alice's own sessions, which the
+    service refuses (403). The page offered pin, supersede and the rest, each ending in an error."""
+    a, _ = seeded
+    body = belief_body("ledger_provider", "project:pay", id="b-mixed")
+    ok(client.post("/v1/beliefs", json={**body, "scope": ["project:pay", "domain:code"]}, headers=a.h("alice")), 201)
+    web = sign_in(app, a.keys["carol"])
+    mixed = web.get("/console/beliefs/b-mixed")
+    assert mixed.status_code == 200 and "Erase" in mixed.text
+    assert "Supersede" not in mixed.text and "Pin…" not in mixed.text and "Retract" not in mixed.text
+    shared = web.get("/console/beliefs/b-pay")  # pay alone: carol may change it
+    assert "Supersede" in shared.text and "Pin…" in shared.text
