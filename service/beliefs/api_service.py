@@ -346,6 +346,7 @@ class BeliefService:
         counter-signal aliases of the new one (paper §3.6), so old vocabulary still finds it."""
         old = self.store.get(actor.principal, belief_id)
         if not old.is_live:
+            self.lifecycle.bump_refused(_change(actor))
             raise Conflict(f"belief {belief_id!r} is {old.lifecycle.value}; cannot supersede it")
         check_writable(actor.principal, old.scope, owner_id=old.owner_id)
         spec = Replacement(

@@ -461,10 +461,22 @@ class BeliefLifecycle:
             seen.append(belief.model_copy(deep=True))
             return edit(belief)
 
-        updated = mutate(
-            self.store, change.principal, belief_id, tracked, refresh=self.refresh, tenant_wide=tenant_wide
-        )
+        try:
+            updated = mutate(
+                self.store, change.principal, belief_id, tracked, refresh=self.refresh, tenant_wide=tenant_wide
+            )
+        except Conflict:
+            self.bump_refused(change)
+            raise
         return seen[-1], updated
+
+    def bump_refused(self, change: Change) -> None:
+        """Bump the tenant's write version for a change refused because its belief is already past
+        it ("already retracted", "not live"): the refusal may answer the retry of a change whose
+        own bump was lost (its process died, or Redis failed, between the write and the bump), and
+        every cache keyed by the old version would otherwise serve the state before it until the
+        tenant's next write. One bump too many costs a rebuild."""
+        self.store.written([change.principal.tenant_id])
 
     # ------------------------------------------------------------------ create
 
@@ -630,6 +642,7 @@ class BeliefLifecycle:
         old retired, new). If retiring fails, the new version written by this call is removed,
         unless the retirement took effect after all (its answer was lost)."""
         if not old.is_live and (spec.id is None or old.superseded_by != spec.id):
+            self.bump_refused(change)
             raise Conflict(f"belief {old.id!r} is {old.lifecycle.value}; cannot supersede it")
         new = self.replacement_for(change, old, spec)
         created = self._put_new(change, new, tenant_wide=tenant_wide)
@@ -898,6 +911,11 @@ class BeliefLifecycle:
         except Unreadable:
             return self.erase_unreadable(change, belief_id, expunge=expunge)  # quarantined: by id alone
         if root is None:
+            # maybe the retry of an erase cut off after its beliefs were deleted (the sweep of the
+            # cached renderings or the bump failed): nothing is left to find, but the cached
+            # renderings may still hold the erased names, so they are swept again before the 404
+            self.store.written([principal.tenant_id])
+            self._sweep_renderings(principal)
             raise NotFound(f"belief {belief_id!r} not found")
         versions = self.with_compaction_relatives(principal, self.chain(principal, root))
         ids = [b.id for b in versions]
@@ -908,7 +926,7 @@ class BeliefLifecycle:
         texts = [t for b in versions for t in _erasable_texts(b)]
         payloads, reviews, redacted = self._erase_copies(principal, ids, texts)
         removed = belief_storage.delete_ids(self.store, principal, ids)
-        cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
+        cached = self._sweep_renderings(principal)
         if expunge:
             erasure.expunge_deletes(self.store.client, [self.store.alias, self.store.logs.alias, *self._copy_aliases()])
         receipt = ErasureReceipt(
@@ -949,6 +967,10 @@ class BeliefLifecycle:
         redacted = erasure.redact(self.store.client, self._copy_aliases(), principal, texts)
         return payloads, reviews, redacted + waiting
 
+    def _sweep_renderings(self, principal: Principal) -> int:
+        """Drop the tenant's cached renderings (the shared vocabulary holds names and aliases)."""
+        return self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
+
     def _drain_receipts(self) -> None:
         """Pending injection receipts into the audit index before an erase redacts it: a receipt
         left in the Redis outbox would land there later with the erased text in its query. Fails
@@ -979,7 +1001,7 @@ class BeliefLifecycle:
         self._drain_receipts()  # copies first, the document last, as in erase
         payloads, reviews, redacted = self._erase_copies(principal, [belief_id], _raw_erasable_texts(source))
         removed = belief_storage.delete_ids(self.store, principal, [belief_id])
-        cached = self.render_cache.invalidate_tenant(principal.tenant_id) if self.render_cache else 0
+        cached = self._sweep_renderings(principal)
         if expunge:
             erasure.expunge_deletes(self.store.client, [self.store.alias, self.store.logs.alias, *self._copy_aliases()])
         self.record(

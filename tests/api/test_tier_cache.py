@@ -271,3 +271,26 @@ def test_per_message_entries_have_their_own_budget() -> None:
     newer = cache.bind(tenant, 2)
     assert newer is not None and newer.get(b"persona", "filters") is None
     assert len(cache.messages) == 0 and cache.messages.estimated_bytes == 0
+
+
+def test_a_change_retried_after_its_version_bump_was_lost_is_not_answered_from_the_cache(
+    client: TestClient, services: Services, team: Team, other_team: Team
+) -> None:
+    """A change whose process died (or whose Redis call failed) between its write and the bump of
+    the tenant's write version leaves every cache at the old version. The client's retry was
+    refused as already done (409 'already retracted') without a bump, so the retracted belief
+    stayed in the pinned tier until some other write of the tenant."""
+    versions = services.store.versions
+    assert versions is not None
+    for each in (team, other_team):
+        _add(client, each, "alice", "b-lost", "domain:code", pinned=True)
+        assert _pinned(_recall(client, each, "alice")) == ["b-lost"]
+    before = services.redis.get(versions.key(team.tenant))
+    assert before is not None
+    ok(client.post("/v1/beliefs/b-lost/retract", json={}, headers=team.h("alice")))
+    services.redis.set(versions.key(team.tenant), before)  # the bump lost, as if the process died there
+    assert _pinned(_recall(client, team, "alice")) == ["b-lost"]  # what a lost bump leaves
+    retried = client.post("/v1/beliefs/b-lost/retract", json={}, headers=team.h("alice"))
+    assert retried.status_code == 409, retried.text
+    assert _pinned(_recall(client, team, "alice")) == []
+    assert _pinned(_recall(client, other_team, "alice")) == ["b-lost"]  # the other tenant's is its own

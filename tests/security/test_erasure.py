@@ -405,3 +405,34 @@ def test_an_erase_redacts_the_records_waiting_in_redis(
         assert list(left) == [other_team.tenant]  # theirs, untouched
     finally:
         services.redis.delete(*streams)
+
+
+def test_an_erase_whose_sweep_of_cached_renderings_failed_is_finished_by_its_retry(
+    client: TestClient, team: Team, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep of the tenant's cached renderings (the shared vocabulary holds names and aliases,
+    compressed) comes after the beliefs are deleted: when it failed (Redis down at that moment) the
+    erase answered 503, and the retry found no belief and answered 404 without sweeping, leaving
+    the erased names in Redis until their TTL."""
+    word = f"zqswept{uuid.uuid4().hex[:12]}"
+    body = belief_body("vault_words", scope="project:pay", aliases=[f"{word} vault"])
+    doomed = ok(client.post("/v1/beliefs", json=body, headers=team.h("bob")), 201)["id"]
+    asked = {"scopes": ["project:pay"], "query": f"the {word} vault please"}
+    recalled = ok(client.post("/v1/recall", json=asked, headers=team.h("alice")))["tiers"]["relevant"]
+    assert doomed in [b["id"] for b in recalled]
+
+    def renderings() -> list[bytes]:
+        return list(services.redis.scan_iter(match=services.render_cache.prefix(team.tenant) + "*", count=1000))
+
+    assert renderings(), "the tenant's vocabulary was shared in Redis before the erase"
+
+    def redis_down(tenant_id: str) -> int:
+        raise StoreUnavailable("Redis is unreachable while dropping cached renderings")
+
+    monkeypatch.setattr(services.render_cache, "invalidate_tenant", redis_down)
+    assert client.delete(f"/v1/beliefs/{doomed}", headers=team.h("carol")).status_code == 503
+    monkeypatch.undo()
+    assert renderings(), "what the failed sweep left"
+    retried = client.delete(f"/v1/beliefs/{doomed}", headers=team.h("carol"))
+    assert retried.status_code == 404, retried.text
+    assert renderings() == []
