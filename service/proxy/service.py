@@ -579,7 +579,9 @@ class _ChoiceRelay:
             if isinstance(piece, str):
                 state.take(choice.get("logprobs"))
                 visible = state.stripper.feed(piece)
-                rest = {k: v for k, v in delta.items() if k != "content"}  # role, tool calls, refusal
+                # role, tool calls, refusal: never the sidecar (only text is), so they go out even
+                # after its marker, as Anthropic's tool_use blocks and a whole answer's tool_calls do
+                rest = {k: v for k, v in delta.items() if k != "content" and v is not None}
                 if choice.get("finish_reason") is not None:
                     if visible:
                         now.append(
@@ -587,12 +589,12 @@ class _ChoiceRelay:
                         )
                     # its tokens' entries went with the text (or, the sidecar's, nowhere)
                     finished.append({**choice, "delta": rest} | ({"logprobs": None} if "logprobs" in choice else {}))
-                elif visible or (rest and not state.stripper.marker_seen):
+                elif visible or rest:
                     # the opening chunk ({"role": "assistant", "content": ""}) goes out as it came
                     now.append(state.shown({**choice, "delta": {**rest, "content": visible}}, visible))
             elif choice.get("finish_reason") is not None:
                 finished.append(choice)  # the finish comes after the held-back tail
-            elif not state.stripper.marker_seen:
+            elif not state.stripper.marker_seen or any(v is not None for v in delta.values()):
                 now.append(choice)  # role-only or tool-call deltas
         if finished:
             self.finished = True

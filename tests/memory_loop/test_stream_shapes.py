@@ -199,3 +199,22 @@ def test_an_answer_given_as_a_list_of_parts_loses_its_sidecar(api: TestClient, c
     shown = json.dumps(answer["choices"])
     assert not any(leak in shown for leak in LEAKS), shown
     assert answer["tenure"]["parse_status"] == "parsed"
+
+
+def test_a_tool_call_after_the_sidecar_reaches_the_client(api: TestClient, crew: Team, llm: ScriptedLLM) -> None:
+    """OpenAI models send tool_calls after their text: once the sidecar's marker was seen every
+    later delta without text was dropped, so the client got finish_reason 'tool_calls' and no
+    call (the whole answer and the Anthropic relay keep them)."""
+    call = {"index": 0, "id": "call_9", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    events = [
+        chunk({"role": "assistant", "content": "Looking it up.\n"}),
+        chunk({"content": BLOCK}),
+        chunk({"tool_calls": [call]}),
+        chunk({}, finish="tool_calls"),
+    ]
+    raw, out = openai_stream(api, crew, llm, Reply(events=events))
+    calls = [c["delta"]["tool_calls"] for e in out for c in e.get("choices") or [] if c["delta"].get("tool_calls")]
+    assert calls == [[call]]
+    assert texts_by_choice(out) == {0: "Looking it up."}
+    assert not any(leak in raw for leak in LEAKS), raw
+    assert [c["finish_reason"] for e in out for c in e.get("choices") or [] if c.get("finish_reason")] == ["tool_calls"]
