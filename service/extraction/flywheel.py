@@ -18,25 +18,24 @@ one turn never count twice.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 
 from service.beliefs.lifecycle import BeliefLifecycle, spoken_name
 from service.config import MemoryLoopSettings
 from service.domain.belief import Belief, normalize_alias
 from service.domain.principal import Principal
+from service.domain.text import has_unspaced_script
 from service.errors import Conflict
 from service.extraction.merge import MergeContext
 from service.extraction.validator import AliasCandidate
 from service.storage.lookup import BeliefLookup
 from service.storage.reviews import ReviewItem, ReviewStore
 
-# Scripts written without spaces between words: a word there may touch the next one
-_UNSPACED = re.compile("[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
-
 
 def _word_char(char: str) -> bool:
-    return char.isalnum() and not _UNSPACED.match(char)
+    # a character of a script written without spaces (Thai, Lao, Myanmar, Khmer, Japanese,
+    # Chinese, Korean: service/domain/text.py) may touch the next word
+    return char.isalnum() and not has_unspaced_script(char)
 
 
 def said_as_words(surface: str, said: str) -> bool:

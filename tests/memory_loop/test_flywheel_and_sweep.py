@@ -167,3 +167,19 @@ def test_an_alias_candidate_must_be_said_as_words_not_inside_one(
     assert _belief(api, crew, "b-redis")["aliases"] == ["eviction sweeps"]
     assert _belief(api, crew, "b-go")["aliases"] == ["golang"]
     assert _belief(api, crew, "b-sess")["aliases"] == ["セッションストア"]
+
+
+def test_every_script_written_without_spaces_matches_inside_the_text() -> None:
+    """The flywheel kept its own, shorter list of such scripts: a Lao, Myanmar or Khmer surface
+    inside unbroken text was taken for part of a longer word and dropped."""
+    from service.extraction.flywheel import said_as_words
+
+    for surface, said in (
+        ("ລາວ", "ພາສາລາວດີ"),  # Lao
+        ("ကြက်", "ကြက်သားဟင်း"),  # Myanmar
+        ("កាហ្វេ", "ខ្ញុំចូលចិត្តកាហ្វេណាស់"),  # Khmer
+        ("セッションストア", "セッションストアの設定"),
+        ("eviction sweeps", "the eviction sweeps matter"),
+    ):
+        assert said_as_words(surface, said), surface
+    assert not said_as_words("go", "we are going")
