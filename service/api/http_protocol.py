@@ -46,6 +46,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.api.errors import error_body
+from service.auth import keys
 from service.config import get_settings
 from service.errors import ErrorCode
 
@@ -245,7 +246,7 @@ class JsonErrorHttpProtocol(HttpToolsProtocol):
             phase,
             timeout,
             "answered 408" if answerable else "an answer was already under way",
-            extra={"request_id": request_id, "path": path, "client": self.client},
+            extra={"request_id": request_id, "path": keys.redacted(path), "client": self.client},
         )
         if answerable:
             message = f"request {phase} not received within {timeout:g} s"

@@ -147,7 +147,13 @@ def normalize_alias(value: str) -> str:
     themselves. CJK aliases are kept as written (``セッションストア``). Control, bidi-override and
     marker sequences go first (:func:`visible_text`), on every path that adds an alias: a NUL alias
     used to be stored through the alias routes, which do not rebuild the model."""
-    return " ".join(unicodedata.normalize("NFKC", visible_text(value)).lower().split())
+    return fold_alias(visible_text(value))
+
+
+def fold_alias(value: str) -> str:
+    """:func:`normalize_alias` of a text already free of what :func:`visible_text` drops: NFKC,
+    lower case, white space collapsed (the stored-document check's cheaper half)."""
+    return " ".join(unicodedata.normalize("NFKC", value).lower().split())
 
 
 def normalize_aliases(values: list[str], *, cap: int | None = MAX_ALIASES) -> list[str]:

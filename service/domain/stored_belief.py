@@ -47,7 +47,7 @@ from service.domain.belief import (
     ExpertiseDepth,
     Provenance,
     Subtype,
-    normalize_alias,
+    fold_alias,
     normalize_canonical_name,
     normalize_relation_type,
 )
@@ -193,7 +193,7 @@ def _aliases(value: Any) -> list[str]:
     _require(len(set(value)) == len(value))
     for alias in value:
         if _PLAIN_ALIAS.fullmatch(alias) is None:
-            _require(visible_text(alias) == alias and normalize_alias(alias) == alias)
+            _require(visible_text(alias) == alias and fold_alias(alias) == alias)
     return list(value)
 
 
