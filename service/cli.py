@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from tenure_client import Tenure, TenureError, chunked
-from tenure_client.errors import AuthenticationFailed, ConnectionFailed, PermissionDenied
+from tenure_client.errors import AuthenticationFailed, ConnectionFailed, IncompleteAnswer, PermissionDenied
 from typer._click.exceptions import ClickException  # Typer vendors its own Click
 
 from service.config import CliSettings, Settings, get_settings
@@ -624,17 +624,28 @@ def export(
     if tenant_wide:
         params["all"] = "true"
     lines: Iterator[str] = api.stream_lines("/v1/beliefs/export", {k: v for k, v in params.items() if v})
-    if out is None:
-        for line in lines:
-            STATE.out.write(line + "\n")
-        return
     count = 0
-    with open(out, "w") as target, _progress() as progress:
-        task = progress.add_task(f"exporting to {out}", total=None)
-        for line in lines:
-            target.write(line + "\n")
-            count += 1
-            progress.advance(task)
+    try:
+        if out is None:
+            for line in lines:
+                STATE.out.write(line + "\n")
+                count += 1
+            return
+        with open(out, "w", encoding="utf-8") as target, _progress() as progress:
+            task = progress.add_task(f"exporting to {out}", total=None)
+            for line in lines:
+                target.write(line + "\n")
+                count += 1
+                progress.advance(task)
+    except IncompleteAnswer as exc:
+        # the store failed (or the connection broke) after the export had started: the lines
+        # written so far are not the whole export, and nothing in them says so
+        where = out or "the output"
+        raise _error(
+            "incomplete_answer",
+            f"the export stopped after {count} beliefs: {where} is incomplete ({exc.message})",
+            "run the export again once the service is healthy (GET /readyz)",
+        ) from exc
     emit({"exported": count, "file": out}, _record)
 
 

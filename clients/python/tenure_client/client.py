@@ -26,7 +26,7 @@ from pydantic_core import from_json
 
 from tenure_client import _calls as calls
 from tenure_client import models
-from tenure_client.errors import ConnectionFailed, NotFound, TenureError, from_response
+from tenure_client.errors import ConnectionFailed, IncompleteAnswer, NotFound, TenureError, from_response
 from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport, TransportClosed
 
 if TYPE_CHECKING:
@@ -101,6 +101,19 @@ class _Base:
         reason = str(exc) or type(exc).__name__
         failure = ConnectionFailed(base.rstrip("/"), reason)
         failure.__cause__ = exc  # raised after the retry decision: keep httpx's error (timeout, refused, ...)
+        return failure
+
+    def _stream_error(
+        self, http: httpx.Client | httpx.AsyncClient, exc: httpx.HTTPError, lines: int | None
+    ) -> ConnectionFailed:
+        """A streamed answer's failure: before it started, the server could not be reached; after
+        (``lines`` read), the answer was cut off, e.g. the store failed mid-export, and what the
+        caller has is incomplete."""
+        if lines is None:
+            return self._connection_error(http, exc)
+        base = (str(http.base_url) or self.base_url).rstrip("/")
+        failure = IncompleteAnswer(base, str(exc) or type(exc).__name__, lines)
+        failure.__cause__ = exc
         return failure
 
     # ----------------------------------------------------------- proxy clients
@@ -328,6 +341,7 @@ class Tenure(_Base):
     def stream_lines(self, path: str, params: Mapping[str, Any]) -> Iterator[str]:
         """The non-empty lines of a streamed answer (JSONL export), as they arrive."""
         call: calls.Call[Any] = calls.Call("GET", path, calls.raw, params=params)
+        lines: int | None = None  # counted once the answer has started
         try:
             with self.http.stream(
                 "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
@@ -335,11 +349,13 @@ class Tenure(_Base):
                 if response.status_code >= 400:
                     response.read()
                     raise from_response(response)
+                lines = 0
                 for line in response.iter_lines():
                     if line.strip():
+                        lines += 1
                         yield line
         except httpx.HTTPError as exc:
-            raise self._connection_error(self.http, exc) from exc
+            raise self._stream_error(self.http, exc, lines) from exc
 
     # -------------------------------------------------------------- top level
 
@@ -614,6 +630,7 @@ class AsyncTenure(_Base):
     async def stream_lines(self, path: str, params: Mapping[str, Any]) -> AsyncIterator[str]:
         """:meth:`Tenure.stream_lines`, as an async iterator."""
         call: calls.Call[Any] = calls.Call("GET", path, calls.raw, params=params)
+        lines: int | None = None  # counted once the answer has started
         try:
             async with self.http.stream(
                 "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
@@ -621,11 +638,13 @@ class AsyncTenure(_Base):
                 if response.status_code >= 400:
                     await response.aread()
                     raise from_response(response)
+                lines = 0
                 async for line in response.aiter_lines():
                     if line.strip():
+                        lines += 1
                         yield line
         except httpx.HTTPError as exc:
-            raise self._connection_error(self.http, exc) from exc
+            raise self._stream_error(self.http, exc, lines) from exc
 
     async def recall(
         self,

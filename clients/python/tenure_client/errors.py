@@ -58,6 +58,21 @@ class ConnectionFailed(TenureError):
         self.url = url
 
 
+class IncompleteAnswer(ConnectionFailed):
+    """A streamed answer (a JSONL export) was cut off part-way: the server failed after it had
+    started answering (a store outage mid-export) or the connection broke. What arrived before is
+    incomplete; ``lines`` says how much of it there was."""
+
+    def __init__(self, url: str, reason: str, lines: int):
+        TenureError.__init__(
+            self,
+            f"the answer from {url} was cut off after {lines} lines: {reason} (what arrived is incomplete)",
+            code="incomplete_answer",
+        )
+        self.url = url
+        self.lines = lines
+
+
 class BadRequest(TenureError):
     """400 / 405 / 413 / 422: the request itself is wrong; ``details`` carries field paths."""
 
