@@ -553,7 +553,7 @@ def aliases_remove(belief_id: str, aliases: list[str]) -> None:
 
 
 def _records(path: str, jsonl: bool) -> list[dict[str, Any]]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     if jsonl or path.endswith((".jsonl", ".ndjson")):
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     else:
@@ -568,12 +568,12 @@ def _records(path: str, jsonl: bool) -> list[dict[str, Any]]:
 def import_(
     file: str,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="the file is JSONL whatever its name")] = False,
-    skip: Annotated[int, typer.Option(help="resume: skip the first N records (see next_record)")] = 0,
+    skip: Annotated[int, typer.Option(min=0, help="resume: skip the first N records (see next_record)")] = 0,
     chunk_bytes: Annotated[int, typer.Option(help="request size (stay under the API's body limit)")] = 150_000,
 ) -> None:
     try:
         rows = _records(file, jsonl)
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8 (UnicodeDecodeError)
         raise _error("validation_error", f"{file}: {exc}") from exc
     api = STATE.api()
     summary: dict[str, Any] = {"records": len(rows), "imported": [], "failed": {}, "chunks": 0, "next_record": skip}

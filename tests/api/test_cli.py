@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from service.api.state import Services
 from service.cli import main
 from service.config import Settings
-from tests.api.conftest import auth, ok
+from tests.api.conftest import auth, belief_body, make_team, ok
 
 
 def _run(client: TestClient, *argv: str, settings: Settings | None = None) -> tuple[int, str, str]:
@@ -268,3 +268,23 @@ def test_bootstrap_never_prints_a_key_that_is_no_operator_key(
         error = json.loads(err)["error"]
         assert error["code"] == "conflict" and "--user" in error["message"]
         ok(client.post(f"/v1/admin/tenants/system/users/{user}/disable", headers=operator))
+
+
+def test_import_of_a_file_that_is_not_utf8_or_a_negative_skip_is_a_clear_error(
+    client: TestClient, operator: dict[str, str], tmp_path: Path
+) -> None:
+    """A file saved in another encoding ended the command with a Python traceback (the decode
+    error was caught by nobody), and ``--skip -1`` silently re-sent the file's last record first."""
+    team = make_team(client, operator)
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes(
+        json.dumps([{"canonical_name": "caf\u00e9", "content": "x"}]).encode("latin-1").replace(b"\\u00e9", b"\xe9")
+    )
+    code, out, err = _run(client, "--key", team.keys["alice"], "import", str(latin))
+    assert code == 1, (out, err)
+    assert "validation_error" in out + err and "utf-8" in (out + err).lower()
+    assert "Traceback" not in out + err
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([belief_body("cli_skip_rule")]))
+    code, out, err = _run(client, "--key", team.keys["alice"], "import", str(good), "--skip", "-1")
+    assert code == 2 and "skip" in (out + err).lower(), (out, err)
