@@ -18,7 +18,7 @@ from service.beliefs.api_service import BeliefService
 from service.beliefs.lifecycle import BeliefLifecycle
 from service.beliefs.waiting_records import redact_outboxes
 from service.config import Settings
-from service.errors import StoreUnavailable
+from service.errors import StoreUnavailable, TenureError
 from service.extraction.merge import REFRESH as LOOP_REFRESH
 from service.extraction.reviews import ReviewService
 from service.lean_redis import EventLoopRedis
@@ -219,6 +219,9 @@ def ensure_indices(services: Services) -> bool:
             apply_templates(services.opensearch, services.settings.opensearch_namespace, FAMILIES)
     except StoreUnavailable as exc:
         log.warning("index templates not applied yet: %s", exc.message)
+        return False
+    except TenureError as exc:  # refused (an index squatting on an alias's name): not ready, said why
+        log.error("index templates refused by the store, the API is not ready: %s", exc.message)
         return False
     services.store.vocabulary.prepare_local_analysis()
     return True

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+import uuid
 
 import pytest
 from fastapi.testclient import TestClient
+from opensearchpy import OpenSearch
 from pydantic import TypeAdapter
 
 from service.api.state import Services
@@ -191,3 +193,22 @@ def test_a_value_the_store_cannot_encode_is_a_validation_failure(services: Servi
     """opensearch-py's SerializationError is no TransportError: it escaped translation as a 500."""
     with pytest.raises(ValidationFailed), translate_errors("index a probe"):
         services.opensearch.index(index="no-such-index", body={"text": "x\ud800"})
+
+
+def test_templates_the_store_refuses_leave_the_api_unready_not_failing(
+    api_settings: Settings, os_client: OpenSearch
+) -> None:
+    """An index squatting on the beliefs alias's name (a stray write before the templates were
+    applied creates one) makes the store refuse the alias: /readyz answered 500 with the error
+    escaping, instead of 503 with ``indices: false`` and the refusal in the log."""
+    namespace = f"squat-{uuid.uuid4().hex[:8]}"
+    os_client.indices.create(index=f"{namespace}-beliefs")
+    try:
+        settings = api_settings.model_copy(update={"opensearch_namespace": namespace})
+        with TestClient(create_app(settings), raise_server_exceptions=False) as squatted:
+            assert ok(squatted.get("/healthz")) == {"status": "ok"}
+            ready = squatted.get("/readyz")
+            assert ready.status_code == 503, ready.text
+            assert ready.json()["indices"] is False and ready.json()["opensearch"] is True
+    finally:
+        os_client.indices.delete(index=f"{namespace}-*")
