@@ -11,25 +11,25 @@ may refer to. The rules, conservative because a wrong alias pulls a belief into 
 3. ``medium``: queued as a review item; sightings are counted per distinct turn, and at
    ``alias_candidate_min_sightings`` distinct turns the alias is applied and the item resolved.
 4. ``low``: queued for review only, never applied automatically.
+5. A belief the author may not change (the API's rule, ``unwritable_scopes``: a shared scope without
+   a grant, or its owner's personal scopes) gets no alias applied: the candidate is queued for review.
 Items are keyed by (owner, belief, surface), so sightings accumulate across turns and retries of
 one turn never count twice.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
-from service.beliefs.lifecycle import BeliefLifecycle, spoken_name
+from service.beliefs.lifecycle import BeliefLifecycle, spoken_name, unwritable_scopes
 from service.config import MemoryLoopSettings
 from service.domain.belief import Belief, normalize_alias
-from service.domain.principal import Principal
 from service.domain.text import has_unspaced_script
 from service.errors import Conflict
-from service.extraction.merge import MergeContext
+from service.extraction.merge import MergeContext, alias_review_id, alias_review_item
 from service.extraction.validator import AliasCandidate
 from service.storage.lookup import BeliefLookup
-from service.storage.reviews import ReviewItem, ReviewStore
+from service.storage.reviews import ReviewStore
 
 
 def _word_char(char: str) -> bool:
@@ -59,11 +59,6 @@ class CandidateOutcome:
     outcome: str
     belief_id: str | None = None
     review_id: str | None = None
-
-
-def review_id_for(principal: Principal, belief_id: str, surface: str) -> str:
-    raw = f"{principal.tenant_id}|{principal.user_id}|{belief_id}|{surface}"
-    return f"rv-alias-{hashlib.sha256(raw.encode()).hexdigest()[:24]}"
 
 
 class AliasFlywheel:
@@ -96,6 +91,18 @@ class AliasFlywheel:
             return CandidateOutcome(surface, "unchanged: already an alias", belief.id)
         if normalize_alias(surface) in belief.removed_aliases():
             return CandidateOutcome(surface, "dropped: taken back by a person", belief.id)
+        # an alias reaches every session of the belief's scopes: one the author may not write (a
+        # shared scope without a grant, the owner's personal one) leaves it to an admin's review,
+        # as the API refuses the author's add_aliases with a 403
+        denied = unwritable_scopes(ctx.principal, belief.scope, owner_id=belief.owner_id)
+        if denied:
+            reason = f"{cand.confidence}-confidence alias candidate; its author may not write {denied}"
+            return CandidateOutcome(
+                surface,
+                "queued: scopes its author may not write",
+                belief.id,
+                self._sighting(ctx, belief, cand, reason=reason),
+            )
         if cand.confidence == "high" and len(cand.possible_entities) == 1:
             self.apply(ctx, belief.id, surface, trigger="alias candidate (high confidence)")
             return CandidateOutcome(surface, "applied", belief.id)
@@ -124,29 +131,12 @@ class AliasFlywheel:
         return updated
 
     def _sighting(self, ctx: MergeContext, belief: Belief, cand: AliasCandidate, *, reason: str) -> str:
-        rid = review_id_for(ctx.principal, belief.id, cand.surface)
+        rid = alias_review_id(ctx.principal, belief.id, cand.surface)
         for _ in range(3):
             loaded = self.reviews.load(ctx.principal.tenant_id, rid)
             if loaded is None:
-                item = ReviewItem(
-                    tenant_id=ctx.principal.tenant_id,
-                    review_id=rid,
-                    kind="alias_candidate",
-                    owner_id=ctx.principal.user_id,
-                    scope=belief.scope,
-                    belief_id=belief.id,
-                    canonical_name=belief.canonical_name,
-                    surface=cand.surface,
-                    reason=reason,
-                    proposed={
-                        "confidence": cand.confidence,
-                        "possible_entities": cand.possible_entities,
-                    },
-                    session_id=ctx.session_id,
-                    turn_ids=[ctx.turn_id],
-                    sightings=1,
-                )
-                if self.reviews.create(item):
+                proposed = {"confidence": cand.confidence, "possible_entities": cand.possible_entities}
+                if self.reviews.create(alias_review_item(ctx, belief, cand.surface, reason=reason, proposed=proposed)):
                     return rid
                 continue
             item, seq, term = loaded

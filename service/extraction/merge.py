@@ -9,6 +9,11 @@ only an explicit ``superseded`` update replaces a belief, and then as a new vers
 the old aliases plus the old canonical name as counter-signals. A user-edited belief is never
 superseded by extraction (that becomes a conflict for review too).
 
+The author's turn changes only what the author's API call could: a belief that also lives in a
+shared scope they hold no grant to, or in its (other) owner's personal scopes, is not superseded,
+re-aliased or resolved by it (review items instead, or a skipped question); a plain reinforcement
+still counts.
+
 Idempotent per turn: new ids, review ids and audit ids are derived from ``(tenant, turn, item)``,
 and a reinforcement already logged for the turn is not applied again, so re-running a turn's
 extraction after a crash or a redelivery changes nothing twice.
@@ -47,7 +52,7 @@ from service.extraction.validator import (
 )
 from service.storage.beliefs import Refresh
 from service.storage.lookup import BeliefLookup
-from service.storage.reviews import ReviewItem, ReviewStore
+from service.storage.reviews import ReviewItem, ReviewKind, ReviewStore
 from service.telemetry import metrics
 
 OPEN_QUESTION_CONFIDENCE = 0.7
@@ -201,9 +206,8 @@ class BeliefMerger:
                     detail=f"confidence {nb.confidence} < {self.policy.min_insert_confidence}",
                 )
             belief_id = self._insert(ctx, nb, scopes, index)
-            if nb.resolves_open_question:
-                self._close_question(ctx, nb.resolves_open_question)
-            return Op("new_beliefs", index, "inserted", belief_id)
+            left_open = self._close_question(ctx, nb.resolves_open_question)[1] if nb.resolves_open_question else None
+            return Op("new_beliefs", index, "inserted", belief_id, left_open)
         own_id = ctx.derived_id("b", "new", nb.canonical_name)
         fingerprint = content_fingerprint(nb.content)
         if any(m.id == own_id and content_fingerprint(m.content) == fingerprint for m in matches):
@@ -212,11 +216,17 @@ class BeliefMerger:
             # that insert, which is idempotent, instead of letting the turn reinforce the belief
             # it created. An item stating something else under that name is a conflict below.
             belief_id = self._insert(ctx, nb, scopes, index)
-            if nb.resolves_open_question:
-                self._close_question(ctx, nb.resolves_open_question)
-            return Op("new_beliefs", index, "inserted", belief_id)
+            left_open = self._close_question(ctx, nb.resolves_open_question)[1] if nb.resolves_open_question else None
+            return Op("new_beliefs", index, "inserted", belief_id, left_open)
         existing = matches[0]
         if content_fingerprint(existing.content) == fingerprint:
+            denied = unwritable_scopes(ctx.principal, existing.scope, owner_id=existing.owner_id)
+            if denied:
+                # one more statement of it is counted (no text of the author's enters the belief),
+                # but its new aliases would pull it into turns of scopes the author may not write
+                updated = self._reinforce(ctx, existing.id, [])
+                queued = self._propose_aliases(ctx, existing, nb.aliases, denied, "new belief")
+                return Op("new_beliefs", index, "reinforced", updated.id, _not_added(denied, queued))
             updated = self._reinforce(ctx, existing.id, nb.aliases)
             return Op("new_beliefs", index, "reinforced", updated.id)
         margin = abs(existing.confidence - nb.confidence)
@@ -290,6 +300,15 @@ class BeliefMerger:
             )
         if not ent.new_aliases:
             return Op("entity_updates", index, "unchanged", target.id, "added []")
+        # an alias reaches every session of the belief's scopes: one the author may not write (a
+        # shared scope without a grant, the owner's personal one) makes it a proposal for an admin,
+        # as the API refuses the author's add_aliases with a 403
+        denied = unwritable_scopes(ctx.principal, target.scope, owner_id=target.owner_id)
+        if denied:
+            queued = self._propose_aliases(ctx, target, ent.new_aliases, denied, "entity_update")
+            return Op(
+                "entity_updates", index, "queued" if queued else "unchanged", target.id, _not_added(denied, queued)
+            )
         refused = [a for a in normalize_aliases(ent.new_aliases, cap=None) if a in target.removed_aliases()]
         _, added, dropped = self.lifecycle.add_aliases(
             ctx.change(f"entity|{index}"),
@@ -337,8 +356,9 @@ class BeliefMerger:
         return Op("new_open_questions", index, "inserted", belief.id)
 
     def resolve_question(self, ctx: MergeContext, question_id: str, index: int) -> Op:
-        closed = self._close_question(ctx, question_id)
-        return Op("resolved_open_questions", index, "resolved" if closed else "unchanged", question_id)
+        closed, left_open = self._close_question(ctx, question_id)
+        outcome = "skipped" if left_open else "resolved" if closed else "unchanged"
+        return Op("resolved_open_questions", index, outcome, question_id, left_open)
 
     # ------------------------------------------------------------------ building blocks
 
@@ -426,11 +446,34 @@ class BeliefMerger:
             timedelta(seconds=self.policy.inferred_promotion_age_s)
         )
 
-    def _close_question(self, ctx: MergeContext, question_id: str) -> bool:
+    def _close_question(self, ctx: MergeContext, question_id: str) -> tuple[bool, str | None]:
+        """Close an open question: (closed now, why it was left open). One that also lives in
+        scopes the author may not write is left open (the API refuses the author's resolve)."""
+        question = self.store.get(ctx.principal, question_id)
+        denied = unwritable_scopes(ctx.principal, question.scope, owner_id=question.owner_id)
+        if denied:
+            return (
+                False,
+                f"question {question_id} left open: it lives in scopes the turn's author may not write: {denied}",
+            )
         closed = self.lifecycle.resolve(
             ctx.change(f"resolve|{question_id}"), question_id, trigger="resolved (extraction)", if_open=True
         )
-        return closed is not None
+        return closed is not None, None
+
+    def _propose_aliases(
+        self, ctx: MergeContext, target: Belief, aliases: list[str], denied: list[str], source: str
+    ) -> list[str]:
+        """Aliases the author may not add to ``target`` (it lives in ``denied`` scopes too): each
+        new one (not an alias yet, not taken back by a person) becomes an alias-candidate review
+        item for an admin, the one the flywheel files for that surface. Returns their ids."""
+        removed = target.removed_aliases()
+        wanted = [a for a in normalize_aliases(aliases, cap=None) if a not in target.aliases and a not in removed]
+        reason = f"{source} for a belief in scopes its author may not write: {denied}"
+        items = [alias_review_item(ctx, target, a, reason=reason, proposed={"source": source}) for a in wanted]
+        for item in items:
+            self.reviews.create(item)  # False: filed already (by the flywheel, or a re-run)
+        return [item.review_id for item in items]
 
     def _queue_conflict(
         self,
@@ -443,19 +486,8 @@ class BeliefMerger:
         proposed: dict[str, Any],
     ) -> str:
         review_id = ctx.derived_id("rv", "conflict", key)
-        item = ReviewItem(
-            tenant_id=ctx.principal.tenant_id,
-            review_id=review_id,
-            kind="conflict",
-            owner_id=ctx.principal.user_id,
-            scope=existing.scope,
-            belief_id=existing.id,
-            canonical_name=existing.canonical_name,
-            reason=reason,
-            paper_outcome=paper_outcome,
-            proposed=proposed,
-            session_id=ctx.session_id,
-            turn_ids=[ctx.turn_id],
+        item = review_item(
+            ctx, existing, "conflict", review_id, reason=reason, proposed=proposed, paper_outcome=paper_outcome
         )
         if self.reviews.create(item):
             self.lifecycle.record(
@@ -477,6 +509,54 @@ class BeliefMerger:
         if proposed and not allowed and ctx.session_scopes:
             allowed = [ctx.session_scopes[0]] if ctx.principal.may_use_scope(ctx.session_scopes[0]) else []
         return scope_rules.normalize_scopes(allowed), dropped
+
+
+def alias_review_id(principal: Principal, belief_id: str, surface: str) -> str:
+    """The review item of an alias proposed for a belief, one per (author, belief, surface): the
+    flywheel counts its sightings there, whichever path filed it."""
+    raw = f"{principal.tenant_id}|{principal.user_id}|{belief_id}|{surface}"
+    return f"rv-alias-{hashlib.sha256(raw.encode()).hexdigest()[:24]}"
+
+
+def alias_review_item(
+    ctx: MergeContext, belief: Belief, surface: str, *, reason: str, proposed: dict[str, Any]
+) -> ReviewItem:
+    """A new alias-candidate review item: ``surface`` proposed by the turn for ``belief``."""
+    rid = alias_review_id(ctx.principal, belief.id, surface)
+    return review_item(ctx, belief, "alias_candidate", rid, reason=reason, proposed=proposed, surface=surface)
+
+
+def review_item(
+    ctx: MergeContext,
+    belief: Belief,
+    kind: ReviewKind,
+    review_id: str,
+    *,
+    reason: str,
+    proposed: dict[str, Any],
+    **more: Any,
+) -> ReviewItem:
+    """A new review item of the turn's author about ``belief`` (``more``: the kind's own fields)."""
+    return ReviewItem(
+        tenant_id=ctx.principal.tenant_id,
+        review_id=review_id,
+        kind=kind,
+        owner_id=ctx.principal.user_id,
+        scope=belief.scope,
+        belief_id=belief.id,
+        canonical_name=belief.canonical_name,
+        reason=reason,
+        proposed=proposed,
+        session_id=ctx.session_id,
+        turn_ids=[ctx.turn_id],
+        **more,
+    )
+
+
+def _not_added(denied: list[str], queued: list[str]) -> str:
+    return (
+        f"aliases not added: the belief lives in scopes the turn's author may not write {denied}; for review: {queued}"
+    )
 
 
 def _proposed(nb: NewBelief, scopes: list[str]) -> dict[str, Any]:

@@ -19,15 +19,17 @@ from service.storage.lookup import BeliefLookup
 from service.storage.turns import TurnRecord, TurnStore
 from tests.api.conftest import Team, ok
 from tests.factories import make_belief, put_all
-from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn
+from tests.memory_loop.conftest import WorkerProcess, new_belief, sidecar, wait_turn, wait_until
 
 
-def post_turn(api: TestClient, headers: dict[str, str], answer: str, scope: list[str]) -> dict[str, Any]:
+def post_turn(
+    api: TestClient, headers: dict[str, str], answer: str, scope: list[str], said: str = "ok"
+) -> dict[str, Any]:
     body = {
         "model": "gpt-4o",
         "scope": scope,
         "session_id": "s-priv",
-        "user_message": "ok",
+        "user_message": said,
         "assistant_message": answer,
     }
     return dict(ok(api.post("/v1/turns", json=body, headers=headers), 202))
@@ -73,8 +75,89 @@ def test_a_turn_cannot_supersede_a_belief_in_a_scope_its_author_holds_no_grant_t
     assert ops_of(wait_turn(api, crew.h("alice"), turn["turn_id"])) == [("belief_updates", "superseded")]
 
 
-def decision(team: Team, name: str, belief_id: str, content: str, scope: str) -> Belief:
-    return make_belief(team.tenant, "alice", name, id=belief_id, type="decision", content=content, scope=[scope])
+def test_a_turn_does_not_re_alias_or_resolve_a_belief_its_author_may_not_change(
+    api: TestClient, crew: Team, worker: WorkerProcess, loop_services: Services
+) -> None:
+    """bob holds project pay only. alice's beliefs there also live in team core or in her own
+    domain:code, so the API refuses bob's aliases and resolve (403); his turn's entity_updates, the
+    same statement with new aliases, alias candidates and resolved questions changed them anyway,
+    and the aliases then pulled them into team core's sessions, or alice's own. Now each alias is
+    an alias-candidate review item for an admin and the question stays open."""
+    put_all(
+        loop_services.store,
+        decision(crew, "deploy_window", "b-window", "Deploys happen on Tuesdays.", ["project:pay", "team:core"]),
+        decision(
+            crew, "payment_gateway", "b-gateway", "Stripe is the payment gateway.", ["project:pay", "domain:code"]
+        ),
+        decision(
+            crew,
+            "rollback_plan",
+            "b-rollback",
+            "How do we roll back a deploy?",
+            ["project:pay", "team:core"],
+            type="open_question",
+            pinned=True,
+        ),
+    )
+    for path, body in [
+        ("b-window/aliases", {"aliases": ["release slot"]}),
+        ("b-gateway/aliases", {"aliases": ["card processor"]}),
+        ("b-rollback/resolve", {}),
+    ]:
+        refused = api.post(f"/v1/beliefs/{path}", json=body, headers=crew.h("bob"))
+        assert refused.status_code == 403, refused.text
+    answer = "ok" + sidecar(
+        entity_updates=[{"canonical_name": "deploy_window", "new_aliases": ["release slot"]}],
+        new_beliefs=[
+            {
+                **new_belief("payment_gateway", "Stripe is the payment gateway.", aliases=["card processor"]),
+                "scope": ["project:pay"],
+            }
+        ],
+        resolved_open_questions=["b-rollback"],
+        possible_alias_candidates=[
+            {"surface": "ship day", "possible_entities": ["deploy_window"], "confidence": "high"},
+            {"surface": "psp", "possible_entities": ["payment_gateway"], "confidence": "high"},
+        ],
+    )
+    turn = post_turn(api, crew.h("bob"), answer, ["project:pay"], said="is ship day fixed, and which psp do we use?")
+    done = wait_turn(api, crew.h("bob"), turn["turn_id"])
+    assert ops_of(done) == [
+        ("entity_updates", "queued"),
+        ("new_beliefs", "reinforced"),
+        ("resolved_open_questions", "skipped"),
+    ], done["result"]
+    queued = wait_until(
+        lambda: (
+            (r := ok(api.get("/v1/admin/reviews", params={"kind": "alias_candidate"}, headers=crew.h("carol"))))
+            and len(r) == 4
+            and r
+        )
+    )
+    assert sorted((r["belief_id"], r["surface"]) for r in queued) == [
+        ("b-gateway", "card processor"),
+        ("b-gateway", "psp"),
+        ("b-window", "release slot"),
+        ("b-window", "ship day"),
+    ]
+    alice = Principal(tenant_id=crew.tenant, user_id="alice", projects=frozenset({"pay"}), teams=frozenset({"core"}))
+    assert loop_services.store.get(alice, "b-window").aliases == []
+    gateway = loop_services.store.get(alice, "b-gateway")
+    # one more statement of it is still counted: no text of bob's enters the belief
+    assert gateway.aliases == [] and gateway.reinforcement_count == 1
+    assert loop_services.store.get(alice, "b-rollback").resolved_at is None
+    # alice may change her own beliefs: the same entity update from her turn is applied
+    update = {"canonical_name": "deploy_window", "new_aliases": ["release slot"]}
+    mine = post_turn(api, crew.h("alice"), "ok" + sidecar(entity_updates=[update]), ["project:pay"])
+    assert ops_of(wait_turn(api, crew.h("alice"), mine["turn_id"])) == [("entity_updates", "aliases_added")]
+    assert loop_services.store.get(alice, "b-window").aliases == ["release slot"]
+
+
+def decision(team: Team, name: str, belief_id: str, content: str, scope: str | list[str], **extra: Any) -> Belief:
+    """alice's decision (or ``type=...``) in ``scope``."""
+    scopes = [scope] if isinstance(scope, str) else scope
+    fields: dict[str, Any] = {"id": belief_id, "type": "decision", "content": content, "scope": scopes, **extra}
+    return make_belief(team.tenant, "alice", name, **fields)
 
 
 def test_a_statement_in_one_project_is_not_filed_against_another_projects_belief(
