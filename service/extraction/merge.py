@@ -6,8 +6,8 @@ resolved_open_questions (alias candidates go to the flywheel task, style signals
 Conservative by construction: content is never overwritten silently. A name/alias match with the
 same content reinforces (and adds aliases); with different content it goes to the review queue;
 only an explicit ``superseded`` update replaces a belief, and then as a new version that inherits
-the old aliases plus the old canonical name as counter-signals. A user-edited belief is never
-superseded by extraction (that becomes a conflict for review too).
+the old aliases plus the old canonical name as counter-signals. A user-edited or pinned belief
+is never superseded by extraction (that becomes a conflict for review too).
 
 The author's turn changes only what the author's API call could: a belief that also lives in a
 shared scope they hold no grant to, or in its (other) owner's personal scopes, is not superseded,
@@ -260,7 +260,9 @@ class BeliefMerger:
         # every scope it has: one the author may not write (a shared scope without a grant, the
         # owner's personal one) makes it a proposal for an admin, as the API refuses it with a 403
         denied = unwritable_scopes(ctx.principal, target.scope, owner_id=target.owner_id)
-        if upd.change == "contradicted" or target.user_edited or denied:
+        # a pin is a deliberate curation, whoever made it (a colleague's pin is not the owner's
+        # edit, so it does not set user_edited): replacing a pinned belief is a person's call
+        if upd.change == "contradicted" or target.user_edited or target.pinned or denied:
             review_id = self._queue_conflict(
                 ctx,
                 target,
@@ -270,6 +272,8 @@ class BeliefMerger:
                     if upd.change == "contradicted"
                     else "extraction proposed superseding a user-edited belief"
                     if target.user_edited
+                    else "extraction proposed superseding a pinned belief"
+                    if target.pinned
                     else f"extraction proposed superseding a belief in scopes its author may not write: {denied}"
                 ),
                 paper_outcome="flagged_conflict",

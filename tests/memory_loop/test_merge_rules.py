@@ -224,7 +224,6 @@ def test_explicit_supersede_inherits_aliases_and_old_name_as_counter_signal(
             id="b-lint",
             aliases=["eslint", "lint"],
             content="Uses ESLint.",
-            pinned=True,
         ),
     )
     report = run(
@@ -246,7 +245,7 @@ def test_explicit_supersede_inherits_aliases_and_old_name_as_counter_signal(
     assert (new.canonical_name, new.content, new.pinned, new.supersedes) == (
         "linting_biome",
         "Uses Biome.",
-        True,
+        False,
         "b-lint",
     )
     assert new.aliases == ["eslint", "lint", "linting eslint"]
@@ -255,7 +254,7 @@ def test_explicit_supersede_inherits_aliases_and_old_name_as_counter_signal(
     recall = ContextBuilder(loop_services.store, loop_settings.recall).build(
         alice(crew), ["domain:code"], "should I configure eslint?"
     )
-    assert recall.pinned_ids == [new.id]
+    assert recall.injected_ids == [new.id]
     # a second supersede of the retired belief is refused
     assert outcomes(run(merger, alice(crew), belief_updates=[{"belief_id": "b-lint", "change": "superseded"}])) == [
         "skipped"
@@ -276,6 +275,36 @@ def test_user_edited_beliefs_are_never_superseded_by_extraction(
     )
     assert outcomes(report) == ["conflict_queued"]
     assert loop_services.store.get(alice(crew), "b-tone").is_live
+
+
+def test_a_colleagues_pin_keeps_a_shared_belief_from_silent_supersede_by_extraction(
+    merger: BeliefMerger, crew: Team, loop_services: Services, api: TestClient
+) -> None:
+    """carol, the lead, pins alice's project pay decision: a deliberate curation. A pin made the
+    belief user-edited, so a later turn's supersede became a review item; since only the owner's pin
+    is a user edit, bob's turn replaced the pinned decision silently."""
+    put_all(
+        loop_services.store,
+        make_belief(
+            crew.tenant,
+            "alice",
+            "ledger_db",
+            id="b-ledger",
+            type="decision",
+            content="Ledger on Postgres.",
+            scope=["project:pay"],
+        ),
+    )
+    ok(api.post("/v1/beliefs/b-ledger/pin", headers=crew.h("carol")))
+    bob = Principal(tenant_id=crew.tenant, user_id="bob", projects=frozenset({"pay"}))
+    update = {"belief_id": "b-ledger", "change": "superseded", "new_content": "Ledger on DynamoDB."}
+    report = run(merger, bob, belief_updates=[update])
+    assert outcomes(report) == ["conflict_queued"]
+    kept = loop_services.store.get(bob, "b-ledger")
+    assert kept.is_live and kept.content == "Ledger on Postgres." and kept.pinned
+    assert not kept.user_edited  # a colleague's pin is still not the owner's edit
+    item = merger.reviews.get(bob, str(report.ops[0].detail))
+    assert item.belief_id == "b-ledger" and "pinned" in item.reason
 
 
 def test_entity_update_respects_the_alias_cap(merger: BeliefMerger, crew: Team, loop_services: Services) -> None:
