@@ -13,7 +13,8 @@ delivers it again, so every ``deliver`` must be idempotent (records keep their i
 created with ``op_type=create``; a 409 means "already there").
 
 The stream is capped (``max_pending``): :meth:`RedisOutbox.put` refuses beyond it, and the caller
-writes directly instead. Nothing is ever trimmed or dropped.
+writes directly instead (:meth:`RedisOutbox.put_all_if_reachable`: the records of one change all fit,
+or none is appended). Nothing is ever trimmed or dropped.
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[2]) then return false end
 return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
 """
 
+# XADD every record, or none when they do not all fit under the cap (one script: atomic).
+_ADD_ALL_UNDER_CAP = """
+local n = #ARGV - 1
+if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return false end
+for i = 2, #ARGV do redis.call('XADD', KEYS[1], '*', 'e', ARGV[i]) end
+return n
+"""
 
 REDACT_PAGE = 500  # entries read per round trip when an erase rewrites a stream
 
@@ -82,6 +90,7 @@ class RedisOutbox(Generic[M]):
         self.model = model
         self.max_pending = max_pending
         self._add = rds.register_script(_ADD_UNDER_CAP)
+        self._add_all = rds.register_script(_ADD_ALL_UNDER_CAP)
         # the same script through the event loop's client (the async recall path's receipts)
         self._aadd = (
             LoopBound(async_redis.client.register_script(_ADD_UNDER_CAP), async_redis.loop) if async_redis else None
@@ -105,6 +114,22 @@ class RedisOutbox(Generic[M]):
         except redis.RedisError as exc:
             log.warning("outbox %s unreachable: %s", self.key, exc)
             return False
+
+    def put_all_if_reachable(self, records: list[M]) -> bool:
+        """:meth:`put_if_reachable` for the records of one change: all appended, or none (False)
+        when they do not all fit under the cap or Redis cannot take them (logged). A change
+        half-queued would reach the trail in part, after its caller answered its failure."""
+        try:
+            added = self._add_all(keys=[self.key], args=[self.max_pending, *map(self._payload, records)])
+        except redis.RedisError as exc:
+            log.warning("outbox %s unreachable: %s", self.key, exc)
+            return False
+        if added is None:
+            log.warning(
+                "outbox %s cannot take %d records (%d pending at most)", self.key, len(records), self.max_pending
+            )
+            return False
+        return True
 
     async def aput(self, record: M) -> bool:
         """:meth:`put` through the asynchronous client (only when the outbox was given one)."""

@@ -535,7 +535,9 @@ class BeliefLifecycle:
                 self.audit.append_many(events)
         except StoreUnavailable as exc:
             outbox = self.audit_outbox
-            if outbox is None or not all(outbox.put_if_reachable(e) for e in events):
+            # all of the change's events or none: a part queued would reach the trail after the
+            # 503, and the client's resend (finding every id taken) records nothing of the rest
+            if outbox is None or not outbox.put_all_if_reachable(events):
                 raise
             log.warning(
                 "%d audit events wait in the outbox: the audit index refused them (%s)", len(events), exc.message

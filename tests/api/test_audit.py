@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
@@ -173,6 +174,31 @@ def test_an_import_whose_audit_write_failed_is_still_audited(
     events = _audit(client, team, services, actor_id="alice")
     assert sorted(e["belief_ids"][0] for e in events if e["action"] == "belief.import") == ["b-late0", "b-late1"]
     assert [e["belief_ids"] for e in events if e["action"] == "belief.create"] == [["b-late-one"]]
+
+
+def test_an_import_the_audit_outbox_cannot_hold_whole_queues_none_of_its_events(
+    client: TestClient, team: Team, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit index refused an import's events and the outbox had room for only some: those
+    were queued one by one until the first refused, then the import answered 503, so the trail
+    later showed part of an import the client was told had failed (and its resend, finding every
+    id taken, recorded the rest never). An import's events are queued all together or not at all."""
+    outbox = services.beliefs.lifecycle.audit_outbox
+    assert outbox is not None
+    monkeypatch.setattr(outbox, "max_pending", outbox.pending() + 2)  # room for two of three
+    records = [{**belief_body(f"cramped_{i}"), "_id": f"b-cramped{i}"} for i in range(3)]
+    with _audit_writes_blocked(services):
+        imported = client.post("/v1/beliefs/import", json=records, headers=team.h("alice"))
+        assert imported.status_code == 503, imported.text
+        assert outbox.pending() == outbox.max_pending - 2  # nothing of the import waits
+        # two events fit whole: an import of two is queued and answered as done
+        pair = [{**belief_body(f"roomy_{i}"), "_id": f"b-roomy{i}"} for i in range(2)]
+        assert ok(client.post("/v1/beliefs/import", json=pair, headers=team.h("alice")))["imported"] == [
+            "b-roomy0",
+            "b-roomy1",
+        ]
+    events = _audit(client, team, services, actor_id="alice", action="belief.import")
+    assert sorted(e["belief_ids"][0] for e in events) == ["b-roomy0", "b-roomy1"]
 
 
 def test_a_development_token_is_traceable_from_its_issue_to_its_use_and_revocation(
