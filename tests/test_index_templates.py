@@ -11,7 +11,7 @@ from opensearchpy import OpenSearch, RequestError
 
 from service.config import Settings
 from service.domain.belief import Belief
-from service.errors import StoreUnavailable
+from service.errors import NotFound, StoreUnavailable, ValidationFailed
 from service.storage.audit import SORTED_FIELDS, AuditEvent, AuditQuery, AuditStore
 from service.storage.beliefs import BeliefStore
 from service.storage.operations import upgrade_family
@@ -19,6 +19,7 @@ from service.storage.templates import (
     AUDIT,
     BELIEF_LOGS,
     BELIEFS,
+    TURNS,
     apply_templates,
     doc_values_drift,
     drop_namespace,
@@ -32,6 +33,7 @@ from service.storage.templates import (
     template_refresh_interval,
     unsorted_indices,
 )
+from service.storage.turns import TurnRecord, TurnStore
 from tests.conftest import principal
 
 
@@ -92,6 +94,44 @@ def test_the_merge_policy_reaches_an_index_made_before_it(os_client: OpenSearch)
         assert _segments_per_tier(os_client, alias) == {wanted}
     finally:
         drop_namespace(os_client, ns)
+
+
+def test_a_turns_index_made_before_turns_named_their_credential_takes_it_and_keeps_its_turns(
+    os_client: OpenSearch,
+) -> None:
+    """Turns template v2 adds ``credential``: a start-up puts it on an index made by v1 (strict, so
+    it would refuse every new turn otherwise), and a turn stored before still loads, without one
+    (docs/memory-loop.md: extracted by the rule such turns always had). Two tenants' turns."""
+    ns = f"turns-v1-{uuid.uuid4().hex[:8]}"
+    mapping = expected_mapping(TURNS)
+    del mapping["properties"]["credential"]
+    index = TURNS.concrete(ns)
+    try:
+        os_client.indices.create(
+            index=index,
+            body={
+                "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
+                "mappings": mapping,
+                "aliases": {TURNS.alias(ns): {"is_write_index": True}},
+            },
+        )
+        store = TurnStore(os_client, ns)
+        old = TurnRecord(tenant_id="t-a", turn_id="turn-old", owner_id="dana", session_id="s").model_dump(mode="json")
+        del old["credential"]  # as the code before v2 wrote it
+        os_client.index(index=TURNS.alias(ns), id="t-a:turn-old", body=old, routing="t-a", refresh=True)
+        new = TurnRecord(tenant_id="t-b", turn_id="turn-new", owner_id="dana", session_id="s", credential="idp_token")
+        with pytest.raises(ValidationFailed):  # the strict v1 mapping refuses the field
+            store.create(new)
+        apply_templates(os_client, ns, (TURNS,))
+        live = os_client.indices.get_mapping(index=index)[index]["mappings"]["properties"]
+        assert _normalise(live["credential"]) == _normalise(expected_mapping(TURNS)["properties"]["credential"])
+        store.create(new)
+        assert store.load("t-a", "turn-old")[0].credential is None
+        assert store.load("t-b", "turn-new")[0].credential == "idp_token"
+        with pytest.raises(NotFound):  # keyed by tenant: the other tenant's turn is not this one's
+            store.load("t-a", "turn-new")
+    finally:
+        drop_namespace(os_client, ns, (TURNS,))
 
 
 def _refresh_intervals(client: OpenSearch, alias: str) -> list[str | None]:

@@ -204,6 +204,7 @@ def actor_of(request: Request, identity: Identity, session_id: str | None) -> Ac
         principal=identity.principal,
         kind=identity.kind,
         credential_id=identity.credential_id,
+        credential=identity.credential,
         request_id=request_id_of(request),
         session_id=session_id,
         write_version=getattr(request.state, "write_version", None),

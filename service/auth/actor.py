@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.domain.accounts import Credential
 from service.domain.principal import Principal
 
 
@@ -15,6 +16,9 @@ class Actor:
     principal: Principal
     kind: str = "api_key"
     credential_id: str | None = None
+    # which kind of credential resolved the principal's grants (None: no bearer credential, e.g. a
+    # worker or the bootstrap); a turn records it, so its extraction judges grants the same way
+    credential: Credential | None = None
     request_id: str | None = None
     session_id: str | None = None
     # the tenant's write version read with the rate limit (service/write_versions.py);

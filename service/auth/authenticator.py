@@ -70,7 +70,15 @@ from service.auth import keys
 from service.auth.last_used import LastUsedRecorder
 from service.auth.tokens import DEV_TOKEN_PREFIX, TokenVerifier, expiry, principal_from_claims
 from service.config import AuthSettings
-from service.domain.accounts import ApiKeyRecord, Grants, TenantRecord, UserRecord, effective_principal, narrowed
+from service.domain.accounts import (
+    ApiKeyRecord,
+    Credential,
+    Grants,
+    TenantRecord,
+    UserRecord,
+    effective_principal,
+    narrowed,
+)
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import InvalidCredential, NotFound, StoreUnavailable, TenureError, Unauthenticated
@@ -96,6 +104,15 @@ class Identity:
     expires_at: int | None = None  # a JWT's exp (epoch seconds): a console session never outlives it
     issued_here: bool = False  # a development token of this service: its grants follow the user's
     claimed: Principal | None = None  # such a token's own claims, the bound its grants never pass
+
+    @property
+    def credential(self) -> Credential:
+        """Which of the three kinds resolves this identity's grants (recorded on its turns, so
+        extraction follows the same rule): an API key, a development token of this service, or
+        an identity provider's token."""
+        if self.kind == "api_key":
+            return "api_key"
+        return "service_token" if self.issued_here else "idp_token"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -17,6 +18,11 @@ from service.domain.belief import utcnow
 from service.domain.principal import Principal, Role
 
 SYSTEM_TENANT = "system"
+# Which kind of credential authenticated a request (a turn records it): each resolves grants its own
+# way on every request (docs/api.md, "Authentication"), and extraction follows the same rule
+# (:func:`author_at_extraction`). ``service_token``: a development JWT this service issued;
+# ``idp_token``: any other JWT, an identity provider's.
+Credential = Literal["api_key", "service_token", "idp_token"]
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 GRANT_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 Slug = str
@@ -121,3 +127,28 @@ def narrowed(principal: Principal, grants: Grants) -> Principal:
 def is_operator(principal: Principal) -> bool:
     """An admin of the reserved system tenant: may provision any tenant."""
     return principal.tenant_id == SYSTEM_TENANT and principal.is_admin
+
+
+def author_at_extraction(
+    recorded: Principal, credential: Credential | None, disabled: bool, grants: Grants | None
+) -> Principal | None:
+    """Who writes a turn's beliefs when its extraction runs, by the rule a request of the same
+    credential would meet now (``service/auth/authenticator.py``): ``recorded`` is the author with
+    the grants the turn was authenticated with, ``disabled`` and ``grants`` the account records as
+    they are now (the tenant's or user's disabled flag, the user's grants; None: no user record).
+    None: that request would be refused, so the turn writes nothing.
+
+    - a disabled tenant or user refuses every credential;
+    - an identity provider's token keeps its own claims: a user record here only disables it;
+    - an API key or a development token acts with the grants it carried that the user still holds,
+      and is refused once the user's record is gone;
+    - a turn recorded before turns named their credential (None) keeps the rule those turns always
+      had: narrowed to the user's record when there is one, as recorded without one.
+    """
+    if disabled:
+        return None
+    if credential == "idp_token":
+        return recorded
+    if grants is None:
+        return recorded if credential is None else None
+    return narrowed(recorded, grants)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import MemoryLoopSettings
-from service.domain.accounts import Grants
+from service.domain.accounts import Grants, author_at_extraction
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, StoreUnavailable, Unreadable
@@ -64,25 +64,18 @@ class ExtractionPipeline:
         self.flywheel = AliasFlywheel(lifecycle, reviews, policy)
 
     def author(self, turn: TurnRecord) -> Principal | None:
-        """Who writes the turn's beliefs: its author with the grants recorded on the turn that
-        they still hold now (a revoked grant, or a disabled account, is enforced on every request
-        at once; a turn recorded before and extracted after must not outlast it). None when the
-        author or the tenant is disabled. Without an account record (a JWT subject of an identity
-        provider) the grants the turn's credential carried stand."""
+        """Who writes the turn's beliefs: its author as a request with the turn's credential would
+        be judged now (:func:`author_at_extraction`), since a revoked grant or a disabled account
+        is enforced on every request at once and a turn recorded before and extracted after must
+        not outlast it. An API key's or development token's turn: the grants recorded on it that
+        the user still holds. An identity provider's: the token's own, recorded on the turn (a
+        user record here only disables it, as on a request). None when that request would be
+        refused (a disabled author or tenant)."""
         recorded = turn.principal()
         if self.accounts is None:
             return recorded
         disabled, grants = self.accounts.account_status(turn.tenant_id, turn.owner_id)
-        if disabled:
-            return None
-        if grants is None:
-            return recorded
-        return Principal(
-            tenant_id=recorded.tenant_id,
-            user_id=recorded.user_id,
-            projects=recorded.projects & frozenset(grants.projects),
-            teams=recorded.teams & frozenset(grants.teams),
-        )
+        return author_at_extraction(recorded, turn.credential, disabled, grants)
 
     def context(self, turn: TurnRecord, principal: Principal) -> MergeContext:
         return MergeContext(
@@ -166,7 +159,9 @@ class ExtractionPipeline:
             return ExtractionOutcome(turn_id, "skipped", {})
         author = self.author(turn)
         if author is None:
-            self._finish(turn, "skipped", {"reason": "the turn's author or tenant is disabled"})
+            self._finish(
+                turn, "skipped", {"reason": "the turn's author or tenant is disabled, or the author's account is gone"}
+            )
             return ExtractionOutcome(turn_id, "skipped", {})
         validated = validate_sidecar(
             turn.sidecar_raw,

@@ -273,6 +273,7 @@ class MemoryLoop:
             owner_id=ctx.actor.principal.user_id,
             projects=sorted(ctx.actor.principal.projects),
             teams=sorted(ctx.actor.principal.teams),
+            credential=ctx.actor.credential,
             session_id=ctx.session_id,
             scope=ctx.scopes,
             source="proxy",

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from opensearchpy import OpenSearch
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.domain.accounts import Credential
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import NotFound
@@ -36,6 +37,10 @@ class TurnRecord(BaseModel):
     owner_id: str
     projects: list[str] = Field(default_factory=list)
     teams: list[str] = Field(default_factory=list)
+    # The kind of credential the turn was authenticated with: extraction judges the author's
+    # grants by that credential's rule (service.domain.accounts.author_at_extraction). None: a turn
+    # recorded before turns carried it (template v2), extracted by the rule such turns always had.
+    credential: Credential | None = None
     session_id: str
     scope: list[str] = Field(default_factory=list)
     source: Literal["proxy", "client"] = "proxy"
