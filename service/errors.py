@@ -29,6 +29,9 @@ class ErrorCode(str, Enum):
     UPSTREAM_NOT_CONFIGURED = "upstream_not_configured"  # the proxy has no model provider to forward to
     STORE_UNAVAILABLE = "store_unavailable"
     INTERNAL = "internal_error"
+    # a retry of a turn whose extraction did not fail (pending, running, done, skipped); last, so
+    # a plain 409 still maps to ``conflict`` when codes are looked up by status
+    TURN_NOT_FAILED = "turn_not_failed"
 
     @property
     def http_status(self) -> int:
@@ -52,6 +55,7 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.UPSTREAM_NOT_CONFIGURED: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.TURN_NOT_FAILED: 409,
 }
 
 

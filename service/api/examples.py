@@ -116,6 +116,32 @@ AUDIT_EVENT: dict[str, Any] = {
     "query": "can we use sticky sessions?",
     "injected": [{"id": "b-session-store", "tier": Tier.RELEVANT.value, "score": 19.0}],
 }
+FAILED_TURN: dict[str, Any] = {
+    "turn_id": "turn-9e2a",
+    "owner_id": "bob",
+    "session_id": "sess-1",
+    "scope": ["project:payments"],
+    "source": "proxy",
+    "model": "gpt-4o",
+    "parse_status": "parsed",
+    "gate": "verified",
+    "extraction_status": "failed",
+    "attempts": 3,
+    "error": "gave up after 3 attempts, none finished; the last one: interrupted: SoftTimeLimitExceeded: ",
+    "created_at": AT,
+    "updated_at": AT,
+    "finished_at": AT,
+}
+RETRIED_TURN: dict[str, Any] = {
+    **FAILED_TURN,
+    "extraction_status": "pending",
+    "attempts": 0,
+    "error": f"retry requested by alice at {AT}; it had failed: {FAILED_TURN['error']}",
+    "finished_at": None,
+    "previous_error": FAILED_TURN["error"],
+    "previous_attempts": 3,
+    "queued": True,
+}
 INJECTION = (
     "You have persistent memory of this team's settled decisions...\n"
     '<relevant_beliefs>[{"name": "session_store", "directive": "Never propose sticky sessions or '
@@ -160,6 +186,7 @@ EXAMPLES: dict[str, Any] = {
         "injected_ids": ["b-session-store"],
     },
     "CompactionIn": {"force": False},
+    "BulkRetryIn": {"limit": 50},
     # ----------------------------------------------------------------- responses
     "Belief": BELIEF,
     "BeliefPage": {"items": [BELIEF], "next_cursor": None},
@@ -228,6 +255,17 @@ EXAMPLES: dict[str, Any] = {
         "result": None,
         "model_warning": None,
     },
+    "AdminTurnPage": {"items": [FAILED_TURN], "next_cursor": None, "quarantined": 0},
+    "AdminTurnDetail": {
+        **FAILED_TURN,
+        "user_message": "Can we just use sticky sessions?",
+        "assistant_text": "No: sessions live in Redis so any instance can serve any request.",
+        "sidecar_raw": '{"turn_signal": "substantive", "new_beliefs": []}',
+        "injected_ids": ["b-session-store"],
+        "result": {},
+    },
+    "TurnRetryOut": RETRIED_TURN,
+    "BulkRetryOut": {"retried": [RETRIED_TURN], "not_retried": {}, "more": False},
     "ReviewItem": {
         "tenant_id": "acme",
         "review_id": "rv-31",

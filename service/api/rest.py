@@ -17,7 +17,7 @@ from starlette.types import Lifespan
 
 from service.api.errors import RequestContextMiddleware, error_responses, install_error_handlers
 from service.api.recall_lane import RecallLane
-from service.api.routes import admin, audit, beliefs, health, messages, metrics, models, quarantine, recall
+from service.api.routes import admin, audit, beliefs, health, messages, metrics, models, quarantine, recall, turns
 from service.api.routes import memory_loop as memory_loop_routes
 from service.auth import keys
 from service.config import Settings
@@ -35,6 +35,7 @@ ROUTERS: list[APIRouter] = [
     admin.router,
     audit.router,
     quarantine.router,
+    turns.router,
 ]
 
 DESCRIPTION = """Shared, typed belief memory for LLM work.

@@ -35,6 +35,8 @@ class AuditAction(StrEnum):
     REVIEW_FILE_CONFLICT = "review.file_conflict"
     REVIEW_RESOLVE = "review.resolve"
     COMPACTION_RUN = "compaction.run"
+    # an admin sent a failed turn back for extraction (details: turn_id, previous_error, ...)
+    TURN_RETRY = "turn.retry"
     # injection receipts; a console preview is recorded apart (nothing was injected)
     RECALL = "recall"
     RECALL_PREVIEW = "recall.preview"

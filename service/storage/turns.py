@@ -20,11 +20,11 @@ from service.domain.accounts import Credential
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import NotFound
-from service.storage import access
+from service.storage import access, cursor
 from service.storage.client import translate_errors
 from service.storage.keyed_records import KeyedRecords
 from service.storage.templates import TURNS as TURNS  # re-exported: defined in the registry
-from service.storage.unreadable import RecordKind, load_record
+from service.storage.unreadable import Loaded, RecordKind, load_record, load_records
 
 ExtractionStatus = Literal["pending", "running", "done", "failed", "skipped"]
 
@@ -71,6 +71,12 @@ class TurnRecord(BaseModel):
 
 
 TURN_RECORDS = RecordKind("turn", TurnRecord, "turn_id")
+# The texts of a turn: what a listing leaves out (the listing's rows are the turn's state; the
+# exchange itself is read one turn at a time). Each field has a default, so a row still loads.
+HEAVY_FIELDS = ("user_message", "assistant_text", "sidecar_raw", "result")
+# Newest first, then by id: created_at never changes, so a page boundary holds while turns are
+# retried or finished between two pages (updated_at would move a retried turn past the cursor).
+_ADMIN_SORT = [{"created_at": {"order": "desc"}}, {"turn_id": {"order": "desc"}}]
 
 
 class TurnStore:
@@ -115,6 +121,37 @@ class TurnStore:
         with translate_errors("count turns"):
             result = self.client.search(index=self.alias, body=body, routing=filters.routing)
         return [(str(b["key"]), int(b["doc_count"])) for b in result["aggregations"]["status"]["buckets"]]
+
+    def page_for_admin(
+        self,
+        principal: Principal,
+        *,
+        status: ExtractionStatus,
+        owner_id: str | None = None,
+        size: int,
+        after: str | None = None,
+    ) -> tuple[Loaded[TurnRecord], str | None]:
+        """One page of the tenant's turns in ``status`` (admins; nothing for a member), newest
+        first, without their texts (:data:`HEAVY_FIELDS`). A turn that cannot be loaded is skipped
+        (its id in the page's ``quarantined``); the cursor follows the last hit either way."""
+        filters = access.for_admin(principal)
+        narrowing: list[dict[str, Any]] = [{"term": {"extraction_status": status}}]
+        if owner_id is not None:
+            narrowing.append({"term": {"owner_id": owner_id}})
+        body: dict[str, Any] = {
+            "size": size,
+            "query": filters.query(*narrowing),
+            "sort": _ADMIN_SORT,
+            "_source": {"excludes": list(HEAVY_FIELDS)},
+            "track_total_hits": False,
+        }
+        search_after = cursor.decode(after, arity=2, types=(int, str))
+        if search_after is not None:
+            body["search_after"] = search_after
+        with translate_errors("list turns"):
+            hits = self.client.search(index=self.alias, body=body, routing=filters.routing)["hits"]["hits"]
+        next_cursor = cursor.encode(hits[-1]["sort"]) if len(hits) == size else None
+        return load_records(TURN_RECORDS, hits), next_cursor
 
     def stale_keys(
         self, *, older_than_s: int, running_older_than_s: int, max_attempts: int, limit: int = 200

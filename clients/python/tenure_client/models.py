@@ -13,6 +13,61 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 
+class AdminTurnDetail(BaseModel):
+    """One turn, whole: its extraction state, the exchange and the sidecar."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    turn_id: str
+    owner_id: str
+    session_id: str
+    scope: list[str]
+    source: str
+    model: str | None
+    parse_status: str
+    gate: str | None
+    extraction_status: Literal["pending", "running", "done", "failed", "skipped"]
+    attempts: int
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    user_message: str
+    assistant_text: str
+    sidecar_raw: str | None
+    injected_ids: list[str]
+    result: dict[str, Any] | None
+
+
+class AdminTurnOut(BaseModel):
+    """A turn's extraction state, without the exchange's text (``GET /v1/admin/turns/{id}`` has it)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    turn_id: str
+    owner_id: str
+    session_id: str
+    scope: list[str]
+    source: str
+    model: str | None
+    parse_status: str
+    gate: str | None
+    extraction_status: Literal["pending", "running", "done", "failed", "skipped"]
+    attempts: int
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class AdminTurnPage(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    items: list[AdminTurnOut]
+    next_cursor: str | None = None
+    quarantined: int = 0
+
+
 class AliasesIn(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -172,6 +227,45 @@ class BeliefPage(BaseModel):
     items: list[Belief]
     next_cursor: str | None = None
     quarantined: int = 0
+
+
+class BulkRetryIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    owner_id: str | None = None
+    limit: int = 50
+
+
+class TurnRetryOut(BaseModel):
+    """The turn as the retry left it (pending, no attempts), and what it had failed with."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    turn_id: str
+    owner_id: str
+    session_id: str
+    scope: list[str]
+    source: str
+    model: str | None
+    parse_status: str
+    gate: str | None
+    extraction_status: Literal["pending", "running", "done", "failed", "skipped"]
+    attempts: int
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    previous_error: str | None
+    previous_attempts: int
+    queued: bool
+
+
+class BulkRetryOut(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    retried: list[TurnRetryOut]
+    not_retried: dict[str, str]
+    more: bool
 
 
 class Clause(BaseModel):
@@ -658,6 +752,9 @@ class MemoryLoopResolveIn(BaseModel):
 
 
 __all__ = [
+    "AdminTurnDetail",
+    "AdminTurnOut",
+    "AdminTurnPage",
     "AliasesIn",
     "AnthropicErrorDetail",
     "AnthropicErrorOut",
@@ -668,6 +765,8 @@ __all__ = [
     "BeliefPage",
     "BeliefType",
     "BeliefsResolveIn",
+    "BulkRetryIn",
+    "BulkRetryOut",
     "ChangeLogEntry",
     "Clause",
     "CompactionIn",
@@ -717,6 +816,7 @@ __all__ = [
     "TokenRevokedOut",
     "TurnIn",
     "TurnOut",
+    "TurnRetryOut",
     "UserIn",
     "UserOut",
     "UserPage",
