@@ -396,6 +396,43 @@ def audit(
     emit(page, _page_table(("at", "action", "actor_id", "belief_ids", "session_id", "request_id")))
 
 
+class TurnStatus(str, Enum):
+    pending = "pending"
+    running = "running"
+    done = "done"
+    skipped = "skipped"
+    failed = "failed"
+
+
+@app.command("turns", help="the tenant's turns by extraction status, newest first (admins; default: failed)")
+def turns(
+    status: Annotated[TurnStatus, typer.Option(help="extraction status")] = TurnStatus.failed,
+    owner: Annotated[str | None, typer.Option(help="only this user's turns")] = None,
+    limit: Limit = None,
+    all_pages: AllPages = False,
+) -> None:
+    api = STATE.api()
+    page = _collect(lambda c: api.admin.turns(status=status.value, owner_id=owner, limit=limit, cursor=c), all_pages)
+    emit(page, _page_table(("created_at", "turn_id", "owner_id", "extraction_status", "attempts", "error")))
+
+
+@app.command("retry-turn", help="send failed turns back for extraction (admins): the ids, or --failed for the newest")
+def retry_turn(
+    turn_ids: Annotated[list[str] | None, typer.Argument(help="turn ids")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="the tenant's failed turns, newest first")] = False,
+    owner: Annotated[str | None, typer.Option(help="with --failed: only this user's")] = None,
+    limit: Annotated[int | None, typer.Option(help="with --failed: at most this many (server default 50)")] = None,
+) -> None:
+    if bool(turn_ids) == failed:
+        raise _error("validation_error", "name turn ids, or pass --failed (not both)")
+    api = STATE.api()
+    if failed:
+        emit(api.admin.retry_failed_turns(owner_id=owner, limit=limit))
+        return
+    retried = [api.admin.retry_turn(turn_id) for turn_id in turn_ids or []]
+    emit({"items": retried}, _page_table(("turn_id", "owner_id", "extraction_status", "queued", "previous_error")))
+
+
 # ----------------------------------------------------------------------- recall
 
 

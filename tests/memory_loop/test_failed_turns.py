@@ -324,3 +324,58 @@ def test_bulk_retry_sends_the_newest_failed_turns_up_to_its_limit(
     refresh_turns(loop_services)
     assert ok(api.post("/v1/admin/turns/retry", headers=carol)) == {"retried": [], "not_retried": {}, "more": False}
     assert listed(api, other_crew.h("carol")) == [theirs]
+
+
+def test_the_sdk_and_the_cli_list_and_retry(
+    api: TestClient, crew: Team, other_crew: Team, loop_services: Services
+) -> None:
+    import io
+    import json
+
+    from tenure_client import Conflict as SdkConflict
+    from tenure_client import NotFound as SdkNotFound
+    from tenure_client import PermissionDenied, Tenure, models
+
+    from service.cli import main
+
+    first, second, third = (failed_turn(loop_services, crew, "bob", f"sdk_{i}") for i in range(3))
+    refresh_turns(loop_services)
+    admin = Tenure("http://testserver", crew.keys["carol"], http_client=api)
+    page = admin.admin.turns(owner_id="bob", limit=2)
+    assert isinstance(page, models.AdminTurnPage)
+    assert [t.turn_id for t in page.items] == [third, second] and page.next_cursor
+    assert [t.turn_id for t in admin.admin.iter_turns(owner_id="bob", page_size=1)] == [third, second, first]
+    assert admin.admin.turns(status="done", owner_id="bob").items == []
+    assert admin.admin.get_turn(first).user_message == "what do we use?"
+    retried = admin.admin.retry_turn(first)
+    assert (retried.extraction_status, retried.previous_error, retried.queued) == ("pending", FAILED, True)
+    with pytest.raises(SdkConflict) as refused:
+        admin.admin.retry_turn(first)
+    assert refused.value.code == "turn_not_failed"
+    # pending, or already taken by the worker (when one runs in this session)
+    assert refused.value.details["extraction_status"] in ("pending", "running", "done")
+    with pytest.raises(PermissionDenied):
+        Tenure("http://testserver", crew.keys["bob"], http_client=api).admin.turns()
+    with pytest.raises(SdkNotFound):
+        Tenure("http://testserver", other_crew.keys["carol"], http_client=api).admin.retry_turn(second)
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["--key", crew.keys["carol"], *argv], client=api, out=out, err=err)
+        return code, out.getvalue(), err.getvalue()
+
+    refresh_turns(loop_services)
+    code, out, err = cli("turns", "--owner", "bob")
+    assert code == 0, err
+    assert [t["turn_id"] for t in json.loads(out)["items"]] == [third, second]  # first is pending now
+    code, out, err = cli("retry-turn", second)
+    assert code == 0, err
+    assert [(t["turn_id"], t["extraction_status"]) for t in json.loads(out)["items"]] == [(second, "pending")]
+    refresh_turns(loop_services)
+    code, out, err = cli("retry-turn", "--failed", "--owner", "bob", "--limit", "5")
+    assert code == 0, err
+    assert [t["turn_id"] for t in json.loads(out)["retried"]] == [third]
+    code, out, err = cli("retry-turn", second)
+    assert code == 1 and "turn_not_failed" in err
+    code, _, err = cli("retry-turn")
+    assert code == 1 and "name turn ids, or pass --failed" in err

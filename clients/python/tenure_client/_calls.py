@@ -386,5 +386,27 @@ def get_turn(turn_id: str) -> Call[models.TurnOut]:
     return Call("GET", f"/v1/turns/{seg(turn_id)}", model(models.TurnOut))
 
 
+def admin_turns(
+    status: str | None, owner_id: str | None, limit: int | None, cursor: str | None
+) -> Call[models.AdminTurnPage]:
+    params = query(status=status, owner_id=owner_id, limit=limit, cursor=cursor)
+    return Call("GET", "/v1/admin/turns", model(models.AdminTurnPage), params=params)
+
+
+def admin_turn(turn_id: str) -> Call[models.AdminTurnDetail]:
+    return Call("GET", f"/v1/admin/turns/{seg(turn_id)}", model(models.AdminTurnDetail))
+
+
+def retry_turn(turn_id: str) -> Call[models.TurnRetryOut]:
+    # never resent: an earlier attempt that went through leaves the turn pending, and the resend
+    # would be told 409 turn_not_failed about the caller's own retry
+    return Call("POST", f"/v1/admin/turns/{seg(turn_id)}/retry", model(models.TurnRetryOut))
+
+
+def retry_failed_turns(owner_id: str | None, limit: int | None) -> Call[models.BulkRetryOut]:
+    payload = body(models.BulkRetryIn, {"owner_id": owner_id, "limit": limit})
+    return Call("POST", "/v1/admin/turns/retry", model(models.BulkRetryOut), json=payload)
+
+
 def health() -> Call[Any]:
     return Call("GET", "/readyz", raw)

@@ -543,6 +543,38 @@ class Admin:
         """Every audit event matching the filters of :meth:`audit` (follows ``next_cursor``)."""
         return _follow(lambda cursor: self.audit(limit=page_size, cursor=cursor, **filters))
 
+    def turns(
+        self,
+        *,
+        status: str | None = None,
+        owner_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> models.AdminTurnPage:
+        """One page of the tenant's turns in ``status`` (the server's default: ``failed``),
+        newest first, without their texts; ``owner_id`` narrows to one user's."""
+        return self._c.send(calls.admin_turns(status, owner_id, limit, cursor))
+
+    def iter_turns(
+        self, *, status: str | None = None, owner_id: str | None = None, page_size: int = 200
+    ) -> Iterator[models.AdminTurnOut]:
+        """Every turn matching the filters of :meth:`turns` (follows ``next_cursor``)."""
+        return _follow(lambda cursor: self.turns(status=status, owner_id=owner_id, limit=page_size, cursor=cursor))
+
+    def get_turn(self, turn_id: str) -> models.AdminTurnDetail:
+        """One turn of the tenant, whole: its extraction state, the exchange and the sidecar."""
+        return self._c.send(calls.admin_turn(turn_id))
+
+    def retry_turn(self, turn_id: str) -> models.TurnRetryOut:
+        """Send a failed turn back for extraction (:class:`Conflict` ``turn_not_failed`` for any
+        other status). Never resent by the client: see the README's "Retries"."""
+        return self._c.send(calls.retry_turn(turn_id))
+
+    def retry_failed_turns(self, *, owner_id: str | None = None, limit: int | None = None) -> models.BulkRetryOut:
+        """Send up to ``limit`` (server default 50, at most 200) of the tenant's failed turns
+        back, newest first; ``more`` says whether to call again."""
+        return self._c.send(calls.retry_failed_turns(owner_id, limit))
+
 
 # ---------------------------------------------------------------------- async
 
@@ -818,6 +850,31 @@ class AsyncAdmin:
     def iter_audit(self, *, page_size: int = 200, **filters: Any) -> AsyncIterator[models.AuditEvent]:
         """Every audit event matching the filters of :meth:`audit` (``async for``; follows ``next_cursor``)."""
         return _afollow(lambda cursor: self.audit(limit=page_size, cursor=cursor, **filters))
+
+    async def turns(
+        self,
+        *,
+        status: str | None = None,
+        owner_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> models.AdminTurnPage:
+        return await self._c.send(calls.admin_turns(status, owner_id, limit, cursor))
+
+    def iter_turns(
+        self, *, status: str | None = None, owner_id: str | None = None, page_size: int = 200
+    ) -> AsyncIterator[models.AdminTurnOut]:
+        """Every turn matching the filters of :meth:`turns` (``async for``; follows ``next_cursor``)."""
+        return _afollow(lambda cursor: self.turns(status=status, owner_id=owner_id, limit=page_size, cursor=cursor))
+
+    async def get_turn(self, turn_id: str) -> models.AdminTurnDetail:
+        return await self._c.send(calls.admin_turn(turn_id))
+
+    async def retry_turn(self, turn_id: str) -> models.TurnRetryOut:
+        return await self._c.send(calls.retry_turn(turn_id))
+
+    async def retry_failed_turns(self, *, owner_id: str | None = None, limit: int | None = None) -> models.BulkRetryOut:
+        return await self._c.send(calls.retry_failed_turns(owner_id, limit))
 
 
 def chunked(
