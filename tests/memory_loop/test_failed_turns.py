@@ -294,7 +294,7 @@ def test_a_disabled_authors_retried_turn_stays_unextracted(
     ok(api.post(f"/v1/admin/turns/{turn_id}/retry", headers=crew.h("carol")))
     turn = wait_turn(api, crew.h("carol"), turn_id)
     assert turn["extraction_status"] == "skipped"
-    assert turn["result"] == {"reason": "the turn's author or tenant is disabled"}
+    assert turn["result"] == {"reason": "the turn's author or tenant is disabled, or the author's account is gone"}
     assert beliefs_named(api, crew.h("carol"), name) == []
 
 
