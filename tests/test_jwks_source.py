@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -21,14 +21,17 @@ from service.errors import Unauthenticated
 
 
 class _Provider(BaseHTTPRequestHandler):
-    """Serves ``body`` with ``status``; counts the requests."""
+    """Serves ``body`` with ``status`` after ``delay`` seconds (a slow provider); counts the
+    requests (as they arrive)."""
 
     status: ClassVar[int] = 200
     body: ClassVar[bytes] = b"{}"
     hits: ClassVar[int] = 0
+    delay: ClassVar[float] = 0.0
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server hook
         type(self).hits += 1
+        time.sleep(self.delay)
         self.send_response(self.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(self.body)))
@@ -41,7 +44,7 @@ class _Provider(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def provider() -> Iterator[tuple[type[_Provider], str]]:
-    handler = type("Provider", (_Provider,), {"hits": 0, "status": 200, "body": b"{}"})
+    handler = type("Provider", (_Provider,), {"hits": 0, "status": 200, "body": b"{}", "delay": 0.0})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -50,6 +53,14 @@ def provider() -> Iterator[tuple[type[_Provider], str]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _eventually(condition: Callable[[], bool], within_s: float = 3.0) -> None:
+    """Wait for ``condition`` (a fetch runs on its own thread; a verification need not wait for it)."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.01)
 
 
 def _token(key: RSAKey) -> str:
@@ -75,6 +86,10 @@ def test_a_provider_that_stops_answering_is_asked_again_only_after_a_pause(
     time.sleep(1.1)
     for _ in range(5):
         assert verifier.verify(token)["sub"] == "alice"  # the keys known before
+    _eventually(lambda: handler.hits == 2)
+    time.sleep(0.2)  # the failed fetch has ended: its pause holds
+    for _ in range(5):
+        assert verifier.verify(token)["sub"] == "alice"
     assert handler.hits == 2
 
 
@@ -137,9 +152,77 @@ def test_made_up_kids_do_not_send_requests_to_a_provider_that_is_down(
     handler.status = 503
     time.sleep(1.1)
     assert verifier.verify(_token(key))["sub"] == "alice"  # the failed re-fetch; known keys serve
-    assert handler.hits == 2
+    _eventually(lambda: handler.hits == 2)
     for i in range(3):
         time.sleep(0.15)
         with pytest.raises(Unauthenticated):
             verifier.verify(_token(RSAKey.generate_key(2048, {"kid": f"made-up-{i}"})))
+    assert handler.hits == 2
+
+
+def test_a_slow_provider_does_not_hold_up_tokens_whose_key_is_known(
+    provider: tuple[type[_Provider], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fetch for a token naming an unknown kid ran under the key set's lock: while a slow
+    provider answered (up to 5 s), every JWT verification of the process, a known kid's too,
+    waited for the lock. A known kid is now verified at once, as with an aged set (its successor
+    is fetched meanwhile), and the unknown kid's caller still gets the fetched key."""
+    monkeypatch.setattr(tokens, "KID_REFETCH_S", 0.1)
+    monkeypatch.setattr(tokens, "JWKS_FETCH_TIMEOUT_S", 3.0)
+    handler, url = provider
+    old, new = RSAKey.generate_key(2048, {"kid": "rsa-1"}), RSAKey.generate_key(2048, {"kid": "rsa-2"})
+    handler.body = json.dumps({"keys": [old.as_dict(private=False)]}).encode()
+    verifier = TokenVerifier(AuthSettings(jwks_url=url, jwks_cache_s=1))
+    known = _token(old)
+    assert verifier.verify(known)["sub"] == "alice"
+    handler.body = json.dumps({"keys": [old.as_dict(private=False), new.as_dict(private=False)]}).encode()
+    handler.delay = 1.0
+    time.sleep(0.15)
+    rotated: list[str] = []
+    thread = threading.Thread(target=lambda: rotated.append(verifier.verify(_token(new))["sub"]))
+    thread.start()
+    _eventually(lambda: handler.hits == 2)  # the slow fetch is in flight
+    started = time.monotonic()
+    assert verifier.verify(known)["sub"] == "alice"
+    assert time.monotonic() - started < 0.5
+    thread.join(5)
+    assert rotated == ["alice"]
+    assert handler.hits == 2
+    # an aged set: the known kid is served while the slow re-fetch runs
+    time.sleep(1.2)
+    started = time.monotonic()
+    assert verifier.verify(known)["sub"] == "alice"
+    assert time.monotonic() - started < 0.5
+    _eventually(lambda: handler.hits == 3)
+
+
+def test_concurrent_tokens_with_an_unknown_kid_share_one_fetch(
+    provider: tuple[type[_Provider], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tokens naming a kid the set lacks, arriving together while the provider is slow, wait for
+    the one fetch in flight and are all verified with its answer, rather than each starting its
+    own once the previous one ended (the refetch interval having passed during a slow fetch)."""
+    monkeypatch.setattr(tokens, "KID_REFETCH_S", 0.1)
+    handler, url = provider
+    old, new = RSAKey.generate_key(2048, {"kid": "rsa-1"}), RSAKey.generate_key(2048, {"kid": "rsa-2"})
+    handler.body = json.dumps({"keys": [old.as_dict(private=False)]}).encode()
+    verifier = TokenVerifier(AuthSettings(jwks_url=url, jwks_cache_s=300))
+    assert verifier.verify(_token(old))["sub"] == "alice"
+    handler.body = json.dumps({"keys": [old.as_dict(private=False), new.as_dict(private=False)]}).encode()
+    handler.delay = 0.3
+    time.sleep(0.15)
+    tokens_ = [_token(new) for _ in range(6)]
+    barrier = threading.Barrier(len(tokens_))
+    subjects: list[str] = []
+
+    def verify(token: str) -> None:
+        barrier.wait()
+        subjects.append(verifier.verify(token)["sub"])
+
+    threads = [threading.Thread(target=verify, args=(t,)) for t in tokens_]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert subjects == ["alice"] * len(tokens_)
     assert handler.hits == 2

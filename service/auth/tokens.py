@@ -41,6 +41,7 @@ TENANT_CLAIM = "tenant_id"
 NOT_YET_CLAIMS = frozenset({"nbf", "iat"})
 JWKS_RETRY_S = 30.0  # after a failed JWKS fetch, the next attempt waits this long at most
 KID_REFETCH_S = 10.0  # a kid the cached JWKS lacks (a rotated key) re-fetches it at most this often
+JWKS_FETCH_TIMEOUT_S = 5.0  # one JWKS fetch's timeout, and the longest a verification waits for one
 DEV_TOKEN_PREFIX = "dev-"  # noqa: S105 - the jti prefix of a development token this service issued
 
 
@@ -48,19 +49,26 @@ class KeySource:
     """The JWKS, from a file (read once) or a URL (re-fetched after ``jwks_cache_s``). A failed
     fetch is tried again only after ``JWKS_RETRY_S`` (or the cache time, if shorter): until then
     the keys known before serve, or, with none known, tokens are refused at once; the provider
-    being down must not cost every JWT request its own attempt (up to 5 s, one at a time). A token
-    naming a ``kid`` the set lacks (the provider rotated its key) re-fetches it, at most once per
-    ``KID_REFETCH_S`` and not during a failed fetch's pause, so made-up kids (anyone can send one)
-    can neither send every request to the provider nor stall JWT requests behind a provider
-    that is down."""
+    being down must not cost every JWT request its own attempt. A token naming a ``kid`` the set
+    lacks (the provider rotated its key) re-fetches it, at most once per ``KID_REFETCH_S`` and not
+    during a failed fetch's pause, so made-up kids (anyone can send one) can neither send every
+    request to the provider nor stall JWT requests behind a provider that is down.
+
+    The fetch runs on its own thread, never under the lock, and at most one at a time: a
+    verification whose key is known never waits for it (an aged set serves while its successor is
+    fetched), and the callers that need its result (no keys yet, or a kid the set lacks) wait for
+    that one fetch, at most ``JWKS_FETCH_TIMEOUT_S``. (Verifications run on worker threads,
+    ``anyio.to_thread``: a fetch made under the lock held every JWT verification of the process,
+    known kid or not, for the whole fetch.)"""
 
     def __init__(self, settings: AuthSettings):
         self.settings = settings
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the fields below; never held during I/O
         self._keys: KeySet | None = None
         self._next_fetch = 0.0  # monotonic
-        self._attempted = -math.inf  # monotonic: the last fetch attempt
+        self._attempted = -math.inf  # monotonic: the last fetch attempt's start (and then its end)
         self._paused_until = 0.0  # monotonic: after a failed fetch, no unknown kid fetches before this
+        self._inflight: threading.Event | None = None  # set when the fetch in flight has ended
         if settings.jwks_file:
             self._keys = KeySet.import_key_set(json.loads(Path(settings.jwks_file).read_text()))
 
@@ -70,7 +78,7 @@ class KeySource:
 
     def key_set(self, *, unknown_kid: bool = False) -> KeySet:
         """The keys; ``unknown_kid``: the set as it was lacked a token's kid (fetch it again, if
-        the last attempt is ``KID_REFETCH_S`` old)."""
+        the last attempt is ``KID_REFETCH_S`` old, and wait for the fetch in flight)."""
         if self.settings.jwks_file or not self.settings.jwks_url:
             if self._keys is None:
                 raise Unauthenticated("no JWKS is configured for asymmetric tokens")
@@ -78,20 +86,50 @@ class KeySource:
         with self._lock:
             now = time.monotonic()
             kid_due = unknown_kid and now - self._attempted >= KID_REFETCH_S and now >= self._paused_until
-            if now >= self._next_fetch or kid_due:
-                self._attempted = now
-                try:
-                    response = httpx.get(self.settings.jwks_url, timeout=5.0)
-                    response.raise_for_status()
-                    self._keys = KeySet.import_key_set(response.json())
-                    self._next_fetch = time.monotonic() + self.settings.jwks_cache_s
-                except (httpx.HTTPError, ValueError, TypeError, KeyError, JoseError) as exc:  # no key set
-                    self._next_fetch = time.monotonic() + min(JWKS_RETRY_S, self.settings.jwks_cache_s)
+            fetch = self._inflight
+            if fetch is None and (now >= self._next_fetch or kid_due):
+                fetch = self._start_fetch(now)
+            keys = self._keys
+        if fetch is not None and (keys is None or unknown_kid):  # this caller needs the fetch's answer
+            fetch.wait(JWKS_FETCH_TIMEOUT_S)
+            keys = self._keys
+        if keys is None:
+            raise Unauthenticated("the JWKS could not be fetched; cannot verify the token")
+        return keys
+
+    def _start_fetch(self, now: float) -> threading.Event | None:
+        """Start the one fetch (the caller holds the lock); None: no thread could be started."""
+        done = threading.Event()
+        try:
+            threading.Thread(target=self._fetch, args=(done,), name="jwks-fetch", daemon=True).start()
+        except RuntimeError:  # out of threads: the keys known serve; a later request tries again
+            log.exception("the JWKS fetch could not be started")
+            return None
+        self._inflight, self._attempted = done, now
+        return done
+
+    def _fetch(self, done: threading.Event) -> None:
+        url = str(self.settings.jwks_url)
+        keys: KeySet | None = None
+        try:
+            response = httpx.get(url, timeout=JWKS_FETCH_TIMEOUT_S)
+            response.raise_for_status()
+            keys = KeySet.import_key_set(response.json())
+        except (httpx.HTTPError, ValueError, TypeError, KeyError, JoseError) as exc:  # no key set
+            log.warning("the JWKS could not be fetched from %s: %s", url, exc)
+        finally:
+            with self._lock:
+                now = time.monotonic()
+                if keys is not None:
+                    self._keys = keys
+                    self._next_fetch = now + self.settings.jwks_cache_s
+                else:  # also an unexpected error: the pause, never a fetch per request
+                    self._next_fetch = now + min(JWKS_RETRY_S, self.settings.jwks_cache_s)
                     self._paused_until = self._next_fetch
-                    log.warning("the JWKS could not be fetched from %s: %s", self.settings.jwks_url, exc)
-            if self._keys is None:
-                raise Unauthenticated("the JWKS could not be fetched; cannot verify the token")
-            return self._keys
+                # a slow provider is not asked again the moment it answered
+                self._attempted = max(self._attempted, now)
+                self._inflight = None
+            done.set()
 
 
 class TokenVerifier:
