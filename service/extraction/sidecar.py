@@ -153,6 +153,7 @@ def _held_back(buf: str) -> int:
         if BEGIN.startswith(buf[-size:]):
             keep = size
             break
-    while keep < len(buf) and buf[len(buf) - keep - 1].isspace():
-        keep += 1
-    return keep
+    # rstrip, not a loop over the characters: whitespace already held back is scanned again with
+    # every chunk (a model streaming whitespace cost a Python step per held character per chunk)
+    head = buf[: len(buf) - keep]
+    return keep + len(head) - len(head.rstrip())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import pytest
 
@@ -90,3 +91,15 @@ def test_stream_after_marker_emits_nothing() -> None:
     assert stripper.feed("anything at all, even text after " + END + " more") == ""
     assert stripper.finish() == ""
     assert stripper.marker_seen
+
+
+def test_whitespace_held_back_is_not_scanned_character_by_character() -> None:
+    """Trailing whitespace is held back (a marker may follow it); each chunk scanned all of it
+    again in a Python loop, so 1 MB of whitespace in 4 kB chunks cost ~10 s of the event loop."""
+    stripper = StreamStripper()
+    started = time.monotonic()
+    assert stripper.feed("Use allkeys-lru.") == "Use allkeys-lru."
+    for _ in range(256):
+        assert stripper.feed(" \n" * 2048) == ""
+    assert time.monotonic() - started < 2.0
+    assert stripper.feed("more") == " \n" * 2048 * 256 + "more"
