@@ -53,6 +53,14 @@ class Reply:
     done: bool = True
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers (Retry-After)
     completion: dict[str, Any] | None = None  # OpenAI, not streaming: exactly this answer
+    # a stream that never ends: after its events these bytes again and again (an unterminated line,
+    # or whole events), until the client hangs up (the request records it as ``_hung_up``)
+    # or ``endless_max_bytes`` went out (then the body simply ends)
+    endless: bytes | None = None
+    endless_max_bytes: int = 64 * 1024 * 1024
+    # between the endless pieces: a model's pace, which also keeps them out of the sockets' buffers
+    # (sent faster than the client reads, they all fit there and a hang-up is never seen)
+    endless_pause_s: float = 0.0
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -118,6 +126,13 @@ class ScriptedLLM:
                 reply = llm.next_reply(request)
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
+                try:
+                    self._answer(request, reply)
+                except (BrokenPipeError, ConnectionResetError):  # the request records the hang-up
+                    request.setdefault("_hung_up", 0)
+                    self.close_connection = True
+
+            def _answer(self, request: dict[str, Any], reply: Reply) -> None:
                 if self.path.rstrip("/").endswith("/messages"):
                     self._anthropic(request, reply)
                 elif reply.status != 200:
@@ -128,6 +143,8 @@ class ScriptedLLM:
                     )
                 elif request.get("stream"):
                     self._stream(request, reply)
+                elif reply.endless is not None:
+                    self._endless_json(request, reply)
                 else:
                     self._json(200, reply.completion or _completion(request, reply.content))
 
@@ -140,6 +157,19 @@ class ScriptedLLM:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _endless_json(self, request: dict[str, Any], reply: Reply) -> None:
+                """A whole (not streamed) answer whose text never ends, sent chunked (no length)."""
+                assert reply.endless is not None
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self._chunk(b'{"type": "message", "content": [{"type": "text", "text": "')
+                if self._endless(request, reply):
+                    self._chunk(b'"}], "choices": []}')
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
 
             def _stream(self, request: dict[str, Any], reply: Reply) -> None:
                 self.send_response(200)
@@ -158,12 +188,14 @@ class ScriptedLLM:
                     events.append(_event({**_delta(request, None), "choices": [], "usage": usage}))
                 if reply.done:
                     events.append(b"data: [DONE]\n\n")
-                self._send_body(events, reply)
+                self._send_body(request, events, reply)
 
             def _anthropic(self, request: dict[str, Any], reply: Reply) -> None:
                 if reply.status != 200:
                     error = {"type": "api_error", "message": "scripted failure"}
                     self._json(reply.status, reply.error or {"type": "error", "error": error}, reply.headers)
+                elif reply.endless is not None and not request.get("stream"):
+                    self._endless_json(request, reply)
                 elif request.get("stream"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -173,11 +205,11 @@ class ScriptedLLM:
                         f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
                         for event in (reply.events if reply.events is not None else _anthropic_events(request, reply))
                     ]
-                    self._send_body(events, reply)
+                    self._send_body(request, events, reply)
                 else:
                     self._json(200, _anthropic_message(request, reply))
 
-            def _send_body(self, events: list[bytes], reply: Reply) -> None:
+            def _send_body(self, request: dict[str, Any], events: list[bytes], reply: Reply) -> None:
                 """One HTTP chunk per event, or the whole body cut at ``reply.byte_cuts``; then the end."""
                 if reply.byte_cuts is not None:
                     body = b"".join(events)
@@ -187,8 +219,26 @@ class ScriptedLLM:
                     events = [body[a:b] for a, b in itertools.pairwise(bounds)]
                 for data in events:
                     self._chunk(data)
+                if reply.endless and not self._endless(request, reply):
+                    return
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
+
+            def _endless(self, request: dict[str, Any], reply: Reply) -> bool:
+                """``reply.endless`` again and again; False once the client hung up
+                (``request["_hung_up"]``: how much of it went out)."""
+                assert reply.endless is not None
+                sent = 0
+                while sent < reply.endless_max_bytes:
+                    try:
+                        self._chunk(reply.endless)
+                    except (BrokenPipeError, ConnectionResetError):
+                        request["_hung_up"] = sent
+                        self.close_connection = True
+                        return False
+                    sent += len(reply.endless)
+                    time.sleep(reply.endless_pause_s)
+                return True
 
             def _chunk(self, data: bytes) -> None:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

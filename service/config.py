@@ -269,6 +269,15 @@ class MemoryLoopSettings(BaseSettings):
     upstream_api_key: SecretStr | None = None
     upstream_timeout_s: float = Field(120.0, gt=0)
     upstream_connect_timeout_s: float = Field(5.0, gt=0)
+    # What the proxy holds of one upstream answer, so a misbehaving upstream cannot fill the API's
+    # memory: a whole (non-streamed) body, and a stream's text (kept whole for the turn record);
+    # one server-sent event (an unterminated line counts); what a stream relay holds back unshown
+    # (a possible marker's prefix and the whitespace before it, the sidecar, the trailing events).
+    # Past any of them: 502 upstream_answer_too_large (a stream: its in-stream error event), the
+    # upstream connection closed, no turn recorded (docs/memory-loop.md "Upstream").
+    upstream_max_body_bytes: int = Field(16 * 1024 * 1024, ge=65_536)
+    upstream_max_event_bytes: int = Field(1024 * 1024, ge=4096)
+    upstream_max_held_chars: int = Field(1024 * 1024, ge=65_536)
     # POST /v1/messages goes to an Anthropic-compatible upstream, e.g. https://api.anthropic.com/v1
     # (sent as x-api-key; the caller's anthropic-version header is forwarded, else this one)
     anthropic_upstream_base_url: str | None = None

@@ -27,6 +27,8 @@ class ErrorCode(str, Enum):
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_TIMEOUT = "upstream_timeout"
     UPSTREAM_NOT_CONFIGURED = "upstream_not_configured"  # the proxy has no model provider to forward to
+    # the upstream's answer passed what the proxy holds of one (TENURE_LOOP_UPSTREAM_MAX_*)
+    UPSTREAM_ANSWER_TOO_LARGE = "upstream_answer_too_large"
     STORE_UNAVAILABLE = "store_unavailable"
     INTERNAL = "internal_error"
     # a retry of a turn whose extraction did not fail (pending, running, done, skipped); last, so
@@ -53,6 +55,7 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.UPSTREAM_ERROR: 502,
     ErrorCode.UPSTREAM_TIMEOUT: 504,
     ErrorCode.UPSTREAM_NOT_CONFIGURED: 503,
+    ErrorCode.UPSTREAM_ANSWER_TOO_LARGE: 502,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.INTERNAL: 500,
     ErrorCode.TURN_NOT_FAILED: 409,

@@ -24,7 +24,15 @@ from service.auth.actor import Actor
 from service.extraction.sidecar import StreamStripper, answer_text, split_blocks, split_sidecar
 from service.proxy.prompt import system_prompt_parts
 from service.proxy.service import ProxyTurns, TurnContext, session_and_scope_of, text_of
-from service.proxy.upstream import Target, Upstream, UpstreamFailure, ended_early, redacted_event, stream_failure
+from service.proxy.upstream import (
+    AnswerBudget,
+    Target,
+    Upstream,
+    UpstreamFailure,
+    ended_early,
+    redacted_event,
+    stream_failure,
+)
 
 log = logging.getLogger("tenure.proxy")
 API = "anthropic"
@@ -112,13 +120,16 @@ class MessagesProxy(ProxyTurns):
         return self._relay(ctx, target, response)
 
     async def _relay(self, ctx: TurnContext, target: Target, response: Any) -> AsyncIterator[bytes]:
-        relay = _Relay()
+        policy = self.loop.settings.loop
+        relay = _Relay(AnswerBudget.of(policy))
         try:
-            async for event in Upstream.events(response):
+            async for event in Upstream.events(response, policy.upstream_max_event_bytes):
                 if event.get("type") == "error":  # the upstream's own error event ends the stream
                     yield _sse(redacted_event(event, target))
                     return
-                for out in relay.feed(event):
+                outs = relay.feed(event)
+                relay.budget.check()  # a stream that holds back without end is refused
+                for out in outs:
                     yield _sse(out)
             if not relay.held:  # neither message_delta nor message_stop: cut short
                 raise ended_early()
@@ -144,8 +155,9 @@ class _Relay:
     showed the sidecar marker, later text blocks are not forwarded at all, and the blocks that
     are forwarded are renumbered so the client sees consecutive indices. ``message_delta`` and
     ``message_stop`` are held until the turn is recorded; the ``tenure`` object rides on the
-    ``message_delta``."""
+    ``message_delta``. ``budget`` counts what it holds."""
 
+    budget: AnswerBudget
     index: dict[int, int] = field(default_factory=dict)  # upstream block index -> forwarded index
     strippers: dict[int, StreamStripper] = field(default_factory=dict)  # forwarded text blocks
     parts: dict[int, list[str]] = field(default_factory=dict)  # every text block's text, upstream index
@@ -158,6 +170,7 @@ class _Relay:
     def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("type")
         if kind in ("message_delta", "message_stop"):
+            self.budget.hold(event)
             self.held.append(event)
             return []
         at = event.get("index")
@@ -208,6 +221,7 @@ class _Relay:
         text = delta.get("text") if isinstance(delta, dict) else None
         piece = text if isinstance(text, str) else ""
         if at in self.parts:
+            self.budget.keep(piece)
             self.parts[at].append(piece)
         return piece
 
@@ -218,6 +232,7 @@ class _Relay:
     def _text(self, index: int, text: str, like: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         if not text:
             return []
+        self.budget.show(text)
         out = like if like is not None else self._text_delta(index, text)
         return [{**out, "delta": {**out["delta"], "text": text}}]
 

@@ -34,9 +34,8 @@ async def _from_upstream(upstream: Upstream, tenant_id: str) -> list[dict[str, A
     except UpstreamFailure:
         return []  # no upstream for this tenant: the configured list
     try:
-        response = await upstream.get(target, "/models", timeout_s=LIST_TIMEOUT_S)
-        body = response.json() if response.status_code == 200 else None
-    except (UpstreamFailure, ValueError) as exc:
+        body = await upstream.get_json(target, "/models", timeout_s=LIST_TIMEOUT_S)
+    except UpstreamFailure as exc:  # unreachable, invalid JSON, an answer too large
         log.info("upstream model list unavailable for %s: %s", tenant_id, exc)
         return []
     items = body.get("data") if isinstance(body, dict) else None

@@ -37,7 +37,7 @@ from service.extraction.sidecar import ParseStatus, StreamStripper, split_blocks
 from service.lean_redis import EventLoopRedis
 from service.loops import LoopBound
 from service.proxy.prompt import build_system_prompt
-from service.proxy.upstream import Target, Upstream, ended_early, redacted_event, stream_failure
+from service.proxy.upstream import AnswerBudget, Target, Upstream, ended_early, redacted_event, stream_failure
 from service.recall.context import RecallResult
 from service.recall.render import InjectionBlock
 from service.recall.service import RecallService
@@ -499,20 +499,22 @@ class ChatProxy(ProxyTurns):
         return self._relay(ctx, target, response)
 
     async def _relay(self, ctx: TurnContext, target: Target, response: Any) -> AsyncIterator[bytes]:
-        relay = _ChoiceRelay()
+        policy = self.loop.settings.loop
+        relay = _ChoiceRelay(AnswerBudget.of(policy))
         template: dict[str, Any] = {
             "id": "chatcmpl-tenure",
             "object": "chat.completion.chunk",
             "model": ctx.model,
         }
         try:
-            async for event in Upstream.events(response):
+            async for event in Upstream.events(response, policy.upstream_max_event_bytes):
                 if "error" in event and not event.get("choices"):  # the upstream's own error ends the stream
                     yield _sse(redacted_event(event, target))
                     yield b"data: [DONE]\n\n"
                     return
                 template = {k: event[k] for k in ("id", "object", "created", "model") if k in event} or template
                 out = relay.feed(event)
+                relay.budget.check()  # a stream that holds back without end is refused
                 if out is not None:
                     yield _sse(out)
             if not relay.finished:
@@ -542,8 +544,9 @@ class _ChoiceRelay:
     """One OpenAI stream, chunk by chunk, with a :class:`_Choice` per choice (``n`` > 1
     interleaves the choices' chunks: one stripper over all of them saw markers cut apart by
     another choice's text and let them through). A choice's ``finish_reason`` is held, with
-    trailers (usage), until the held-back tails are out."""
+    trailers (usage), until the held-back tails are out. ``budget`` counts what it holds."""
 
+    budget: AnswerBudget
     choices: dict[int, _Choice] = field(default_factory=dict)
     held: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False  # a choice's finish_reason came: the stream did not just stop
@@ -565,7 +568,7 @@ class _ChoiceRelay:
         """The event to forward now, if any."""
         choices = event.get("choices") or []
         if not isinstance(choices, list) or not choices:  # usage or other trailers: after the text
-            self.held.append(event)
+            self._hold(event)
             return None
         now: list[dict[str, Any]] = []
         finished: list[dict[str, Any]] = []
@@ -579,7 +582,9 @@ class _ChoiceRelay:
             piece = delta.get("content")
             if isinstance(piece, str):
                 state.take(choice.get("logprobs"))
+                self.budget.keep(piece)
                 visible = state.stripper.feed(piece)
+                self.budget.show(visible)
                 # role, tool calls, refusal: never the sidecar (only text is), so they go out even
                 # after its marker, as Anthropic's tool_use blocks and a whole answer's tool_calls do
                 rest = {k: v for k, v in delta.items() if k != "content" and v is not None}
@@ -599,8 +604,12 @@ class _ChoiceRelay:
                 now.append(choice)  # role-only or tool-call deltas
         if finished:
             self.finished = True
-            self.held.append({**event, "choices": finished})
+            self._hold({**event, "choices": finished})
         return {**event, "choices": now} if now else None
+
+    def _hold(self, event: dict[str, Any]) -> None:
+        self.budget.hold(event)
+        self.held.append(event)
 
 
 @dataclass

@@ -28,6 +28,9 @@ from service.config import MemoryLoopSettings
 from service.errors import ErrorCode, TenureError, ValidationFailed
 from service.telemetry.tracing import client_span, record_status
 
+DEFAULT_MAX_EVENT_BYTES = 1024 * 1024  # httpx2's own bound; the proxy passes upstream_max_event_bytes
+_SSE_SIZE_ERROR = "byte limit"  # in httpx2's SSEError for an event past its bound
+
 
 class UpstreamFailure(TenureError):
     code = ErrorCode.UPSTREAM_ERROR
@@ -52,17 +55,18 @@ class Target:
     secret: str | None = None  # the upstream key in ``headers``, never shown to a caller
 
 
-def _message_of(response: httpx2.Response, secret: str | None) -> str:
-    """The upstream's error message, without the tenant's upstream key (a provider or gateway
-    that echoes the key it was given would otherwise hand it to every member who gets the error)."""
+def _message_of(response: httpx2.Response, body: bytes, secret: str | None) -> str:
+    """The upstream's error message (from ``body``, the start of its answer), without the tenant's
+    upstream key (a provider or gateway that echoes the key it was given would otherwise hand it
+    to every member who gets the error)."""
     try:
-        body = response.json()
-        err = body.get("error") if isinstance(body, dict) else None
+        data = json.loads(body)
+        err = data.get("error") if isinstance(data, dict) else None
         if isinstance(err, dict) and isinstance(err.get("message"), str):
             return _redacted(str(err["message"]), secret)[:500]
     except ValueError:
         pass
-    return _redacted(response.text, secret)[:300] or response.reason_phrase
+    return _redacted(body.decode("utf-8", "replace"), secret)[:300] or response.reason_phrase
 
 
 def _redacted(text: str, secret: str | None) -> str:
@@ -79,11 +83,12 @@ def redacted_event(event: dict[str, Any], target: Target) -> dict[str, Any]:
     return event if cleaned == text else cast(dict[str, Any], json.loads(cleaned))
 
 
-def failure_for(response: httpx2.Response, target: Target) -> UpstreamFailure:
-    """Map an upstream error status: the caller's own mistakes (400/404/413/422) and rate limits
-    keep their status; credentials and server failures are the gateway's problem (502)."""
+def failure_for(response: httpx2.Response, body: bytes, target: Target) -> UpstreamFailure:
+    """Map an upstream error status (``body``: the start of its answer): the caller's own mistakes
+    (400/404/413/422) and rate limits keep their status; credentials and server failures are the
+    gateway's problem (502)."""
     status = response.status_code
-    message = f"upstream answered {status}: {_message_of(response, target.secret)}"
+    message = f"upstream answered {status}: {_message_of(response, body, target.secret)}"
     # a rate limit's or an overload's wait, so the caller's SDK retries when the provider said
     advice = {name: value for name in RETRY_HEADERS if _is_delay(value := response.headers.get(name, ""))}
     if status in (400, 404, 413, 422, 429):
@@ -111,6 +116,54 @@ def ended_early() -> UpstreamFailure:
     """A stream that closed without its end (no ``finish_reason``, no ``message_stop``): the
     answer is cut short, which the client must be told rather than shown as complete."""
     return UpstreamFailure("the upstream stream ended before the answer was complete", status=502)
+
+
+def too_large(what: str, setting: str, limit: int) -> UpstreamFailure:
+    """An upstream answer past what the proxy holds of one (a misbehaving upstream): a broken
+    answer, as any other (502), with a code of its own naming the bound."""
+    return UpstreamFailure(
+        f"the upstream's {what} exceeds {limit} (TENURE_LOOP_{setting.upper()}); it was not read further",
+        status=502,
+        code=ErrorCode.UPSTREAM_ANSWER_TOO_LARGE,
+    )
+
+
+@dataclass
+class AnswerBudget:
+    """What a stream relay holds of one answer: its text (``kept``, for the turn record and the
+    sidecar), and what of it is not shown yet (``kept - shown``: a possible marker's prefix with
+    the whitespace before it, the sidecar) plus the events held for the end (finish, usage). Past
+    ``upstream_max_body_bytes`` characters kept, or ``upstream_max_held_chars`` held back, the
+    stream is refused (:func:`too_large`) rather than held without end."""
+
+    max_kept: int
+    max_held: int
+    kept: int = 0
+    shown: int = 0
+    held_events: int = 0  # the serialized size of the events held for the end
+
+    @classmethod
+    def of(cls, policy: MemoryLoopSettings) -> AnswerBudget:
+        return cls(max_kept=policy.upstream_max_body_bytes, max_held=policy.upstream_max_held_chars)
+
+    def keep(self, text: str) -> None:
+        self.kept += len(text)
+        if self.kept > self.max_kept:
+            raise too_large("streamed answer text", "upstream_max_body_bytes", self.max_kept)
+
+    def show(self, text: str) -> None:
+        self.shown += len(text)
+
+    def hold(self, event: dict[str, Any]) -> None:
+        self.held_events += len(json.dumps(event))  # rare (trailers): the copy is cheap
+
+    def check(self) -> None:
+        """After an event: refuse the stream if it holds back too much."""
+        if self.kept - self.shown + self.held_events > self.max_held:
+            raise too_large("text held back from the client", "upstream_max_held_chars", self.max_held)
+
+
+ERROR_BODY_BYTES = 65_536  # of an error answer, only this much is read (its message is cut to 500)
 
 
 def not_configured(setting: str, tenant_field: str, kind: str) -> UpstreamFailure:
@@ -167,14 +220,12 @@ class Upstream:
         return data
 
     async def post_json(self, target: Target, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST ``body`` to ``target`` + ``path`` and return the JSON object it answers."""
-        response = await self._send("POST", target, path, body, stream=False)
+        """POST ``body`` to ``target`` + ``path`` and return the JSON object it answers (read up to
+        ``upstream_max_body_bytes``: past that, :func:`too_large`, the connection closed)."""
+        response = await self._send("POST", target, path, body, stream=True)
         if response.status_code >= 400:
-            raise failure_for(response, target)
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise UpstreamFailure("the upstream answered with invalid JSON", status=502) from exc
+            raise failure_for(response, await _head(response), target)
+        data = await self._json_of(response)
         if not isinstance(data, dict):
             raise UpstreamFailure("the upstream answer is not a JSON object", status=502)
         return data
@@ -184,15 +235,29 @@ class Upstream:
         an error can still be answered as a plain JSON error). The caller must close it."""
         response = await self._send("POST", target, path, body, stream=True)
         if response.status_code >= 400:
-            await response.aread()
-            await response.aclose()
-            raise failure_for(response, target)
+            raise failure_for(response, await _head(response), target)
         return response
 
-    async def get(self, target: Target, path: str, *, timeout_s: float) -> httpx2.Response:
-        """GET ``target`` + ``path`` (the model list), traced like the chats; the caller reads the
-        status (transport failures become :class:`UpstreamFailure`)."""
-        return await self._send("GET", target, path, None, stream=False, timeout_s=timeout_s)
+    async def get_json(self, target: Target, path: str, *, timeout_s: float) -> Any:
+        """GET ``target`` + ``path`` (the model list), traced like the chats: the JSON it answers
+        with 200, None with another status (read as :meth:`post_json` reads; transport failures
+        and an answer too large become :class:`UpstreamFailure`)."""
+        response = await self._send("GET", target, path, None, stream=True, timeout_s=timeout_s)
+        if response.status_code != 200:
+            await response.aclose()
+            return None
+        return await self._json_of(response)
+
+    async def _json_of(self, response: httpx2.Response) -> Any:
+        """The JSON of a whole answer, read up to ``upstream_max_body_bytes`` (then closed)."""
+        limit = self.policy.upstream_max_body_bytes
+        body = await _read(response, limit)
+        if body is None:
+            raise too_large("answer", "upstream_max_body_bytes", limit)
+        try:
+            return json.loads(body)
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise UpstreamFailure("the upstream answered with invalid JSON", status=502) from exc
 
     async def _send(
         self,
@@ -232,23 +297,71 @@ class Upstream:
         return response
 
     @staticmethod
-    async def events(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
+    async def events(
+        response: httpx2.Response, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    ) -> AsyncIterator[dict[str, Any]]:
         """The JSON ``data`` of each server-sent event, until ``[DONE]`` (OpenAI) or the stream's
         end; events whose data is not a JSON object (keep-alives, comments) are skipped. An
         Anthropic event's name is also its data's ``type``, so the ``event:`` field is not needed.
-        httpx2's parser reads the stream (fields, multi-line data, CR/LF variants, events of at most
-        1 MB); a 200 answer that is not ``text/event-stream`` raises its ``SSEError``, which the
-        relay reports as a broken upstream stream."""
-        async for sse in httpx2.EventSource(response):
-            data = sse.data.strip()
-            if data == "[DONE]":
-                return
-            try:
-                event = json.loads(data)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                yield event
+        httpx2's parser reads the stream (fields, multi-line data, CR/LF variants); an event
+        longer than ``max_event_bytes`` (``upstream_max_event_bytes``; a line that never ends
+        counts as it grows) is :func:`too_large`; a 200 answer that is not ``text/event-stream``
+        raises its ``SSEError``; the relay reports either as a broken upstream stream."""
+        try:
+            async for sse in httpx2.EventSource(response, max_event_size=max_event_bytes):
+                data = sse.data.strip()
+                if data == "[DONE]":
+                    return
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    yield event
+        except httpx2.SSEError as exc:
+            if _SSE_SIZE_ERROR in str(exc):  # its parser's one other refusal: not an event stream
+                raise too_large("server-sent event", "upstream_max_event_bytes", max_event_bytes) from exc
+            raise
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+async def _read(response: httpx2.Response, limit: int) -> bytes | None:
+    """``response``'s (decoded) body, or None once it passes ``limit`` bytes (nothing more is
+    read). Closes ``response`` either way; transport failures become :class:`UpstreamFailure`."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
+            return None  # refused before a byte of it is read
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                return None
+            parts.append(chunk)
+    except httpx2.TimeoutException as exc:
+        raise UpstreamFailure("the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT) from exc
+    except httpx2.HTTPError as exc:
+        raise UpstreamFailure(f"the upstream answer broke off: {type(exc).__name__}", status=502) from exc
+    finally:
+        await response.aclose()  # not read to its end: the connection is closed, not pooled
+    return b"".join(parts)
+
+
+async def _head(response: httpx2.Response) -> bytes:
+    """The start of an error answer (its first ``ERROR_BODY_BYTES``), for its message."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= ERROR_BODY_BYTES:
+                break
+    except httpx2.HTTPError:
+        pass  # the status says enough
+    finally:
+        await response.aclose()
+    return b"".join(parts)[:ERROR_BODY_BYTES]

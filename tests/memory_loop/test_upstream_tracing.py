@@ -88,7 +88,7 @@ def test_an_upstream_failure_marks_the_span(spans: InMemorySpanExporter) -> None
 
 def test_the_model_list_is_traced_too(spans: InMemorySpanExporter) -> None:
     async def models(upstream: Upstream, target: Target) -> Any:
-        return (await upstream.get(target, "/models", timeout_s=5)).json()
+        return await upstream.get_json(target, "/models", timeout_s=5)
 
     seen, result = _call(200, b'{"data": [{"id": "m"}]}', models)
     assert result == {"data": [{"id": "m"}]}

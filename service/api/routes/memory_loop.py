@@ -57,6 +57,7 @@ _TYPES = {
     ErrorCode.UPSTREAM_ERROR: "upstream_error",
     ErrorCode.UPSTREAM_TIMEOUT: "timeout_error",
     ErrorCode.UPSTREAM_NOT_CONFIGURED: "upstream_error",
+    ErrorCode.UPSTREAM_ANSWER_TOO_LARGE: "upstream_error",
 }  # a rate limit is refused by proxy_actor, before the handler: it answers in the service's shape
 
 
