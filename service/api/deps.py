@@ -28,6 +28,7 @@ from service.beliefs.api_service import BeliefService
 from service.config import Settings
 from service.domain.principal import Principal
 from service.errors import Forbidden, StoreUnavailable, Unauthenticated, ValidationFailed
+from service.extraction.failed_turns import FailedTurns
 from service.provisioning.service import ProvisioningService
 from service.recall.audit_trail import AuditTrail
 from service.recall.service import Built, RecallService
@@ -96,12 +97,18 @@ async def get_provisioning(services: ServicesDep) -> ProvisioningService:
     return services.provisioning
 
 
+async def get_failed_turns(services: ServicesDep) -> FailedTurns:
+    """The tenant's turns for admins, and their retry (``/v1/admin/turns`` and the console's page)."""
+    return FailedTurns(services.loop.turns, services.loop.queue, services.beliefs.lifecycle)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[BeliefStore, Depends(get_store)]
 BeliefsDep = Annotated[BeliefService, Depends(get_beliefs)]
 RecallDep = Annotated[RecallService, Depends(get_recall)]
 AuditDep = Annotated[AuditTrail, Depends(get_audit)]
 ProvisioningDep = Annotated[ProvisioningService, Depends(get_provisioning)]
+FailedTurnsDep = Annotated[FailedTurns, Depends(get_failed_turns)]
 
 
 def client_address(request: Request) -> str | None:

@@ -23,6 +23,7 @@ from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import Team, belief_body, make_team, ok
 from tests.api.test_console import file_conflict
+from tests.api.test_console_turns import FAILED, failed_turn, refresh_turns, stored_turn
 from tests.live import serve
 
 pytestmark = pytest.mark.browser
@@ -260,6 +261,65 @@ def test_team_page(context: BrowserContext, console_url: str, team: Team) -> Non
     shot(page, "team")
 
 
+def test_failed_turns_listed_and_one_retried(
+    context: BrowserContext, console_url: str, team: Team, services: Services, client: TestClient
+) -> None:
+    """An admin finds the turns an outage failed, reads one (its hostile text shown as text),
+    retries it behind the confirmation, and sends the rest back with "Retry all failed"."""
+    hostile = "<script>alert('owned')</script> Which CI provider do we use now that Jenkins is gone?"
+    answer = "We moved CI to GitHub Actions.\n" + "Each step of the pipeline, in order: " + "lint, test, build. " * 400
+    failed_turn(services, team, "bob", session_id="s-monday")
+    failed_turn(services, team, "alice", session_id="s-tuesday", error=f"store refused the write: {FAILED}")
+    stored_turn(services, team, "alice", session_id="s-tuesday", extraction_status="done", attempts=1)
+    turn_id = failed_turn(
+        services,
+        team,
+        "bob",
+        session_id="s-tuesday",
+        user_message=hostile,
+        assistant_text=answer,
+        injected_ids=["b-ts"],
+    )
+    refresh_turns(services)
+    page = sign_in(context, console_url, team.keys["carol"])
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.click("header >> text=Turns")
+    rows = page.locator("#turn-list tbody tr")
+    expect(rows).to_have_count(3)  # the failed ones, newest first; the done one is not listed
+    expect(rows.nth(0)).to_contain_text("bob")
+    expect(rows.nth(0)).to_contain_text("gave up after 3 attempts")
+    expect(page.locator("#turn-statuses a.button:not(.secondary)")).to_have_text("failed")
+    shot(page, "turns")
+    rows.nth(0).locator("text=details").click()
+    expect(page.locator("h1")).to_contain_text(turn_id)
+    expect(page.locator("#turn-user")).to_have_text(hostile)  # the markup is text, not a script
+    box = page.locator("#turn-assistant").bounding_box()
+    assert box is not None and box["height"] <= 340  # a long answer scrolls within its box
+    assert page.evaluate("(e => e.scrollHeight > e.clientHeight)(document.querySelector('#turn-assistant'))")
+    shot(page, "turn")
+    page.click("#retry-turn button")
+    expect(page.locator("#confirm")).to_contain_text(f"bob's turn {turn_id}")
+    page.click("#confirm button[type=submit]")
+    expect(page.locator(".notice")).to_have_text(f"turn {turn_id} sent back for extraction: queued")
+    expect(page.locator("#retry-turn")).to_have_count(0)
+    assert services.loop.turns.load(team.tenant, turn_id)[0].extraction_status == "pending"
+    refresh_turns(services)
+    page.click("header >> text=Turns")
+    expect(rows).to_have_count(2)
+    page.fill("#turn-filters input[name=owner]", "alice")
+    page.click("#turn-filters button[type=submit]")
+    expect(rows).to_have_count(1)
+    page.click("#retry-all button")
+    expect(page.locator("#confirm")).to_contain_text("alice's failed turns")
+    page.click("#confirm button[type=submit]")
+    expect(page.locator(".notice")).to_have_text("1 failed turn sent back for extraction (1 queued)")
+    refresh_turns(services)
+    page.reload()
+    expect(page.locator("#turn-list")).to_contain_text("No failed turn of alice.")
+    assert dialogs == []  # no script of the turn's text ever ran
+
+
 def test_operator_shows_a_tenant(
     context: BrowserContext, console_url: str, team: Team, client: TestClient, operator: dict[str, str]
 ) -> None:
@@ -297,7 +357,14 @@ def test_member_cannot_reach_admin_pages_or_a_colleagues_private_belief(
     expect(nav).not_to_contain_text("Team")
     expect(page.locator("header .who")).to_contain_text("read-only")
     shot(page, "member")
-    for path in ("/console/audit", "/console/team", "/console/reviews", "/console/audit/export.csv?actor_id=alice"):
+    expect(nav).not_to_contain_text("Turns")
+    for path in (
+        "/console/audit",
+        "/console/team",
+        "/console/reviews",
+        "/console/turns",
+        "/console/audit/export.csv?actor_id=alice",
+    ):
         response = page.goto(f"{console_url}{path}")
         assert response is not None and response.status == 403, path
         expect(page.locator(".error")).to_contain_text("forbidden")

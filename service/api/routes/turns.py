@@ -7,23 +7,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.deps import AdminPrincipal, CurrentActor, ServicesDep
+from service.api.deps import AdminPrincipal, CurrentActor, FailedTurnsDep
 from service.api.routes.memory_loop import TurnIdPath
 from service.domain.accounts import SLUG_RE
-from service.extraction.failed_turns import MAX_BULK_RETRY, FailedTurns, RetriedTurn
+from service.extraction.failed_turns import MAX_BULK_RETRY, RetriedTurn
 from service.storage.turns import ExtractionStatus, TurnRecord
 
 router = APIRouter(prefix="/v1/admin", tags=["memory loop"])
 
 
-def get_failed_turns(services: ServicesDep) -> FailedTurns:
-    return FailedTurns(services.loop.turns, services.loop.queue, services.beliefs.lifecycle)
-
-
-FailedTurnsDep = Annotated[FailedTurns, Depends(get_failed_turns)]
 OwnerQuery = Annotated[str | None, Query(pattern=SLUG_RE.pattern, description="Only this user's turns")]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.console.routes import audit, beliefs, recall, reviews, session, team, tenants
+from service.console.routes import audit, beliefs, recall, reviews, session, team, tenants, turns
 
 ROUTERS: list[APIRouter] = [
     session.router,
@@ -12,6 +12,7 @@ ROUTERS: list[APIRouter] = [
     recall.router,
     audit.router,
     reviews.router,
+    turns.router,
     team.router,
     tenants.router,
 ]
