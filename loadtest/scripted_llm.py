@@ -16,6 +16,7 @@ import json
 import re
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,7 +52,8 @@ class Reply:
     # unless ``done`` is false; Anthropic: each with its ``event:`` line)
     events: list[dict[str, Any]] | None = None
     done: bool = True
-    headers: dict[str, str] = field(default_factory=dict)  # extra response headers (Retry-After)
+    # extra response headers of an error (Retry-After), or of an OpenAI whole answer
+    headers: dict[str, str] = field(default_factory=dict)
     completion: dict[str, Any] | None = None  # OpenAI, not streaming: exactly this answer
     # a stream that never ends: after its events these bytes again and again (an unterminated line,
     # or whole events), until the client hangs up (the request records it as ``_hung_up``)
@@ -61,6 +63,10 @@ class Reply:
     # between the endless pieces: a model's pace, which also keeps them out of the sockets' buffers
     # (sent faster than the client reads, they all fit there and a hang-up is never seen)
     endless_pause_s: float = 0.0
+    # "gzip" or "deflate": the whole body compressed with it (an upstream may compress whatever
+    # the request's Accept-Encoding said), each HTTP chunk a flushed piece of one compressed
+    # stream, so an endless part is a decompression bomb (1 MiB of one letter: ~1 kB on the wire)
+    content_encoding: str | None = None
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -107,11 +113,14 @@ class ScriptedLLM:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # as real servers do; avoids 40 ms delayed-ACK stalls
+            _encoding: str | None = None  # the answer's Content-Encoding (Reply.content_encoding)
+            _compressor: Any = None  # its compressor, one per answer
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002, ARG002
                 return
 
             def do_GET(self) -> None:  # noqa: N802
+                self._encoding = self._compressor = None
                 if self.path.rstrip("/").endswith("/models") and llm.models:
                     data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in llm.models]
                     self._json(200, {"object": "list", "data": data})
@@ -124,6 +133,7 @@ class ScriptedLLM:
                 request["_headers"] = {k.lower(): v for k, v in self.headers.items()}
                 request["_path"] = self.path
                 reply = llm.next_reply(request)
+                self._encoding, self._compressor = reply.content_encoding, _compressor(reply.content_encoding)
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 try:
@@ -131,6 +141,11 @@ class ScriptedLLM:
                 except (BrokenPipeError, ConnectionResetError):  # the request records the hang-up
                     request.setdefault("_hung_up", 0)
                     self.close_connection = True
+
+            def send_response(self, code: int, message: str | None = None) -> None:
+                super().send_response(code, message)
+                if self._compressor is not None:
+                    self.send_header("Content-Encoding", str(self._encoding))
 
             def _answer(self, request: dict[str, Any], reply: Reply) -> None:
                 if self.path.rstrip("/").endswith("/messages"):
@@ -146,7 +161,7 @@ class ScriptedLLM:
                 elif reply.endless is not None:
                     self._endless_json(request, reply)
                 else:
-                    self._json(200, reply.completion or _completion(request, reply.content))
+                    self._json(200, reply.completion or _completion(request, reply.content), reply.headers)
 
             def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(body).encode()
@@ -154,28 +169,37 @@ class ScriptedLLM:
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
+                if self._compressor is not None:
+                    data = self._compressor.compress(data) + self._compressor.flush()
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _start(self, content_type: str) -> None:
+                """A 200 answer sent chunked (no length), compressed if the reply says so."""
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+
+            def _end(self) -> None:
+                """The compressed stream's end (if any), then the last chunk."""
+                if self._compressor is not None:
+                    self.wfile.write(_chunked(self._compressor.flush()))
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
             def _endless_json(self, request: dict[str, Any], reply: Reply) -> None:
                 """A whole (not streamed) answer whose text never ends, sent chunked (no length)."""
                 assert reply.endless is not None
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+                self._start("application/json")
                 self._chunk(b'{"type": "message", "content": [{"type": "text", "text": "')
                 if self._endless(request, reply):
                     self._chunk(b'"}], "choices": []}')
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
+                    self._end()
 
             def _stream(self, request: dict[str, Any], reply: Reply) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+                self._start("text/event-stream")
                 if reply.events is not None:
                     events = [_event(event) for event in reply.events]
                 else:
@@ -197,10 +221,7 @@ class ScriptedLLM:
                 elif reply.endless is not None and not request.get("stream"):
                     self._endless_json(request, reply)
                 elif request.get("stream"):
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
+                    self._start("text/event-stream")
                     events = [
                         f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
                         for event in (reply.events if reply.events is not None else _anthropic_events(request, reply))
@@ -221,8 +242,7 @@ class ScriptedLLM:
                     self._chunk(data)
                 if reply.endless and not self._endless(request, reply):
                     return
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                self._end()
 
             def _endless(self, request: dict[str, Any], reply: Reply) -> bool:
                 """``reply.endless`` again and again; False once the client hung up
@@ -241,7 +261,9 @@ class ScriptedLLM:
                 return True
 
             def _chunk(self, data: bytes) -> None:
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                if self._compressor is not None:  # what the data compressed to so far, sent now
+                    data = self._compressor.compress(data) + self._compressor.flush(zlib.Z_SYNC_FLUSH)
+                self.wfile.write(_chunked(data))
                 self.wfile.flush()
 
         self._server = _Server((host, port), Handler)
@@ -253,6 +275,17 @@ class ScriptedLLM:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+
+def _chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def _compressor(encoding: str | None) -> Any:
+    """A compressor of ``encoding`` (gzip, or deflate: zlib's format), None for no encoding."""
+    if encoding is None:
+        return None
+    return zlib.compressobj(9, zlib.DEFLATED, {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}[encoding])
 
 
 def _pieces(content: str, sizes: list[int]) -> list[str]:

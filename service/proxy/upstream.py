@@ -8,7 +8,8 @@ requests in one pass (pydantic/httpx2#974 and #1075). With 100 chats in flight t
 13.3-15.6 ms of CPU per chat with httpx and 4.9-5.2 ms with httpx2, on the event loop that also
 serves recalls (``benchmarks/proxy_bench.py --in-flight``, docs/benchmarks.md). Its pool keeps the
 same bounds: at most 200 connections in all, 50 kept idle, idle ones closed after the keep-alive
-expiry.
+expiry. It asks for answers uncompressed, and decodes one compressed anyway in bounded pieces
+(:mod:`service.content_coding`), so the bounds on what it holds count decoded bytes as they grow.
 
 The target (base URL and key) is per tenant or global (settings). Failures become
 :class:`UpstreamFailure` with a stable code and the status the proxy answers with; nothing here
@@ -25,6 +26,7 @@ from typing import Any, cast
 import httpx2
 
 from service.config import MemoryLoopSettings
+from service.content_coding import IDENTITY, BoundedDecoder, ContentCodingError, decoder_for
 from service.errors import ErrorCode, TenureError, ValidationFailed
 from service.telemetry.tracing import client_span, record_status
 
@@ -181,8 +183,13 @@ class Upstream:
     def __init__(self, policy: MemoryLoopSettings):
         self.policy = policy
         timeout = httpx2.Timeout(policy.upstream_timeout_s, connect=policy.upstream_connect_timeout_s)
+        # Accept-Encoding: identity, never the caller's (only the target's headers are sent):
+        # httpx2 would ask for gzip and deflate and decode them itself, a bound on the answer
+        # then depending on how much it decodes at once; a compressed answer is decoded here
         self.client = httpx2.AsyncClient(
-            timeout=timeout, limits=httpx2.Limits(max_connections=200, max_keepalive_connections=50)
+            timeout=timeout,
+            limits=httpx2.Limits(max_connections=200, max_keepalive_connections=50),
+            headers=IDENTITY,
         )
 
     def target(self, tenant_id: str) -> Target:
@@ -294,7 +301,7 @@ class Upstream:
             except httpx2.HTTPError as exc:
                 raise UpstreamFailure(f"the upstream model is unreachable: {type(exc).__name__}", status=502) from exc
             record_status(span, response.status_code)
-        return response
+        return await _decoded(response)
 
     @staticmethod
     async def events(
@@ -325,6 +332,48 @@ class Upstream:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+async def _decoded(response: httpx2.Response) -> httpx2.Response:
+    """``response`` as it is, or, compressed (though not asked to be), the same answer with a body
+    decoded in bounded pieces (:class:`_DecodedBody`); httpx2 never sees its coding. A coding that
+    is not gzip or deflate is refused (502), the connection closed."""
+    try:
+        decoder = decoder_for(response.headers.get("content-encoding", ""))
+    except ContentCodingError as exc:
+        await response.aclose()
+        raise UpstreamFailure(f"the upstream answer cannot be read: {exc}", status=502) from exc
+    if decoder is None:
+        return response
+    # its length (if given) is the compressed one: not what the bounds compare with
+    headers = [(k, v) for k, v in response.headers.multi_items() if k not in ("content-encoding", "content-length")]
+    return httpx2.Response(
+        response.status_code,
+        headers=headers,
+        stream=_DecodedBody(response, decoder),
+        request=response.request,
+        extensions=response.extensions,
+    )
+
+
+class _DecodedBody(httpx2.AsyncByteStream):
+    """A compressed answer's body, read raw and decoded at most ``PIECE_BYTES`` at a time, so a
+    reader stops (and closes it) once the decoded size passes its bound, however little arrived."""
+
+    def __init__(self, response: httpx2.Response, decoder: BoundedDecoder):
+        self._response = response
+        self._decoder = decoder
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for raw in self._response.aiter_raw():
+            try:
+                for piece in self._decoder.decode(raw):
+                    yield piece
+            except ContentCodingError as exc:  # broken as a transport failure is
+                raise httpx2.DecodingError(str(exc), request=self._response.request) from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
 
 
 async def _read(response: httpx2.Response, limit: int) -> bytes | None:

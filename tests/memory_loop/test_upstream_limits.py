@@ -4,10 +4,12 @@ chunked without end) is a 502 ``upstream_answer_too_large``; a stream whose line
 that holds back text without end (whitespace that could precede the sidecar marker, a sidecar that
 never ends), or whose text passes the body bound, ends with the in-stream error event. Each time
 the upstream connection is closed (the scripted upstream sees the hang-up long before it would
-have stopped sending), and no turn is recorded."""
+have stopped sending), and no turn is recorded. A compressed answer (a decompression bomb: a few kB
+on the wire, gigabytes decoded) is bounded by what it decodes to."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -26,6 +28,7 @@ MiB = 1024 * 1024
 STREAM_SENDS = 8 * MiB  # what an endless stream sends before it stops on its own (past every bound)
 BODY_SENDS = 48 * MiB  # an endless whole answer (past 16 MiB, and what the sockets buffer)
 PAUSE_S = 0.002  # between 64 kB pieces of an endless answer
+BOMB_SENDS = 1024 * MiB  # what an endless compressed answer decodes to before it stops (~1 MB sent)
 
 
 def ask(api: TestClient, crew: Team, kind: str, *, stream: bool) -> Any:
@@ -183,4 +186,99 @@ def test_a_streamed_answer_whose_text_passes_the_body_bound_ends_in_the_error_ev
     assert "TENURE_LOOP_UPSTREAM_MAX_BODY_BYTES" in error["message"]
     assert not any("tenure" in e for e in events)
     assert hung_up(llm) < STREAM_SENDS
+    assert turns_of(loop_services, crew) == []
+
+
+def asked_uncompressed(llm: ScriptedLLM) -> bool:
+    (request,) = llm.requests
+    return bool(request["_headers"].get("accept-encoding") == "identity")
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize(("shape", "encoding"), [("announced", "gzip"), ("endless", "gzip"), ("endless", "deflate")])
+def test_a_compressed_whole_answer_is_bounded_by_what_it_decodes_to(
+    api: TestClient, crew: Team, llm: ScriptedLLM, loop_services: Services, kind: str, shape: str, encoding: str
+) -> None:
+    """A decompression bomb: the proxy asked for gzip and deflate (httpx2's default) and left the
+    decoding to httpx2, so the bound depended on how much httpx2 decodes of one read at once. It
+    now asks for no compression, and an upstream that compresses anyway is decoded in bounded
+    pieces: the bound holds for the decoded answer (with its compressed length announced, ~40 kB
+    for 40 MiB, or sent without end), and the connection is closed."""
+    if shape == "announced":
+        llm.script(Reply(content="x" * (40 * MiB), content_encoding=encoding))
+    else:
+        llm.script(
+            Reply(endless=b"y" * MiB, endless_max_bytes=BOMB_SENDS, endless_pause_s=PAUSE_S, content_encoding=encoding)
+        )
+    response = ask(api, crew, kind, stream=False)
+    assert response.status_code == 502, response.text[:500]
+    error = error_of(kind, response.json())
+    assert error["code"] == CODE
+    assert "TENURE_LOOP_UPSTREAM_MAX_BODY_BYTES" in error["message"]
+    assert asked_uncompressed(llm)
+    if shape == "endless":
+        assert hung_up(llm) < BOMB_SENDS
+    assert turns_of(loop_services, crew) == []
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize(
+    ("again", "setting"),
+    [
+        pytest.param(None, "TENURE_LOOP_UPSTREAM_MAX_EVENT_BYTES", id="endless-line"),
+        pytest.param("lru-" * 1000, "TENURE_LOOP_UPSTREAM_MAX_BODY_BYTES", id="endless-text"),
+    ],
+)
+def test_a_compressed_stream_is_bounded_by_what_it_decodes_to(
+    api: TestClient,
+    crew: Team,
+    llm: ScriptedLLM,
+    loop_services: Services,
+    kind: str,
+    again: str | None,
+    setting: str,
+) -> None:
+    """The stream's bounds (an event, the text kept) count its decoded bytes, as they grow."""
+    reply = endless_stream(kind, "Use allkeys-lru.", again)
+    llm.script(dataclasses.replace(reply, content_encoding="gzip", endless_max_bytes=BOMB_SENDS))
+    shown, last, events = stream_outcome(api, crew, kind)
+    assert shown.startswith("Use allkeys-lru.")
+    error = error_of(kind, last)
+    assert error["code"] == CODE
+    assert setting in error["message"]
+    assert not any("tenure" in e for e in events)
+    assert asked_uncompressed(llm)
+    assert hung_up(llm) < BOMB_SENDS
+    assert turns_of(loop_services, crew) == []
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_compressed_answer_within_the_bounds_is_served(
+    api: TestClient, crew: Team, llm: ScriptedLLM, kind: str, stream: bool
+) -> None:
+    """An upstream that compresses unasked, within the bounds: its answer is decoded as before."""
+    llm.script(Reply(content="Use allkeys-lru. " * 2000, chunk_sizes=[300], content_encoding="gzip"))
+    if stream:
+        text, _, _ = stream_outcome(api, crew, kind)
+    else:
+        response = ask(api, crew, kind, stream=False)
+        assert response.status_code == 200, response.text[:500]
+        body = response.json()
+        text = body["choices"][0]["message"]["content"] if kind == "openai" else body["content"][0]["text"]
+    assert text == "Use allkeys-lru. " * 2000
+    assert asked_uncompressed(llm)
+
+
+def test_an_answer_in_a_coding_the_proxy_cannot_bound_is_refused(
+    api: TestClient, crew: Team, llm: ScriptedLLM, loop_services: Services
+) -> None:
+    """Brotli, zstd or stacked codings are not decoded (httpx2 decodes them only when their
+    optional packages are installed, and read an answer in one it could not decode as if plain)."""
+    llm.script(Reply(content="Use allkeys-lru.", headers={"Content-Encoding": "br"}))
+    response = ask(api, crew, "openai", stream=False)
+    assert response.status_code == 502, response.text[:500]
+    error = error_of("openai", response.json())
+    assert error["code"] == "upstream_error"
+    assert "'br'" in error["message"]
     assert turns_of(loop_services, crew) == []
