@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
@@ -19,24 +20,66 @@ from service.auth.tokens import TokenVerifier
 from service.config import AuthSettings
 from service.errors import Unauthenticated
 
+MiB = 1024 * 1024
+
 
 class _Provider(BaseHTTPRequestHandler):
     """Serves ``body`` with ``status`` after ``delay`` seconds (a slow provider); counts the
-    requests (as they arrive)."""
+    requests (as they arrive). A misbehaving provider: ``endless`` sent after the body again and
+    again (up to ``endless_max_bytes``), or the body trickled one byte each ``trickle_s``, either
+    gzip-compressed if ``gzip`` (asked or not); ``hung_up``: how much of it had gone out (decoded)
+    when the client closed the connection."""
 
     status: ClassVar[int] = 200
     body: ClassVar[bytes] = b"{}"
     hits: ClassVar[int] = 0
     delay: ClassVar[float] = 0.0
+    endless: ClassVar[bytes] = b""
+    endless_max_bytes: ClassVar[int] = 256 * MiB
+    trickle_s: ClassVar[float] = 0.0
+    gzip: ClassVar[bool] = False
+    hung_up: ClassVar[int | None] = None
+    accept_encoding: ClassVar[str | None] = None  # the last request's
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server hook
-        type(self).hits += 1
+        cls = type(self)
+        cls.hits += 1
+        cls.accept_encoding = self.headers.get("Accept-Encoding")
         time.sleep(self.delay)
         self.send_response(self.status)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
+        if not (self.endless or self.trickle_s or self.gzip):
+            self.send_header("Content-Length", str(len(self.body)))
+            self.end_headers()
+            self.wfile.write(self.body)
+            return
+        coder = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS) if self.gzip else None
+        if coder is not None:
+            self.send_header("Content-Encoding", "gzip")
+        self.end_headers()  # HTTP/1.0: the body ends where the connection does
+        sent = 0
+        try:
+            for piece in self._pieces():
+                self.wfile.write(coder.compress(piece) + coder.flush(zlib.Z_SYNC_FLUSH) if coder else piece)
+                self.wfile.flush()
+                sent += len(piece)
+            if coder is not None:
+                self.wfile.write(coder.flush())
+        except (BrokenPipeError, ConnectionResetError):
+            cls.hung_up = sent
+
+    def _pieces(self) -> Iterator[bytes]:
+        if self.trickle_s:
+            for i in range(len(self.body)):
+                yield self.body[i : i + 1]
+                time.sleep(self.trickle_s)
+            return
+        yield self.body
+        sent = 0
+        while self.endless and sent < self.endless_max_bytes:
+            yield self.endless
+            sent += len(self.endless)
+            time.sleep(0.001)  # a pace, which keeps the pieces out of the sockets' buffers
 
     def log_message(self, *_args: object) -> None:
         return None
@@ -44,7 +87,7 @@ class _Provider(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def provider() -> Iterator[tuple[type[_Provider], str]]:
-    handler = type("Provider", (_Provider,), {"hits": 0, "status": 200, "body": b"{}", "delay": 0.0})
+    handler = type("Provider", (_Provider,), {"hits": 0, "status": 200, "body": b"{}", "delay": 0.0, "hung_up": None})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -226,3 +269,43 @@ def test_concurrent_tokens_with_an_unknown_kid_share_one_fetch(
         t.join(5)
     assert subjects == ["alice"] * len(tokens_)
     assert handler.hits == 2
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip"])
+def test_a_jwks_without_end_is_not_read_past_its_bound(
+    provider: tuple[type[_Provider], str], monkeypatch: pytest.MonkeyPatch, compressed: bool
+) -> None:
+    """The JWKS was read whole whatever its size: a URL answering without end (a misconfigured
+    one, a misbehaving provider; compressed, a few kB on the wire for each GB) kept the fetch
+    thread reading and holding it. Past ``JWKS_MAX_BYTES`` the fetch fails (the connection
+    closed), and its pause applies."""
+    monkeypatch.setattr(tokens, "KID_REFETCH_S", 0.1)
+    handler, url = provider
+    handler.body = b'{"keys": ['
+    handler.endless = b" " * 65_536
+    handler.gzip = compressed
+    verifier = TokenVerifier(AuthSettings(jwks_url=url, jwks_cache_s=300))
+    key = RSAKey.generate_key(2048, {"kid": "rsa-1"})
+    started = time.monotonic()
+    with pytest.raises(Unauthenticated, match="could not be fetched"):
+        verifier.verify(_token(key))
+    assert time.monotonic() - started < 3.0
+    _eventually(lambda: handler.hung_up is not None)
+    assert handler.hung_up is not None
+    assert handler.hung_up < 4 * tokens.JWKS_MAX_BYTES
+    assert handler.accept_encoding == "identity"
+    time.sleep(0.2)  # the failed fetch's pause: no other attempt
+    with pytest.raises(Unauthenticated):
+        verifier.verify(_token(key))
+    assert handler.hits == 1
+
+
+def test_a_compressed_jwks_within_the_bound_is_read(provider: tuple[type[_Provider], str]) -> None:
+    """A provider that compresses its JWKS though asked not to: it is decoded (in bounded pieces)."""
+    handler, url = provider
+    key = RSAKey.generate_key(2048, {"kid": "rsa-1"})
+    handler.body = json.dumps({"keys": [key.as_dict(private=False)]}).encode()
+    handler.gzip = True
+    verifier = TokenVerifier(AuthSettings(jwks_url=url))
+    assert verifier.verify(_token(key))["sub"] == "alice"
+    assert handler.accept_encoding == "identity"

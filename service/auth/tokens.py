@@ -26,6 +26,7 @@ from joserfc.jwk import GuestProtocol, Key, KeySet, OctKey
 from joserfc.jwt import ClaimsOption
 
 from service.config import AuthSettings
+from service.content_coding import IDENTITY, decoder_for
 from service.domain.accounts import SLUG_RE
 from service.domain.principal import Principal, Role
 from service.errors import InvalidCredential, Unauthenticated
@@ -42,6 +43,9 @@ NOT_YET_CLAIMS = frozenset({"nbf", "iat"})
 JWKS_RETRY_S = 30.0  # after a failed JWKS fetch, the next attempt waits this long at most
 KID_REFETCH_S = 10.0  # a kid the cached JWKS lacks (a rotated key) re-fetches it at most this often
 JWKS_FETCH_TIMEOUT_S = 5.0  # one JWKS fetch's timeout, and the longest a verification waits for one
+# A JWKS is a few kB (an RSA-2048 public key is ~0.5 kB in JSON; a provider publishes a handful):
+# more than this is a misconfigured URL or a misbehaving provider, not keys, and is not read on
+JWKS_MAX_BYTES = 1024 * 1024
 DEV_TOKEN_PREFIX = "dev-"  # noqa: S105 - the jti prefix of a development token this service issued
 
 
@@ -112,9 +116,7 @@ class KeySource:
         url = str(self.settings.jwks_url)
         keys: KeySet | None = None
         try:
-            response = httpx.get(url, timeout=JWKS_FETCH_TIMEOUT_S)
-            response.raise_for_status()
-            keys = KeySet.import_key_set(response.json())
+            keys = KeySet.import_key_set(json.loads(_jwks_body(url)))
         except (httpx.HTTPError, ValueError, TypeError, KeyError, JoseError) as exc:  # no key set
             log.warning("the JWKS could not be fetched from %s: %s", url, exc)
         finally:
@@ -130,6 +132,24 @@ class KeySource:
                 self._attempted = max(self._attempted, now)
                 self._inflight = None
             done.set()
+
+
+def _jwks_body(url: str) -> bytes:
+    """The JWKS document at ``url``, read as it arrives up to ``JWKS_MAX_BYTES`` (decoded: it is
+    asked for uncompressed, and one compressed anyway is decoded in bounded pieces); past that a
+    ValueError, the connection closed with the rest unread."""
+    with httpx.stream("GET", url, headers=IDENTITY, timeout=JWKS_FETCH_TIMEOUT_S) as response:
+        response.raise_for_status()
+        decoder = decoder_for(response.headers.get("content-encoding", ""))
+        parts: list[bytes] = []
+        size = 0
+        for raw in response.iter_raw():  # raw: httpx would decode a compressed read whole
+            for piece in decoder.decode(raw) if decoder else (raw,):
+                size += len(piece)
+                if size > JWKS_MAX_BYTES:
+                    raise ValueError(f"the JWKS exceeds {JWKS_MAX_BYTES} bytes")
+                parts.append(piece)
+    return b"".join(parts)
 
 
 class TokenVerifier:
