@@ -309,3 +309,29 @@ def test_a_compressed_jwks_within_the_bound_is_read(provider: tuple[type[_Provid
     verifier = TokenVerifier(AuthSettings(jwks_url=url))
     assert verifier.verify(_token(key))["sub"] == "alice"
     assert handler.accept_encoding == "identity"
+
+
+def test_a_provider_trickling_the_jwks_is_cut_off_at_the_fetch_deadline(
+    provider: tuple[type[_Provider], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx's timeout applies to each read: a provider sending its JWKS a byte every 100 ms
+    kept the fetch running for minutes, and while it ran no other fetch could start, so a rotated
+    key was never picked up (the waiting callers gave up, the fetch went on). The whole fetch now
+    ends at ``JWKS_FETCH_TIMEOUT_S``, as a failed one: after its pause the next fetch starts."""
+    monkeypatch.setattr(tokens, "JWKS_FETCH_TIMEOUT_S", 1.0)
+    handler, url = provider
+    key = RSAKey.generate_key(2048, {"kid": "rsa-1"})
+    handler.body = json.dumps({"keys": [key.as_dict(private=False)]}).encode()  # ~45 s trickled
+    handler.trickle_s = 0.1
+    verifier = TokenVerifier(AuthSettings(jwks_url=url, jwks_cache_s=1))  # a failed fetch's pause: 1 s
+    started = time.monotonic()
+    with pytest.raises(Unauthenticated, match="could not be fetched"):
+        verifier.verify(_token(key))
+    _eventually(lambda: handler.hung_up is not None)  # the fetch gave up and closed the connection
+    assert time.monotonic() - started < 2.5
+    assert handler.hung_up is not None
+    assert 5 <= handler.hung_up <= 20  # about the first second of it
+    handler.trickle_s = 0.0  # the provider recovers
+    time.sleep(1.1)
+    assert verifier.verify(_token(key))["sub"] == "alice"
+    assert handler.hits == 2

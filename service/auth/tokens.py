@@ -42,7 +42,9 @@ TENANT_CLAIM = "tenant_id"
 NOT_YET_CLAIMS = frozenset({"nbf", "iat"})
 JWKS_RETRY_S = 30.0  # after a failed JWKS fetch, the next attempt waits this long at most
 KID_REFETCH_S = 10.0  # a kid the cached JWKS lacks (a rotated key) re-fetches it at most this often
-JWKS_FETCH_TIMEOUT_S = 5.0  # one JWKS fetch's timeout, and the longest a verification waits for one
+# One JWKS fetch's deadline, all of it (httpx's own timeout is per operation: a provider trickling
+# its answer a byte at a time never trips it), and the longest a verification waits for one
+JWKS_FETCH_TIMEOUT_S = 5.0
 # A JWKS is a few kB (an RSA-2048 public key is ~0.5 kB in JSON; a provider publishes a handful):
 # more than this is a misconfigured URL or a misbehaving provider, not keys, and is not read on
 JWKS_MAX_BYTES = 1024 * 1024
@@ -136,14 +138,20 @@ class KeySource:
 
 def _jwks_body(url: str) -> bytes:
     """The JWKS document at ``url``, read as it arrives up to ``JWKS_MAX_BYTES`` (decoded: it is
-    asked for uncompressed, and one compressed anyway is decoded in bounded pieces); past that a
-    ValueError, the connection closed with the rest unread."""
+    asked for uncompressed, and one compressed anyway is decoded in bounded pieces) and until
+    ``JWKS_FETCH_TIMEOUT_S`` after the fetch began (checked as each piece arrives; a read waiting
+    for one ends at httpx's own timeout, the same); past either a ValueError, the connection
+    closed with the rest unread. (A fetch that never ended kept the one fetch slot: no later
+    fetch, so no rotated key, while it ran.)"""
+    deadline = time.monotonic() + JWKS_FETCH_TIMEOUT_S
     with httpx.stream("GET", url, headers=IDENTITY, timeout=JWKS_FETCH_TIMEOUT_S) as response:
         response.raise_for_status()
         decoder = decoder_for(response.headers.get("content-encoding", ""))
         parts: list[bytes] = []
         size = 0
         for raw in response.iter_raw():  # raw: httpx would decode a compressed read whole
+            if time.monotonic() > deadline:
+                raise ValueError(f"the JWKS fetch took longer than {JWKS_FETCH_TIMEOUT_S} s")
             for piece in decoder.decode(raw) if decoder else (raw,):
                 size += len(piece)
                 if size > JWKS_MAX_BYTES:
