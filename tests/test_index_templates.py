@@ -96,15 +96,21 @@ def test_the_merge_policy_reaches_an_index_made_before_it(os_client: OpenSearch)
         drop_namespace(os_client, ns)
 
 
+@pytest.mark.parametrize(
+    ("version", "missing"),
+    [("v1", ("credential", "credential_id")), ("v2", ("credential_id",))],
+)
 def test_a_turns_index_made_before_turns_named_their_credential_takes_it_and_keeps_its_turns(
-    os_client: OpenSearch,
+    os_client: OpenSearch, version: str, missing: tuple[str, ...]
 ) -> None:
-    """Turns template v2 adds ``credential``: a start-up puts it on an index made by v1 (strict, so
-    it would refuse every new turn otherwise), and a turn stored before still loads, without one
-    (docs/memory-loop.md: extracted by the rule such turns always had). Two tenants' turns."""
-    ns = f"turns-v1-{uuid.uuid4().hex[:8]}"
+    """Turns template v2 adds ``credential``, v3 ``credential_id``: a start-up puts what an index
+    made by an earlier version lacks on it (strict, so it would refuse every new turn otherwise),
+    and a turn stored before still loads, without them (docs/memory-loop.md: extracted by the rule
+    such turns always had, no revocation check). Two tenants' turns."""
+    ns = f"turns-{version}-{uuid.uuid4().hex[:8]}"
     mapping = expected_mapping(TURNS)
-    del mapping["properties"]["credential"]
+    for field in missing:
+        del mapping["properties"][field]
     index = TURNS.concrete(ns)
     try:
         os_client.indices.create(
@@ -117,17 +123,28 @@ def test_a_turns_index_made_before_turns_named_their_credential_takes_it_and_kee
         )
         store = TurnStore(os_client, ns)
         old = TurnRecord(tenant_id="t-a", turn_id="turn-old", owner_id="dana", session_id="s").model_dump(mode="json")
-        del old["credential"]  # as the code before v2 wrote it
+        for field in missing:
+            del old[field]  # as the code before wrote it
         os_client.index(index=TURNS.alias(ns), id="t-a:turn-old", body=old, routing="t-a", refresh=True)
-        new = TurnRecord(tenant_id="t-b", turn_id="turn-new", owner_id="dana", session_id="s", credential="idp_token")
-        with pytest.raises(ValidationFailed):  # the strict v1 mapping refuses the field
+        new = TurnRecord(
+            tenant_id="t-b",
+            turn_id="turn-new",
+            owner_id="dana",
+            session_id="s",
+            credential="idp_token",
+            credential_id="idp-jti-1",
+        )
+        with pytest.raises(ValidationFailed):  # the strict earlier mapping refuses the field
             store.create(new)
         apply_templates(os_client, ns, (TURNS,))
         live = os_client.indices.get_mapping(index=index)[index]["mappings"]["properties"]
-        assert _normalise(live["credential"]) == _normalise(expected_mapping(TURNS)["properties"]["credential"])
+        for field in ("credential", "credential_id"):
+            assert _normalise(live[field]) == _normalise(expected_mapping(TURNS)["properties"][field])
         store.create(new)
-        assert store.load("t-a", "turn-old")[0].credential is None
-        assert store.load("t-b", "turn-new")[0].credential == "idp_token"
+        before = store.load("t-a", "turn-old")[0]
+        assert (before.credential, before.credential_id) == (None, None)
+        after = store.load("t-b", "turn-new")[0]
+        assert (after.credential, after.credential_id) == ("idp_token", "idp-jti-1")
         with pytest.raises(NotFound):  # keyed by tenant: the other tenant's turn is not this one's
             store.load("t-a", "turn-new")
     finally:

@@ -10,6 +10,7 @@ import redis
 from celery.signals import task_postrun, worker_init, worker_process_init, worker_process_shutdown
 from opensearchpy import OpenSearch
 
+from service.auth.revocations import CredentialRevocations, JtiRevocations
 from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import Settings
 from service.extraction.compaction import Compactor, RedisBucketLock, RedisCooldown, llm_from_settings
@@ -69,6 +70,9 @@ def build(settings: Settings) -> Resources:
     # the belief again, and the very next turn must recall it
     lifecycle = BeliefLifecycle(beliefs, audit_store, refresh=LOOP_REFRESH)
     queue = TaskQueue(settings)
+    accounts = AccountStore(client, ns, TenantAccountsVersions(rds, ns))
+    # the request path's own revocation check: a turn whose credential was revoked writes nothing
+    jtis = JtiRevocations(rds, ns, settings.auth.jwt_issuer, settings.auth.jwt_leeway_s)
     return Resources(
         settings=settings,
         client=client,
@@ -80,7 +84,8 @@ def build(settings: Settings) -> Resources:
             reviews,
             settings.loop,
             actor_kind="worker",
-            accounts=AccountStore(client, ns, TenantAccountsVersions(rds, ns)),
+            accounts=accounts,
+            revocations=CredentialRevocations(accounts, jtis),
         ),
         compactor=Compactor(
             lifecycle,

@@ -170,7 +170,9 @@ class Services:
                 receipts,
                 aopensearch,
             ),
-            provisioning=ProvisioningService(accounts, audit, verifier, authenticator, settings.auth, audit_outbox),
+            provisioning=ProvisioningService(
+                accounts, audit, verifier, authenticator, settings.auth, audit_outbox, retention=settings.retention
+            ),
             render_cache=render_cache,
             receipts=receipts,
             # admins resolve review items with the memory loop's write policy (visible at once)

@@ -42,8 +42,9 @@ either for ``api_key_cache_s`` only: the proxy must keep answering JWT callers w
 and everything else needs OpenSearch anyway.
 
 JWT revocation: a token with a ``jti`` can be revoked; issuer + tenant + subject + jti are kept in
-Redis until the token's own expiry and checked on every request (one Redis EXISTS), so it takes
-effect at once everywhere.
+Redis (:mod:`service.auth.revocations`) until the token's own expiry plus the tenant's turn
+retention (a turn the token recorded may wait that long for extraction, which checks it too) and
+checked on every request (one Redis EXISTS), so it takes effect at once everywhere.
 
 ``last_used_at``: each process asks at most once per ``last_used_interval_s`` per key (an
 in-process deadline, so a warm key costs no Redis call for it), off the request path, and a Redis
@@ -53,7 +54,6 @@ SET NX elects the one process that writes it; the asks of a short window are rec
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import threading
@@ -65,9 +65,9 @@ from typing import Any, Final, Literal
 import redis
 from opensearchpy import AsyncOpenSearch
 
-from service import redis_keys
 from service.auth import keys
 from service.auth.last_used import LastUsedRecorder
+from service.auth.revocations import JtiRevocations
 from service.auth.tokens import DEV_TOKEN_PREFIX, TokenVerifier, expiry, principal_from_claims
 from service.config import AuthSettings
 from service.domain.accounts import (
@@ -91,9 +91,6 @@ log = logging.getLogger(__name__)
 
 CredentialKind = Literal["api_key", "jwt"]
 REJECTED_KEY = "invalid or revoked API key"
-# A revocation outliving its token's expiry is kept without one past this (Redis refuses an
-# expiry beyond ~2^63 ms as "invalid expire time"; a token valid for centuries is revoked for good)
-MAX_REVOCATION_TTL_S = 100 * 366 * 86_400
 
 
 @dataclass(frozen=True)
@@ -170,6 +167,7 @@ class Authenticator:
         self.verifier = verifier
         self.redis = redis_client
         self.namespace = namespace
+        self.revocations = JtiRevocations(redis_client, namespace, settings.jwt_issuer, settings.jwt_leeway_s)
         self._keys: BoundedLru[str, _CachedKey] = BoundedLru(settings.credential_cache_entries)
         self._status: BoundedLru[tuple[str, str], _Status] = BoundedLru(settings.credential_cache_entries)
         # each tenant's accounts version as this process last read it (averify's tag)
@@ -346,34 +344,16 @@ class Authenticator:
             raise Unauthenticated("this token's user no longer exists")
         return narrowed(principal, status.grants)
 
-    def _revoked_key(self, principal: Principal, jti: str) -> str:
-        """A ``jti`` is only unique per issuer and subject (RFC 7519 4.1.7): the revocation is
-        keyed on issuer + tenant + subject + jti, so revoking a token of one tenant can never
-        revoke another tenant's token that happens to carry the same id. Hashed: claims are
-        any text."""
-        parts = (self.settings.jwt_issuer, principal.tenant_id, principal.user_id, jti)
-        digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
-        return redis_keys.revoked_jwt(self.namespace, digest)
-
     def _jti_revoked(self, principal: Principal, jti: str) -> bool:
-        """Revoked token ids live in Redis until the token would have expired anyway. Fails
-        closed: if Redis cannot answer, the request is refused (503), not waved through."""
-        # Revocations written before the key included the tenant and subject (``revoked-jti:``) are
-        # honoured until they expire with their tokens; nothing writes them any more.
-        legacy = redis_keys.legacy_revoked_jti(self.namespace, jti)
-        try:
-            return bool(self.redis.exists(self._revoked_key(principal, jti), legacy))
-        except redis.RedisError as exc:
-            raise StoreUnavailable("Redis is unreachable; cannot check token revocation") from exc
+        """Revoked token ids live in Redis (:class:`JtiRevocations`). Fails closed: if Redis
+        cannot answer, the request is refused (503), not waved through."""
+        return self.revocations.revoked(principal.tenant_id, principal.user_id, jti)
 
-    def revoke_jti(self, principal: Principal, jti: str, expires_at: int) -> None:
-        """Revoke the token ``jti`` of ``principal`` (its tenant and subject) until it expires; a
-        token whose expiry lies past what Redis can time (or centuries away) for good."""
-        ttl = max(1, expires_at - int(time.time()) + self.settings.jwt_leeway_s)
-        try:
-            self.redis.set(self._revoked_key(principal, jti), "1", ex=ttl if ttl <= MAX_REVOCATION_TTL_S else None)
-        except redis.RedisError as exc:
-            raise StoreUnavailable("Redis is unreachable; the token was not revoked") from exc
+    def revoke_jti(self, principal: Principal, jti: str, expires_at: int, *, kept_after_s: int | None = 0) -> None:
+        """Revoke the token ``jti`` of ``principal`` (its tenant and subject) until ``kept_after_s``
+        past its expiry (None: for good): past the expiry no request needs it, but a turn the
+        token recorded may still wait for extraction, which checks it too."""
+        self.revocations.revoke(principal.tenant_id, principal.user_id, jti, expires_at, kept_after_s)
 
     def _status_of(self, tenant_id: str, user_id: str, accounts_version: VersionRead) -> _Status:
         """The account's disabled status. A cached one serves when it is trusted at

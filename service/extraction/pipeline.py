@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from service.beliefs.lifecycle import BeliefLifecycle
 from service.config import MemoryLoopSettings
-from service.domain.accounts import Grants, author_at_extraction
+from service.domain.accounts import Credential, Grants, author_at_extraction
 from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, StoreUnavailable, Unreadable
@@ -37,6 +37,19 @@ class AccountStatus(Protocol):
     def account_status(self, tenant_id: str, user_id: str) -> tuple[bool, Grants | None]: ...
 
 
+class Revocations(Protocol):
+    """Why the one credential a turn was recorded with refuses it now, by the check a request
+    with it meets (None: it does not): :class:`service.auth.revocations.CredentialRevocations`."""
+
+    def refusal(
+        self, tenant_id: str, user_id: str, credential: Credential | None, credential_id: str | None
+    ) -> str | None: ...
+
+
+# why a turn whose author a request would refuse now writes nothing (a revoked credential says its own)
+AUTHOR_REFUSED = "the turn's author or tenant is disabled, or the author's account is gone"
+
+
 @dataclass(frozen=True)
 class ExtractionOutcome:
     turn_id: str
@@ -55,8 +68,10 @@ class ExtractionPipeline:
         *,
         actor_kind: str = "worker",
         accounts: AccountStatus | None = None,
+        revocations: Revocations | None = None,
     ):
         self.turns = turns
+        self.revocations = revocations
         self.policy = policy
         self.actor_kind = actor_kind
         self.accounts = accounts
@@ -64,18 +79,31 @@ class ExtractionPipeline:
         self.flywheel = AliasFlywheel(lifecycle, reviews, policy)
 
     def author(self, turn: TurnRecord) -> Principal | None:
+        """Who writes the turn's beliefs (None: nobody, :meth:`judged` says why)."""
+        return self.judged(turn)[0]
+
+    def judged(self, turn: TurnRecord) -> tuple[Principal | None, str]:
         """Who writes the turn's beliefs: its author as a request with the turn's credential would
-        be judged now (:func:`author_at_extraction`), since a revoked grant or a disabled account
-        is enforced on every request at once and a turn recorded before and extracted after must
-        not outlast it. An API key's or development token's turn: the grants recorded on it that
-        the user still holds. An identity provider's: the token's own, recorded on the turn (a
-        user record here only disables it, as on a request). None when that request would be
-        refused (a disabled author or tenant)."""
+        be judged now (:func:`author_at_extraction`), since a revoked credential or grant, or a
+        disabled account, is enforced on every request at once and a turn recorded before and
+        extracted after must not outlast it. An API key's or development token's turn: the grants
+        recorded on it that the user still holds. An identity provider's: the token's own,
+        recorded on the turn (a user record here only disables it, as on a request). None, with
+        the reason, when that request would be refused: the very credential that recorded the turn
+        revoked since (a leaked key's injected turns must not become shared beliefs once an admin
+        revoked it; one that merely expired does not count, it was valid when it recorded the
+        turn), or a disabled author or tenant. A turn that names no credential id (recorded before
+        turns carried it) is not checked for revocation, as before."""
         recorded = turn.principal()
+        if self.revocations is not None:
+            refusal = self.revocations.refusal(turn.tenant_id, turn.owner_id, turn.credential, turn.credential_id)
+            if refusal is not None:
+                return None, refusal
         if self.accounts is None:
-            return recorded
+            return recorded, ""
         disabled, grants = self.accounts.account_status(turn.tenant_id, turn.owner_id)
-        return author_at_extraction(recorded, turn.credential, disabled, grants)
+        author = author_at_extraction(recorded, turn.credential, disabled, grants)
+        return author, "" if author is not None else AUTHOR_REFUSED
 
     def context(self, turn: TurnRecord, principal: Principal) -> MergeContext:
         return MergeContext(
@@ -157,11 +185,9 @@ class ExtractionPipeline:
         if turn.gate == "extraction_off":
             self._finish(turn, "skipped", {"reason": "extraction is switched off for this tenant"})
             return ExtractionOutcome(turn_id, "skipped", {})
-        author = self.author(turn)
+        author, refusal = self.judged(turn)
         if author is None:
-            self._finish(
-                turn, "skipped", {"reason": "the turn's author or tenant is disabled, or the author's account is gone"}
-            )
+            self._finish(turn, "skipped", {"reason": refusal})
             return ExtractionOutcome(turn_id, "skipped", {})
         validated = validate_sidecar(
             turn.sidecar_raw,

@@ -26,7 +26,7 @@ from service.auth import keys
 from service.auth.actor import Actor
 from service.auth.authenticator import Authenticator
 from service.auth.tokens import TokenVerifier, dev_token_id, expiry, principal_from_claims
-from service.config import AuthSettings
+from service.config import AuthSettings, RetentionSettings
 from service.domain.accounts import (
     SYSTEM_TENANT,
     ApiKeyRecord,
@@ -93,8 +93,11 @@ class ProvisioningService:
         authenticator: Authenticator,
         settings: AuthSettings,
         outbox: RedisOutbox[AuditEvent] | None = None,
+        retention: RetentionSettings | None = None,
     ):
         self.accounts = accounts
+        # how long a revoked token's turns may still wait for extraction (None: kept for good)
+        self.retention = retention
         self.audit = audit
         self.outbox = outbox  # where an event the audit index refused waits (the receipts' outbox)
         self.verifier = verifier
@@ -374,9 +377,17 @@ class ProvisioningService:
             raise ValidationFailed("this token has no jti/exp claim, so it cannot be revoked")
         if not _self(actor, subject.tenant_id, subject.user_id):
             self.acting_admin(actor.principal, subject.tenant_id)
-        self.authenticator.revoke_jti(subject, jti, exp)
+        self.authenticator.revoke_jti(subject, jti, exp, kept_after_s=self._turns_kept_s(subject.tenant_id))
         self._record(actor, subject.tenant_id, "token.revoke", {"jti": jti, "user_id": subject.user_id})
         return {"jti": jti, "revoked": True, "expires_at": exp}
+
+    def _turns_kept_s(self, tenant_id: str) -> int | None:
+        """How long past its expiry a token's revocation is kept: a turn the token recorded may
+        wait for extraction (the sweep, an admin's retry of a failed turn) until the tenant's turn
+        retention deletes it, and extraction must still find the token revoked. None (for good):
+        turns kept for ever, or no retention known."""
+        days = self.retention.for_tenant(tenant_id).turns_days if self.retention is not None else 0
+        return days * 86_400 if days else None
 
     # ------------------------------------------------------------- bootstrap
 

@@ -274,6 +274,7 @@ class MemoryLoop:
             projects=sorted(ctx.actor.principal.projects),
             teams=sorted(ctx.actor.principal.teams),
             credential=ctx.actor.credential,
+            credential_id=ctx.actor.credential_id,
             session_id=ctx.session_id,
             scope=ctx.scopes,
             source="proxy",

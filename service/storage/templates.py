@@ -59,7 +59,10 @@ _COMPANIONS: dict[IndexFamily, tuple[IndexFamily, ...]] = {BELIEFS: (BELIEF_LOGS
 # Fields added to a family's mapping after indices of it existed, put on those indices by
 # apply_templates: adding a field is a compatible mapping change, so it needs no reindex. Only
 # fields whose absence from old documents means "not set" belong here.
-ADDED_FIELDS: dict[IndexFamily, tuple[str, ...]] = {BELIEFS: ("change_log_ref",), TURNS: ("credential",)}
+ADDED_FIELDS: dict[IndexFamily, tuple[str, ...]] = {
+    BELIEFS: ("change_log_ref",),
+    TURNS: ("credential", "credential_id"),
+}
 # Families whose template changed its refresh interval, with the intervals earlier templates left
 # on their indices (None: no interval set). apply_templates moves an index still at one of them to
 # the template's own interval; any other value is an operator's (or a bulk load's -1) and stays.

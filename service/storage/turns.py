@@ -41,6 +41,10 @@ class TurnRecord(BaseModel):
     # grants by that credential's rule (service.domain.accounts.author_at_extraction). None: a turn
     # recorded before turns carried it (template v2), extracted by the rule such turns always had.
     credential: Credential | None = None
+    # Which one credential that was: the API key's id, or the token's jti (never a secret; None for
+    # a token without one, or a turn recorded before turns carried it: template v3). Extraction
+    # refuses the turn once that credential is revoked (service.auth.revocations).
+    credential_id: str | None = None
     session_id: str
     scope: list[str] = Field(default_factory=list)
     source: Literal["proxy", "client"] = "proxy"
