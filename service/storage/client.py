@@ -215,6 +215,12 @@ def translate_errors(action: str, *, on_missing: str | None = None, on_conflict:
             raise StoreUnavailable(
                 f"OpenSearch is overloaded or unavailable ({status}) while trying to {action}"
             ) from exc
+        if index_unavailable(exc.error):
+            # a closed index (400) or one missing where an index was expected (404, no on_missing):
+            # nothing wrong with the request, the store cannot serve it until the index is back
+            # (an operator's close, a restore, an alias moving), so a retry later can succeed
+            log.warning("OpenSearch could not %s: %s", action, exc.error)
+            raise StoreUnavailable(f"an index is closed or missing while trying to {action}") from exc
         if status == 400:
             # OpenSearch's own text names index and document ids: it goes to the log, never to
             # the client.
@@ -227,13 +233,26 @@ def translate_errors(action: str, *, on_missing: str | None = None, on_conflict:
         raise
 
 
+# Refusals that name the index, not the request: it is closed (400) or not there (404). The store
+# cannot serve the request now, as when it is down; the same request succeeds once the index is
+# open again (or restored, or the alias back), so these are transient, never the caller's error.
+UNAVAILABLE_INDEX_ERRORS = frozenset({"index_closed_exception", "index_not_found_exception"})
+
+
+def index_unavailable(error: Any) -> bool:
+    """Whether an OpenSearch error (a request's ``error`` type, or an item's error object) says
+    the index is closed or missing rather than that the request is wrong."""
+    kind = error.get("type") if isinstance(error, dict) else error
+    return kind in UNAVAILABLE_INDEX_ERRORS
+
+
 def item_error(status: Any, error: Any, action: str) -> TenureError:
     """The error for one failed item of a multi-request (``_msearch``), mapped as
     :func:`translate_errors` maps a failed request: a 400 is the caller's; anything else (a 503
     "all shards failed" while a restarted node recovers its shards, a 429 rejection, a missing
     index) means the store cannot serve it now, which is a retryable 503, not a 422."""
     metrics.OPENSEARCH_ERRORS.labels(str(status)).inc()
-    if status == 400:
+    if status == 400 and not index_unavailable(error):
         log.warning("OpenSearch refused the request to %s: %s", action, error)
         return ValidationFailed(f"the store refused the request to {action}; check the parameters")
     return StoreUnavailable(f"OpenSearch could not {action} ({status})")
@@ -256,8 +275,9 @@ def refused_for_good(info: dict[str, Any]) -> bool:
     ``mapper_parsing_exception``, a 413), so sending it again cannot help. Every other status is
     the store unable to take it now: a 429 or a 5xx, a 403 ``cluster_block_exception`` (a write
     block, the flood-stage disk watermark), a 404 ``index_not_found`` while an alias moves; a 409
-    is an id that exists (see :func:`already_exists`)."""
-    return info.get("status") in (400, 413)
+    is an id that exists (see :func:`already_exists`); a 400 ``index_closed_exception`` is the
+    index, not the item, and is taken once the index is open again."""
+    return info.get("status") in (400, 413) and not index_unavailable(info.get("error"))
 
 
 def routed_id(tenant_id: str, key: str) -> str:
