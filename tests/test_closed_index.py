@@ -16,13 +16,14 @@ from opensearchpy import OpenSearch
 from pydantic import SecretStr
 
 from service.config import AuthSettings, Settings
+from service.domain.accounts import Credential
 from service.domain.principal import Principal
 from service.errors import NotFound, StoreUnavailable, ValidationFailed
 from service.extraction.pipeline import TRANSIENT_ERRORS
 from service.extraction.sidecar import split_sidecar
 from service.storage.client import bulk_item, refused_for_good, translate_errors
 from service.storage.lookup import BeliefLookup
-from service.storage.templates import BELIEFS, FAMILIES, drop_namespace
+from service.storage.templates import ACCOUNTS, BELIEFS, FAMILIES, drop_namespace
 from service.storage.turns import TurnRecord
 from tests.api.conftest import Team, auth, make_team, ok
 from tests.memory_loop.conftest import new_belief, sidecar
@@ -59,8 +60,11 @@ def beliefs_index(os_client: OpenSearch, namespace: str) -> str:
     return str(index)
 
 
-def waiting_turn(res: resources.Resources, team: Team, name: str) -> str:
-    """bob's turn (project pay) whose sidecar adds the belief ``name``, recorded and not yet run."""
+def waiting_turn(
+    res: resources.Resources, team: Team, name: str, owner: str = "bob", credential: Credential | None = None
+) -> str:
+    """``owner``'s turn (project pay) whose sidecar adds the belief ``name``, recorded with a
+    credential of that kind (no id: nothing to check for revocation) and not yet run."""
     split = split_sidecar(
         "ok" + sidecar(new_beliefs=[{**new_belief(name, f"{name} holds."), "scope": ["project:pay"]}])
     )
@@ -69,8 +73,9 @@ def waiting_turn(res: resources.Resources, team: Team, name: str) -> str:
         TurnRecord(
             tenant_id=team.tenant,
             turn_id=turn_id,
-            owner_id="bob",
+            owner_id=owner,
             projects=["pay"],
+            credential=credential,
             session_id="s-closed",
             scope=["project:pay"],
             model="gpt-4o",
@@ -142,3 +147,49 @@ def test_a_request_the_store_refuses_for_what_it_is_stays_the_callers_error(
     with pytest.raises(StoreUnavailable), translate_errors("search"):  # expected to exist: the store's
         os_client.search(index=missing, body={"query": {"match_all": {}}})
     assert refused_for_good({"status": 400, "error": {"type": "mapper_parsing_exception"}})
+
+
+def test_a_closed_accounts_index_is_not_read_as_accounts_that_do_not_exist(
+    own_api: TestClient, own_settings: Settings, os_client: OpenSearch
+) -> None:
+    """An ``mget`` into a closed index answers 200 with an error per item: read as "no record",
+    a disabled identity provider subject's turn was extracted (nothing disabled it), an API key's
+    turn was skipped for good (its user "gone"), and a valid key re-checked after an account change
+    was refused (401). Each is now the store unavailable: the turns wait for the sweep, the request
+    answers 503; once the index is open the records decide again, each tenant by its own."""
+    ns = own_settings.opensearch_namespace
+    services = own_api.app.state.services  # type: ignore[attr-defined]
+    operator = auth(services.provisioning.bootstrap().plaintext)
+    crew, other = make_team(own_api, operator), make_team(own_api, operator)
+    users = f"/v1/admin/tenants/{crew.tenant}/users"
+    ok(own_api.post(users, json={"user_id": "dana", "projects": ["pay"]}, headers=operator), 201)
+    ok(own_api.post(f"{users}/dana/disable", headers=operator))
+    assert ok(own_api.get("/v1/whoami", headers=other.h("bob")))["user_id"] == "bob"  # cached from here on
+    res = resources.build(own_settings)
+    (index,) = os_client.indices.get_alias(index=ACCOUNTS.alias(ns)).keys()
+    names = {who: f"accounts_{who}_{uuid.uuid4().hex[:6]}" for who in ("dana", "bob")}
+    try:
+        dana = waiting_turn(res, crew, names["dana"], owner="dana", credential="idp_token")
+        bob = waiting_turn(res, other, names["bob"], credential="api_key")
+        os_client.indices.close(index=index)
+        try:
+            for tenant, turn_id in ((crew.tenant, dana), (other.tenant, bob)):
+                with pytest.raises(TRANSIENT_ERRORS):
+                    res.pipeline.run(tenant, turn_id)
+                turn = res.turns.load(tenant, turn_id)[0]
+                assert (turn.extraction_status, turn.attempts) == ("pending", 0)
+            services.accounts.bump_version(other.tenant)  # an account change: bob's key is checked again
+            answer = own_api.get("/v1/whoami", headers=other.h("bob"))
+            assert answer.status_code == 503, answer.text
+        finally:
+            os_client.indices.open(index=index, wait_for_active_shards="all")
+        assert res.pipeline.run(crew.tenant, dana).status == "skipped"  # disabled, as every request of hers
+        assert res.pipeline.run(other.tenant, bob).status == "done"
+        assert ok(own_api.get("/v1/whoami", headers=other.h("bob")))["user_id"] == "bob"
+        for team, who, project in ((crew, "dana", "pay"), (other, "bob", "pay")):
+            for tenant in (crew.tenant, other.tenant):
+                reader = Principal(tenant_id=tenant, user_id="reader", projects=frozenset({project}))
+                hits = BeliefLookup(services.store).by_name_or_alias(reader, names[who])
+                assert bool(hits) == (who == "bob" and tenant == team.tenant)
+    finally:
+        res.close()

@@ -28,7 +28,7 @@ from service.domain.principal import Principal
 from service.errors import NotFound
 from service.storage import access, calls, cursor
 from service.storage.calls import Call, Reads
-from service.storage.client import get_routed, index_routed, translate_errors
+from service.storage.client import found_item, get_routed, index_routed, translate_errors
 from service.storage.templates import ACCOUNTS
 from service.write_versions import TenantAccountsVersions
 
@@ -163,9 +163,10 @@ class AccountStore:
                 found = self.client.mget(index=self.alias, body={"docs": docs})["docs"]
         except NotFound:  # no accounts index yet: no record, so nothing disabled
             return False, None
-        disabled = any(d.get("found") and d.get("_source", {}).get("disabled") is True for d in found)
+        action = "check whether an account is disabled"
+        disabled = any(found_item(d, action) and d.get("_source", {}).get("disabled") is True for d in found)
         user = found[1]
-        if not user.get("found"):
+        if not found_item(user, action):
             return disabled, None
         source = user.get("_source", {})
         return disabled, _record(Grants, {name: source[name] for name in GRANT_FIELDS if name in source})
@@ -187,7 +188,7 @@ class AccountStore:
         ]
         answer = yield Call("mget", {"index": self.alias, "body": {"docs": docs}}, "read an API key and its account")
         key_doc, user_doc, tenant_doc = answer["docs"]
-        if not all(d.get("found") for d in (key_doc, user_doc, tenant_doc)):
+        if not all(found_item(d, "read an API key and its account") for d in (key_doc, user_doc, tenant_doc)):
             raise NotFound(f"API key {key_id!r} of user {user_id!r} of tenant {tenant_id!r} not found")
         key = _record(ApiKeyRecord, key_doc["_source"])
         if (key.tenant_id, key.user_id) != (tenant_id, user_id):

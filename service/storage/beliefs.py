@@ -31,6 +31,7 @@ from service.storage.change_logs import REF_FIELD, ChangeLogStore, PendingLog, r
 from service.storage.client import (
     already_exists,
     bulk_item,
+    found_item,
     get_routed,
     index_routed,
     item_error,
@@ -1067,7 +1068,7 @@ def _move_page(store: BeliefStore, keys: list[tuple[str, str]], done: MovedLogs)
     versions: dict[str, tuple[int, int]] = {}
     for (tenant, belief_id), doc in zip(keys, found, strict=True):
         source = doc.get("_source") or {}
-        if not doc.get("found") or not source.get("change_log"):
+        if not found_item(doc, "read beliefs to move their change logs") or not source.get("change_log"):
             done.changed_meanwhile += 1  # deleted, or rewritten (log moved) since the scan
             continue
         belief = load_belief(source, hit_id=doc.get("_id"))

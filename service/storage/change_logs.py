@@ -40,7 +40,7 @@ from service.domain.belief import utcnow
 from service.domain.principal import Principal
 from service.errors import Conflict, ValidationFailed
 from service.storage import access
-from service.storage.client import bulk_item, index_routed, routed_id, translate_errors
+from service.storage.client import bulk_item, found_item, index_routed, routed_id, translate_errors
 from service.storage.templates import BELIEF_LOGS, BELIEFS
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ class ChangeLogStore:
             with translate_errors("read the beliefs' change-log refs"):
                 answer = self.client.mget(index=self.beliefs_alias, body={"docs": docs}, _source_includes=REF_FIELD)
             for key, doc in zip(chunk, answer.get("docs", []), strict=False):
-                ref = (doc.get("_source") or {}).get(REF_FIELD) if doc.get("found") else None
+                ref = (doc.get("_source") or {}).get(REF_FIELD) if found_item(doc, "read change-log refs") else None
                 if isinstance(ref, str):
                     out[key] = ref
         return out
@@ -238,7 +238,7 @@ class ChangeLogStore:
             with translate_errors("read change logs"):
                 answer = self.client.mget(index=self.alias, body={"docs": docs})
             for (tenant, belief_id, ref), doc in zip(chunk, answer.get("docs", []), strict=False):
-                source = doc.get("_source") if doc.get("found") else None
+                source = doc.get("_source") if found_item(doc, "read change logs") else None
                 if not isinstance(source, dict):
                     continue
                 if source.get("tenant_id") != tenant or source.get("belief_id") != belief_id:

@@ -258,6 +258,16 @@ def item_error(status: Any, error: Any, action: str) -> TenureError:
     return StoreUnavailable(f"OpenSearch could not {action} ({status})")
 
 
+def found_item(doc: dict[str, Any], action: str) -> bool:
+    """Whether one ``mget`` item found its document. An item the store could not read (its index
+    closed, its shard unavailable: the ``mget`` itself answers 200) is raised as that failure,
+    :func:`item_error`, never read as a document that does not exist: a missing account record
+    or belief decides things a closed index must not."""
+    if "error" in doc:
+        raise item_error(doc.get("status", 503), doc["error"], action)
+    return bool(doc.get("found"))
+
+
 def bulk_item(result: dict[str, Any]) -> dict[str, Any]:
     """The per-document part of one bulk result (``{"create": {...}}`` -> ``{...}``)."""
     info = next(iter(result.values()), None)
