@@ -121,6 +121,33 @@ def test_errors_carry_code_status_and_request_id(client: TestClient, team: Team,
     assert invalid.value.code == "validation_error" and invalid.value.details
 
 
+def test_ids_of_dots_or_nothing_never_reach_another_route(
+    client: TestClient, operator_key: str, team: Team, other_team: Team
+) -> None:
+    """An id ``..`` went out as a dot segment that httpx resolves against the path:
+    ``disable_user(tenant, "..")`` sent ``POST /v1/admin/tenants/<tenant>/disable`` and disabled
+    the whole tenant; ``get(".")`` and ``get("")`` reached the listing's redirect and raised
+    pydantic's ValidationError, not a TenureError."""
+    operator = _sdk(client, operator_key)
+    for user_id in ("..", "."):
+        with pytest.raises(BadRequest):  # the server's 422: no user id is made of dots
+            operator.admin.disable_user(team.tenant, user_id)
+    with pytest.raises(BadRequest):
+        operator.admin.disable_user(team.tenant, "")
+    for tenant in (team, other_team):  # neither tenant, nor anyone in it, was disabled
+        for user in ("alice", "bob"):
+            assert _sdk(client, tenant.keys[user]).whoami().tenant_id == tenant.tenant
+
+    alice = _sdk(client, team.keys["alice"])
+    mine = alice.beliefs.create(**belief_body("dotted_ids_rule", "project:pay"))
+    for belief_id in ("", ".", ".."):
+        with pytest.raises(BadRequest):
+            alice.beliefs.get(belief_id)
+        with pytest.raises(BadRequest):
+            alice.beliefs.pin(belief_id)
+    assert alice.beliefs.get(mine.id or "").pinned is False
+
+
 def test_connection_failure_names_the_url() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

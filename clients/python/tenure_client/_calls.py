@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_core import from_json
 
 from tenure_client import models
+from tenure_client.errors import BadRequest
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -66,8 +67,15 @@ class Call(Generic[T]):
 
 
 def seg(value: str) -> str:
-    """One path segment, escaped (an id can never reach another route)."""
-    return quote(value, safe="")
+    """One path segment, escaped (an id can never reach another route): ``/``, ``?``, ``#`` and
+    ``%`` are percent-encoded, and so is an id that is all a dot segment (``.``, ``..``), which URL
+    normalisation (httpx's, a proxy's) would otherwise resolve against the path: ``users/../disable``
+    is the tenant's ``disable``. An empty id would leave the route's own path (``/v1/beliefs/`` is
+    the listing's) and is refused before anything is sent."""
+    if not value:
+        raise BadRequest("an id cannot be empty", code="validation_error")
+    escaped = quote(value, safe="")
+    return escaped.replace(".", "%2E") if escaped in (".", "..") else escaped
 
 
 def model(cls: type[M]) -> Parser[M]:
