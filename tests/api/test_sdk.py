@@ -17,6 +17,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from opensearchpy import OpenSearch
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 from tenure_client import (
     AsyncTenure,
     AuthenticationFailed,
@@ -146,6 +148,42 @@ def test_ids_of_dots_or_nothing_never_reach_another_route(
         with pytest.raises(BadRequest):
             alice.beliefs.pin(belief_id)
     assert alice.beliefs.get(mine.id or "").pinned is False
+
+
+def _behind_prefix(app: ASGIApp, prefix: str) -> ASGIApp:
+    """``app`` as a proxy serving it at a path prefix serves it (Caddy's ``handle_path
+    /tenure/*``): the prefix stripped, any other path a 404 of the proxy's own."""
+
+    async def proxy(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            if not scope["path"].startswith(f"{prefix}/"):
+                await PlainTextResponse("not found", status_code=404)(scope, receive, send)
+                return
+            scope = {**scope, "path": scope["path"][len(prefix) :], "raw_path": scope["raw_path"][len(prefix) :]}
+        await app(scope, receive, send)
+
+    return proxy
+
+
+def test_a_base_url_with_a_path_keeps_it(app: FastAPI, client: TestClient, team: Team, other_team: Team) -> None:
+    """``Tenure("https://host/tenure")`` sent its requests, key and all, to ``https://host/v1/...``
+    (an RFC 3986 join of an absolute path drops the base's path), another service's on a shared
+    host; the base URL's path is kept, as httpx keeps it for a relative URL."""
+    proxied = _behind_prefix(app, "/tenure")
+    http = TestClient(proxied, base_url="http://testserver/tenure")  # the app's lifespan already runs
+    for tenant in (team, other_team):
+        sdk = Tenure("http://testserver/tenure", tenant.keys["alice"], http_client=http, max_retries=0)
+        assert sdk.whoami().tenant_id == tenant.tenant
+        made = sdk.beliefs.create(**belief_body("prefixed_rule", "project:pay"))
+        assert sdk.beliefs.get(made.id or "").id == made.id
+        assert [b.id for b in sdk.beliefs.export(scope=["project:pay"])] == [made.id]
+
+    async def scenario() -> tuple[str, str]:
+        transport = httpx.ASGITransport(app=proxied)
+        async with AsyncTenure("http://testserver/tenure/", team.keys["bob"], transport=transport) as bob:
+            return (await bob.whoami()).user_id, (await bob.ready())["status"]
+
+    assert asyncio.run(scenario()) == ("bob", "ready")
 
 
 def test_connection_failure_names_the_url() -> None:

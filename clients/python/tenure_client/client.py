@@ -181,8 +181,13 @@ async def _afollow(fetch: Callable[[str | None], Awaitable[_Page[Item]]]) -> Asy
 def _joined(http_base: httpx.URL, base_url: str, path: str) -> httpx.URL:
     """The absolute URL of ``path``, parsed once: httpx parses a string URL on every request and
     again to merge it with its base (~40 µs a request; an absolute ``httpx.URL`` is used as is).
-    Paths are few (a route and an id), so the cache stays small."""
-    return http_base.join(path) if str(http_base) else httpx.URL(f"{base_url}{path}")
+    Paths are few (a route and an id), so the cache stays small. Merged as httpx merges a relative
+    URL with a client's base: the base's path kept (a deployment behind a proxy at
+    ``https://host/tenure/``), where RFC 3986's ``join`` of an absolute path would replace it and
+    send the request, key and all, to another path of the host."""
+    if not str(http_base):
+        return httpx.URL(f"{base_url}{path}")
+    return http_base.copy_with(raw_path=http_base.raw_path + httpx.URL(path).raw_path.lstrip(b"/"))
 
 
 def _direct_request(
