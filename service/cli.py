@@ -41,7 +41,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from tenure_client import Tenure, TenureError, chunked
-from tenure_client.errors import AuthenticationFailed, ConnectionFailed, IncompleteAnswer, PermissionDenied
+from tenure_client.errors import (
+    AuthenticationFailed,
+    ConnectionFailed,
+    IncompleteAnswer,
+    PermissionDenied,
+    UnexpectedAnswer,
+)
 from typer._click.exceptions import ClickException  # Typer vendors its own Click
 
 from service.config import CliSettings, Settings, get_settings
@@ -883,6 +889,8 @@ def command_names() -> list[str]:
 def _hint(exc: TenureError) -> str | None:
     if isinstance(exc, ConnectionFailed):
         return "is the API running there? (./scripts/run.sh) Set TENURE_CLI_URL or --url"
+    if isinstance(exc, UnexpectedAnswer):
+        return "point TENURE_CLI_URL or --url at the API itself (https:// when it is behind the TLS proxy)"
     if isinstance(exc, AuthenticationFailed):
         return "check TENURE_CLI_KEY: the key may be revoked, expired, or from another deployment"
     if isinstance(exc, PermissionDenied):

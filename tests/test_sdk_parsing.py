@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import ValidationError
-from tenure_client import AsyncTenure, Tenure, models
+from tenure_client import AsyncTenure, Tenure, UnexpectedAnswer, models
 from tenure_client import _calls as calls
 
 STABLE = "## Memory\nstable part ✓\n"  # offsets count code points: the emoji and ✓ are one each
@@ -118,6 +118,7 @@ def test_an_empty_answer_is_none_and_a_broken_one_raises() -> None:
         assert client.send(calls.Call("GET", "/readyz", calls.raw)) is None
     with (
         Tenure("http://tenure.test", "key", transport=_answering(b"{broken")) as client,
-        pytest.raises(ValidationError, match="Invalid JSON"),
+        pytest.raises(UnexpectedAnswer, match="not the Tenure API's") as broken,
     ):
         client.recall("x")
+    assert isinstance(broken.value.__cause__, ValidationError) and "Invalid JSON" in str(broken.value.__cause__)

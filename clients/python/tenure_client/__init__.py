@@ -18,6 +18,7 @@ from tenure_client.errors import (
     RateLimited,
     ServiceUnavailable,
     TenureError,
+    UnexpectedAnswer,
 )
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ServiceUnavailable",
     "Tenure",
     "TenureError",
+    "UnexpectedAnswer",
     "chunked",
     "models",
 ]

@@ -26,7 +26,15 @@ from pydantic_core import from_json
 
 from tenure_client import _calls as calls
 from tenure_client import models
-from tenure_client.errors import ConnectionFailed, IncompleteAnswer, NotFound, TenureError, from_response
+from tenure_client.errors import (
+    ConnectionFailed,
+    IncompleteAnswer,
+    NotFound,
+    TenureError,
+    UnexpectedAnswer,
+    from_response,
+    unexpected_answer,
+)
 from tenure_client.keepalive import KeepAliveSyncTransport, KeepAliveTransport, TransportClosed
 
 if TYPE_CHECKING:
@@ -244,12 +252,27 @@ class _AsyncLent(httpx.AsyncBaseTransport):
 
 def _parsed(call: calls.Call[T], response: httpx.Response) -> T:
     """A successful answer read by its call: an empty one as ``None``, a :class:`calls.Parser`
-    from the bytes, any other parser from the decoded JSON."""
-    if response.status_code == 204 or not response.content:
-        return call.parse(None)
-    if isinstance(call.parse, calls.Parser):
-        return call.parse.from_bytes(response.content)
-    return call.parse(from_json(response.content))
+    from the bytes, any other parser from the decoded JSON. A redirect, or an answer the call
+    cannot read (a proxy's page), is an :class:`UnexpectedAnswer`, never pydantic's error."""
+    if response.status_code >= 300:
+        raise unexpected_answer(response)
+    try:
+        if response.status_code == 204 or not response.content:
+            return call.parse(None)
+        if isinstance(call.parse, calls.Parser):
+            return call.parse.from_bytes(response.content)
+        return call.parse(from_json(response.content))
+    except ValueError as exc:  # not JSON, or not this call's model (pydantic's ValidationError)
+        raise unexpected_answer(response) from exc
+
+
+def _belief_line(line: str, url: str) -> models.Belief:
+    """One line of a JSONL export; a line that is not a belief is an :class:`UnexpectedAnswer`."""
+    try:
+        return models.Belief.model_validate(json.loads(line))
+    except ValueError as exc:
+        message = f"a line of the export from {url} is not a belief: is the base URL the API's?"
+        raise UnexpectedAnswer(url, message) from exc
 
 
 class Tenure(_Base):
@@ -351,9 +374,9 @@ class Tenure(_Base):
             with self.http.stream(
                 "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
             ) as response:
-                if response.status_code >= 400:
+                if response.status_code >= 300:
                     response.read()
-                    raise from_response(response)
+                    raise from_response(response) if response.status_code >= 400 else unexpected_answer(response)
                 lines = 0
                 for line in response.iter_lines():
                     if line.strip():
@@ -477,7 +500,7 @@ class Beliefs:
     def export(self, **filters: Any) -> Iterator[models.Belief]:
         """Every matching belief with its change log, streamed (JSONL) as the server sends it."""
         for line in self._c.stream_lines("/v1/beliefs/export", calls.belief_filters(**filters)):
-            yield models.Belief.model_validate(json.loads(line))
+            yield _belief_line(line, self._c.base_url)
 
 
 class Admin:
@@ -672,9 +695,9 @@ class AsyncTenure(_Base):
             async with self.http.stream(
                 "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
             ) as response:
-                if response.status_code >= 400:
+                if response.status_code >= 300:
                     await response.aread()
-                    raise from_response(response)
+                    raise from_response(response) if response.status_code >= 400 else unexpected_answer(response)
                 lines = 0
                 async for line in response.aiter_lines():
                     if line.strip():
@@ -785,7 +808,7 @@ class AsyncBeliefs:
         """:meth:`Beliefs.export` (``async for``): every matching belief with its change log, as
         the server streams it."""
         async for line in self._c.stream_lines("/v1/beliefs/export", calls.belief_filters(**filters)):
-            yield models.Belief.model_validate(json.loads(line))
+            yield _belief_line(line, self._c.base_url)
 
 
 class AsyncAdmin:

@@ -73,6 +73,17 @@ class IncompleteAnswer(ConnectionFailed):
         self.lines = lines
 
 
+class UnexpectedAnswer(TenureError):
+    """An answer that is not the API's: a redirect (a TLS proxy's from ``http://`` to
+    ``https://``; the client follows none, so a credential never goes where the caller did not
+    send it) or a success whose body the client cannot read (a web page: the base URL reaches
+    another server). ``url`` is the request's, ``details["location"]`` a redirect's target."""
+
+    def __init__(self, url: str, message: str, *, status: int | None = None, details: Any = None):
+        super().__init__(message, code="unexpected_answer", status=status, details=details)
+        self.url = url
+
+
 class BadRequest(TenureError):
     """400 / 405 / 413 / 422: the request itself is wrong; ``details`` carries field paths."""
 
@@ -142,3 +153,22 @@ def from_response(response: httpx.Response) -> TenureError:
         request_id=request_id or response.headers.get("x-request-id"),
         retry_after_s=retry_after(response),
     )
+
+
+def unexpected_answer(response: httpx.Response) -> UnexpectedAnswer:
+    """What a redirect, or a success the client cannot read, stands for."""
+    try:
+        url = str(response.request.url.copy_with(query=None))
+    except RuntimeError:  # a response made without its request
+        url = "the server"
+    status = response.status_code
+    location = response.headers.get("location")
+    if 300 <= status < 400:
+        message = (
+            f"{url} answered {status} {response.reason_phrase}, a redirect to {location or 'nowhere'}: the client "
+            "follows no redirect; use the base URL the redirect names (https:// behind a TLS proxy)"
+        )
+        return UnexpectedAnswer(url, message, status=status, details={"location": location})
+    kind = response.headers.get("content-type") or "no content type"
+    message = f"the answer of {url} ({status}, {kind}) is not the Tenure API's: is the base URL the API's?"
+    return UnexpectedAnswer(url, message, status=status)
