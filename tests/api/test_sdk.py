@@ -219,6 +219,26 @@ def test_rate_limited_calls_are_retried_after_retry_after(limited: TestClient, t
     assert limited_error.value.retry_after_s and limited_error.value.retry_after_s >= 1
 
 
+def test_an_export_refused_by_the_rate_limit_is_retried_after_retry_after(limited: TestClient, team: Team) -> None:
+    """Every call is retried after a 429 (README "Retries") but the export, which raised
+    RateLimited at once: a streamed read is now retried as any read is, until its answer starts."""
+    alice = _sdk(limited, team.keys["alice"], max_retries=3)
+    made = alice.beliefs.create(**belief_body("exported_when_limited", "project:pay"))
+    alice.whoami()  # the burst (2) is spent: the export's first attempt is refused
+    started = time.monotonic()
+    assert [b.id for b in alice.beliefs.export(scope=["project:pay"])] == [made.id]
+    assert time.monotonic() - started >= 0.5  # it waited for the Retry-After
+
+    async def scenario() -> list[str | None]:
+        transport = httpx.ASGITransport(app=limited.app)
+        async with AsyncTenure("http://testserver", team.keys["bob"], transport=transport, max_retries=3) as bob:
+            await bob.whoami()
+            await bob.whoami()
+            return [b.id async for b in bob.beliefs.export(scope=["project:pay"])]
+
+    assert asyncio.run(scenario()) == [made.id]
+
+
 def test_chunked_stays_under_the_byte_limit() -> None:
     records = [{"canonical_name": f"n{i}", "content": "x" * 1000} for i in range(50)]
     batches = list(chunked(records, max_bytes=10_000))

@@ -266,6 +266,11 @@ def _parsed(call: calls.Call[T], response: httpx.Response) -> T:
         raise unexpected_answer(response) from exc
 
 
+def _refusal(response: httpx.Response) -> TenureError:
+    """What a streamed answer's status (a redirect or an error) stands for."""
+    return from_response(response) if response.status_code >= 400 else unexpected_answer(response)
+
+
 def _belief_line(line: str, url: str) -> models.Belief:
     """One line of a JSONL export; a line that is not a belief is an :class:`UnexpectedAnswer`."""
     try:
@@ -367,23 +372,34 @@ class Tenure(_Base):
         return response
 
     def stream_lines(self, path: str, params: Mapping[str, Any]) -> Iterator[str]:
-        """The non-empty lines of a streamed answer (JSONL export), as they arrive."""
+        """The non-empty lines of a streamed answer (JSONL export), as they arrive. Retried as
+        any read is (:meth:`send`) until the answer has started; a cut-off answer is not resent,
+        its lines are already the caller's."""
         call: calls.Call[Any] = calls.Call("GET", path, calls.raw, params=params)
-        lines: int | None = None  # counted once the answer has started
-        try:
-            with self.http.stream(
-                "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
-            ) as response:
-                if response.status_code >= 300:
-                    response.read()
-                    raise from_response(response) if response.status_code >= 400 else unexpected_answer(response)
-                lines = 0
-                for line in response.iter_lines():
-                    if line.strip():
-                        lines += 1
-                        yield line
-        except httpx.HTTPError as exc:
-            raise self._stream_error(self.http, exc, lines) from exc
+        attempt = 0
+        while True:
+            lines: int | None = None  # counted once the answer has started
+            try:
+                with self.http.stream(
+                    "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
+                ) as response:
+                    if response.status_code >= 300:
+                        response.read()
+                        raise _refusal(response)
+                    lines = 0
+                    for line in response.iter_lines():
+                        if line.strip():
+                            lines += 1
+                            yield line
+                return
+            except httpx.HTTPError as exc:
+                error: TenureError = self._stream_error(self.http, exc, lines)
+            except TenureError as refused:  # the answer's status, before it started
+                error = refused
+            if lines is not None or not _should_retry(call, error, attempt, self.max_retries):
+                raise error
+            time.sleep(_backoff(attempt, error, self.max_retry_wait_s))
+            attempt += 1
 
     # -------------------------------------------------------------- top level
 
@@ -690,21 +706,30 @@ class AsyncTenure(_Base):
     async def stream_lines(self, path: str, params: Mapping[str, Any]) -> AsyncIterator[str]:
         """:meth:`Tenure.stream_lines`, as an async iterator."""
         call: calls.Call[Any] = calls.Call("GET", path, calls.raw, params=params)
-        lines: int | None = None  # counted once the answer has started
-        try:
-            async with self.http.stream(
-                "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
-            ) as response:
-                if response.status_code >= 300:
-                    await response.aread()
-                    raise from_response(response) if response.status_code >= 400 else unexpected_answer(response)
-                lines = 0
-                async for line in response.aiter_lines():
-                    if line.strip():
-                        lines += 1
-                        yield line
-        except httpx.HTTPError as exc:
-            raise self._stream_error(self.http, exc, lines) from exc
+        attempt = 0
+        while True:
+            lines: int | None = None  # counted once the answer has started
+            try:
+                async with self.http.stream(
+                    "GET", self._url(self.http, path), params=dict(params), headers=self._headers(call)
+                ) as response:
+                    if response.status_code >= 300:
+                        await response.aread()
+                        raise _refusal(response)
+                    lines = 0
+                    async for line in response.aiter_lines():
+                        if line.strip():
+                            lines += 1
+                            yield line
+                return
+            except httpx.HTTPError as exc:
+                error: TenureError = self._stream_error(self.http, exc, lines)
+            except TenureError as refused:  # the answer's status, before it started
+                error = refused
+            if lines is not None or not _should_retry(call, error, attempt, self.max_retries):
+                raise error
+            await asyncio.sleep(_backoff(attempt, error, self.max_retry_wait_s))
+            attempt += 1
 
     async def recall(
         self,
