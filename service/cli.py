@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import httpx
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -105,11 +105,15 @@ class State:
 
     def api(self) -> Tenure:
         if self._api is None:
-            cli = CliSettings()
+            cli = _cli_settings()
             key = self.key or (cli.key.get_secret_value() if cli.key else None)
             _check_key(key)
             url = self.url or cli.url
-            self._api = Tenure(url, key, timeout=cli.timeout_s, session_id=self.session, http_client=self.http)
+            try:
+                self._api = Tenure(url, key, timeout=cli.timeout_s, session_id=self.session, http_client=self.http)
+            except httpx.InvalidURL as exc:
+                hint = "set TENURE_CLI_URL or --url to the API's base URL, e.g. https://tenure.example.com"
+                raise _error("validation_error", f"{url} is not a URL: {exc}", hint) from exc
         return self._api
 
     def close(self) -> None:
@@ -118,6 +122,16 @@ class State:
 
 
 STATE: State = State(out=sys.stdout, err=sys.stderr)
+
+
+def _cli_settings() -> CliSettings:
+    """The TENURE_CLI_* settings, or an error naming the one that is no value of its kind."""
+    try:
+        return CliSettings()
+    except ValidationError as exc:
+        wrong = exc.errors()[0]
+        name = "TENURE_CLI_" + "_".join(str(part) for part in wrong["loc"]).upper()
+        raise _error("validation_error", f"{name}: {wrong['msg']}", f"fix {name} or unset it") from exc
 
 
 def _check_key(key: str | None) -> None:
@@ -680,6 +694,9 @@ def export(
                 target.write(line + "\n")
                 count += 1
                 progress.advance(task)
+    except OSError as exc:  # the file cannot be made or written (no such directory, no space left)
+        where = out or "standard output"
+        raise _error("output_error", f"cannot write {where}: {exc.strerror or exc}", "choose another --out") from exc
     except IncompleteAnswer as exc:
         # the store failed (or the connection broke) after the export had started: the lines
         # written so far are not the whole export, and nothing in them says so

@@ -288,3 +288,29 @@ def test_import_of_a_file_that_is_not_utf8_or_a_negative_skip_is_a_clear_error(
     good.write_text(json.dumps([belief_body("cli_skip_rule")]))
     code, out, err = _run(client, "--key", team.keys["alice"], "import", str(good), "--skip", "-1")
     assert code == 2 and "skip" in (out + err).lower(), (out, err)
+
+
+def test_failures_outside_the_api_are_clear_errors_not_tracebacks(
+    client: TestClient, operator: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export to a directory that does not exist, a TENURE_CLI_* setting that is no value of
+    its kind, a URL that is no URL: each ended the command with a Python traceback."""
+    team = make_team(client, operator)
+    key = ["--key", team.keys["alice"]]
+    ok(client.post("/v1/beliefs", json=belief_body("cli_output_rule", "project:pay"), headers=team.h("alice")), 201)
+    target = tmp_path / "no-such-dir" / "beliefs.jsonl"
+    code, out, err = _run(client, *key, "export", "--out", str(target))
+    assert code == 1 and "output_error" in err and str(target) in err, (out, err)
+    assert "Traceback" not in out + err and not target.exists()
+
+    monkeypatch.setenv("TENURE_CLI_TIMEOUT_S", "soon")
+    code, out, err = _run(client, *key, "whoami")
+    assert code == 1 and "validation_error" in err and "TENURE_CLI_TIMEOUT_S" in err, (out, err)
+    assert "Traceback" not in out + err
+    monkeypatch.delenv("TENURE_CLI_TIMEOUT_S")
+
+    out_io, err_io = io.StringIO(), io.StringIO()  # no test client: the URL is the CLI's to parse
+    code = main(["--url", "http://[::1", *key, "whoami"], out=out_io, err=err_io)
+    assert code == 1 and "validation_error" in err_io.getvalue() and "http://[::1" in err_io.getvalue()
+    assert "Traceback" not in out_io.getvalue() + err_io.getvalue()
+    assert _json(client, *key, "whoami")["user_id"] == "alice"  # and the same command, set right, works
