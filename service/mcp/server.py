@@ -279,6 +279,25 @@ class RequireBearer:
         await self.app(scope, receive, send)
 
 
+class OnlyPost:
+    """The endpoint takes only POST. It is stateless, so no session has server-sent events a GET
+    stream could carry, or an end a DELETE could ask for; the SDK's transport would still answer
+    a GET with an event stream that never ends, holding a connection and a task of the worker for
+    as long as the caller likes (with any bearer, junk included). MCP's answer for a server
+    without that stream: 405."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("method") == "POST":
+            await self.app(scope, receive, send)
+            return
+        message = "Method Not Allowed: this stateless endpoint takes only POST (no event stream, no session)"
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+        await JSONResponse(body, status_code=405, headers={"Allow": "POST"})(scope, receive, send)
+
+
 def mount(app: FastAPI) -> MCPServer:
     """Add ``/mcp`` (streamable HTTP, stateless, JSON responses) to ``app``. The caller's lifespan
     must run ``server.session_manager.run()``."""
@@ -292,7 +311,7 @@ def mount(app: FastAPI) -> MCPServer:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     endpoint = next(r for r in starlette_app.routes if isinstance(r, Route) and r.path == MCP_PATH)
-    app.router.routes.append(Route(MCP_PATH, endpoint=RequireBearer(endpoint.app), include_in_schema=False))
+    app.router.routes.append(Route(MCP_PATH, endpoint=RequireBearer(OnlyPost(endpoint.app)), include_in_schema=False))
     return server
 
 

@@ -239,3 +239,19 @@ def test_recall_over_mcp_matches_rest(live_url: str, client: TestClient, team: T
     assert not failed and recalled["injected_ids"] == rest["injected_ids"] == [ids["billing_retry_policy"]]
     assert recalled["injection"] == rest["injection"]["text"]
     assert json.loads(json.dumps(recalled)) == recalled  # plain JSON for any MCP client
+
+
+@pytest.mark.parametrize("credential", ["alice", "junk"])
+def test_a_get_is_refused_at_once_not_held_open_for_ever(live_url: str, team: Team, credential: str) -> None:
+    """The endpoint is stateless: there is no session whose server-sent events a GET could carry.
+    A GET (any bearer, junk included: validity is checked per tool call) was answered with an
+    event stream that never ended, holding a connection and a task of the API worker for as long
+    as the caller liked; it is a 405 (what MCP prescribes for a server without such a stream), and
+    the official client carries on without it (the tests above)."""
+    bearer = team.keys["alice"] if credential == "alice" else "tnr_junk_junk"
+    for accept in ("text/event-stream", "*/*"):
+        headers = {"Authorization": f"Bearer {bearer}", "Accept": accept}
+        response = httpx.get(f"{live_url}/mcp", headers=headers, timeout=10)
+        assert response.status_code == 405 and response.headers["Allow"] == "POST"
+        error = response.json()["error"]
+        assert response.json()["id"] is None and error["code"] == -32600
