@@ -67,6 +67,9 @@ class Reply:
     # the request's Accept-Encoding said), each HTTP chunk a flushed piece of one compressed
     # stream, so an endless part is a decompression bomb (1 MiB of one letter: ~1 kB on the wire)
     content_encoding: str | None = None
+    # a whole (not streamed) answer sent one byte at a time, this long apart: a server trickling
+    # it, which a per-read timeout never stops (the request records a hang-up as ``_hung_up``)
+    trickle_s: float = 0.0
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -115,12 +118,14 @@ class ScriptedLLM:
             disable_nagle_algorithm = True  # as real servers do; avoids 40 ms delayed-ACK stalls
             _encoding: str | None = None  # the answer's Content-Encoding (Reply.content_encoding)
             _compressor: Any = None  # its compressor, one per answer
+            _trickle_s = 0.0  # Reply.trickle_s of the answer
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002, ARG002
                 return
 
             def do_GET(self) -> None:  # noqa: N802
                 self._encoding = self._compressor = None
+                self._trickle_s = 0.0
                 if self.path.rstrip("/").endswith("/models") and llm.models:
                     data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in llm.models]
                     self._json(200, {"object": "list", "data": data})
@@ -134,6 +139,7 @@ class ScriptedLLM:
                 request["_path"] = self.path
                 reply = llm.next_reply(request)
                 self._encoding, self._compressor = reply.content_encoding, _compressor(reply.content_encoding)
+                self._trickle_s = reply.trickle_s
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 try:
@@ -173,7 +179,13 @@ class ScriptedLLM:
                     data = self._compressor.compress(data) + self._compressor.flush()
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if not self._trickle_s:
+                    self.wfile.write(data)
+                    return
+                for at in range(len(data)):
+                    self.wfile.write(data[at : at + 1])
+                    self.wfile.flush()
+                    time.sleep(self._trickle_s)
 
             def _start(self, content_type: str) -> None:
                 """A 200 answer sent chunked (no length), compressed if the reply says so."""

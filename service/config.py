@@ -314,6 +314,13 @@ class MemoryLoopSettings(BaseSettings):
     compaction_llm_base_url: str | None = None
     compaction_llm_api_key: SecretStr | None = None
     compaction_llm_model: str | None = None
+    # The whole compaction model call (sending, the model's time, its answer), not each read: a
+    # provider trickling its answer never trips a per-read timeout. At most a third of
+    # TENURE_CELERY_HEAVY_SOFT_TIME_LIMIT_S is used (a read waiting at the deadline ends at its own
+    # timeout, the same length), so the call ends before the task's soft limit, with time left for
+    # the merges. Its answer is read up to upstream_max_body_bytes (decoded). Past either: the
+    # bucket is left as it is, as for any model failure (docs/memory-loop.md "Compaction").
+    compaction_llm_timeout_s: float = Field(80.0, gt=0, le=3600)
     compaction_interval_s: int = Field(1800, ge=10)
     compaction_threshold_preference: int = Field(15, ge=2)
     compaction_threshold_expertise: int = Field(8, ge=2)

@@ -10,12 +10,17 @@ its answer is read raw and decoded here, never more than :data:`PIECE_BYTES` at 
 caller's bound is checked as the decoded size grows. Only gzip and deflate are decoded (what a
 server compressing unasked sends); any other coding (br, zstd, several stacked) is refused, as a
 coding this module cannot decode within a bound.
+
+:class:`BoundedBody` is the one reading of such an answer's body every caller shares (the proxy,
+the JWKS fetch, the compaction model call): raw pieces in as they arrive, decoded here, refused
+past a size bound on what they decode to, or past a deadline for the whole answer.
 """
 
 from __future__ import annotations
 
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 IDENTITY = {"Accept-Encoding": "identity"}  # the request header: no compression, please
 PIECE_BYTES = 64 * 1024  # the most one step of decoding produces
@@ -25,6 +30,22 @@ _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate":
 
 class ContentCodingError(ValueError):
     """An answer in a coding that cannot be decoded within a bound, or that does not decode."""
+
+
+class AnswerTooLarge(ValueError):
+    """An answer past the caller's bound on what it decodes to (or announcing a length past it)."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"the answer exceeds {limit} bytes")
+        self.limit = limit
+
+
+class AnswerTooSlow(ValueError):
+    """An answer still arriving at the caller's deadline for all of it (a server trickling it:
+    an HTTP client's timeout applies to each read, never to the whole answer)."""
+
+    def __init__(self) -> None:
+        super().__init__("the answer was still arriving at its deadline")
 
 
 class BoundedDecoder:
@@ -55,3 +76,49 @@ def decoder_for(content_encoding: str) -> BoundedDecoder | None:
     if len(codings) > 1 or codings[0] not in _WBITS:
         raise ContentCodingError(f"the answer's content coding {content_encoding!r} is not one this service reads")
     return BoundedDecoder(codings[0])
+
+
+class BoundedBody:
+    """One answer's body as its raw (maybe compressed) pieces arrive: decoded at most
+    ``PIECE_BYTES`` at a time and kept up to ``limit`` decoded bytes, until ``deadline`` (a
+    ``time.monotonic()`` value; checked as each piece arrives, so a read waiting for one ends at
+    the HTTP client's own read timeout). Past either the caller stops reading and closes the
+    answer. ``headers``: the answer's (its ``Content-Encoding``; a ``Content-Length`` past
+    ``limit`` on an uncompressed answer is refused before a byte is read)."""
+
+    def __init__(self, headers: Mapping[str, str], limit: int, *, deadline: float | None = None):
+        self.limit = limit
+        self._deadline = deadline
+        self._decoder = decoder_for(headers.get("content-encoding", ""))
+        declared = headers.get("content-length", "")
+        if self._decoder is None and declared.isdigit() and int(declared) > limit:
+            raise AnswerTooLarge(limit)
+        self._parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, raw: bytes) -> None:
+        """Take the next raw piece; :class:`AnswerTooLarge`, :class:`AnswerTooSlow` or
+        :class:`ContentCodingError` when the answer must not be read further."""
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise AnswerTooSlow
+        for piece in self._decoder.decode(raw) if self._decoder else (raw,):
+            self.size += len(piece)
+            if self.size > self.limit:
+                raise AnswerTooLarge(self.limit)
+            self._parts.append(piece)
+
+    def content(self) -> bytes:
+        return b"".join(self._parts)
+
+
+def read_bounded(
+    raw: Iterable[bytes], headers: Mapping[str, str], limit: int, *, deadline: float | None = None
+) -> bytes:
+    """A synchronous answer's whole (decoded) body: ``raw`` its raw pieces (httpx's
+    ``response.iter_raw()``: httpx would decode a compressed piece whole), within ``limit``
+    decoded bytes and by ``deadline``; see :class:`BoundedBody`. The caller closes the answer
+    (its connection then is not reused with the rest unread)."""
+    body = BoundedBody(headers, limit, deadline=deadline)
+    for piece in raw:
+        body.add(piece)
+    return body.content()

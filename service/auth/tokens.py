@@ -26,7 +26,7 @@ from joserfc.jwk import GuestProtocol, Key, KeySet, OctKey
 from joserfc.jwt import ClaimsOption
 
 from service.config import AuthSettings
-from service.content_coding import IDENTITY, decoder_for
+from service.content_coding import IDENTITY, read_bounded
 from service.domain.accounts import SLUG_RE
 from service.domain.principal import Principal, Role
 from service.errors import InvalidCredential, Unauthenticated
@@ -146,18 +146,7 @@ def _jwks_body(url: str) -> bytes:
     deadline = time.monotonic() + JWKS_FETCH_TIMEOUT_S
     with httpx.stream("GET", url, headers=IDENTITY, timeout=JWKS_FETCH_TIMEOUT_S) as response:
         response.raise_for_status()
-        decoder = decoder_for(response.headers.get("content-encoding", ""))
-        parts: list[bytes] = []
-        size = 0
-        for raw in response.iter_raw():  # raw: httpx would decode a compressed read whole
-            if time.monotonic() > deadline:
-                raise ValueError(f"the JWKS fetch took longer than {JWKS_FETCH_TIMEOUT_S} s")
-            for piece in decoder.decode(raw) if decoder else (raw,):
-                size += len(piece)
-                if size > JWKS_MAX_BYTES:
-                    raise ValueError(f"the JWKS exceeds {JWKS_MAX_BYTES} bytes")
-                parts.append(piece)
-    return b"".join(parts)
+        return read_bounded(response.iter_raw(), response.headers, JWKS_MAX_BYTES, deadline=deadline)
 
 
 class TokenVerifier:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -35,6 +37,7 @@ from service import redis_keys
 from service.auth.actor import Actor
 from service.beliefs.lifecycle import BeliefLifecycle, Change, merge_aliases, spoken_name
 from service.config import MemoryLoopSettings, Settings
+from service.content_coding import IDENTITY, AnswerTooLarge, AnswerTooSlow, ContentCodingError, read_bounded
 from service.domain import scopes as scope_rules
 from service.domain.audit import AuditAction
 from service.domain.belief import (
@@ -54,6 +57,7 @@ from service.domain.text import clip
 from service.extraction.validator import addresses_system
 from service.storage.lookup import BeliefLookup, BucketKey
 
+log = logging.getLogger("tenure.extraction.compaction")
 ACTOR = "compaction"
 DEDUP_PROMPT = """You merge duplicate beliefs about one user. Input: a JSON array of beliefs
 {id, type, canonical_name, content, aliases, scope}. Only merge when you are highly confident two
@@ -138,15 +142,38 @@ class RedisBucketLock:
                     lock.release()
 
 
-class CompactionLLM:
-    """A synchronous OpenAI-compatible chat call that must answer with one JSON object."""
+class ModelUnavailable(Exception):
+    """The compaction model gave no answer to use: unreachable, an error status, or an answer past
+    its bounds (too large once decoded, or still arriving at the call's deadline)."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None, timeout_s: float = 60.0):
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+class CompactionLLM:
+    """A synchronous OpenAI-compatible chat call that must answer with one JSON object.
+
+    The model provider is not this deployment's: its answer is asked for uncompressed, read as it
+    arrives (one compressed anyway decoded in bounded pieces) up to ``max_body_bytes`` decoded, and
+    the whole call ends ``timeout_s`` after it began (httpx's timeout applies to each read; a read
+    waiting at the deadline ends at its own, the same length). Past either the connection is
+    closed with the rest unread and nothing of the answer is used (:class:`ModelUnavailable`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        *,
+        timeout_s: float = 80.0,
+        max_body_bytes: int = 16 * 1024 * 1024,
+    ):
+        headers = {**IDENTITY, **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
         self.model = model
+        self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
 
     def complete_json(self, system: str, payload: Any, *, max_tokens: int) -> dict[str, Any] | None:
+        """The JSON object in the model's answer; None when it holds none (an answer without one
+        is the model declining); :class:`ModelUnavailable` when there is no answer to use."""
         body = {
             "model": self.model,
             "temperature": 0.1,
@@ -156,15 +183,31 @@ class CompactionLLM:
                 {"role": "user", "content": json.dumps(payload, ensure_ascii=False)},
             ],
         }
+        answer = self._post(body)
         try:
-            response = self.client.post("/chat/completions", json=body)
-            response.raise_for_status()
-            text = response.json()["choices"][0]["message"]["content"]
+            text = json.loads(answer)["choices"][0]["message"]["content"]
             found = re.search(r"\{[\s\S]*\}", text or "")
             data = json.loads(found.group(0)) if found else None
-        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError):
+        except (KeyError, IndexError, TypeError, ValueError):
             return None
         return data if isinstance(data, dict) else None
+
+    def _post(self, body: dict[str, Any]) -> bytes:
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            with self.client.stream("POST", "/chat/completions", json=body) as response:
+                response.raise_for_status()
+                return read_bounded(response.iter_raw(), response.headers, self.max_body_bytes, deadline=deadline)
+        except AnswerTooLarge as exc:
+            raise ModelUnavailable(
+                f"its answer exceeds {exc.limit} bytes (TENURE_LOOP_UPSTREAM_MAX_BODY_BYTES)"
+            ) from exc
+        except AnswerTooSlow as exc:
+            raise ModelUnavailable(
+                f"its answer took longer than {self.timeout_s:g} s (TENURE_LOOP_COMPACTION_LLM_TIMEOUT_S)"
+            ) from exc
+        except (httpx.HTTPError, ContentCodingError) as exc:
+            raise ModelUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
 
 
 def llm_from_settings(settings: Settings) -> CompactionLLM | None:
@@ -175,7 +218,16 @@ def llm_from_settings(settings: Settings) -> CompactionLLM | None:
     if not base:
         return None
     key = loop.compaction_llm_api_key or loop.upstream_api_key
-    return CompactionLLM(base, loop.compaction_llm_model, key.get_secret_value() if key else None)
+    # a third of the bucket task's soft limit at most: even with a read waiting at the deadline
+    # (ending at its own timeout, as long), the call ends before the soft limit, merges still to do
+    timeout_s = min(loop.compaction_llm_timeout_s, settings.celery.heavy_soft_time_limit_s / 3)
+    return CompactionLLM(
+        base,
+        loop.compaction_llm_model,
+        key.get_secret_value() if key else None,
+        timeout_s=timeout_s,
+        max_body_bytes=loop.upstream_max_body_bytes,
+    )
 
 
 @dataclass(frozen=True)
@@ -209,6 +261,13 @@ def _owner_principal(key: BucketKey) -> Principal:
     projects = frozenset({key.scope.split(":", 1)[1]}) if key.scope.startswith("project:") else frozenset()
     teams = frozenset({key.scope.split(":", 1)[1]}) if key.scope.startswith("team:") else frozenset()
     return Principal(tenant_id=key.tenant_id, user_id=key.owner_id, projects=projects, teams=teams)
+
+
+def _unavailable(exc: ModelUnavailable, outcome: str) -> str:
+    """The run's note (in its report and audit event) of a model call with no answer to use; the
+    bucket is left as it is, the next plan after its cooldown asks again."""
+    log.warning("compaction model unavailable: %s", exc)
+    return f"model unavailable: {exc}; {outcome}"
 
 
 def _clean_text(value: Any, limit: int) -> str | None:
@@ -354,7 +413,11 @@ class Compactor:
             }
             for b in beliefs
         ]
-        data = self.llm.complete_json(DEDUP_PROMPT, payload, max_tokens=2000)
+        try:
+            data = self.llm.complete_json(DEDUP_PROMPT, payload, max_tokens=2000)
+        except ModelUnavailable as exc:
+            report.rejected.append(_unavailable(exc, "nothing merged"))
+            return []
         if data is None or not isinstance(data.get("merges"), list):
             report.rejected.append("model answer unusable; nothing merged")
             return []
@@ -502,7 +565,11 @@ class Compactor:
             }
             for b in beliefs
         ]
-        data = self.llm.complete_json(EXPERTISE_PROMPT, payload, max_tokens=3000)
+        try:
+            data = self.llm.complete_json(EXPERTISE_PROMPT, payload, max_tokens=3000)
+        except ModelUnavailable as exc:
+            report.rejected.append(_unavailable(exc, "no expertise synthesised"))
+            return
         if data is None or not isinstance(data.get("assessments"), list):
             report.rejected.append("model answer unusable; no expertise synthesised")
             return

@@ -26,7 +26,14 @@ from typing import Any, cast
 import httpx2
 
 from service.config import MemoryLoopSettings
-from service.content_coding import IDENTITY, BoundedDecoder, ContentCodingError, decoder_for
+from service.content_coding import (
+    IDENTITY,
+    AnswerTooLarge,
+    BoundedBody,
+    BoundedDecoder,
+    ContentCodingError,
+    decoder_for,
+)
 from service.errors import ErrorCode, TenureError, ValidationFailed
 from service.telemetry.tracing import client_span, record_status
 
@@ -379,24 +386,20 @@ class _DecodedBody(httpx2.AsyncByteStream):
 async def _read(response: httpx2.Response, limit: int) -> bytes | None:
     """``response``'s (decoded) body, or None once it passes ``limit`` bytes (nothing more is
     read). Closes ``response`` either way; transport failures become :class:`UpstreamFailure`."""
-    parts: list[bytes] = []
-    size = 0
     try:
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
-            return None  # refused before a byte of it is read
+        # decoded already (:func:`_decoded`): counted here, a length past the bound refused unread
+        body = BoundedBody(response.headers, limit)
         async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > limit:
-                return None
-            parts.append(chunk)
+            body.add(chunk)
+    except AnswerTooLarge:
+        return None
     except httpx2.TimeoutException as exc:
         raise UpstreamFailure("the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT) from exc
     except httpx2.HTTPError as exc:
         raise UpstreamFailure(f"the upstream answer broke off: {type(exc).__name__}", status=502) from exc
     finally:
         await response.aclose()  # not read to its end: the connection is closed, not pooled
-    return b"".join(parts)
+    return body.content()
 
 
 async def _head(response: httpx2.Response) -> bytes:

@@ -168,13 +168,14 @@ def worker_env(settings: Settings) -> dict[str, str]:
 
 
 class WorkerProcess:
-    def __init__(self, settings: Settings, log_path: Path):
+    def __init__(self, settings: Settings, log_path: Path, env: dict[str, str] | None = None):
+        """``env``: settings of this worker beyond :func:`worker_env`'s."""
         self.log_path = log_path
         self.log = log_path.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", *celery_worker_args(settings.celery.queue_prefix, name="test")],
             cwd=REPO,
-            env=worker_env(settings),
+            env={**worker_env(settings), **(env or {})},
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
