@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import re
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -186,9 +185,8 @@ class CompactionLLM:
         answer = self._post(body)
         try:
             text = json.loads(answer)["choices"][0]["message"]["content"]
-            found = re.search(r"\{[\s\S]*\}", text or "")
-            data = json.loads(found.group(0)) if found else None
-        except (KeyError, IndexError, TypeError, ValueError):
+            data = _object_in(text) if isinstance(text, str) else None
+        except (KeyError, IndexError, TypeError, ValueError, RecursionError):  # nested past the parser's limit
             return None
         return data if isinstance(data, dict) else None
 
@@ -208,6 +206,14 @@ class CompactionLLM:
             ) from exc
         except (httpx.HTTPError, ContentCodingError) as exc:
             raise ModelUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+
+
+def _object_in(text: str) -> Any:
+    """The JSON from the text's first ``{`` to its last ``}`` (a model may wrap its object in
+    prose), None without such a span. Found in linear time: a regex search for it tried every
+    ``{`` to the text's end, quadratic in an answer of braces that never close."""
+    start, end = text.find("{"), text.rfind("}")
+    return json.loads(text[start : end + 1]) if 0 <= start < end else None
 
 
 def llm_from_settings(settings: Settings) -> CompactionLLM | None:

@@ -197,3 +197,27 @@ def test_a_compressed_model_answer_within_the_bounds_is_applied(
     alice = Principal(tenant_id=crew.tenant, user_id="alice")
     assert loop_services.store.get(alice, "b-r2").superseded_by == merge["new_id"]
     assert loop_services.store.get(alice, "b-pg").is_live
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # its braces never close: the search for the object in the text tried every one of them
+        # to the text's end (quadratic: ~15 minutes for these 500 kB, within the bound)
+        pytest.param("{" * 500_000, id="unclosed-braces"),
+        # nested past the JSON parser's recursion limit: a RecursionError, not a ValueError
+        pytest.param('{"merges": ' + "[" * 100_000 + "]" * 100_000 + "}", id="deep-nesting"),
+    ],
+)
+def test_a_model_answer_within_the_bound_that_holds_no_usable_object_merges_nothing(
+    model_queue: TaskQueue, crew: Team, loop_services: Services, llm: ScriptedLLM, content: str
+) -> None:
+    """An answer within the bound whose text is no usable object: the run either held the bucket
+    task up to its soft time limit or failed it with an exception (no run recorded, the bucket
+    planned again and again); it is now a useless answer, at once: nothing merged."""
+    bucket(loop_services, crew)
+    llm.script(Reply(content=content))
+    details = compact(model_queue, loop_services, crew, timeout=20)
+    assert details["merges"] == []
+    assert details["rejected"] == ["model answer unusable; nothing merged"]
+    assert untouched(loop_services, crew)
