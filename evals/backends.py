@@ -5,7 +5,11 @@ OpenSearch, loads the same corpus and answers the same cases. They differ in exa
 choice each:
 
 ==========================  ===============================================================
-``bm25``                    the service's recall, production templates, as it runs
+``bm25``                    the service's recall as the API runs it: production templates,
+                            the tenant-vocabulary matcher, the tier cache, the in-process
+                            query analysis (service/recall/stack.py builds it for both)
+``bm25-lucene-query``       the same with ``vocabulary_matching`` off: relevance from the
+                            per-request Lucene fuzzy/shingle query (same answers expected)
 ``bm25-standard-analyzer``  names/aliases indexed and searched with Lucene's ``standard``
                             analyzer instead of ours (no whole-unit matching, no word forms)
 ``bm25-no-aliases``         canonical names only (the alias clauses are dropped)
@@ -15,6 +19,12 @@ choice each:
 ``vector``                  all-MiniLM-L6-v2 cosine over canonical_name + aliases, top 20, no
                             threshold (paper §7.5); needs the ``vector`` extra (evals/vector.py)
 ==========================  ===============================================================
+
+Every BM25 backend is built by the API's own factory (``service.recall.stack``), over a store
+whose writes bump the tenants' write versions in Redis, as the API's do. The ablations that
+change the query (standard-analyzer, no-aliases, no-fuzzy, content-searched) replace the Lucene
+relevance clauses, so they run on ``bm25-lucene-query``'s path (vocabulary matching off);
+``bm25-no-threshold`` changes only ``min_score`` and runs on ``bm25``'s.
 
 Index variants are built from the production template JSON with one thing swapped; the
 production templates are never modified.
@@ -29,20 +39,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from opensearchpy import OpenSearch
+from redis import Redis
 
 from evals.runner import Backend, ClauseFactory, ContextBackend
 from service.config import RecallDefaults
 from service.recall.context import ContextBuilder
+from service.recall.stack import context_builder, recall_store
 from service.storage import queries
 from service.storage.beliefs import BeliefStore
+from service.storage.local_analysis import LocalAnalysis
 from service.storage.templates import (
     BELIEF_LOGS,
     BELIEFS,
     apply_templates,
     component_stems,
+    drop_namespace,
     index_template_body,
     load_json,
 )
+from service.write_versions import TenantWriteVersions
 
 # The ablation that searches content too: one BM25 clause over the English-analysed content,
 # at the weight the paper's stale case description gives content ("weight 1"), so a content hit
@@ -60,6 +75,10 @@ class BackendSpec:
     clauses: ClauseFactory | None = None
     min_score: float | None = None
     needs_vector: bool = False
+    # relevance from the per-request Lucene fuzzy/shingle query, as the service runs it with
+    # ``vocabulary_matching`` off (the query ablations replace those clauses); else the API's
+    # tenant-vocabulary matcher
+    lucene_query: bool = False
 
 
 def _no_aliases(text: str) -> list[dict[str, Any]]:
@@ -82,21 +101,33 @@ def _with_content(text: str) -> list[dict[str, Any]]:
 SPECS: dict[str, BackendSpec] = {
     s.name: s
     for s in (
-        BackendSpec("bm25", "ours: alias-weighted whole-unit BM25, as the service runs it"),
+        BackendSpec(
+            "bm25",
+            "ours: alias-weighted whole-unit BM25, as the API runs it (tenant-vocabulary matcher, tier cache)",
+        ),
+        BackendSpec(
+            "bm25-lucene-query",
+            "the same, relevance from the per-request Lucene fuzzy/shingle query (vocabulary matching off)",
+            lucene_query=True,
+        ),
         BackendSpec(
             "bm25-standard-analyzer",
             "names and aliases analysed with Lucene's standard analyzer instead of ours",
             index_variant="standard-analyzer",
             clauses=_field_analyzers,
+            lucene_query=True,
         ),
-        BackendSpec("bm25-no-aliases", "canonical names only: alias clauses dropped", clauses=_no_aliases),
-        BackendSpec("bm25-no-fuzzy", "exact terms only: no one-edit fuzziness", clauses=_no_fuzzy),
+        BackendSpec(
+            "bm25-no-aliases", "canonical names only: alias clauses dropped", clauses=_no_aliases, lucene_query=True
+        ),
+        BackendSpec("bm25-no-fuzzy", "exact terms only: no one-edit fuzziness", clauses=_no_fuzzy, lucene_query=True),
         BackendSpec("bm25-no-threshold", "no score threshold (min_score 0)", min_score=0.0),
         BackendSpec(
             "bm25-content-searched",
             f"content indexed ({CONTENT_ANALYZER} analyzer, BM25) and searched too, boost {CONTENT_BOOST}",
             index_variant="content-searched",
             clauses=_with_content,
+            lucene_query=True,
         ),
         BackendSpec(
             "vector",
@@ -183,8 +214,28 @@ def _swap_cjk_tokenizer(analysis: dict[str, Any], candidate: str) -> None:
                 analyzer["filter"] = ["cjk_bigram", *analyzer["filter"]]
 
 
-def prepare_namespace(client: OpenSearch, namespace: str, spec: BackendSpec) -> BeliefStore:
-    """A fresh namespace for one backend: production templates, or a variant index."""
+@dataclass(frozen=True)
+class ProcessResources:
+    """What an API process holds for recall, made once per evaluation run: the Redis its stores
+    keep the tenants' write versions (and shared vocabularies) in, and the in-process query
+    analysis (None: the node analyses, as in an API without the JVM)."""
+
+    redis: Redis[bytes]
+    local_analysis: LocalAnalysis | None
+
+
+def prepare_namespace(
+    client: OpenSearch,
+    namespace: str,
+    spec: BackendSpec,
+    recall: RecallDefaults,
+    process: ProcessResources | None,
+) -> BeliefStore:
+    """A fresh namespace for one backend (production templates, or a variant index) and the
+    store recall reads it through, wired as the API wires its own (``service.recall.stack``):
+    writes bump the write versions in ``process``'s Redis, the query analysis in process is
+    checked against the index now, as the API's start-up does. Without ``process`` (the vector
+    backend's namespace) the store keeps no versions."""
     if spec.index_variant is None:
         apply_templates(client, namespace)
     else:
@@ -192,14 +243,37 @@ def prepare_namespace(client: OpenSearch, namespace: str, spec: BackendSpec) -> 
         client.indices.create(index=index, body=variant_index_body(namespace, spec.index_variant))
         client.cluster.health(index=index, wait_for_status="yellow", request_timeout=35)
         apply_templates(client, namespace, (BELIEF_LOGS,))  # the change logs: production's own family
-    return BeliefStore(client, namespace)
+    if process is None:
+        return BeliefStore(client, namespace)
+    versions = TenantWriteVersions(process.redis, namespace)
+    store = recall_store(client, namespace, recall, versions, process.local_analysis)
+    store.vocabulary.prepare_local_analysis()
+    return store
+
+
+def drop_backend_namespace(client: OpenSearch, namespace: str, process: ProcessResources | None) -> None:
+    """What :func:`prepare_namespace` and the run made: the indices, and the namespace's Redis keys
+    (write versions, shared vocabularies)."""
+    drop_namespace(client, namespace)
+    if process is None:
+        return
+    keys = list(process.redis.scan_iter(match=f"{namespace}:*", count=1000))
+    if keys:
+        process.redis.delete(*keys)
+
+
+def backend_recall(spec: BackendSpec, defaults: RecallDefaults) -> RecallDefaults:
+    """The recall settings a BM25 backend runs with: the deployment's, with vocabulary matching
+    off for the backends on the Lucene query's path."""
+    return defaults.model_copy(update={"vocabulary_matching": False}) if spec.lucene_query else defaults
 
 
 BackendFactory = Callable[[BeliefStore, RecallDefaults], Backend]
 
 
 def make_backend(spec: BackendSpec, store: BeliefStore, defaults: RecallDefaults, *, cache_dir: Any = None) -> Backend:
-    """Build a backend over ``store`` (already prepared with :func:`prepare_namespace`)."""
+    """Build a backend over ``store`` (already prepared with :func:`prepare_namespace`): the BM25
+    ones with the API's context builder (``service.recall.stack.context_builder``)."""
     if spec.needs_vector:
         from evals.vector import VectorStore, load_model  # optional extra: only when asked for
 
@@ -208,7 +282,7 @@ def make_backend(spec: BackendSpec, store: BeliefStore, defaults: RecallDefaults
         vstore = VectorStore(store.client, store.namespace, cache_dir=cache_dir)
         return ContextBackend(ContextBuilder(vstore, defaults), name=spec.name, explain=False)
     return ContextBackend(
-        ContextBuilder(store, defaults),
+        context_builder(store, backend_recall(spec, defaults)),
         name=spec.name,
         explain=True,
         clauses=spec.clauses,

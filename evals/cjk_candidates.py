@@ -2,7 +2,8 @@
 multilingual one) and on the paper's set, side by side: ``python -m evals.cjk_candidates``.
 
 Each candidate is the production beliefs index with only the ``tenure_cjk_words`` tokenizer
-swapped (evals/backends.py ``CJK_TOKENIZERS``); recall is the service's own (``bm25``).
+swapped (evals/backends.py ``CJK_TOKENIZERS``); recall is the API's context builder (``bm25``'s, over a
+store without write versions: nothing is cached between recalls).
 ``icu-without-ko`` is production without the Korean ``.ko`` clauses (ICU alone for Korean). The
 figures and the choice are recorded in index_templates/README.md.
 """
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         for case_set in sets:
             namespace = f"cjkc-{uuid.uuid4().hex[:8]}"
             try:
-                store = prepare_namespace(client, namespace, spec)
+                store = prepare_namespace(client, namespace, spec, settings.recall, None)
                 run = run_case_set(
                     case_set,
                     make_backend(spec, store, settings.recall),

@@ -21,11 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import redis
 from opensearchpy import OpenSearch
 
 from evals.backends import (
     SPECS,
+    ProcessResources,
     default_backends,
+    drop_backend_namespace,
     make_backend,
     prepare_namespace,
     vector_available,
@@ -36,7 +39,7 @@ from evals.runner import run_case_set
 from service.config import Settings
 from service.storage.beliefs import BeliefStore
 from service.storage.client import build_client
-from service.storage.templates import drop_namespace
+from service.storage.local_analysis import start_local_analysis
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE = 0, 1, 2
@@ -65,7 +68,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, default=None, help="output directory (default: evals/out/<timestamp>/)")
     p.add_argument("--opensearch-url", default=None, help="default: TENURE_OPENSEARCH_URL from the settings")
-    p.add_argument("--start-node", action="store_true", help="start a throw-away OpenSearch node for this run")
+    p.add_argument(
+        "--redis-url",
+        default=None,
+        help="the Redis the BM25 backends keep write versions in, as the API does (default: TENURE_REDIS_URL)",
+    )
+    p.add_argument(
+        "--start-node", action="store_true", help="start a throw-away OpenSearch node (and Redis) for this run"
+    )
     p.add_argument("--heap", default="1g", help="heap of the node started by --start-node")
     p.add_argument(
         "--gate",
@@ -87,13 +97,32 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _start_node(heap: str) -> Any:
-    """A throw-away node via deploy/devstack.py (repo dev tooling, not an installed package)."""
+def _start_node(heap: str) -> tuple[Any, Any]:
+    """A throw-away OpenSearch node and Redis via deploy/devstack.py (repo dev tooling, not an
+    installed package), under one temporary directory."""
     if str(REPO) not in sys.path and (REPO / "deploy" / "devstack.py").exists():
         sys.path.insert(0, str(REPO))
-    from deploy.devstack import start_opensearch
+    from deploy.devstack import start_opensearch, start_redis
 
-    return start_opensearch(Path(tempfile.mkdtemp(prefix="tenure-eval-os-")) / "home", heap=heap)
+    home = Path(tempfile.mkdtemp(prefix="tenure-eval-os-"))
+    node = start_opensearch(home / "home", heap=heap)
+    try:
+        return node, start_redis(home / "redis")
+    except BaseException:
+        node.stop()
+        raise
+
+
+def _process_resources(settings: Settings) -> ProcessResources | None:
+    """Redis and the in-process query analysis, as an API process holds them (None: Redis does
+    not answer)."""
+    client: redis.Redis[bytes] = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError:
+        client.close()
+        return None
+    return ProcessResources(client, start_local_analysis(settings.recall))
 
 
 def _split(values: list[str]) -> list[str]:
@@ -107,6 +136,7 @@ def run_backend(
     name: str,
     run_id: str,
     *,
+    process: ProcessResources | None,
     progress: Any,
     cache_dir: Path | None,
     keep: bool,
@@ -115,8 +145,9 @@ def run_backend(
     namespace = f"eval-{run_id}-{name}"
     extras: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
+    process = None if spec.needs_vector else process
     try:
-        store = prepare_namespace(client, namespace, spec)
+        store = prepare_namespace(client, namespace, spec, settings.recall, process)
         backend = make_backend(spec, store, settings.recall, cache_dir=cache_dir)
         builder_store: BeliefStore = getattr(getattr(backend, "builder", None), "store", store)
 
@@ -141,7 +172,7 @@ def run_backend(
         )
     finally:
         if not keep:
-            drop_namespace(client, namespace)
+            drop_backend_namespace(client, namespace, process)
     return BackendRun(
         result=result,
         description=spec.description,
@@ -182,18 +213,30 @@ def main(argv: list[str] | None = None) -> int:
 
     started = datetime.now(UTC)
     out_dir = args.out or REPO / "evals" / "out" / started.strftime("%Y%m%dT%H%M%SZ")
-    node: Any = _start_node(args.heap) if args.start_node else None
+    node, node_redis = _start_node(args.heap) if args.start_node else (None, None)
     base = Settings()
     settings = base.model_copy(
-        update={"opensearch_url": node.url if node else (args.opensearch_url or base.opensearch_url)}
+        update={
+            "opensearch_url": node.url if node else (args.opensearch_url or base.opensearch_url),
+            "redis_url": node_redis.url if node_redis else (args.redis_url or base.redis_url),
+        }
     )
+    process = _process_resources(settings)
+    if process is None and (args.warmup or any(not SPECS[n].needs_vector for n in names)):
+        print(
+            f"tenure-eval: Redis at {settings.redis_url} does not answer; the BM25 backends run recall as "
+            "the API does, with the tenants' write versions in Redis (--redis-url, or --start-node)",
+            file=sys.stderr,
+        )
+        _stop(node, node_redis)
+        return EXIT_USAGE
     client = build_client(settings)
     failed_gates: list[str] = []
     try:
         version = client.info()["version"]["number"]
         for index, (directory, case_set) in enumerate(zip(directories, case_sets, strict=True)):
             target = out_dir if index == 0 else out_dir / case_set.name
-            runs, meta = _run_case_set(client, settings, case_set, names, args, argv, version, node, gates)
+            runs, meta = _run_case_set(client, settings, process, case_set, names, args, argv, version, node, gates)
             report = build_report(case_set, runs, load_categories(case_set, directory), meta)
             paths = write_reports(report, target, charts=not args.no_charts)
             for run in runs.values():
@@ -206,15 +249,25 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"GATE FAILED: {gate} on {case_set.name} passed {r.passed}/{r.total}", file=sys.stderr)
     finally:
         client.close()
-        if node:
-            node.stop()
-            shutil.rmtree(node.home.parent, ignore_errors=True)
+        if process is not None:
+            process.redis.close()
+        _stop(node, node_redis)
     return EXIT_GATE_FAILED if failed_gates else EXIT_OK
+
+
+def _stop(node: Any, node_redis: Any) -> None:
+    """Stop what --start-node started and remove its directory."""
+    for service in (node_redis, node):
+        if service is not None:
+            service.stop()
+    if node is not None:
+        shutil.rmtree(node.home.parent, ignore_errors=True)
 
 
 def _run_case_set(
     client: OpenSearch,
     settings: Settings,
+    process: ProcessResources | None,
     case_set: CaseSet,
     names: list[str],
     args: argparse.Namespace,
@@ -236,7 +289,17 @@ def _run_case_set(
         if args.warmup:
             # one unrecorded bm25 pass so the first measured backend does not pay the node's
             # cold start (JIT, caches) in its latency figures
-            run_backend(client, settings, case_set, "bm25", f"{run_id}w", progress=None, cache_dir=None, keep=False)
+            run_backend(
+                client,
+                settings,
+                case_set,
+                "bm25",
+                f"{run_id}w",
+                process=process,
+                progress=None,
+                cache_dir=None,
+                keep=False,
+            )
         for name in names:
             if progress is not None:
                 progress.set_description(f"{case_set.name} {name}")
@@ -246,6 +309,7 @@ def _run_case_set(
                 case_set,
                 name,
                 run_id,
+                process=process,
                 progress=progress,
                 cache_dir=args.cache_dir,
                 keep=args.keep_indices,
@@ -268,6 +332,11 @@ def _run_case_set(
             "python": platform.python_version(),
             "loadavg": [round(x, 2) for x in os.getloadavg()],
         },
+        # what the BM25 backends' recall ran with besides the settings (service/recall/stack.py)
+        "redis": {"url": "throw-away (--start-node)" if node else settings.redis_url},
+        "query_analysis": "in process (the node's analysis code, checked against the node)"
+        if process is not None and process.local_analysis is not None
+        else "by the node",
         "recall_defaults": settings.recall.model_dump(),
         "gates": gates,
     }

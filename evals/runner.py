@@ -32,10 +32,13 @@ ClauseFactory = Callable[[str], list[dict[str, Any]]]
 
 
 class ContextBackend:
-    """Our recall, exactly as the service runs it (optionally with swapped search clauses).
+    """Our recall through ``builder`` (optionally with swapped search clauses).
 
     Ablations pass ``clauses`` (built from the cleaned query text, replacing the relevance
-    clauses) and/or ``min_score`` (overriding the score threshold of every query).
+    clauses) and/or ``min_score`` (overriding the score threshold of every query). When the
+    builder's store keeps write versions, each recall reads the tenant's first and passes it on,
+    as the API's recall has it from the rate limit's Redis round trip (the caches may then answer);
+    that read is in the timed latency, as it is in a request's.
     """
 
     def __init__(
@@ -55,6 +58,8 @@ class ContextBackend:
 
     def recall(self, principal: Principal, scopes: list[str], query: str, budget: RecallBudget | None) -> Tiers:
         started = time.perf_counter()
+        versions = self.builder.store.versions
+        write_version = versions.current(principal.tenant_id) if versions is not None else None
         search_clauses = None
         if self.min_score is not None:
             budget = (budget or RecallBudget()).model_copy(update={"min_score": self.min_score})
@@ -62,7 +67,13 @@ class ContextBackend:
             limits = (budget or RecallBudget()).resolve(self.builder.defaults)
             search_clauses = self.clauses(clean_query(query, max_chars=limits.max_query_chars).text)
         result = self.builder.build(
-            principal, scopes, query, budget, explain=self.explain, search_clauses=search_clauses
+            principal,
+            scopes,
+            query,
+            budget,
+            explain=self.explain,
+            search_clauses=search_clauses,
+            write_version=write_version,
         )
         elapsed = (time.perf_counter() - started) * 1000
         return Tiers(

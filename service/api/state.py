@@ -27,12 +27,10 @@ from service.provisioning.service import ProvisioningService
 from service.proxy.service import MemoryLoop
 from service.recall.audit_trail import AuditTrail
 from service.recall.cache import RenderCache
-from service.recall.context import ContextBuilder
 from service.recall.prebuild import prebuild_enabled
 from service.recall.receipts import ReceiptOutbox
 from service.recall.service import RecallService
-from service.recall.tier_cache import TierCache
-from service.recall.vocabulary import VocabularyMatcher
+from service.recall.stack import context_builder, recall_store
 from service.storage.accounts import AccountStore
 from service.storage.audit import AuditStore
 from service.storage.beliefs import BeliefStore
@@ -43,11 +41,6 @@ from service.telemetry.cache_metrics import CacheSource
 from service.write_versions import TenantAccountsVersions, TenantWriteVersions
 
 log = logging.getLogger(__name__)
-
-
-def recall_matcher(settings: Settings, store: BeliefStore) -> VocabularyMatcher | None:
-    """Recall by the tenant's own vocabulary when the setting is on (one LRU per process)."""
-    return VocabularyMatcher.for_store(store, settings.recall) if settings.recall.vocabulary_matching else None
 
 
 @dataclass(frozen=True)
@@ -102,8 +95,7 @@ class Services:
         aredis = async_clients.redis if async_clients is not None else None
         ns = settings.opensearch_namespace
         versions = TenantWriteVersions(redis_client, ns)
-        store = BeliefStore(client, ns, versions, local_analysis)
-        store.decoded.max_entries = settings.recall.decode_cache_entries
+        store = recall_store(client, ns, settings.recall, versions, local_analysis)
         audit = AuditStore(client, ns)
         accounts = AccountStore(client, ns, TenantAccountsVersions(redis_client, ns))
         verifier = TokenVerifier(settings.auth)
@@ -155,21 +147,7 @@ class Services:
                 max_import=settings.api.max_import_records,
                 user_exists=accounts.user_exists,
             ),
-            recall=RecallService(
-                ContextBuilder(
-                    store,
-                    settings.recall,
-                    recall_matcher(settings, store),
-                    TierCache(
-                        max_entries=settings.recall.tier_cache_entries,
-                        max_age_s=settings.recall.tier_cache_max_age_s,
-                        max_bytes=settings.recall.tier_cache_mb * 1024 * 1024,
-                        message_max_bytes=settings.recall.message_tier_cache_mb * 1024 * 1024,
-                    ),
-                ),
-                receipts,
-                aopensearch,
-            ),
+            recall=RecallService(context_builder(store, settings.recall), receipts, aopensearch),
             provisioning=ProvisioningService(
                 accounts, audit, verifier, authenticator, settings.auth, audit_outbox, retention=settings.retention
             ),

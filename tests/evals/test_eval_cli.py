@@ -26,8 +26,14 @@ SUMMARY = re.compile(
 BM25_AND_ABLATIONS = ",".join(["bm25", *ABLATIONS])
 
 
-def _run(out: Path, url: str, *extra: str) -> int:
-    return main(["--opensearch-url", url, "--out", str(out), "--no-progress", *extra])
+@pytest.fixture(scope="session")
+def stores(opensearch_url: str, redis_url: str) -> list[str]:
+    """The session's OpenSearch and Redis, as tenure-eval's options."""
+    return ["--opensearch-url", opensearch_url, "--redis-url", redis_url]
+
+
+def _run(out: Path, stores: list[str], *extra: str) -> int:
+    return main([*stores, "--out", str(out), "--no-progress", *extra])
 
 
 def _failed(report: dict[str, Any], backend: str) -> set[str]:
@@ -35,14 +41,14 @@ def _failed(report: dict[str, Any], backend: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def example_run(opensearch_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, dict[str, Any]]:
+def example_run(stores: list[str], tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("eval-example")
-    code = _run(out, opensearch_url, "--cases", str(EXAMPLE), "--backends", BM25_AND_ABLATIONS)
+    code = _run(out, stores, "--cases", str(EXAMPLE), "--backends", BM25_AND_ABLATIONS)
     return code, out, json.loads((out / "report.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def paper_run(opensearch_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, dict[str, Any], str]:
+def paper_run(stores: list[str], tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, dict[str, Any], str]:
     out = tmp_path_factory.mktemp("eval-paper")
     capture: list[str] = []
     import contextlib
@@ -50,7 +56,7 @@ def paper_run(opensearch_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        code = _run(out, opensearch_url, "--backends", BM25_AND_ABLATIONS, "--gate", "bm25")
+        code = _run(out, stores, "--backends", BM25_AND_ABLATIONS, "--gate", "bm25")
     capture.append(buf.getvalue())
     return code, out, json.loads((out / "report.json").read_text()), capture[0]
 
@@ -104,10 +110,15 @@ def test_example_ablations_fail_where_the_design_predicts(
     # every whole-unit match scores >= 3.3 under the boolean similarity: the threshold is never
     # what keeps a belief out, so dropping it changes nothing (identical relevant tiers)
     tiers = {
-        b: {c["case_id"]: c["tiers"]["relevant"] for c in report["backends"][b]["cases"]}
-        for b in ("bm25", "bm25-no-threshold")
+        b: {c["case_id"]: c["tiers"] for c in report["backends"][b]["cases"]}
+        for b in ("bm25", "bm25-no-threshold", "bm25-lucene-query")
     }
     assert tiers["bm25"] == tiers["bm25-no-threshold"]
+    # the Lucene fuzzy/shingle query answers as the tenant-vocabulary path does, every tier
+    assert tiers["bm25"] == tiers["bm25-lucene-query"]
+    assert not _failed(report, "bm25-lucene-query")
+    # bm25 ran as the API does: Redis for the write versions, the query analysed in process
+    assert report["query_analysis"].startswith("in process")
 
 
 def test_paper_run_gate_passes_and_prints_summary_lines(
@@ -166,24 +177,29 @@ def test_paper_no_aliases_fails_alias_cases(
     assert {"fuzzy-single-edit-fires-non-pinned", "negative-guidance-mongoose"} <= _failed(report, "bm25-no-fuzzy")
 
 
-def test_gate_fails_when_a_case_fails(opensearch_url: str, tmp_path: Path) -> None:
+def test_gate_fails_when_a_case_fails(stores: list[str], tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(EXAMPLE, broken)
     cases = json.loads((broken / "retrieval.cases.json").read_text())
     cases[0]["expect"]["relevantBeliefs"]["shouldOnlyInclude"] = ["b-kafka"]  # deliberately wrong
     (broken / "retrieval.cases.json").write_text(json.dumps(cases))
     args = ("--cases", str(broken), "--backends", "bm25")
-    assert _run(tmp_path / "gated", opensearch_url, *args, "--gate", "bm25", "--no-charts") == EXIT_GATE_FAILED
+    assert _run(tmp_path / "gated", stores, *args, "--gate", "bm25", "--no-charts") == EXIT_GATE_FAILED
     report = json.loads((tmp_path / "gated" / "report.json").read_text())
     failed = next(c for c in report["backends"]["bm25"]["cases"] if c["case_id"] == cases[0]["caseId"])
     assert failed["failures"] == ["relevantBeliefs.shouldOnlyInclude: expected ['b-kafka'], got ['b-postgres']"]
     # the same run without a gate reports the failure but exits 0
-    assert _run(tmp_path / "ungated", opensearch_url, *args, "--no-charts") == EXIT_OK
+    assert _run(tmp_path / "ungated", stores, *args, "--no-charts") == EXIT_OK
 
 
-def test_usage_errors(tmp_path: Path) -> None:
+def test_usage_errors(opensearch_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--backends", "bm25,nope", "--out", str(tmp_path)]) == EXIT_USAGE
     assert main(["--cases", str(tmp_path), "--out", str(tmp_path)]) == EXIT_USAGE
+    # the BM25 backends run recall as the API does, with write versions in Redis: no Redis, no run
+    nowhere = ["--opensearch-url", opensearch_url, "--redis-url", "redis://127.0.0.1:1/0"]
+    assert main([*nowhere, "--cases", str(EXAMPLE), "--backends", "bm25", "--out", str(tmp_path)]) == EXIT_USAGE
+    assert "Redis at redis://127.0.0.1:1/0 does not answer" in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()
 
 
 def test_example_set_is_loadable_and_documented() -> None:
@@ -194,10 +210,10 @@ def test_example_set_is_loadable_and_documented() -> None:
 
 
 @pytest.mark.skipif(not vector_available(), reason="needs the 'vector' extra (.venv-vector)")
-def test_vector_backend_on_the_example_set(opensearch_url: str, tmp_path: Path) -> None:
+def test_vector_backend_on_the_example_set(stores: list[str], tmp_path: Path) -> None:
     """Runs only where the optional extra is installed (README: .venv-vector)."""
     out = tmp_path / "vector"
-    code = _run(out, opensearch_url, "--cases", str(EXAMPLE), "--backends", "bm25,vector")
+    code = _run(out, stores, "--cases", str(EXAMPLE), "--backends", "bm25,vector")
     assert code == EXIT_OK
     report = json.loads((out / "report.json").read_text())
     vector = report["backends"]["vector"]
@@ -214,10 +230,10 @@ def test_vector_backend_on_the_example_set(opensearch_url: str, tmp_path: Path) 
     assert case["matched_clauses"]["b-postgres"][0]["clause"] == "cosine"
 
 
-def test_tenure_eval_subcommand_is_the_same_tool(opensearch_url: str, tmp_path: Path) -> None:
+def test_tenure_eval_subcommand_is_the_same_tool(stores: list[str], tmp_path: Path) -> None:
     from service.cli import main as tenure_main
 
-    args = ["eval", "--opensearch-url", opensearch_url, "--out", str(tmp_path), "--no-progress"]
+    args = ["eval", *stores, "--out", str(tmp_path), "--no-progress"]
     assert (
         tenure_main([*args, "--cases", str(EXAMPLE), "--backends", "bm25", "--no-charts", "--gate", "bm25"]) == EXIT_OK
     )
