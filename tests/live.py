@@ -23,13 +23,18 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(app: FastAPI, timeout_s: float = 30.0) -> Iterator[str]:
-    """Run ``app`` (its lifespan on) until the block ends; yields its base URL."""
-    port = free_port()
+def serve(
+    app: FastAPI,
+    timeout_s: float = 30.0,
+    *,
+    port: int | None = None,
+    http: type[JsonErrorHttpProtocol] = JsonErrorHttpProtocol,
+) -> Iterator[str]:
+    """Run ``app`` (its lifespan on) until the block ends, on ``port`` (a free one by default);
+    yields its base URL. ``http``: the service's protocol class or a subclass (a test's timeouts)."""
+    port = port or free_port()
     # served as in production: the service's protocol class (JSON 400s, the keep-alive floor)
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", http=JsonErrorHttpProtocol
-    )
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", http=http)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

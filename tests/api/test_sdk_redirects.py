@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-import socket
-import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,36 +16,12 @@ import pytest
 from fastapi.testclient import TestClient
 from tenure_client import AsyncTenure, Tenure, UnexpectedAnswer
 
-from deploy.compose_check import local_caddyfile
-from deploy.devstack import free_port
 from service.app import create_app
 from service.cli import main
 from service.config import Settings
 from tests.api.conftest import Team
-from tests.caddy import caddy_binary
+from tests.caddy import tls_proxy
 from tests.live import serve
-from tests.served_app import wait_until_serving
-
-
-@contextmanager
-def tls_proxy(home: Path, api_port: int) -> Iterator[tuple[int, int]]:
-    """The compose stack's TLS proxy (every port on loopback, as compose_check runs it) in front of
-    the API at ``api_port``; yields its HTTP and HTTPS ports."""
-    ports = {name: str(free_port()) for name in ("CADDY_ADMIN_PORT", "HTTP_PORT", "HTTPS_PORT")}
-    ports["API_PORT"] = str(api_port)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_DATA_HOME": str(home), "XDG_CONFIG_HOME": str(home)}
-    env |= {"PUBLIC_HOST": "localhost", "TLS_CERTIFICATES": "internal"}
-    (home / "Caddyfile").write_text(local_caddyfile(ports))
-    with (home / "caddy.log").open("w") as log:
-        run = [caddy_binary(), "run", "--config", str(home / "Caddyfile"), "--adapter", "caddyfile"]
-        process = subprocess.Popen(run, env=env, stderr=log)
-    http_port = int(ports["HTTP_PORT"])
-    try:
-        wait_until_serving(lambda: socket.create_connection(("127.0.0.1", http_port), timeout=1), process, "caddy")
-        yield http_port, int(ports["HTTPS_PORT"])
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture

@@ -3,10 +3,11 @@
 Both execute the same :mod:`tenure_client._calls` descriptions: requests carry the credential as
 ``Authorization: Bearer``; a 429 is retried after its ``Retry-After`` (at most ``max_retries`` times,
 each wait capped by ``max_retry_wait_s``; ``max_retries=0`` turns retries off, e.g. for a load
-generator that counts every 429); a 503 and a dropped connection, after which the server may have
-done the request already, only for what it answers the same when sent again: reads, recall, and
-creates, which carry an id made here when the caller gave none (a resent create told 409 reads the
-id back and returns its own earlier write). Every failure is a
+generator that counts every 429), as is a request that never reached the server (no connection
+could be made); a 502, 503 or 504 (the API, or the proxy in front of it, cannot answer now) and a
+dropped connection, after which the server may have done the request already, only for what it
+answers the same when sent again: reads, recall, and creates, which carry an id made here when the
+caller gave none (a resent create told 409 reads the id back and returns its own earlier write). Every failure is a
 :class:`~tenure_client.errors.TenureError`; a :class:`~tenure_client.errors.ConnectionFailed`
 carries httpx's error as its ``__cause__``.
 """
@@ -59,17 +60,28 @@ def _backoff(attempt: int, error: TenureError | None, cap: float) -> float:
     return min(cap, hinted if hinted is not None else 0.25 * 2**attempt)
 
 
+# The server, or the proxy in front of it, could not answer now: 502 and 504 are what a proxy
+# (the TLS proxy, a load balancer) says while the API restarts or is slow, 503 the API's own
+# "a store is unavailable". Any of them may come after the request was done (a 503 after the
+# index write, a 502/504 from a proxy whose upstream broke or timed out mid-request).
+UNAVAILABLE = frozenset({502, 503, 504})
+# Never sent: no connection was made (refused, no route, DNS, TLS) or none was free in time.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
 def _should_retry(call: calls.Call[Any], error: TenureError, attempt: int, max_retries: int) -> bool:
     if attempt >= max_retries:
         return False
     if error.status == 429:  # refused before the request was handled: nothing was done
         return True
-    if isinstance(error.__cause__, TransportClosed):  # cannot succeed later either
+    cause = error.__cause__
+    if isinstance(cause, TransportClosed):  # cannot succeed later either
         return False
-    # a dropped answer, or a 503 that can come after the write was stored (the write-version bump
-    # failing after the index write, a storage timeout after the document landed): only what the
-    # server answers the same when sent again
-    return (isinstance(error, ConnectionFailed) or error.status == 503) and call.idempotent
+    if isinstance(cause, _NOT_SENT):  # the server never saw it: safe for any call, writes included
+        return True
+    # a dropped answer, or one that can come after the write was stored: only what the server
+    # answers the same when sent again
+    return (isinstance(error, ConnectionFailed) or error.status in UNAVAILABLE) and call.idempotent
 
 
 def _resent_conflict(call: calls.Call[T], error: TenureError, attempt: int) -> calls.Call[T | None] | None:
