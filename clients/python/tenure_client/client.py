@@ -3,11 +3,12 @@
 Both execute the same :mod:`tenure_client._calls` descriptions: requests carry the credential as
 ``Authorization: Bearer``; a 429 is retried after its ``Retry-After`` (at most ``max_retries`` times,
 each wait capped by ``max_retry_wait_s``; ``max_retries=0`` turns retries off, e.g. for a load
-generator that counts every 429), as is a request that never reached the server (no connection
-could be made); a 502, 503 or 504 (the API, or the proxy in front of it, cannot answer now) and a
-dropped connection, after which the server may have done the request already, only for what it
-answers the same when sent again: reads, recall, and creates, which carry an id made here when the
-caller gave none (a resent create told 409 reads the id back and returns its own earlier write). Every failure is a
+generator that counts every 429), as is a 408 (the request did not arrive in time and was not
+acted on) and a request that never reached the server (no connection could be made); a 502, 503
+or 504 (the API, or the proxy in front of it, cannot answer now) and a dropped connection, after
+which the server may have done the request already, only for what it answers the same when sent
+again: reads, recall, and creates, which carry an id made here when the caller gave none (a resent
+create told 409 reads the id back and returns its own earlier write). Every failure is a
 :class:`~tenure_client.errors.TenureError`; a :class:`~tenure_client.errors.ConnectionFailed`
 carries httpx's error as its ``__cause__``.
 """
@@ -65,6 +66,8 @@ def _backoff(attempt: int, error: TenureError | None, cap: float) -> float:
 # "a store is unavailable". Any of them may come after the request was done (a 503 after the
 # index write, a 502/504 from a proxy whose upstream broke or timed out mid-request).
 UNAVAILABLE = frozenset({502, 503, 504})
+# Answered, and nothing was done: 408 (the request did not arrive in time), 429 (rate limited).
+NOT_DONE = frozenset({408, 429})
 # Never sent: no connection was made (refused, no route, DNS, TLS) or none was free in time.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
@@ -72,7 +75,9 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 def _should_retry(call: calls.Call[Any], error: TenureError, attempt: int, max_retries: int) -> bool:
     if attempt >= max_retries:
         return False
-    if error.status == 429:  # refused before the request was handled: nothing was done
+    # 429: refused before the request was handled; 408: it never arrived whole, and the API acts
+    # only on a whole request (service/api/http_protocol.py). Nothing was done: safe for any call.
+    if error.status in NOT_DONE:
         return True
     cause = error.__cause__
     if isinstance(cause, TransportClosed):  # cannot succeed later either

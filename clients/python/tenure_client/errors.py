@@ -85,7 +85,8 @@ class UnexpectedAnswer(TenureError):
 
 
 class BadRequest(TenureError):
-    """400 / 405 / 413 / 422: the request itself is wrong; ``details`` carries field paths."""
+    """400 / 405 / 413 / 422 (any other 4xx): the request itself is wrong; ``details`` carries
+    field paths."""
 
 
 class AuthenticationFailed(TenureError):
@@ -108,6 +109,13 @@ class RateLimited(TenureError):
     """429: the credential's budget is spent; ``retry_after_s`` says for how long."""
 
 
+class RequestTimeout(TenureError):
+    """408: the request's headers or body did not reach the server in time (a stalled network, a
+    slow upload), and it closed the connection. The server did nothing with it (the API's routes
+    act only on a whole request; RFC 9110 lets a client repeat it), so the client sends it again,
+    whatever it is, within ``max_retries``; this is raised once they are spent."""
+
+
 class ServiceUnavailable(TenureError):
     """5xx: a backing store or the model upstream is unavailable."""
 
@@ -116,6 +124,7 @@ _BY_STATUS: dict[int, type[TenureError]] = {
     401: AuthenticationFailed,
     403: PermissionDenied,
     404: NotFound,
+    408: RequestTimeout,
     409: Conflict,
     429: RateLimited,
 }
