@@ -22,11 +22,14 @@ Operator commands that talk to OpenSearch directly (TENURE_OPENSEARCH_URL, TENUR
 The API URL and key come from ``--url``/``--key`` or ``TENURE_CLI_URL``/``TENURE_CLI_KEY``. Output
 is a table on a terminal and JSON otherwise (``--json`` forces it; JSONL for export). An error
 prints what went wrong and what to do (as the service's JSON error shape in JSON mode) and exits 1.
+When the reader of the output goes away (``tenure export | head``) it stops without a word and
+exits 141, as a tool ended by SIGPIPE does.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -694,6 +697,8 @@ def export(
                 target.write(line + "\n")
                 count += 1
                 progress.advance(task)
+    except BrokenPipeError:  # the reader left (`tenure export | head`): main() stops quietly
+        raise
     except OSError as exc:  # the file cannot be made or written (no such directory, no space left)
         where = out or "standard output"
         raise _error("output_error", f"cannot write {where}: {exc.strerror or exc}", "choose another --out") from exc
@@ -931,6 +936,28 @@ def _report(payload: dict[str, Any]) -> None:
         console.print(f"  [yellow]→[/] {error['hint']}", highlight=False)
 
 
+# what a shell reports for a tool ended by SIGPIPE (128 + 13): `tenure export | head` then fails a
+# `set -o pipefail` script as `cat big.jsonl | head` does
+EXIT_READER_GONE = 141
+
+
+def _reader_gone(out: TextIO) -> int:
+    """The output's reader went away (``tenure export | head``): stop without a word, as shell
+    tools do. What is still buffered for it goes to /dev/null, so flushing standard output at the
+    interpreter's exit does not print "Exception ignored ... BrokenPipeError" (Python's recipe,
+    docs "Note on SIGPIPE")."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # not a file (a test's StringIO)
+        return EXIT_READER_GONE
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return EXIT_READER_GONE
+
+
 def run_mcp_stdio(argv: Sequence[str]) -> int:
     """``tenure mcp``: the MCP server on stdin/stdout for an editor to spawn (docs/mcp.md). Every
     tool is a REST call to ``--url`` with the user's own ``--key`` (TENURE_CLI_URL/TENURE_CLI_KEY)."""
@@ -997,8 +1024,17 @@ def main(
     try:
         # without standalone mode, Click returns the code of a typer.Exit instead of raising it
         returned = command.main(args=argv, prog_name="tenure", standalone_mode=False)
+        STATE.out.flush()  # a reader gone (`| head`) shows here, not at the interpreter's exit
         if isinstance(returned, int) and returned:
             return returned
+    except BrokenPipeError:
+        return _reader_gone(STATE.out)
+    except SystemExit as exc:
+        # Click's own handling of a broken pipe (sys.exit(1) with sys.stdout replaced); any other
+        # SystemExit is not Click's to decide here
+        if not isinstance(exc.__context__, BrokenPipeError):
+            raise
+        return _reader_gone(STATE.out)
     except CliError as exc:
         _report(exc.payload)
         return 1
