@@ -936,6 +936,8 @@ def _report(payload: dict[str, Any]) -> None:
         console.print(f"  [yellow]→[/] {error['hint']}", highlight=False)
 
 
+# argparse's (and Click's) exit status for a command line, or a setting, it cannot run with
+EXIT_USAGE = 2
 # what a shell reports for a tool ended by SIGPIPE (128 + 13): `tenure export | head` then fails a
 # `set -o pipefail` script as `cat big.jsonl | head` does
 EXIT_READER_GONE = 141
@@ -972,7 +974,14 @@ def run_mcp_stdio(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     from service.mcp.server import stdio_server
 
-    cli = CliSettings()
+    try:
+        cli = _cli_settings()
+    except CliError as exc:
+        # one line on stderr (stdout is the MCP channel) and argparse's exit status for a
+        # command line it cannot run with, which the editor shows in its MCP log
+        error = exc.payload["error"]
+        sys.stderr.write(f"{parser.prog}: error: {error['message']} ({error['hint']})\n")
+        return EXIT_USAGE
     key = args.key or (cli.key.get_secret_value() if cli.key else None)
     stdio_server(args.url or cli.url, key).run("stdio")
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from service.app import create_app
+from service.cli import EXIT_USAGE
 from service.config import Settings
 from tests.api.conftest import Team, belief_body, ok
 from tests.live import serve
@@ -255,3 +257,29 @@ def test_a_get_is_refused_at_once_not_held_open_for_ever(live_url: str, team: Te
         assert response.status_code == 405 and response.headers["Allow"] == "POST"
         error = response.json()["error"]
         assert response.json()["id"] is None and error["code"] == -32600
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("TENURE_CLI_TIMEOUT_S", "soon"), ("TENURE_CLI_TIMEOUT_S", "0"), ("TENURE_CLI_TIMEOUT_S", "601")],
+)
+def test_tenure_mcp_with_a_bad_setting_says_which_in_one_line(setting: str, value: str) -> None:
+    """It printed pydantic's traceback; now one line naming the setting, and exit 2 (a command
+    line or setting it cannot run with, as argparse says for a bad option). Nothing on stdout,
+    the MCP channel."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "clients" / "python")])
+    env |= {"TENURE_CLI_KEY": "tnr_a_b", setting: value}
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "mcp"],
+        env=env,
+        cwd=root,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (EXIT_USAGE, "")
+    assert done.stderr.startswith(f"tenure mcp: error: {setting}: ") and done.stderr.count("\n") == 1, done.stderr
+    assert f"fix {setting} or unset it" in done.stderr
