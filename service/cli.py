@@ -89,7 +89,7 @@ class State:
     http: httpx.Client | None = None
     settings: Settings | None = None
     url: str | None = None
-    key: str | None = None
+    key: str | None = field(default=None, repr=False)  # a credential: never in a log line or a traceback's locals
     json_mode: bool = False
     session: str | None = None
     _api: Tenure | None = field(default=None, repr=False)

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.state import Services
-from service.cli import main
+from service.cli import State, main
 from service.config import Settings
 from tests.api.conftest import auth, belief_body, make_team, ok
 
@@ -314,3 +314,11 @@ def test_failures_outside_the_api_are_clear_errors_not_tracebacks(
     assert code == 1 and "validation_error" in err_io.getvalue() and "http://[::1" in err_io.getvalue()
     assert "Traceback" not in out_io.getvalue() + err_io.getvalue()
     assert _json(client, *key, "whoami")["user_id"] == "alice"  # and the same command, set right, works
+
+
+def test_the_clis_state_never_shows_its_key(client: TestClient, api_settings: Settings) -> None:
+    """The invocation's state is a dataclass: its repr (a log line, a debugger, a traceback's
+    locals) listed the API key given with --key."""
+    key = f"tnr_{uuid.uuid4().hex[:16]}_{uuid.uuid4().hex}"
+    state = State(out=io.StringIO(), err=io.StringIO(), http=client, settings=api_settings, url="http://x", key=key)
+    assert key not in repr(state) and key not in str(state) and "http://x" in repr(state)
