@@ -28,12 +28,15 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
+from pydantic_core import from_json
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tenure_client import AsyncTenure, TenureError
 
 MCP_PATH = "/mcp"
+INVALID_REQUEST = -32600  # JSON-RPC 2.0
 INSTRUCTIONS = """Tenure is your team's shared memory of settled decisions, preferences and open questions.
 Call `recall` with the user's message (and the session's scopes, e.g. project:payments) at the start
 of a task and put the returned injection into your working context. Use `remember` when the user
@@ -294,8 +297,60 @@ class OnlyPost:
             await self.app(scope, receive, send)
             return
         message = "Method Not Allowed: this stateless endpoint takes only POST (no event stream, no session)"
-        body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}
         await JSONResponse(body, status_code=405, headers={"Allow": "POST"})(scope, receive, send)
+
+
+def _invalid_request(body: bytes) -> str | None:
+    """Why a POSTed JSON-RPC message is an Invalid Request the SDK's transport would mishandle,
+    or ``None``. A request whose ``id`` is no string or integer (null, true, 1.5, an object)
+    validates there as a notification and is answered 202 with no reply, so its caller waits for
+    ever; MCP requires a string or integer id. A batch (an array, which the 2025-03-26 revision
+    allowed and 2025-06-18 dropped) got a 400 with -32602, which says the params were wrong.
+    Unparseable JSON is left to the SDK (-32700)."""
+    try:
+        message = from_json(body)
+    except ValueError:
+        return None
+    if isinstance(message, list):
+        return "Invalid Request: JSON-RPC batches are not supported; send one message per request"
+    if isinstance(message, dict) and "method" in message and "id" in message:
+        request_id = message["id"]
+        if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+            return "Invalid Request: a request's id must be a string or an integer (a notification has no id)"
+    return None
+
+
+class ValidRequests:
+    """Answers what the SDK's transport would mishandle (:func:`_invalid_request`) with a JSON-RPC
+    Invalid Request error (-32600, ``id`` null: a bad id cannot be echoed); hands the rest to it
+    with the body it read."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await Request(scope, receive).body()  # the body limit and a client gone as for any route
+        invalid = _invalid_request(body)
+        if invalid is not None:
+            answer = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": invalid}}
+            await JSONResponse(answer, status_code=400)(scope, receive, send)
+            return
+        await self.app(scope, _replayed(body, receive), send)
+
+
+def _replayed(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with the body already read handed out first, whole."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def mount(app: FastAPI) -> MCPServer:
@@ -311,7 +366,9 @@ def mount(app: FastAPI) -> MCPServer:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     endpoint = next(r for r in starlette_app.routes if isinstance(r, Route) and r.path == MCP_PATH)
-    app.router.routes.append(Route(MCP_PATH, endpoint=RequireBearer(OnlyPost(endpoint.app)), include_in_schema=False))
+    app.router.routes.append(
+        Route(MCP_PATH, endpoint=RequireBearer(OnlyPost(ValidRequests(endpoint.app))), include_in_schema=False)
+    )
     return server
 
 

@@ -283,3 +283,47 @@ def test_tenure_mcp_with_a_bad_setting_says_which_in_one_line(setting: str, valu
     assert (done.returncode, done.stdout) == (EXIT_USAGE, "")
     assert done.stderr.startswith(f"tenure mcp: error: {setting}: ") and done.stderr.count("\n") == 1, done.stderr
     assert f"fix {setting} or unset it" in done.stderr
+
+
+def _post_mcp(url: str, key: str, body: bytes) -> httpx.Response:
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    return httpx.post(f"{url}/mcp", content=body, headers=headers, timeout=10)
+
+
+@pytest.mark.parametrize("request_id", ["null", "true", "1.5", '{"a": 1}', "[1]"])
+def test_a_request_with_an_id_mcp_forbids_gets_an_invalid_request_error(
+    live_url: str, team: Team, request_id: str
+) -> None:
+    """It was taken for a notification: 202 and no reply, so its caller waited for ever."""
+    body = f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/list"}}'.encode()
+    response = _post_mcp(live_url, team.keys["alice"], body)
+    assert response.status_code == 400, response.text
+    answer = response.json()
+    assert answer["id"] is None and answer["error"]["code"] == -32600 and "id" in answer["error"]["message"]
+
+
+def test_a_batch_is_refused_as_an_invalid_request_saying_so(live_url: str, team: Team) -> None:
+    """It got -32602 (invalid params), which points the caller at the wrong thing."""
+    batch = [{"jsonrpc": "2.0", "id": n, "method": "ping"} for n in (1, 2)]
+    response = _post_mcp(live_url, team.keys["alice"], json.dumps(batch).encode())
+    assert response.status_code == 400
+    answer = response.json()
+    assert answer["id"] is None and answer["error"]["code"] == -32600
+    assert "batches are not supported" in answer["error"]["message"]
+
+
+def test_what_the_check_lets_through_is_answered_as_before(live_url: str, team: Team) -> None:
+    """A request with an integer or string id is answered with that id, a notification with a 202,
+    and JSON that does not parse with the SDK's own -32700."""
+    for request_id in (7, "seven"):
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}).encode()
+        response = _post_mcp(live_url, team.keys["alice"], body)
+        assert response.status_code == 200 and response.json()["id"] == request_id, response.text
+    notification = _post_mcp(live_url, team.keys["alice"], b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+    assert notification.status_code == 202
+    broken = _post_mcp(live_url, team.keys["alice"], b'{"jsonrpc": ')
+    assert broken.status_code == 400 and broken.json()["error"]["code"] == -32700
