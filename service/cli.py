@@ -983,7 +983,7 @@ def run_mcp_stdio(argv: Sequence[str]) -> int:
         sys.stderr.write(f"{parser.prog}: error: {error['message']} ({error['hint']})\n")
         return EXIT_USAGE
     key = args.key or (cli.key.get_secret_value() if cli.key else None)
-    stdio_server(args.url or cli.url, key).run("stdio")
+    stdio_server(args.url or cli.url, key, timeout_s=cli.timeout_s).run("stdio")
     return 0
 
 

@@ -375,14 +375,15 @@ def mount(app: FastAPI) -> MCPServer:
 # ---------------------------------------------------------------- stdio transport
 
 
-def stdio_server(url: str | None = None, key: str | None = None) -> MCPServer:
-    """The server ``tenure mcp`` runs: every tool is a REST call with the user's own key."""
+def stdio_server(url: str | None = None, key: str | None = None, *, timeout_s: float = 30.0) -> MCPServer:
+    """The server ``tenure mcp`` runs: every tool is a REST call with the user's own key, each
+    waiting at most ``timeout_s`` for the API (``TENURE_CLI_TIMEOUT_S``, as the other commands)."""
     base = url or os.environ.get("TENURE_CLI_URL") or "http://127.0.0.1:8000"
     credential = key or os.environ.get("TENURE_CLI_KEY")
 
     async def factory(_ctx: Context) -> AsyncTenure:
         if not credential:
             raise ToolError("no credential: set TENURE_CLI_KEY (an API key from your admin) for `tenure mcp`")
-        return AsyncTenure(base, credential)
+        return AsyncTenure(base, credential, timeout=timeout_s)
 
     return build_server(factory)

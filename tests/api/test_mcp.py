@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -327,3 +329,35 @@ def test_what_the_check_lets_through_is_answered_as_before(live_url: str, team: 
     assert notification.status_code == 202
     broken = _post_mcp(live_url, team.keys["alice"], b'{"jsonrpc": ')
     assert broken.status_code == 400 and broken.json()["error"]["code"] == -32700
+
+
+def test_tenure_mcp_waits_for_the_api_only_as_long_as_the_cli_timeout() -> None:
+    """``TENURE_CLI_TIMEOUT_S`` bounds each tool's call to the API in ``tenure mcp`` as in every
+    other command (it was checked, then ignored: a silent API held a tool for the SDK's 30 s)."""
+    root = Path(__file__).resolve().parents[2]
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TENURE_")}
+        env.update(
+            {
+                "PYTHONPATH": os.pathsep.join([str(root), str(root / "clients" / "python")]),
+                "TENURE_CLI_URL": f"http://127.0.0.1:{silent.getsockname()[1]}",
+                "TENURE_CLI_KEY": "tnr_k1_notasecret",
+                "TENURE_CLI_TIMEOUT_S": "1",
+            }
+        )
+        server = StdioServerParameters(
+            command=sys.executable, args=["-m", "service.cli", "mcp"], env=env, cwd=str(root)
+        )
+
+        async def scenario() -> tuple[bool, Any, float]:
+            async with Client(server, cache=None) as client:
+                started = time.monotonic()
+                failed, answer = await _call(client, "search_beliefs", query="billing")
+                return failed, answer, time.monotonic() - started
+
+        failed, answer, took = anyio.run(scenario)
+    assert failed, answer
+    # one attempt and the SDK's resends of a read (up to 2, with short waits): far below 30 s
+    assert took < 12, (took, answer)
