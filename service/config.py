@@ -269,6 +269,15 @@ class MemoryLoopSettings(BaseSettings):
     upstream_api_key: SecretStr | None = None
     upstream_timeout_s: float = Field(120.0, gt=0)
     upstream_connect_timeout_s: float = Field(5.0, gt=0)
+    # A whole (non-streamed) answer, from sending the request to its last byte (its status, or
+    # an error's message, included): upstream_timeout_s applies to each read, so an upstream
+    # trickling its answer a byte at a time held the client's request and both connections for
+    # as long as it liked. Long, because real answers legitimately take long: a non-streamed
+    # answer comes once the model has written all of it, and gateways that keep the connection
+    # open with whitespace while it does send their first bytes at once. Checked as the answer's
+    # pieces arrive (a read waiting at the deadline ends at upstream_timeout_s). Past it: 504
+    # upstream_timeout, the connection closed, no turn recorded (docs/memory-loop.md "Upstream").
+    upstream_answer_timeout_s: float = Field(300.0, gt=0, le=3600)
     # What the proxy holds of one upstream answer, so a misbehaving upstream cannot fill the API's
     # memory: a whole (non-streamed) body, and a stream's text (kept whole for the turn record);
     # one server-sent event (an unterminated line counts); what a stream relay holds back unshown

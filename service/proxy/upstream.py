@@ -19,6 +19,7 @@ knows about the client's response format.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -29,6 +30,7 @@ from service.config import MemoryLoopSettings
 from service.content_coding import (
     IDENTITY,
     AnswerTooLarge,
+    AnswerTooSlow,
     BoundedBody,
     BoundedDecoder,
     ContentCodingError,
@@ -137,6 +139,31 @@ def too_large(what: str, setting: str, limit: int) -> UpstreamFailure:
     )
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """When a whole answer must have arrived, from before its request was sent (``at``, a
+    ``time.monotonic()`` value, which the shared reader checks as the answer's pieces arrive), and
+    the setting that says how long, for the failure's message."""
+
+    at: float
+    seconds: float
+    setting: str
+
+    @classmethod
+    def after(cls, seconds: float, setting: str) -> Deadline:
+        return cls(time.monotonic() + seconds, seconds, setting)
+
+    def missed(self) -> UpstreamFailure:
+        """The answer was still arriving at the deadline (an upstream trickling it, which no
+        per-read timeout stops): a time-out, as a read timing out is."""
+        return UpstreamFailure(
+            f"the upstream's answer took longer than {self.seconds:g} s (TENURE_LOOP_{self.setting.upper()}); "
+            "it was not read further",
+            status=504,
+            code=ErrorCode.UPSTREAM_TIMEOUT,
+        )
+
+
 @dataclass
 class AnswerBudget:
     """What a stream relay holds of one answer: its text (``kept``, for the turn record and the
@@ -235,21 +262,26 @@ class Upstream:
 
     async def post_json(self, target: Target, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``target`` + ``path`` and return the JSON object it answers (read up to
-        ``upstream_max_body_bytes``: past that, :func:`too_large`, the connection closed)."""
+        ``upstream_max_body_bytes``: past that, :func:`too_large`, the connection closed), all of
+        it within ``upstream_answer_timeout_s`` of sending (past that, :meth:`Deadline.missed`, the
+        connection closed; an error answer still arriving then is judged by its status)."""
+        deadline = self._answer_deadline()
         response = await self._send("POST", target, path, body, stream=True)
         if response.status_code >= 400:
-            raise failure_for(response, await _head(response), target)
-        data = await self._json_of(response)
+            raise failure_for(response, await _head(response, deadline), target)
+        data = await self._json_of(response, deadline)
         if not isinstance(data, dict):
             raise UpstreamFailure("the upstream answer is not a JSON object", status=502)
         return data
 
     async def open_stream_at(self, target: Target, path: str, body: dict[str, Any]) -> httpx2.Response:
         """Send a streaming request and return the open response once its status is known (so
-        an error can still be answered as a plain JSON error). The caller must close it."""
+        an error can still be answered as a plain JSON error, read as a whole answer is, within
+        ``upstream_answer_timeout_s``). The caller must close it."""
+        deadline = self._answer_deadline()
         response = await self._send("POST", target, path, body, stream=True)
         if response.status_code >= 400:
-            raise failure_for(response, await _head(response), target)
+            raise failure_for(response, await _head(response, deadline), target)
         return response
 
     async def get_json(self, target: Target, path: str, *, timeout_s: float) -> Any:
@@ -262,10 +294,14 @@ class Upstream:
             return None
         return await self._json_of(response)
 
-    async def _json_of(self, response: httpx2.Response) -> Any:
-        """The JSON of a whole answer, read up to ``upstream_max_body_bytes`` (then closed)."""
+    def _answer_deadline(self) -> Deadline:
+        return Deadline.after(self.policy.upstream_answer_timeout_s, "upstream_answer_timeout_s")
+
+    async def _json_of(self, response: httpx2.Response, deadline: Deadline | None = None) -> Any:
+        """The JSON of a whole answer, read up to ``upstream_max_body_bytes`` and by ``deadline``
+        (then closed)."""
         limit = self.policy.upstream_max_body_bytes
-        body = await _read(response, limit)
+        body = await _read(response, limit, deadline)
         if body is None:
             raise too_large("answer", "upstream_max_body_bytes", limit)
         try:
@@ -383,16 +419,20 @@ class _DecodedBody(httpx2.AsyncByteStream):
         await self._response.aclose()
 
 
-async def _read(response: httpx2.Response, limit: int) -> bytes | None:
+async def _read(response: httpx2.Response, limit: int, deadline: Deadline | None = None) -> bytes | None:
     """``response``'s (decoded) body, or None once it passes ``limit`` bytes (nothing more is
-    read). Closes ``response`` either way; transport failures become :class:`UpstreamFailure`."""
+    read); still arriving at ``deadline``: :meth:`Deadline.missed`. Closes ``response`` either way;
+    transport failures become :class:`UpstreamFailure`."""
     try:
         # decoded already (:func:`_decoded`): counted here, a length past the bound refused unread
-        body = BoundedBody(response.headers, limit)
+        body = BoundedBody(response.headers, limit, deadline=deadline.at if deadline else None)
         async for chunk in response.aiter_bytes():
             body.add(chunk)
     except AnswerTooLarge:
         return None
+    except AnswerTooSlow as exc:
+        assert deadline is not None
+        raise deadline.missed() from exc
     except httpx2.TimeoutException as exc:
         raise UpstreamFailure("the upstream model timed out", status=504, code=ErrorCode.UPSTREAM_TIMEOUT) from exc
     except httpx2.HTTPError as exc:
@@ -402,18 +442,16 @@ async def _read(response: httpx2.Response, limit: int) -> bytes | None:
     return body.content()
 
 
-async def _head(response: httpx2.Response) -> bytes:
-    """The start of an error answer (its first ``ERROR_BODY_BYTES``), for its message."""
-    parts: list[bytes] = []
-    size = 0
+async def _head(response: httpx2.Response, deadline: Deadline) -> bytes:
+    """The start of an error answer (its first ``ERROR_BODY_BYTES``, what arrived by ``deadline``),
+    for its message."""
+    # no headers: decoded already (:func:`_decoded`), and a long one's start is still wanted
+    body = BoundedBody({}, ERROR_BODY_BYTES, deadline=deadline.at)
     try:
         async for chunk in response.aiter_bytes():
-            parts.append(chunk)
-            size += len(chunk)
-            if size >= ERROR_BODY_BYTES:
-                break
-    except httpx2.HTTPError:
+            body.add(chunk)
+    except (AnswerTooLarge, AnswerTooSlow, httpx2.HTTPError):
         pass  # the status says enough
     finally:
         await response.aclose()
-    return b"".join(parts)[:ERROR_BODY_BYTES]
+    return body.content()
