@@ -278,6 +278,14 @@ class MemoryLoopSettings(BaseSettings):
     # pieces arrive (a read waiting at the deadline ends at upstream_timeout_s). Past it: 504
     # upstream_timeout, the connection closed, no turn recorded (docs/memory-loop.md "Upstream").
     upstream_answer_timeout_s: float = Field(300.0, gt=0, le=3600)
+    # A streamed answer, all of it. Streams legitimately run long (the client sees the answer as
+    # it is written), and upstream_timeout_s ends one that falls silent; but keep-alive comments,
+    # blank lines, ping events or text trickled within the size bounds never trip a per-read
+    # timeout, so an upstream could hold a stream (the client's request, an API task, a pooled
+    # connection) for ever. An hour: past any real answer (128k output tokens at ~60 a second is
+    # ~35 minutes). Checked as the stream's pieces arrive. Past it: the stream's in-stream error
+    # event (upstream_timeout), the connection closed, no turn recorded.
+    upstream_stream_timeout_s: float = Field(3600.0, gt=0, le=86400)
     # What the proxy holds of one upstream answer, so a misbehaving upstream cannot fill the API's
     # memory: a whole (non-streamed) body, and a stream's text (kept whole for the turn record);
     # one server-sent event (an unterminated line counts); what a stream relay holds back unshown

@@ -13,7 +13,8 @@ coding this module cannot decode within a bound.
 
 :class:`BoundedBody` is the one reading of such an answer's body every caller shares (the proxy,
 the JWKS fetch, the compaction model call): raw pieces in as they arrive, decoded here, refused
-past a size bound on what they decode to, or past a deadline for the whole answer.
+past a size bound on what they decode to, or past a deadline for the whole answer
+(:func:`check_deadline`, also the check of a stream's deadline, piece by piece).
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ class AnswerTooSlow(ValueError):
 
     def __init__(self) -> None:
         super().__init__("the answer was still arriving at its deadline")
+
+
+def check_deadline(deadline: float | None) -> None:
+    """:class:`AnswerTooSlow` once ``deadline`` (a ``time.monotonic()`` value; None: no deadline)
+    has passed: called as each piece of an answer arrives, a whole one's (:class:`BoundedBody`)
+    or a stream's."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise AnswerTooSlow
 
 
 class BoundedDecoder:
@@ -99,8 +108,7 @@ class BoundedBody:
     def add(self, raw: bytes) -> None:
         """Take the next raw piece; :class:`AnswerTooLarge`, :class:`AnswerTooSlow` or
         :class:`ContentCodingError` when the answer must not be read further."""
-        if self._deadline is not None and time.monotonic() > self._deadline:
-            raise AnswerTooSlow
+        check_deadline(self._deadline)
         for piece in self._decoder.decode(raw) if self._decoder else (raw,):
             self.size += len(piece)
             if self.size > self.limit:

@@ -34,6 +34,7 @@ from service.content_coding import (
     BoundedBody,
     BoundedDecoder,
     ContentCodingError,
+    check_deadline,
     decoder_for,
 )
 from service.errors import ErrorCode, TenureError, ValidationFailed
@@ -152,6 +153,13 @@ class Deadline:
     @classmethod
     def after(cls, seconds: float, setting: str) -> Deadline:
         return cls(time.monotonic() + seconds, seconds, setting)
+
+    def check(self) -> None:
+        """:meth:`missed` once the deadline has passed."""
+        try:
+            check_deadline(self.at)
+        except AnswerTooSlow as exc:
+            raise self.missed() from exc
 
     def missed(self) -> UpstreamFailure:
         """The answer was still arriving at the deadline (an upstream trickling it, which no
@@ -277,9 +285,11 @@ class Upstream:
     async def open_stream_at(self, target: Target, path: str, body: dict[str, Any]) -> httpx2.Response:
         """Send a streaming request and return the open response once its status is known (so
         an error can still be answered as a plain JSON error, read as a whole answer is, within
-        ``upstream_answer_timeout_s``). The caller must close it."""
+        ``upstream_answer_timeout_s``). Its stream ends within ``upstream_stream_timeout_s`` of
+        sending (past that, reading it raises :meth:`Deadline.missed`). The caller must close it."""
         deadline = self._answer_deadline()
-        response = await self._send("POST", target, path, body, stream=True)
+        whole = Deadline.after(self.policy.upstream_stream_timeout_s, "upstream_stream_timeout_s")
+        response = await self._send("POST", target, path, body, stream=True, deadline=whole)
         if response.status_code >= 400:
             raise failure_for(response, await _head(response, deadline), target)
         return response
@@ -318,11 +328,12 @@ class Upstream:
         *,
         stream: bool,
         timeout_s: float | None = None,
+        deadline: Deadline | None = None,
     ) -> httpx2.Response:
         """Send ``body`` (if any); the answer once its status is known (transport failures become
         :class:`UpstreamFailure`). With tracing on, a client span covers it and the upstream gets
         the trace context (OpenTelemetry instruments httpx, not httpx2). ``timeout_s``: instead of
-        the client's own timeouts."""
+        the client's own timeouts; ``deadline``: the answer's body ends there (:func:`_decoded`)."""
         url = f"{target.base_url}{path}"
         headers = dict(target.headers)
         with client_span(method, url, headers) as span:
@@ -344,7 +355,7 @@ class Upstream:
             except httpx2.HTTPError as exc:
                 raise UpstreamFailure(f"the upstream model is unreachable: {type(exc).__name__}", status=502) from exc
             record_status(span, response.status_code)
-        return await _decoded(response)
+        return await _decoded(response, deadline)
 
     @staticmethod
     async def events(
@@ -377,38 +388,48 @@ class Upstream:
         await self.client.aclose()
 
 
-async def _decoded(response: httpx2.Response) -> httpx2.Response:
-    """``response`` as it is, or, compressed (though not asked to be), the same answer with a body
-    decoded in bounded pieces (:class:`_DecodedBody`); httpx2 never sees its coding. A coding that
-    is not gzip or deflate is refused (502), the connection closed."""
+async def _decoded(response: httpx2.Response, deadline: Deadline | None = None) -> httpx2.Response:
+    """``response`` as it is, or, compressed (though not asked to be) or to be read by
+    ``deadline``, the same answer with a body decoded in bounded pieces and ending at the deadline
+    (:class:`_BoundedStream`); httpx2 never sees its coding. A coding that is not gzip or deflate
+    is refused (502), the connection closed."""
     try:
         decoder = decoder_for(response.headers.get("content-encoding", ""))
     except ContentCodingError as exc:
         await response.aclose()
         raise UpstreamFailure(f"the upstream answer cannot be read: {exc}", status=502) from exc
-    if decoder is None:
+    if decoder is None and deadline is None:
         return response
-    # its length (if given) is the compressed one: not what the bounds compare with
-    headers = [(k, v) for k, v in response.headers.multi_items() if k not in ("content-encoding", "content-length")]
+    headers = response.headers.multi_items()
+    if decoder is not None:  # its length (if given) is the compressed one: not what the bounds compare with
+        headers = [(k, v) for k, v in headers if k not in ("content-encoding", "content-length")]
     return httpx2.Response(
         response.status_code,
         headers=headers,
-        stream=_DecodedBody(response, decoder),
+        stream=_BoundedStream(response, decoder, deadline),
         request=response.request,
         extensions=response.extensions,
     )
 
 
-class _DecodedBody(httpx2.AsyncByteStream):
-    """A compressed answer's body, read raw and decoded at most ``PIECE_BYTES`` at a time, so a
-    reader stops (and closes it) once the decoded size passes its bound, however little arrived."""
+class _BoundedStream(httpx2.AsyncByteStream):
+    """An answer's body read raw: a compressed one decoded at most ``PIECE_BYTES`` at a time, so
+    a reader stops (and closes it) once the decoded size passes its bound, however little arrived;
+    with a ``deadline``, :meth:`Deadline.missed` for the first piece arriving past it (keep-alives
+    included: a stream of nothing but them is still bounded)."""
 
-    def __init__(self, response: httpx2.Response, decoder: BoundedDecoder):
+    def __init__(self, response: httpx2.Response, decoder: BoundedDecoder | None, deadline: Deadline | None):
         self._response = response
         self._decoder = decoder
+        self._deadline = deadline
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for raw in self._response.aiter_raw():
+            if self._deadline is not None:
+                self._deadline.check()
+            if self._decoder is None:
+                yield raw
+                continue
             try:
                 for piece in self._decoder.decode(raw):
                     yield piece

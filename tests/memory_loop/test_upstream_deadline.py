@@ -4,10 +4,14 @@ bound) held the client's request, an API task and the upstream connection until 
 The whole answer, from sending the request to its last byte, now ends at
 ``TENURE_LOOP_UPSTREAM_ANSWER_TIMEOUT_S``: a 504 ``upstream_timeout`` in the client's dialect (an
 error answer still arriving then: judged by its status), the upstream connection closed (the
-scripted upstream sees the hang-up), no turn recorded."""
+scripted upstream sees the hang-up), no turn recorded. A stream may run long, and one that falls
+silent ends at the per-read timeout, but one kept open with keep-alives (comments, empty events) and
+no content never did: it now ends at ``TENURE_LOOP_UPSTREAM_STREAM_TIMEOUT_S`` with its in-stream
+error event."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -17,7 +21,15 @@ from fastapi.testclient import TestClient
 from loadtest.scripted_llm import Reply, ScriptedLLM
 from service.api.state import Services
 from tests.api.conftest import Team
-from tests.memory_loop.test_upstream_limits import ask, hung_up, turns_of
+from tests.memory_loop.test_upstream_limits import (
+    ANTHROPIC_OPENING,
+    anthropic_delta,
+    ask,
+    hung_up,
+    openai_chunk,
+    stream_outcome,
+    turns_of,
+)
 
 DEADLINE_S = 1.0  # this test's TENURE_LOOP_UPSTREAM_ANSWER_TIMEOUT_S
 TRICKLE_S = 0.02  # between the bytes of a trickled answer: each of these takes 10 s or more
@@ -27,6 +39,11 @@ SLACK_S = 3.0  # the recall before the upstream call, the hang-up, a loaded mach
 @pytest.fixture
 def short_deadline(loop_services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loop_services.loop.settings.loop, "upstream_answer_timeout_s", DEADLINE_S)
+
+
+@pytest.fixture
+def short_stream_deadline(loop_services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop_services.loop.settings.loop, "upstream_stream_timeout_s", DEADLINE_S)
 
 
 def timed(api: TestClient, crew: Team, kind: str, *, stream: bool) -> tuple[Any, float]:
@@ -89,3 +106,59 @@ def test_an_answer_within_the_deadline_is_served(api: TestClient, crew: Team, ll
     body = response.json()
     text = body["choices"][0]["message"]["content"] if kind == "openai" else body["content"][0]["text"]
     assert text == "Use allkeys-lru."
+
+
+KEEP_ALIVE_PAUSE_S = 0.05  # between keep-alives
+KEEP_ALIVES = 200  # what the upstream sends before it stops on its own: 10 s of them
+
+
+def keep_alive(kind: str, shape: str) -> bytes:
+    if shape == "comment":  # an SSE comment: no event at all
+        return b": keep-alive\n\n"
+    if kind == "openai":  # a chunk without text
+        return b"data: " + json.dumps(openai_chunk("")).encode() + b"\n\n"
+    return b'event: ping\ndata: {"type": "ping"}\n\n'
+
+
+@pytest.mark.usefixtures("short_stream_deadline")
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("shape", ["comment", "empty-event"])
+def test_a_stream_kept_open_without_content_ends_at_its_deadline(
+    api: TestClient, crew: Team, llm: ScriptedLLM, loop_services: Services, kind: str, shape: str
+) -> None:
+    """Each keep-alive arrived well within the per-read timeout, and none of them is text the
+    relay holds: the stream lasted as long as the upstream kept sending them (here until it
+    stopped on its own, then reported as cut short)."""
+    opening = (
+        [openai_chunk("Use allkeys-lru.")]
+        if kind == "openai"
+        else [*ANTHROPIC_OPENING, anthropic_delta("Use allkeys-lru.")]
+    )
+    ping = keep_alive(kind, shape)
+    llm.script(
+        Reply(
+            events=opening,
+            done=False,
+            endless=ping,
+            endless_max_bytes=KEEP_ALIVES * len(ping),
+            endless_pause_s=KEEP_ALIVE_PAUSE_S,
+        )
+    )
+    started = time.monotonic()
+    shown, last, _ = stream_outcome(api, crew, kind)
+    assert DEADLINE_S <= time.monotonic() - started < DEADLINE_S + SLACK_S
+    assert shown == "Use allkeys-lru."
+    assert last["error"]["code"] == "upstream_timeout"
+    assert "TENURE_LOOP_UPSTREAM_STREAM_TIMEOUT_S" in last["error"]["message"]
+    assert hung_up(llm) < KEEP_ALIVES * len(ping)
+    assert turns_of(loop_services, crew) == []
+
+
+@pytest.mark.usefixtures("short_stream_deadline")
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_stream_within_its_deadline_is_served(api: TestClient, crew: Team, llm: ScriptedLLM, kind: str) -> None:
+    """The deadline bounds the stream, not each event: one that ends before it is relayed whole."""
+    llm.script(Reply(content="Use allkeys-lru. " * 4, chunk_sizes=[5]))
+    shown, last, _ = stream_outcome(api, crew, kind)
+    assert shown == "Use allkeys-lru. " * 4
+    assert "error" not in last
