@@ -82,6 +82,9 @@ class ScriptedLLM:
         self.requests: list[dict[str, Any]] = []
         # GET /v1/models answers these ids (empty: 404, like an upstream without a model list)
         self.models: list[str] = ["gpt-4o", "claude-sonnet-4-5"]
+        # that list sent a byte this often apart (a provider trickling it); a hang-up is counted
+        self.models_trickle_s = 0.0
+        self.models_hung_up = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -100,6 +103,8 @@ class ScriptedLLM:
             self.replies.clear()
             self.requests.clear()
             self.responder = None
+            self.models_trickle_s = 0.0
+            self.models_hung_up = 0
 
     def next_reply(self, request: dict[str, Any]) -> Reply:
         with self._lock:
@@ -125,10 +130,14 @@ class ScriptedLLM:
 
             def do_GET(self) -> None:  # noqa: N802
                 self._encoding = self._compressor = None
-                self._trickle_s = 0.0
+                self._trickle_s = llm.models_trickle_s
                 if self.path.rstrip("/").endswith("/models") and llm.models:
                     data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in llm.models]
-                    self._json(200, {"object": "list", "data": data})
+                    try:
+                        self._json(200, {"object": "list", "data": data})
+                    except (BrokenPipeError, ConnectionResetError):
+                        llm.models_hung_up += 1
+                        self.close_connection = True
                 else:
                     self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
 

@@ -144,7 +144,7 @@ def too_large(what: str, setting: str, limit: int) -> UpstreamFailure:
 class Deadline:
     """When a whole answer must have arrived, from before its request was sent (``at``, a
     ``time.monotonic()`` value, which the shared reader checks as the answer's pieces arrive), and
-    the setting that says how long, for the failure's message."""
+    what says how long (a setting's name), for the failure's message."""
 
     at: float
     seconds: float
@@ -165,8 +165,7 @@ class Deadline:
         """The answer was still arriving at the deadline (an upstream trickling it, which no
         per-read timeout stops): a time-out, as a read timing out is."""
         return UpstreamFailure(
-            f"the upstream's answer took longer than {self.seconds:g} s (TENURE_LOOP_{self.setting.upper()}); "
-            "it was not read further",
+            f"the upstream's answer took longer than {self.seconds:g} s ({self.setting}); it was not read further",
             status=504,
             code=ErrorCode.UPSTREAM_TIMEOUT,
         )
@@ -288,7 +287,7 @@ class Upstream:
         ``upstream_answer_timeout_s``). Its stream ends within ``upstream_stream_timeout_s`` of
         sending (past that, reading it raises :meth:`Deadline.missed`). The caller must close it."""
         deadline = self._answer_deadline()
-        whole = Deadline.after(self.policy.upstream_stream_timeout_s, "upstream_stream_timeout_s")
+        whole = Deadline.after(self.policy.upstream_stream_timeout_s, "TENURE_LOOP_UPSTREAM_STREAM_TIMEOUT_S")
         response = await self._send("POST", target, path, body, stream=True, deadline=whole)
         if response.status_code >= 400:
             raise failure_for(response, await _head(response, deadline), target)
@@ -296,16 +295,18 @@ class Upstream:
 
     async def get_json(self, target: Target, path: str, *, timeout_s: float) -> Any:
         """GET ``target`` + ``path`` (the model list), traced like the chats: the JSON it answers
-        with 200, None with another status (read as :meth:`post_json` reads; transport failures
-        and an answer too large become :class:`UpstreamFailure`)."""
+        with 200, None with another status (read as :meth:`post_json` reads, all of it within
+        ``timeout_s``; transport failures, an answer too large or too slow become
+        :class:`UpstreamFailure`)."""
+        deadline = Deadline.after(timeout_s, "the model list's own bound")
         response = await self._send("GET", target, path, None, stream=True, timeout_s=timeout_s)
         if response.status_code != 200:
             await response.aclose()
             return None
-        return await self._json_of(response)
+        return await self._json_of(response, deadline)
 
     def _answer_deadline(self) -> Deadline:
-        return Deadline.after(self.policy.upstream_answer_timeout_s, "upstream_answer_timeout_s")
+        return Deadline.after(self.policy.upstream_answer_timeout_s, "TENURE_LOOP_UPSTREAM_ANSWER_TIMEOUT_S")
 
     async def _json_of(self, response: httpx2.Response, deadline: Deadline | None = None) -> Any:
         """The JSON of a whole answer, read up to ``upstream_max_body_bytes`` and by ``deadline``

@@ -20,7 +20,9 @@ from fastapi.testclient import TestClient
 
 from loadtest.scripted_llm import Reply, ScriptedLLM
 from service.api.state import Services
+from service.proxy import models
 from tests.api.conftest import Team
+from tests.memory_loop.conftest import wait_until
 from tests.memory_loop.test_upstream_limits import (
     ANTHROPIC_OPENING,
     anthropic_delta,
@@ -162,3 +164,19 @@ def test_a_stream_within_its_deadline_is_served(api: TestClient, crew: Team, llm
     shown, last, _ = stream_outcome(api, crew, kind)
     assert shown == "Use allkeys-lru. " * 4
     assert "error" not in last
+
+
+def test_a_trickled_model_list_ends_at_its_bound(
+    api: TestClient, crew: Team, llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``GET /v1/models`` asked the upstream with a timeout for each read: a list trickled a byte
+    every 50 ms held the request until its end (~7 s here). Its bound (here 1 s) is now for all of
+    it; past it the configured ids answer, as for any upstream failure."""
+    monkeypatch.setattr(models, "LIST_TIMEOUT_S", DEADLINE_S)
+    llm.models_trickle_s = 0.05
+    started = time.monotonic()
+    listed = api.get("/v1/models", headers=crew.h("alice"))
+    assert time.monotonic() - started < DEADLINE_S + SLACK_S
+    assert listed.status_code == 200, listed.text[:500]
+    assert listed.json() == {"object": "list", "data": []}  # TENURE_LOOP_MODELS: none in these tests
+    wait_until(lambda: llm.models_hung_up, timeout=10)
