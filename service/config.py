@@ -274,8 +274,8 @@ class MemoryLoopSettings(BaseSettings):
     # trickling its answer a byte at a time held the client's request and both connections for
     # as long as it liked. Long, because real answers legitimately take long: a non-streamed
     # answer comes once the model has written all of it, and gateways that keep the connection
-    # open with whitespace while it does send their first bytes at once. Checked as the answer's
-    # pieces arrive (a read waiting at the deadline ends at upstream_timeout_s). Past it: 504
+    # open with whitespace while it does send their first bytes at once. A hard bound (the wait
+    # for the status line or the next piece ends there too: asyncio.timeout). Past it: 504
     # upstream_timeout, the connection closed, no turn recorded (docs/memory-loop.md "Upstream").
     upstream_answer_timeout_s: float = Field(300.0, gt=0, le=3600)
     # A streamed answer, all of it. Streams legitimately run long (the client sees the answer as

@@ -18,6 +18,7 @@ knows about the client's response format.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -273,10 +274,20 @@ class Upstream:
         it within ``upstream_answer_timeout_s`` of sending (past that, :meth:`Deadline.missed`, the
         connection closed; an error answer still arriving then is judged by its status)."""
         deadline = self._answer_deadline()
-        response = await self._send("POST", target, path, body, stream=True)
+        # The shared reader checks the deadline as pieces arrive; this bound also ends a wait for
+        # the status line or the next piece (an upstream silent past the deadline), which only the
+        # per-read timeout (minutes) would end otherwise.
+        bound = asyncio.timeout(deadline.seconds)
+        try:
+            async with bound:
+                response = await self._send("POST", target, path, body, stream=True)
+                data = await self._json_of(response, deadline) if response.status_code < 400 else None
+        except TimeoutError as exc:
+            if bound.expired():
+                raise deadline.missed() from exc
+            raise
         if response.status_code >= 400:
             raise failure_for(response, await _head(response, deadline), target)
-        data = await self._json_of(response, deadline)
         if not isinstance(data, dict):
             raise UpstreamFailure("the upstream answer is not a JSON object", status=502)
         return data

@@ -15,6 +15,7 @@ import json
 import time
 from typing import Any
 
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
@@ -72,6 +73,28 @@ def test_a_trickled_whole_answer_ends_at_the_deadline_with_a_504(
     assert error["code"] == "upstream_timeout"
     assert "TENURE_LOOP_UPSTREAM_ANSWER_TIMEOUT_S" in error["message"]
     hung_up(llm)  # the upstream saw the connection closed
+    assert turns_of(loop_services, crew) == []
+
+
+@pytest.mark.usefixtures("short_deadline")
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_an_upstream_silent_past_the_deadline_is_not_waited_for(
+    api: TestClient, crew: Team, llm: ScriptedLLM, loop_services: Services, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upstream that sends nothing (not even its status line) until well past the deadline:
+    the deadline, checked only as pieces arrived, let the request wait for the first one (up to
+    the per-read timeout, minutes); it now ends at the deadline."""
+    silent_s = DEADLINE_S + SLACK_S + 2.0
+    # per-read waits longer than the upstream's silence, as in production (120 s), not this suite's 3 s
+    monkeypatch.setattr(loop_services.loop.upstream.client, "timeout", httpx2.Timeout(silent_s + 5.0))
+    llm.script(Reply(content="Use allkeys-lru.", delay_s=silent_s))
+    response, took = timed(api, crew, kind, stream=False)
+    assert response.status_code == 504, response.text[:500]
+    assert took < DEADLINE_S + SLACK_S < silent_s, took
+    error = response.json()["error"]
+    assert error["code"] == "upstream_timeout"
+    assert "TENURE_LOOP_UPSTREAM_ANSWER_TIMEOUT_S" in error["message"]
+    time.sleep(max(0.0, silent_s - took))  # the scripted upstream finishes its reply before the next test
     assert turns_of(loop_services, crew) == []
 
 
