@@ -73,8 +73,9 @@ def idp_api(idp_app: FastAPI) -> Iterator[TestClient]:
         yield client
 
 
-def idp_token(key: RSAKey, tenant: str, sub: str, projects: list[str]) -> str:
-    """A token as the identity provider issues it: its own claims, no development token id."""
+def idp_token(key: RSAKey, tenant: str, sub: str, projects: list[str], jti: str | None = None) -> str:
+    """A token as the identity provider issues it: its own claims, no development token id
+    (``jti``: this id rather than a fresh one)."""
     now = int(time.time())
     claims = {
         "iss": "tenure",
@@ -83,7 +84,7 @@ def idp_token(key: RSAKey, tenant: str, sub: str, projects: list[str]) -> str:
         "tenant_id": tenant,
         "roles": ["member"],
         "projects": projects,
-        "jti": f"idp-{uuid.uuid4().hex}",
+        "jti": jti or f"idp-{uuid.uuid4().hex}",
         "iat": now,
         "nbf": now,
         "exp": now + 600,
@@ -126,10 +127,12 @@ def recorded_turn(
     projects: list[str],
     answer: str,
     credential: Credential | None,
+    credential_id: str | None = None,
+    session_id: str = "s-idp",
 ) -> str:
     """A turn stored as the API records it but not yet sent to the worker (what a backlog, the
-    sweep or a parked turn leaves waiting), authenticated by ``credential`` with ``projects``;
-    None: recorded before turns named their credential."""
+    sweep or a parked turn leaves waiting), authenticated by ``credential`` (its id:
+    ``credential_id``) with ``projects``; None: recorded before turns named their credential."""
     split = split_sidecar(answer)
     turn_id = f"turn-{uuid.uuid4().hex[:10]}"
     turn_store(services, settings).create(
@@ -139,7 +142,8 @@ def recorded_turn(
             owner_id=owner,
             projects=projects,
             credential=credential,
-            session_id="s-idp",
+            credential_id=credential_id,
+            session_id=session_id,
             scope=[f"project:{projects[0]}"] if projects else ["domain:code"],
             model="gpt-4o",
             sidecar_raw=split.raw,

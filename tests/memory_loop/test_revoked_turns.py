@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -33,14 +32,12 @@ from service.config import Settings
 from service.domain.accounts import Credential
 from service.domain.belief import utcnow
 from service.extraction.queue import TaskQueue
-from service.extraction.sidecar import split_sidecar
 from service.storage.accounts import KEY_ROUTING
 from service.storage.templates import ACCOUNTS, TURNS
-from service.storage.turns import TurnRecord
-from tests.api.conftest import Team, auth, ok, sign_jwt
+from tests.api.conftest import Team, auth, ok
 from tests.memory_loop import test_idp_turns as idp
 from tests.memory_loop.conftest import WorkerProcess, wait_turn
-from tests.memory_loop.test_idp_turns import answer_with, found, ops_of, post_turn, turn_store
+from tests.memory_loop.test_idp_turns import answer_with, found, ops_of, post_turn
 
 DAY_S = 86_400
 # the identity provider (and development tokens) of test_idp_turns: another API process of the deployment
@@ -70,24 +67,10 @@ def waiting_turn(
     sweep or a parked turn leaves waiting), recorded with the credential ``credential_id`` (None
     with ``credential`` None: recorded before turns named it); its sidecar adds the belief
     ``name`` in the first of ``projects``."""
-    split = split_sidecar(answer_with(name, f"project:{projects[0]}"))
-    turn_id = f"turn-{uuid.uuid4().hex[:10]}"
-    turn_store(services, settings).create(
-        TurnRecord(
-            tenant_id=tenant,
-            turn_id=turn_id,
-            owner_id=owner,
-            projects=projects,
-            credential=credential,
-            credential_id=credential_id,
-            session_id="s-revoked",
-            scope=[f"project:{projects[0]}"],
-            model="gpt-4o",
-            sidecar_raw=split.raw,
-            parse_status=split.status.value,
-        )
+    answer = answer_with(name, f"project:{projects[0]}")
+    return idp.recorded_turn(
+        services, settings, tenant, owner, projects, answer, credential, credential_id, session_id="s-revoked"
     )
-    return turn_id
 
 
 def fresh(prefix: str) -> str:
@@ -172,20 +155,7 @@ def test_a_revoked_api_keys_waiting_turn_writes_nothing_and_only_that_keys(
 
 def idp_token_with(key: RSAKey, tenant: str, sub: str, jti: str) -> str:
     """An identity provider's token for ``sub`` of ``tenant`` (project alpha) with the id ``jti``."""
-    now = int(time.time())
-    claims = {
-        "iss": "tenure",
-        "aud": "tenure-api",
-        "sub": sub,
-        "tenant_id": tenant,
-        "roles": ["member"],
-        "projects": ["alpha"],
-        "jti": jti,
-        "iat": now,
-        "nbf": now,
-        "exp": now + 600,
-    }
-    return sign_jwt({"alg": "RS256", "kid": "idp-1", "typ": "JWT"}, claims, key)
+    return idp.idp_token(key, tenant, sub, ["alpha"], jti=jti)
 
 
 def test_a_token_revoked_by_its_jti_stops_its_waiting_turns_and_only_its_own(
