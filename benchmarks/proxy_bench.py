@@ -59,7 +59,7 @@ from service.config import AuthSettings, CelerySettings, MemoryLoopSettings, Set
 from service.extraction.queue import TaskQueue
 from service.extraction.sidecar import BEGIN, END
 from service.storage.client import build_client
-from service.storage.templates import FAMILIES, drop_namespace
+from service.storage.templates import FAMILIES, apply_templates, drop_namespace
 from service.storage.turns import TurnRecord, TurnStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -438,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     figures["latency"] = latency(args, upstream, base, key)
             if not args.in_flight:
+                # the app (another checkout's, with --app-source) set the indices up with its own
+                # templates; the extraction below runs this tree's code, whose records may carry
+                # fields added since (put on the existing indices, as at any start-up)
+                apply_templates(client, ns, FAMILIES)
                 figures["extraction"] = throughput(args, settings, tenant)
         finally:
             drop_namespace(client, ns, FAMILIES)
